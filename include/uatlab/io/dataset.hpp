@@ -1,0 +1,34 @@
+// Datasets as JSONL: one sequence a line.
+//   {"x": [[x_11, ..., x_d1], ..., [x_1n, ..., x_dn]], "y": [...]}   continuous tokens (n of them, d each)
+//   {"tokens": [id_1, ..., id_n], "y": [...]}                        token ids
+// "y" is optional: n numbers (one label per token) or n arrays of k numbers. Numbers may be JSON
+// numbers or strings ("1/3", "0.1e-400"); they are kept exactly, as rationals.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "uatlab/model/scalar.hpp"
+
+namespace uatlab {
+
+struct Sequence {
+  Mat<Rational> x;          // d×n (continuous input)
+  std::vector<int> tokens;  // n ids (token input)
+  Mat<Rational> y;          // k×n labels, or 0×0 when the line has none
+  std::size_t n() const { return tokens.empty() ? static_cast<std::size_t>(x.cols()) : tokens.size(); }
+};
+
+struct Dataset {
+  std::vector<Sequence> sequences;
+  bool token_input = false;
+  int d = 0;          // token dimension of continuous inputs
+  int label_dim = 0;  // k, 0 without labels
+};
+
+// Throws Error naming the line and the problem: malformed JSON, ragged tokens, mixed input kinds,
+// inconsistent label shapes, NaN/inf or non-numeric values.
+Dataset parse_dataset(const std::string& text, const std::string& what);
+Dataset read_dataset(const std::string& path);
+
+}  // namespace uatlab

@@ -1,0 +1,22 @@
+// JSON parsing that keeps what nlohmann's default parser loses.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace uatlab {
+
+// Parse JSON text. Duplicate keys in an object are an error (the default parser keeps the last).
+// With exact_numbers, floating-point literals become strings holding their exact text ("0.1"
+// stays 1/10, "1e-400" does not underflow); integers stay integers. `what` names the source in
+// errors ("dataset line 3", "safetensors header").
+nlohmann::json parse_json(const std::string& text, const std::string& what, bool exact_numbers = false);
+
+// Read a whole file; throws Error naming the path.
+std::string read_file(const std::string& path);
+
+// Write a file atomically: a temporary beside it, renamed into place. On any failure nothing is
+// left at `path` (a previous file there is kept).
+void write_file_atomic(const std::string& path, const std::string& content);
+
+}  // namespace uatlab

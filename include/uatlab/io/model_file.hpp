@@ -1,0 +1,24 @@
+// Model files: safetensors (F32/F64, for PyTorch) and uatlab's lossless JSON (exact rationals,
+// for MPFR and rational weights). Both carry the architecture; docs/formats.md describes them.
+#pragma once
+
+#include <string>
+
+#include "uatlab/model/network.hpp"
+
+namespace uatlab {
+
+enum class FileFormat { safetensors, json };
+FileFormat format_for_path(const std::string& path);  // ".json" → json, anything else safetensors
+
+// Load either format into scalar S: each stored value is exact (a double, a float or a rational)
+// and is rounded once to S (enclosed, for intervals). Throws Error naming the file and problem.
+template <class S> Network<S> load_network(const std::string& path);
+
+// Write atomically. Safetensors rounds every value to the dtype ("F64" or "F32") and records the
+// source scalar in __metadata__; JSON is lossless. `source` describes the scalar (e.g. "mpfr:256").
+template <class S> void save_network(const Network<S>& net, const std::string& path, const std::string& dtype = "F64",
+                                     const std::string& source = Scalar<S>::name);
+
+
+}  // namespace uatlab

@@ -1,0 +1,75 @@
+// The architecture of a network: everything but the weights.
+//
+// A network maps an input (d×n continuous tokens, or n token ids through an embedding) through an
+// optional absolute positional encoding, a sequence of residual sub-layers and an optional
+// linear readout. The architecture is plain data, identical for every scalar type; it travels
+// as JSON in every model file (docs/formats.md). Numbers that must stay exact (softmax scale,
+// layer-norm epsilon, piecewise-linear activations) are kept as their decimal/rational text.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace uatlab {
+
+enum class LayerKind { attention, feedforward, layernorm };
+enum class Score { softmax, hardmax, linear };  // linear: scores used as they are (no normalisation)
+enum class Rpe { none, lin, log, t5 };           // relative-position bias added to the scores
+
+// φ(x) = slope_i·x + intercept_i on the i-th piece; pieces are (−∞,c_1), [c_1,c_2), …, [c_k,∞).
+struct Piecewise {
+  std::vector<std::string> breakpoints;                   // k, strictly increasing
+  std::vector<std::pair<std::string, std::string>> pieces;  // k + 1 (slope, intercept)
+  bool in_yun_class() const;  // at most three pieces, at least one constant (Yun et al.'s Φ)
+};
+
+struct LayerSpec {
+  LayerKind kind = LayerKind::attention;
+  bool pre_norm = false;     // attention/feedforward: Z + f(LayerNorm(Z)) with its own γ, β
+  std::string eps = "1e-5";  // layer-norm epsilon (pre_norm or a layernorm sub-layer)
+
+  // attention: Z + Σ_h W_O^h W_V^h Z σ[λ·(W_K^h Z)ᵀ(W_Q^h Z) + B_h]
+  int heads = 1, head_size = 1;
+  Score score = Score::softmax;
+  std::string scale = "1";    // λ
+  bool sqrt_scaling = false;  // also multiply the scores by 1/√head_size
+  Rpe rpe = Rpe::none;        // B_h: lin −p_h|i−j|, log −p_h log|i−j| (0 on the diagonal), T5 buckets
+  int t5_buckets = 32, t5_max_distance = 128;
+  bool dp_free = false;   // scores are B_h alone (no dot product)
+  bool causal = false;    // query k attends to keys l ≤ k only
+  bool tied_qkv = false;  // W_Q = W_K = W_V (one matrix per head)
+  bool bias = false;      // biases on the Q, K, V and O projections
+
+  // feedforward: Z + W_2 φ(W_1 Z + b_1 1ᵀ) + b_2 1ᵀ
+  int width = 0;
+  bool piecewise = false;  // φ = activation below instead of ReLU
+  Piecewise activation;
+
+  bool needs_transcendental() const;  // exp, log or sqrt somewhere in this sub-layer
+  std::string describe() const;       // one line for people
+};
+
+struct Architecture {
+  int d = 0;          // token dimension
+  int vocab = 0;      // > 0: inputs are token ids through a d×vocab embedding
+  int max_len = 0;    // > 0: absolute positional encoding, a learned/constructed d×max_len table
+  int readout = 0;    // > 0: linear readout to this many outputs per token
+  std::vector<LayerSpec> layers;
+
+  int out_dim() const { return readout > 0 ? readout : d; }
+  bool needs_transcendental() const;
+  void validate() const;  // throws Error naming the first inconsistency
+
+  nlohmann::json to_json() const;
+  static Architecture from_json(const nlohmann::json& j);  // validates
+};
+
+// T5's relative-position bucket of key l for query k (rel = l − k), computed in double as in
+// the reference code; bidirectional unless causal.
+int t5_bucket(int rel, bool bidirectional, int num_buckets, int max_distance);
+
+const char* to_string(Score s);
+const char* to_string(Rpe r);
+
+}  // namespace uatlab

@@ -1,0 +1,144 @@
+// The one model definition: a network's weights in scalar type S, and its forward pass.
+//
+// Tokens are columns. An input sequence is X ∈ S^{d×n}; every sub-layer maps d×n to d×n:
+//   attention    Z + Σ_h W_O^h (W_V^h Z + b_V) σ[λ·(W_K^h Z + b_K)ᵀ(W_Q^h Z + b_Q) + B_h] + b_O
+//   feedforward  Z + W_2 φ(W_1 Z + b_1 1ᵀ) + b_2 1ᵀ
+//   layernorm    γ ⊙ (Z − μ)/√(var + ε) + β, column by column
+// σ acts on columns (column k holds query k's scores over the keys l). A pre_norm sub-layer feeds
+// LayerNorm(Z) to its branch and adds the result to Z. See docs/ARCHITECTURE.md.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "uatlab/model/architecture.hpp"
+#include "uatlab/model/scalar.hpp"
+
+namespace uatlab {
+
+// How a parameter matrix maps to its PyTorch tensor (row-major):
+//   Vector      k×1  ↔ (k)
+//   Matrix      r×c  ↔ (r, c), element (i, j) ↔ [i][j]    (nn.Linear weights: the paper's W)
+//   TokenMajor  d×L  ↔ (L, d), column j ↔ row j            (embedding, positional table)
+enum class Layout { Vector, Matrix, TokenMajor };
+
+template <class S> struct Layer {
+  LayerSpec spec;
+  Mat<S> wq, wk, wv, wo, bq, bk, bv, bo;  // attention (tied_qkv: wq/bq serve Q, K and V)
+  Mat<S> rpe;                             // H×1 slopes p_h (lin, log) or H×buckets table (t5)
+  Mat<S> w1, b1, w2, b2;                  // feedforward
+  Mat<S> norm_w, norm_b;                  // layer norm: pre_norm or a layernorm sub-layer
+  // Constants of the architecture, in S.
+  S score_scale;  // λ, times 1/√head_size with sqrt_scaling
+  S eps;
+  std::vector<S> breakpoints;
+  std::vector<std::pair<S, S>> pieces;  // (slope, intercept)
+};
+
+template <class S> struct Network {
+  Architecture arch;
+  Mat<S> embed;               // d×vocab
+  Mat<S> pe;                  // d×max_len
+  Mat<S> readout_w, readout_b;  // k×d, k×1
+  std::vector<Layer<S>> layers;
+
+  Network() = default;
+  // All weights zero, shaped by the architecture; constants parsed into S. For Mpfr/Mpfi, set
+  // the working precision (set_mpfr_bits) first: constants are rounded/enclosed at it.
+  explicit Network(Architecture a);
+
+  // Visit every parameter as f(name, matrix, layout), in a fixed order (docs/formats.md).
+  template <class F> void for_each_tensor(F&& f) { visit(*this, f); }
+  template <class F> void for_each_tensor(F&& f) const { visit(*this, f); }
+  std::size_t parameter_count() const;
+
+ private:
+  template <class Self, class F> static void visit(Self& net, F& f);
+};
+
+struct EvalOptions {
+  // Hardmax in floating point: keys whose score is within this of the column's maximum share the
+  // weight. Rationals always compare exactly; intervals certify the argmax or throw.
+  double hardmax_tolerance = 0;
+};
+
+// Continuous input X (d×n) → output (out_dim×n).
+template <class S> Mat<S> forward(const Network<S>& net, const Mat<S>& x, const EvalOptions& opt = {});
+// Token ids through the embedding → output.
+template <class S> Mat<S> forward_tokens(const Network<S>& net, const std::vector<int>& ids, const EvalOptions& opt = {});
+
+// Throws Error when this scalar type cannot evaluate the network (rationals: no exp/log/sqrt).
+template <class S> void check_evaluable(const Architecture& a);
+
+// Convert a network between scalar types (exact through rationals, then rounded once).
+template <class T, class S> Network<T> network_cast(const Network<S>& src) {
+  Network<T> dst(src.arch);
+  std::vector<const Mat<S>*> from;
+  src.for_each_tensor([&](const std::string&, const Mat<S>& m, Layout) { from.push_back(&m); });
+  std::size_t i = 0;
+  dst.for_each_tensor([&](const std::string&, Mat<T>& m, Layout) { m = matrix_cast<T>(*from[i++]); });
+  return dst;
+}
+
+// ---------------------------------------------------------------------------------------------
+template <class S> template <class Self, class F> void Network<S>::visit(Self& net, F& f) {
+  const Architecture& a = net.arch;
+  if (a.vocab > 0) f("embed.weight", net.embed, Layout::TokenMajor);
+  if (a.max_len > 0) f("pe.weight", net.pe, Layout::TokenMajor);
+  for (std::size_t i = 0; i < net.layers.size(); ++i) {
+    auto& l = net.layers[i];
+    const LayerSpec& s = l.spec;
+    const std::string p = "layers." + std::to_string(i) + ".";
+    if (s.pre_norm) f(p + "norm.weight", l.norm_w, Layout::Vector), f(p + "norm.bias", l.norm_b, Layout::Vector);
+    switch (s.kind) {
+      case LayerKind::attention:
+        if (s.tied_qkv) {
+          f(p + "qkv.weight", l.wq, Layout::Matrix);
+          if (s.bias) f(p + "qkv.bias", l.bq, Layout::Vector);
+        } else {
+          f(p + "q.weight", l.wq, Layout::Matrix);
+          f(p + "k.weight", l.wk, Layout::Matrix);
+          f(p + "v.weight", l.wv, Layout::Matrix);
+          if (s.bias) {
+            f(p + "q.bias", l.bq, Layout::Vector);
+            f(p + "k.bias", l.bk, Layout::Vector);
+            f(p + "v.bias", l.bv, Layout::Vector);
+          }
+        }
+        f(p + "o.weight", l.wo, Layout::Matrix);
+        if (s.bias) f(p + "o.bias", l.bo, Layout::Vector);
+        if (s.rpe == Rpe::lin || s.rpe == Rpe::log) f(p + "rpe.p", l.rpe, Layout::Vector);
+        if (s.rpe == Rpe::t5) f(p + "rpe.table", l.rpe, Layout::Matrix);
+        break;
+      case LayerKind::feedforward:
+        f(p + "fc1.weight", l.w1, Layout::Matrix);
+        f(p + "fc1.bias", l.b1, Layout::Vector);
+        f(p + "fc2.weight", l.w2, Layout::Matrix);
+        f(p + "fc2.bias", l.b2, Layout::Vector);
+        break;
+      case LayerKind::layernorm:
+        f(p + "weight", l.norm_w, Layout::Vector);
+        f(p + "bias", l.norm_b, Layout::Vector);
+        break;
+    }
+  }
+  if (a.readout > 0) f("readout.weight", net.readout_w, Layout::Matrix), f("readout.bias", net.readout_b, Layout::Vector);
+}
+
+// Tensor shape as PyTorch sees it.
+template <class S> std::vector<std::int64_t> torch_shape(const Mat<S>& m, Layout l) {
+  switch (l) {
+    case Layout::Vector: return {m.rows()};
+    case Layout::Matrix: return {m.rows(), m.cols()};
+    case Layout::TokenMajor: return {m.cols(), m.rows()};
+  }
+  return {};
+}
+
+extern template struct Network<float>;
+extern template struct Network<double>;
+extern template struct Network<Mpfr>;
+extern template struct Network<Mpfi>;
+extern template struct Network<Rational>;
+
+}  // namespace uatlab

@@ -1,0 +1,126 @@
+// Scalar types and the few operations the model needs from each of them.
+//
+// One model definition serves five arithmetics. Everything scalar-specific lives here, in one
+// traits struct per type, so that the model code (network.hpp) reads like the papers' formulas:
+//   float, double     IEEE binary32/64, the training and benchmark types
+//   Mpfr              MPFR binary floats, precision chosen at run time (set_mpfr_bits)
+//   Mpfi              MPFI intervals: every result encloses the exact real value
+//   Rational          GMP rationals: exact, for networks without exp/log/sqrt
+#pragma once
+
+#include <boost/multiprecision/eigen.hpp>
+#include <boost/multiprecision/gmp.hpp>
+#include <boost/multiprecision/mpfi.hpp>
+#include <boost/multiprecision/mpfr.hpp>
+
+#include <Eigen/Core>
+#include <stdexcept>
+#include <string>
+
+namespace uatlab {
+
+namespace mp = boost::multiprecision;
+using Mpfr = mp::number<mp::mpfr_float_backend<0>, mp::et_off>;
+using Mpfi = mp::number<mp::mpfi_float_backend<0>, mp::et_off>;
+using Rational = mp::number<mp::gmp_rational, mp::et_off>;
+
+template <class S> using Mat = Eigen::Matrix<S, Eigen::Dynamic, Eigen::Dynamic>;
+template <class S> using Vec = Eigen::Matrix<S, Eigen::Dynamic, 1>;
+
+// Every error uatlab reports to a user is an Error with a message naming the problem.
+struct Error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// MPFR/MPFI working precision. Boost 1.74 sets precision in decimal digits, which maps to a
+// whole number of bits (digits10 * 1000/301 + 1 or 2). set_mpfr_bits picks the smallest digit
+// count whose bit precision is >= bits and returns the bits actually in force; every report
+// quotes that number, never the request.
+unsigned set_mpfr_bits(unsigned bits);
+unsigned mpfr_bits();  // bits of a freshly made Mpfr/Mpfi now
+
+// Exact parsing: "3", "-2/6", "0.125", "1e-400", "-1.5E+3". Throws Error naming the text.
+Rational parse_rational(const std::string& text);
+
+// Exact rational value of a double (every finite double is a dyadic rational).
+Rational rational_of(double x);
+
+template <class S> struct Scalar;
+
+template <> struct Scalar<float> {
+  static constexpr const char* name = "float";
+  static constexpr bool exact = false, interval = false, transcendental = true;
+  static float from(const Rational& q);  // round to nearest
+  static Rational to_rational(float x) { return rational_of(x); }
+  static double to_double(float x) { return x; }
+  static std::string to_string(float x);  // shortest text that reads back to x
+  static float exp(float x) { return std::exp(x); }
+  static float log(float x) { return std::log(x); }
+  static float sqrt(float x) { return std::sqrt(x); }
+};
+
+template <> struct Scalar<double> {
+  static constexpr const char* name = "double";
+  static constexpr bool exact = false, interval = false, transcendental = true;
+  static double from(const Rational& q);
+  static Rational to_rational(double x) { return rational_of(x); }
+  static double to_double(double x) { return x; }
+  static std::string to_string(double x);
+  static double exp(double x) { return std::exp(x); }
+  static double log(double x) { return std::log(x); }
+  static double sqrt(double x) { return std::sqrt(x); }
+};
+
+template <> struct Scalar<Mpfr> {
+  static constexpr const char* name = "mpfr";
+  static constexpr bool exact = false, interval = false, transcendental = true;
+  static Mpfr from(const Rational& q);
+  static Rational to_rational(const Mpfr& x);  // exact
+  static double to_double(const Mpfr& x);
+  static std::string to_string(const Mpfr& x);  // reads back exactly at the same precision
+  static Mpfr exp(const Mpfr& x) { return mp::exp(x); }
+  static Mpfr log(const Mpfr& x) { return mp::log(x); }
+  static Mpfr sqrt(const Mpfr& x) { return mp::sqrt(x); }
+};
+
+template <> struct Scalar<Mpfi> {
+  static constexpr const char* name = "interval";
+  static constexpr bool exact = false, interval = true, transcendental = true;
+  static Mpfi from(const Rational& q);  // the tightest enclosure at the working precision
+  static Rational to_rational(const Mpfi& x);  // the midpoint
+  static double to_double(const Mpfi& x);      // the midpoint
+  static std::string to_string(const Mpfi& x);  // "[lo,hi]"
+  static Mpfi exp(const Mpfi& x) { return mp::exp(x); }
+  static Mpfi log(const Mpfi& x) { return mp::log(x); }
+  static Mpfi sqrt(const Mpfi& x) { return mp::sqrt(x); }
+};
+
+template <> struct Scalar<Rational> {
+  static constexpr const char* name = "rational";
+  static constexpr bool exact = true, interval = false, transcendental = false;
+  static Rational from(const Rational& q) { return q; }
+  static Rational to_rational(const Rational& x) { return x; }
+  static double to_double(const Rational& x);
+  static std::string to_string(const Rational& x) { return x.str(); }
+  // No exp/log/sqrt: networks that need them are rejected before evaluation.
+};
+
+// Interval bounds (exact Mpfr values); for point types both are the value itself.
+Mpfr lower(const Mpfi& x);
+Mpfr upper(const Mpfi& x);
+Mpfi hull(const Mpfr& lo, const Mpfr& hi);
+
+// Conversion between any two scalar types through the exact rational value.
+template <class T, class S> T scalar_cast(const S& x) {
+  if constexpr (std::is_same_v<T, S>) return x;
+  else if constexpr (std::is_same_v<S, double> && (std::is_same_v<T, float> || std::is_same_v<T, double>))
+    return static_cast<T>(x);
+  else if constexpr (std::is_same_v<S, float> && std::is_same_v<T, double>) return x;
+  else return Scalar<T>::from(Scalar<S>::to_rational(x));
+}
+
+template <class T, class S> Mat<T> matrix_cast(const Mat<S>& m) {
+  return m.unaryExpr([](const S& x) { return scalar_cast<T>(x); });
+}
+
+}  // namespace uatlab

@@ -1,0 +1,207 @@
+"""Load a uatlab safetensors file into PyTorch (torch only; no safetensors package needed).
+
+    net = uatlab_torch.load("model.safetensors")       # an nn.Module, float64 if the file is F64
+    y = net(x)          # x: (batch, n, d) floats, or (batch, n) token ids  ->  (batch, n, out)
+
+The module computes exactly what uatlab's C++ model computes (docs/ARCHITECTURE.md): tokens are
+rows here (PyTorch's (n, d) layout is the paper's d x n matrix in memory), attention normalises
+each query's scores over the keys, every sub-layer is residual.
+"""
+import json
+import math
+import struct
+from fractions import Fraction
+
+import torch
+from torch import nn
+
+DTYPES = {"F64": torch.float64, "F32": torch.float32}
+
+
+def read_safetensors(path):
+    """Return (metadata, {name: tensor}) following the format exactly."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    (n,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8:8 + n].decode("utf-8"))
+    metadata = header.pop("__metadata__", {})
+    tensors = {}
+    for name, e in header.items():
+        begin, end = e["data_offsets"]
+        buf = bytearray(raw[8 + n + begin:8 + n + end])
+        t = torch.frombuffer(buf, dtype=DTYPES[e["dtype"]]) if buf else torch.empty(0, dtype=DTYPES[e["dtype"]])
+        tensors[name] = t.reshape(e["shape"]).clone()
+    return metadata, tensors
+
+
+def number(text):
+    return float(Fraction(str(text)))
+
+
+def t5_bucket(rel, bidirectional, num_buckets, max_distance):
+    """T5's bucket of key - query = rel, computed in double (as uatlab does)."""
+    offset = 0
+    if bidirectional:
+        num_buckets //= 2
+        if rel > 0:
+            offset = num_buckets
+        n = abs(rel)
+    else:
+        n = max(-rel, 0)
+    max_exact = num_buckets // 2
+    if n < max_exact:
+        return offset + n
+    b = max_exact + int(math.log(n / max_exact) / math.log(max_distance / max_exact) * (num_buckets - max_exact))
+    return offset + min(b, num_buckets - 1)
+
+
+class Attention(nn.Module):
+    def __init__(self, spec, d):
+        super().__init__()
+        self.spec = spec
+        h, s = spec["heads"], spec["head_size"]
+        P = lambda *shape: nn.Parameter(torch.zeros(*shape))
+        names = ["qkv"] if spec["tied_qkv"] else ["q", "k", "v"]
+        self.proj = nn.ModuleDict({p: nn.Linear(d, h * s, bias=spec["bias"]) for p in names})
+        self.o = nn.Linear(h * s, d, bias=spec["bias"])
+        if spec["rpe"] in ("lin", "log"):
+            self.rpe = nn.ParameterDict({"p": P(h)})
+        elif spec["rpe"] == "t5":
+            self.rpe = nn.ParameterDict({"table": P(h, spec["t5_buckets"])})
+        self.scale = number(spec["scale"]) / (math.sqrt(s) if spec["sqrt_scaling"] else 1.0)
+        self.hardmax_tolerance = 0.0
+
+    def bias(self, n, dtype):
+        sp = self.spec
+        q = torch.arange(n).view(n, 1)  # query k (rows here)
+        k = torch.arange(n).view(1, n)  # key l
+        dist = (k - q).abs().to(dtype)
+        if sp["rpe"] == "lin":
+            return -self.rpe["p"].view(-1, 1, 1) * dist
+        if sp["rpe"] == "log":
+            return -self.rpe["p"].view(-1, 1, 1) * torch.where(dist > 0, dist.log(), torch.zeros_like(dist))
+        idx = torch.tensor([[t5_bucket(l - kk, not sp["causal"], sp["t5_buckets"], sp["t5_max_distance"])
+                             for l in range(n)] for kk in range(n)])
+        return self.rpe["table"][:, idx]  # (H, n_query, n_key)
+
+    def forward(self, z):
+        sp = self.spec
+        B, n, _ = z.shape
+        H, s = sp["heads"], sp["head_size"]
+        split = lambda t: t.view(B, n, H, s).transpose(1, 2)  # (B, H, n, s)
+        p = self.proj
+        v = split(p["qkv" if sp["tied_qkv"] else "v"](z))
+        if sp["dp_free"]:
+            scores = torch.zeros(B, H, n, n, dtype=z.dtype)
+        else:
+            q = split(p["qkv" if sp["tied_qkv"] else "q"](z))
+            k = split(p["qkv" if sp["tied_qkv"] else "k"](z))
+            scores = (q @ k.transpose(-1, -2)) * self.scale  # (B, H, query, key)
+        if sp["rpe"] != "none":
+            scores = scores + self.bias(n, z.dtype)
+        allowed = torch.ones(n, n, dtype=torch.bool)
+        if sp["causal"]:
+            allowed = torch.tril(allowed)  # key <= query
+        if sp["score"] == "softmax":
+            w = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)
+        elif sp["score"] == "hardmax":
+            masked = scores.masked_fill(~allowed, float("-inf"))
+            top = masked.max(dim=-1, keepdim=True).values
+            hit = (masked >= top - self.hardmax_tolerance) & allowed
+            w = hit.to(z.dtype) / hit.sum(dim=-1, keepdim=True).to(z.dtype)
+        else:  # linear
+            w = scores.masked_fill(~allowed, 0.0)
+        out = (w @ v).transpose(1, 2).reshape(B, n, H * s)
+        return self.o(out)
+
+
+class FeedForward(nn.Module):
+    def __init__(self, spec, d):
+        super().__init__()
+        self.fc1 = nn.Linear(d, spec["width"])
+        self.fc2 = nn.Linear(spec["width"], d)
+        act = spec["activation"]
+        self.piecewise = act != "relu"
+        if self.piecewise:
+            self.breakpoints = [number(c) for c in act["breakpoints"]]
+            self.slopes = [number(a) for a, _ in act["pieces"]]
+            self.intercepts = [number(b) for _, b in act["pieces"]]
+
+    def act(self, h):
+        if not self.piecewise:
+            return torch.relu(h)
+        c = torch.tensor(self.breakpoints, dtype=h.dtype)
+        i = torch.bucketize(h, c, right=True)  # number of breakpoints <= h
+        return torch.tensor(self.slopes, dtype=h.dtype)[i] * h + torch.tensor(self.intercepts, dtype=h.dtype)[i]
+
+    def forward(self, z):
+        return self.fc2(self.act(self.fc1(z)))
+
+
+class Layer(nn.Module):
+    def __init__(self, spec, d):
+        super().__init__()
+        self.kind = spec["type"]
+        self.pre_norm = spec.get("pre_norm", False)
+        self.eps = number(spec.get("eps", "1e-5"))
+        if self.kind == "layernorm":
+            self.weight = nn.Parameter(torch.ones(d))
+            self.bias = nn.Parameter(torch.zeros(d))
+            return
+        if self.pre_norm:
+            self.norm = nn.LayerNorm(d, eps=self.eps)
+        self.body = Attention(spec, d) if self.kind == "attention" else FeedForward(spec, d)
+
+    def forward(self, z):
+        if self.kind == "layernorm":
+            return nn.functional.layer_norm(z, z.shape[-1:], self.weight, self.bias, self.eps)
+        return z + self.body(self.norm(z) if self.pre_norm else z)
+
+
+class UatlabNet(nn.Module):
+    def __init__(self, arch):
+        super().__init__()
+        self.arch = arch
+        d = arch["d"]
+        if arch.get("vocab", 0) > 0:
+            self.embed = nn.Embedding(arch["vocab"], d)
+        if arch.get("max_len", 0) > 0:
+            self.pe = nn.Embedding(arch["max_len"], d)
+        self.layers = nn.ModuleList(Layer(s, d) for s in arch["layers"])
+        if arch.get("readout", 0) > 0:
+            self.readout = nn.Linear(d, arch["readout"])
+
+    def set_hardmax_tolerance(self, tol):
+        for l in self.layers:
+            if l.kind == "attention":
+                l.body.hardmax_tolerance = tol
+
+    def forward(self, x):
+        z = self.embed(x) if self.arch.get("vocab", 0) > 0 else x
+        if self.arch.get("max_len", 0) > 0:
+            z = z + self.pe.weight[: z.shape[1]]
+        for layer in self.layers:
+            z = layer(z)
+        return self.readout(z) if self.arch.get("readout", 0) > 0 else z
+
+
+# uatlab tensor names -> this module's parameter names.
+def _torch_name(name):
+    parts = name.split(".")
+    if parts[0] == "layers" and parts[2] in ("q", "k", "v", "qkv"):
+        return ".".join(parts[:2] + ["body", "proj"] + parts[2:])
+    if parts[0] == "layers" and parts[2] in ("o", "fc1", "fc2", "rpe"):
+        return ".".join(parts[:2] + ["body"] + parts[2:])
+    return name
+
+
+def load(path, dtype=None):
+    """Build the network described in the file's metadata and load its weights."""
+    metadata, tensors = read_safetensors(path)
+    arch = json.loads(metadata["uatlab"])
+    net = UatlabNet(arch)
+    dtype = dtype or (next(iter(tensors.values())).dtype if tensors else torch.float64)
+    net.to(dtype)
+    state = {_torch_name(k): v.to(dtype) for k, v in tensors.items()}
+    net.load_state_dict(state, strict=True)
+    return net

@@ -1,0 +1,96 @@
+#include "uatlab/io/dataset.hpp"
+
+#include "uatlab/io/json.hpp"
+
+namespace uatlab {
+
+using nlohmann::json;
+
+namespace {
+
+Rational number(const json& v) {
+  if (v.is_string()) return parse_rational(v.get<std::string>());
+  if (v.is_number_integer()) return parse_rational(v.dump());
+  throw Error("expected a number, got " + v.dump());
+}
+
+// n entries, each a number (k = 1) or an array of k numbers → k×n.
+Mat<Rational> columns(const json& v, const std::string& field, bool allow_scalars) {
+  if (!v.is_array() || v.empty()) throw Error("\"" + field + "\" must be a non-empty array");
+  const bool scalars = !v[0].is_array();
+  if (scalars && !allow_scalars) throw Error("\"" + field + "\" must be an array of tokens, each an array of numbers");
+  const std::size_t k = scalars ? 1 : v[0].size();
+  if (k == 0) throw Error("\"" + field + "\" entry 0 is empty");
+  Mat<Rational> m(static_cast<Eigen::Index>(k), static_cast<Eigen::Index>(v.size()));
+  for (std::size_t j = 0; j < v.size(); ++j) {
+    if (scalars) {
+      if (v[j].is_array()) throw Error("\"" + field + "\" mixes numbers and arrays");
+      m(0, j) = number(v[j]);
+      continue;
+    }
+    if (!v[j].is_array() || v[j].size() != k)
+      throw Error("\"" + field + "\" entry " + std::to_string(j) + " has " + (v[j].is_array() ? std::to_string(v[j].size()) : "no") +
+                  " values, entry 0 has " + std::to_string(k));
+    for (std::size_t i = 0; i < k; ++i) m(i, j) = number(v[j][i]);
+  }
+  return m;
+}
+
+}  // namespace
+
+Dataset parse_dataset(const std::string& text, const std::string& what) {
+  Dataset ds;
+  std::size_t start = 0, line_no = 0;
+  while (start < text.size()) {
+    std::size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    std::string line = text.substr(start, end - start);
+    start = end + 1;
+    ++line_no;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::string where = what + " line " + std::to_string(line_no);
+    try {
+      json j = parse_json(line, "JSON", true);
+      if (!j.is_object()) throw Error("a line must be a JSON object");
+      for (auto& [k, _] : j.items())
+        if (k != "x" && k != "tokens" && k != "y") throw Error("unknown field \"" + k + "\" (expected x or tokens, and y)");
+      if (j.contains("x") == j.contains("tokens")) throw Error("a line needs exactly one of \"x\" and \"tokens\"");
+      Sequence s;
+      const bool tokens = j.contains("tokens");
+      if (!ds.sequences.empty() && tokens != ds.token_input) throw Error("mixes \"x\" and \"tokens\" lines");
+      ds.token_input = tokens;
+      if (tokens) {
+        const json& t = j["tokens"];
+        if (!t.is_array() || t.empty()) throw Error("\"tokens\" must be a non-empty array of ids");
+        for (auto& id : t) {
+          if (!id.is_number_integer() || id.get<long long>() < 0 || id.get<long long>() > (1LL << 31) - 1)
+            throw Error("token id " + id.dump() + " is not a non-negative integer");
+          s.tokens.push_back(id.get<int>());
+        }
+      } else {
+        s.x = columns(j["x"], "x", false);
+        if (ds.sequences.empty()) ds.d = static_cast<int>(s.x.rows());
+        else if (s.x.rows() != ds.d)
+          throw Error("tokens have " + std::to_string(s.x.rows()) + " numbers, earlier lines have d = " + std::to_string(ds.d));
+      }
+      if (j.contains("y")) {
+        s.y = columns(j["y"], "y", true);
+        if (static_cast<std::size_t>(s.y.cols()) != s.n())
+          throw Error("\"y\" has " + std::to_string(s.y.cols()) + " labels for " + std::to_string(s.n()) + " tokens");
+      }
+      const int k = static_cast<int>(s.y.rows());
+      if (!ds.sequences.empty() && k != ds.label_dim)
+        throw Error("labels have dimension " + std::to_string(k) + ", earlier lines have " + std::to_string(ds.label_dim));
+      ds.label_dim = k;
+      ds.sequences.push_back(std::move(s));
+    } catch (const Error& e) {
+      throw Error(where + ": " + e.what());
+    }
+  }
+  if (ds.sequences.empty()) throw Error(what + ": no sequences");
+  return ds;
+}
+
+Dataset read_dataset(const std::string& path) { return parse_dataset(read_file(path), path); }
+
+}  // namespace uatlab

@@ -1,0 +1,113 @@
+#include "uatlab/io/json.hpp"
+
+#include <cstdio>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <unistd.h>
+#include <vector>
+
+#include "uatlab/model/scalar.hpp"
+
+namespace uatlab {
+
+using nlohmann::json;
+
+namespace {
+
+// Builds the DOM from SAX events, rejecting duplicate keys and keeping number text.
+class Builder : public nlohmann::json_sax<json> {
+ public:
+  explicit Builder(bool exact) : exact_(exact) {}
+  json root;
+  std::string error;
+
+  bool null() override { return put(nullptr); }
+  bool boolean(bool v) override { return put(v); }
+  bool number_integer(number_integer_t v) override { return put(v); }
+  bool number_unsigned(number_unsigned_t v) override { return put(v); }
+  bool number_float(number_float_t v, const string_t& text) override { return exact_ ? put(text) : put(v); }
+  bool string(string_t& v) override { return put(v); }
+  bool binary(binary_t&) override { return false; }
+  bool start_object(std::size_t) override { return open(json::object()); }
+  bool key(string_t& k) override {
+    if (!keys_.back().insert(k).second) {
+      error = "duplicate key \"" + k + "\"";
+      return false;
+    }
+    key_ = k;
+    return true;
+  }
+  bool end_object() override { return close(); }
+  bool start_array(std::size_t) override { return open(json::array()); }
+  bool end_array() override { return close(); }
+  bool parse_error(std::size_t pos, const std::string&, const nlohmann::detail::exception& e) override {
+    error = "invalid JSON at byte " + std::to_string(pos) + ": " + e.what();
+    return false;
+  }
+
+ private:
+  bool exact_;
+  std::vector<json*> stack_;  // open containers; only the innermost one grows
+  std::vector<std::set<std::string>> keys_;
+  std::string key_;
+
+  json* place(json v) {
+    if (stack_.empty()) return &(root = std::move(v));
+    json& top = *stack_.back();
+    if (top.is_array()) {
+      top.push_back(std::move(v));
+      return &top.back();
+    }
+    return &(top[key_] = std::move(v));
+  }
+  bool put(json v) { return place(std::move(v)), true; }
+  bool open(json v) {
+    stack_.push_back(place(std::move(v)));
+    keys_.emplace_back();
+    return true;
+  }
+  bool close() {
+    stack_.pop_back();
+    keys_.pop_back();
+    return true;
+  }
+};
+
+}  // namespace
+
+json parse_json(const std::string& text, const std::string& what, bool exact_numbers) {
+  Builder b(exact_numbers);
+  if (!json::sax_parse(text, &b) || !b.error.empty())
+    throw Error(what + ": " + (b.error.empty() ? std::string("invalid JSON") : b.error));
+  return b.root;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error("cannot open " + path);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) throw Error("cannot read " + path);
+  return ss.str();
+}
+
+void write_file_atomic(const std::string& path, const std::string& content) {
+  std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) throw Error("cannot write " + path);
+    out.write(content.data(), static_cast<std::streamsize>(content.size()));
+    out.flush();
+    if (!out) {
+      std::remove(tmp.c_str());
+      throw Error("cannot write " + path);
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    throw Error("cannot write " + path);
+  }
+}
+
+}  // namespace uatlab

@@ -1,0 +1,148 @@
+#include "uatlab/io/model_file.hpp"
+
+#include <cmath>
+
+#include "uatlab/io/json.hpp"
+#include "uatlab/io/safetensors.hpp"
+
+namespace uatlab {
+
+using nlohmann::json;
+
+FileFormat format_for_path(const std::string& path) {
+  const std::string ext = ".json";
+  bool is_json = path.size() >= ext.size() && path.compare(path.size() - ext.size(), ext.size(), ext) == 0;
+  return is_json ? FileFormat::json : FileFormat::safetensors;
+}
+
+namespace {
+
+// Row-major PyTorch order of a parameter matrix.
+template <class S, class F> void for_each_torch_element(const Mat<S>& m, Layout l, F&& f) {
+  if (l == Layout::Matrix) {
+    for (Eigen::Index i = 0; i < m.rows(); ++i)
+      for (Eigen::Index j = 0; j < m.cols(); ++j) f(m(i, j));
+  } else {  // Vector, TokenMajor: column-major memory is PyTorch's row-major
+    for (Eigen::Index k = 0; k < m.size(); ++k) f(m.data()[k]);
+  }
+}
+
+template <class S> void assign_torch_order(Mat<S>& m, Layout l, const std::vector<S>& v) {
+  std::size_t k = 0;
+  if (l == Layout::Matrix) {
+    for (Eigen::Index i = 0; i < m.rows(); ++i)
+      for (Eigen::Index j = 0; j < m.cols(); ++j) m(i, j) = v[k++];
+  } else {
+    for (Eigen::Index i = 0; i < m.size(); ++i) m.data()[i] = v[k++];
+  }
+}
+
+std::string shape_text(const std::vector<std::int64_t>& s) { return json(s).dump(); }
+
+}  // namespace
+
+template <class S> Network<S> load_network(const std::string& path) {
+  const std::string bytes = read_file(path);
+  json arch_json;
+  // name -> (torch shape, exact values as S)
+  std::map<std::string, std::pair<std::vector<std::int64_t>, std::vector<S>>> stored;
+  try {
+    if (format_for_path(path) == FileFormat::json) {
+      json j = parse_json(bytes, "model file", true);
+      if (!j.is_object() || j.value("format", "") != "uatlab-model-1")
+        throw Error("not a uatlab model file (expected \"format\": \"uatlab-model-1\")");
+      if (!j.contains("architecture") || !j.contains("tensors") || !j["tensors"].is_object())
+        throw Error("model file needs \"architecture\" and \"tensors\"");
+      arch_json = j["architecture"];
+      for (auto& [name, t] : j["tensors"].items()) {
+        if (!t.is_object() || !t.contains("shape") || !t.contains("data") || !t["data"].is_array())
+          throw Error("tensor \"" + name + "\" needs \"shape\" and \"data\"");
+        auto& entry = stored[name];
+        for (auto& s : t["shape"]) {
+          if (!s.is_number_unsigned()) throw Error("tensor \"" + name + "\": bad shape " + t["shape"].dump());
+          entry.first.push_back(s.template get<std::int64_t>());
+        }
+        for (auto& v : t["data"]) {
+          std::string text = v.is_string() ? v.template get<std::string>() : v.is_number() ? v.dump() : "";
+          if (text.empty()) throw Error("tensor \"" + name + "\": value " + v.dump() + " is not a number");
+          entry.second.push_back(Scalar<S>::from(parse_rational(text)));
+        }
+      }
+    } else {
+      Safetensors st = Safetensors::parse(bytes, "safetensors");
+      if (!st.metadata.count("uatlab"))
+        throw Error("safetensors file has no \"uatlab\" architecture in __metadata__");
+      arch_json = parse_json(st.metadata.at("uatlab"), "architecture in __metadata__", true);
+      for (auto& [name, t] : st.tensors) {
+        auto& entry = stored[name];
+        entry.first = t.shape;
+        for (double v : t.values()) {
+          if (!std::isfinite(v)) throw Error("tensor \"" + name + "\" contains NaN or infinity");
+          entry.second.push_back(scalar_cast<S>(v));
+        }
+      }
+    }
+    Network<S> net(Architecture::from_json(arch_json));
+    std::size_t used = 0;
+    net.for_each_tensor([&](const std::string& name, Mat<S>& m, Layout l) {
+      auto it = stored.find(name);
+      if (it == stored.end()) throw Error("missing tensor \"" + name + "\"");
+      auto want = torch_shape(m, l);
+      if (it->second.first != want)
+        throw Error("tensor \"" + name + "\" has shape " + shape_text(it->second.first) + ", the architecture needs " + shape_text(want));
+      if (static_cast<Eigen::Index>(it->second.second.size()) != m.size())
+        throw Error("tensor \"" + name + "\" has " + std::to_string(it->second.second.size()) + " values, its shape needs " + std::to_string(m.size()));
+      assign_torch_order(m, l, it->second.second);
+      ++used;
+    });
+    if (used != stored.size())
+      for (auto& [name, _] : stored) {
+        bool known = false;
+        net.for_each_tensor([&](const std::string& n, const Mat<S>&, Layout) { known |= n == name; });
+        if (!known) throw Error("unexpected tensor \"" + name + "\" (not part of the architecture)");
+      }
+    return net;
+  } catch (const Error& e) {
+    throw Error(path + ": " + e.what());
+  }
+}
+
+template <class S> void save_network(const Network<S>& net, const std::string& path, const std::string& dtype,
+                                     const std::string& source) {
+  if (format_for_path(path) == FileFormat::json) {
+    json tensors = json::object();
+    net.for_each_tensor([&](const std::string& name, const Mat<S>& m, Layout l) {
+      json data = json::array();
+      for_each_torch_element(m, l, [&](const S& x) { data.push_back(Scalar<S>::to_rational(x).str()); });
+      tensors[name] = {{"shape", torch_shape(m, l)}, {"data", data}};
+    });
+    json j = {{"format", "uatlab-model-1"}, {"scalar", source}, {"architecture", net.arch.to_json()}, {"tensors", tensors}};
+    write_file_atomic(path, j.dump(1) + "\n");
+    return;
+  }
+  if (dtype != "F64" && dtype != "F32") throw Error("dtype must be F64 or F32, got " + dtype);
+  Safetensors st;
+  st.metadata = {{"format", "pt"}, {"uatlab", net.arch.to_json().dump()}, {"uatlab_source", source}};
+  net.for_each_tensor([&](const std::string& name, const Mat<S>& m, Layout l) {
+    // Each exact value is rounded once, straight to the dtype.
+    std::vector<double> v;
+    for_each_torch_element(m, l, [&](const S& x) {
+      v.push_back(dtype == "F64" ? Scalar<S>::to_double(x) : static_cast<double>(scalar_cast<float>(x)));
+    });
+    for (double x : v)
+      if (!std::isfinite(x)) throw Error("tensor \"" + name + "\" has a value that does not fit " + dtype);
+    st.tensors[name] = dtype == "F64" ? Tensor::f64(torch_shape(m, l), v) : Tensor::f32(torch_shape(m, l), v);
+  });
+  write_file_atomic(path, st.serialize());
+}
+
+#define UATLAB_INSTANTIATE_IO(S)                                      \
+  template Network<S> load_network<S>(const std::string&);             \
+  template void save_network<S>(const Network<S>&, const std::string&, const std::string&, const std::string&);
+UATLAB_INSTANTIATE_IO(float)
+UATLAB_INSTANTIATE_IO(double)
+UATLAB_INSTANTIATE_IO(Mpfr)
+UATLAB_INSTANTIATE_IO(Mpfi)
+UATLAB_INSTANTIATE_IO(Rational)
+
+}  // namespace uatlab

@@ -1,0 +1,169 @@
+#include "uatlab/io/safetensors.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+
+#include "uatlab/io/json.hpp"
+#include "uatlab/model/scalar.hpp"
+
+namespace uatlab {
+
+using nlohmann::json;
+
+namespace {
+
+static_assert(sizeof(double) == 8 && sizeof(float) == 4, "IEEE-754 binary64/binary32 expected");
+
+// Every dtype of the format, with its element size; uatlab loads F32 and F64 only.
+const std::map<std::string, int> kDtypeSize = {
+    {"BOOL", 1}, {"U8", 1},  {"I8", 1},  {"F8_E5M2", 1}, {"F8_E4M3", 1}, {"I16", 2},  {"U16", 2}, {"F16", 2},
+    {"BF16", 2}, {"I32", 4}, {"U32", 4}, {"F32", 4},     {"F64", 8},     {"I64", 8}, {"U64", 8}};
+
+bool little_endian() {
+  const std::uint16_t one = 1;
+  return *reinterpret_cast<const std::uint8_t*>(&one) == 1;
+}
+
+template <class T> void append_le(std::vector<std::uint8_t>& out, T v) {
+  std::uint8_t b[sizeof(T)];
+  std::memcpy(b, &v, sizeof(T));
+  if (!little_endian()) std::reverse(b, b + sizeof(T));
+  out.insert(out.end(), b, b + sizeof(T));
+}
+
+template <class T> T read_le(const std::uint8_t* p) {
+  std::uint8_t b[sizeof(T)];
+  std::memcpy(b, p, sizeof(T));
+  if (!little_endian()) std::reverse(b, b + sizeof(T));
+  T v;
+  std::memcpy(&v, b, sizeof(T));
+  return v;
+}
+
+std::int64_t product(const std::vector<std::int64_t>& shape) {
+  std::int64_t n = 1;
+  for (auto s : shape) n *= s;
+  return n;
+}
+
+}  // namespace
+
+Tensor Tensor::f64(std::vector<std::int64_t> shape, const std::vector<double>& values) {
+  Tensor t{"F64", std::move(shape), {}};
+  for (double v : values) append_le(t.bytes, v);
+  return t;
+}
+
+Tensor Tensor::f32(std::vector<std::int64_t> shape, const std::vector<double>& values) {
+  Tensor t{"F32", std::move(shape), {}};
+  for (double v : values) append_le(t.bytes, static_cast<float>(v));
+  return t;
+}
+
+std::int64_t Tensor::numel() const { return product(shape); }
+
+std::vector<double> Tensor::values() const {
+  std::vector<double> out;
+  if (dtype == "F64")
+    for (std::size_t i = 0; i + 8 <= bytes.size(); i += 8) out.push_back(read_le<double>(&bytes[i]));
+  else if (dtype == "F32")
+    for (std::size_t i = 0; i + 4 <= bytes.size(); i += 4) out.push_back(read_le<float>(&bytes[i]));
+  else
+    throw Error("tensor dtype " + dtype + " is not supported by uatlab (F32 and F64 are)");
+  return out;
+}
+
+std::string Safetensors::serialize() const {
+  // Reference order: descending alignment (element size), then name.
+  std::vector<const std::pair<const std::string, Tensor>*> order;
+  for (auto& e : tensors) order.push_back(&e);
+  std::stable_sort(order.begin(), order.end(), [](auto* a, auto* b) {
+    return kDtypeSize.at(a->second.dtype) > kDtypeSize.at(b->second.dtype);
+  });
+  std::string header = "{";
+  if (!metadata.empty()) header += "\"__metadata__\":" + json(metadata).dump();
+  std::size_t offset = 0;
+  for (auto* e : order) {
+    const Tensor& t = e->second;
+    if (static_cast<std::int64_t>(t.bytes.size()) != t.numel() * kDtypeSize.at(t.dtype))
+      throw Error("tensor " + e->first + ": byte size does not match its shape");
+    if (header.size() > 1) header += ",";
+    header += json(e->first).dump() + ":{\"dtype\":\"" + t.dtype + "\",\"shape\":" + json(t.shape).dump() +
+              ",\"data_offsets\":[" + std::to_string(offset) + "," + std::to_string(offset + t.bytes.size()) + "]}";
+    offset += t.bytes.size();
+  }
+  header += "}";
+  header.append((8 - header.size() % 8) % 8, ' ');
+  std::vector<std::uint8_t> out;
+  append_le<std::uint64_t>(out, header.size());
+  std::string s(out.begin(), out.end());
+  s += header;
+  for (auto* e : order) s.append(e->second.bytes.begin(), e->second.bytes.end());
+  return s;
+}
+
+Safetensors Safetensors::parse(const std::string& bytes, const std::string& what) {
+  auto fail = [&](const std::string& why) { return Error(what + ": invalid safetensors file: " + why); };
+  if (bytes.size() < 8) throw fail("shorter than the 8-byte header size");
+  const std::uint64_t n = read_le<std::uint64_t>(reinterpret_cast<const std::uint8_t*>(bytes.data()));
+  if (n > 100000000) throw fail("header size " + std::to_string(n) + " exceeds 100000000");
+  if (8 + n > bytes.size()) throw fail("header size " + std::to_string(n) + " runs past the end of the file");
+  json h;
+  try {
+    h = parse_json(bytes.substr(8, n), "header");
+  } catch (const Error& e) {
+    throw fail(e.what());
+  }
+  if (!h.is_object()) throw fail("header is not a JSON object");
+
+  Safetensors st;
+  struct Span { std::uint64_t begin, end; std::string name; };
+  std::vector<Span> spans;
+  for (auto& [name, e] : h.items()) {
+    if (name == "__metadata__") {
+      if (!e.is_object()) throw fail("__metadata__ is not an object");
+      for (auto& [k, v] : e.items()) {
+        if (!v.is_string()) throw fail("__metadata__ value of \"" + k + "\" is not a string");
+        st.metadata[k] = v.get<std::string>();
+      }
+      continue;
+    }
+    const std::string t = "tensor \"" + name + "\": ";
+    if (!e.is_object() || e.size() != 3 || !e.contains("dtype") || !e.contains("shape") || !e.contains("data_offsets"))
+      throw fail(t + "entry must have exactly dtype, shape and data_offsets");
+    if (!e["dtype"].is_string() || !kDtypeSize.count(e["dtype"].get<std::string>()))
+      throw fail(t + "unknown dtype " + e["dtype"].dump());
+    Tensor tensor;
+    tensor.dtype = e["dtype"];
+    if (!e["shape"].is_array()) throw fail(t + "shape is not an array");
+    for (auto& s : e["shape"]) {
+      if (!s.is_number_unsigned()) throw fail(t + "shape entry " + s.dump() + " is not a non-negative integer");
+      tensor.shape.push_back(s.get<std::int64_t>());
+    }
+    auto& off = e["data_offsets"];
+    if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() || !off[1].is_number_unsigned())
+      throw fail(t + "data_offsets must be two non-negative integers");
+    std::uint64_t b = off[0], en = off[1];
+    if (b > en) throw fail(t + "data_offsets begin > end");
+    if (en > bytes.size() - 8 - n) throw fail(t + "data_offsets [" + std::to_string(b) + ", " + std::to_string(en) + "] out of range of the " + std::to_string(bytes.size() - 8 - n) + "-byte buffer");
+    if (static_cast<std::int64_t>(en - b) != tensor.numel() * kDtypeSize.at(tensor.dtype))
+      throw fail(t + "size " + std::to_string(en - b) + " bytes does not match shape and dtype (" +
+                 std::to_string(tensor.numel() * kDtypeSize.at(tensor.dtype)) + " bytes)");
+    tensor.bytes.assign(bytes.begin() + 8 + n + b, bytes.begin() + 8 + n + en);
+    spans.push_back({b, en, name});
+    st.tensors.emplace(name, std::move(tensor));
+  }
+  std::sort(spans.begin(), spans.end(), [](auto& a, auto& b) { return a.begin < b.begin || (a.begin == b.begin && a.end < b.end); });
+  std::uint64_t end = 0;
+  for (auto& s : spans) {
+    if (s.begin < end) throw fail("tensor \"" + s.name + "\" overlaps the previous tensor");
+    if (s.begin > end) throw fail("gap before tensor \"" + s.name + "\" (bytes " + std::to_string(end) + ".." + std::to_string(s.begin) + " unused)");
+    end = s.end;
+  }
+  if (8 + n + end != bytes.size())
+    throw fail(std::to_string(bytes.size() - 8 - n - end) + " trailing bytes after the last tensor");
+  return st;
+}
+
+}  // namespace uatlab

@@ -1,0 +1,251 @@
+#include "uatlab/model/architecture.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+#include "uatlab/model/scalar.hpp"
+
+namespace uatlab {
+
+using nlohmann::json;
+
+const char* to_string(Score s) {
+  switch (s) {
+    case Score::softmax: return "softmax";
+    case Score::hardmax: return "hardmax";
+    case Score::linear: return "linear";
+  }
+  return "?";
+}
+const char* to_string(Rpe r) {
+  switch (r) {
+    case Rpe::none: return "none";
+    case Rpe::lin: return "lin";
+    case Rpe::log: return "log";
+    case Rpe::t5: return "t5";
+  }
+  return "?";
+}
+
+int t5_bucket(int rel, bool bidirectional, int num_buckets, int max_distance) {
+  int offset = 0, n;
+  if (bidirectional) {
+    num_buckets /= 2;
+    if (rel > 0) offset = num_buckets;
+    n = rel < 0 ? -rel : rel;
+  } else {
+    n = rel < 0 ? -rel : 0;
+  }
+  const int max_exact = num_buckets / 2;
+  if (n < max_exact) return offset + n;
+  int b = max_exact + static_cast<int>(std::log(static_cast<double>(n) / max_exact) /
+                                       std::log(static_cast<double>(max_distance) / max_exact) * (num_buckets - max_exact));
+  return offset + std::min(b, num_buckets - 1);
+}
+
+bool Piecewise::in_yun_class() const {
+  if (pieces.size() > 3) return false;
+  for (auto& p : pieces)
+    if (parse_rational(p.first) == 0) return true;
+  return false;
+}
+
+bool LayerSpec::needs_transcendental() const {
+  if (pre_norm || kind == LayerKind::layernorm) return true;  // sqrt
+  if (kind != LayerKind::attention) return false;
+  return score == Score::softmax || sqrt_scaling || rpe == Rpe::log;
+}
+
+std::string LayerSpec::describe() const {
+  std::string s = pre_norm ? "pre-norm " : "";
+  switch (kind) {
+    case LayerKind::attention:
+      s += "attention: " + std::to_string(heads) + " head(s) of size " + std::to_string(head_size) + ", " + to_string(score);
+      if (scale != "1") s += " scale " + scale;
+      if (sqrt_scaling) s += ", 1/sqrt(s)";
+      if (rpe != Rpe::none) s += std::string(", ") + to_string(rpe) + " bias" + (dp_free ? " only (DP-free)" : "");
+      if (causal) s += ", causal";
+      if (tied_qkv) s += ", tied Q=K=V";
+      if (bias) s += ", biases";
+      return s;
+    case LayerKind::feedforward:
+      return s + "feedforward: width " + std::to_string(width) + ", " +
+             (piecewise ? std::to_string(activation.pieces.size()) + "-piece linear activation" : std::string("ReLU"));
+    case LayerKind::layernorm: return "layernorm";
+  }
+  return s;
+}
+
+bool Architecture::needs_transcendental() const {
+  for (auto& l : layers)
+    if (l.needs_transcendental()) return true;
+  return false;
+}
+
+namespace {
+
+std::string where(std::size_t i) { return "layer " + std::to_string(i) + ": "; }
+
+// A number field that must stay exact: accepts "1/3", "0.5", 2, 0.5.
+std::string exact_text(const json& v, const std::string& what) {
+  std::string t = v.is_string() ? v.get<std::string>() : v.is_number() ? v.dump() : "";
+  if (t.empty()) throw Error(what + " must be a number or a numeric string");
+  parse_rational(t);  // throws with the text if malformed
+  return t;
+}
+
+int positive_int(const json& v, const std::string& what, int min = 1) {
+  if (!v.is_number_integer() || v.get<long long>() < min || v.get<long long>() > (1LL << 30))
+    throw Error(what + " must be an integer >= " + std::to_string(min) + ", got " + v.dump());
+  return v.get<int>();
+}
+
+bool boolean(const json& v, const std::string& what) {
+  if (!v.is_boolean()) throw Error(what + " must be true or false, got " + v.dump());
+  return v.get<bool>();
+}
+
+void reject_unknown(const json& obj, const std::set<std::string>& known, const std::string& what) {
+  for (auto& [k, _] : obj.items())
+    if (!known.count(k)) throw Error(what + "unknown field \"" + k + "\"");
+}
+
+template <class E> E enum_of(const json& v, const std::vector<std::pair<const char*, E>>& names, const std::string& what) {
+  if (v.is_string())
+    for (auto& [n, e] : names)
+      if (v.get<std::string>() == n) return e;
+  std::string list;
+  for (auto& [n, _] : names) list += std::string(list.empty() ? "" : ", ") + n;
+  throw Error(what + " must be one of " + list + ", got " + v.dump());
+}
+
+}  // namespace
+
+void Architecture::validate() const {
+  if (d < 1) throw Error("architecture: d must be >= 1");
+  if (vocab < 0 || max_len < 0 || readout < 0) throw Error("architecture: vocab, max_len and readout must be >= 0");
+  for (std::size_t i = 0; i < layers.size(); ++i) {
+    const LayerSpec& l = layers[i];
+    if (l.pre_norm || l.kind == LayerKind::layernorm)
+      if (parse_rational(l.eps) <= 0) throw Error(where(i) + "eps must be > 0");
+    if (l.kind == LayerKind::attention) {
+      if (l.heads < 1 || l.head_size < 1) throw Error(where(i) + "heads and head_size must be >= 1");
+      if (l.rpe == Rpe::t5 && (l.t5_buckets < 2 || l.t5_max_distance <= l.t5_buckets / 2))
+        throw Error(where(i) + "t5 needs t5_buckets >= 2 and t5_max_distance > t5_buckets/2");
+      if (l.dp_free && l.rpe == Rpe::none) throw Error(where(i) + "dp_free attention needs a relative-position bias (rpe)");
+      parse_rational(l.scale);
+    } else if (l.kind == LayerKind::feedforward) {
+      if (l.width < 1) throw Error(where(i) + "feedforward width must be >= 1");
+      if (l.piecewise) {
+        auto& a = l.activation;
+        if (a.pieces.size() != a.breakpoints.size() + 1)
+          throw Error(where(i) + "a piecewise activation with k breakpoints needs k+1 pieces");
+        for (std::size_t k = 1; k < a.breakpoints.size(); ++k)
+          if (parse_rational(a.breakpoints[k - 1]) >= parse_rational(a.breakpoints[k]))
+            throw Error(where(i) + "activation breakpoints must be strictly increasing");
+      }
+    }
+  }
+}
+
+json Architecture::to_json() const {
+  json ls = json::array();
+  for (auto& l : layers) {
+    json j;
+    switch (l.kind) {
+      case LayerKind::attention:
+        j = {{"type", "attention"},   {"heads", l.heads},         {"head_size", l.head_size},
+             {"score", to_string(l.score)}, {"scale", l.scale},   {"sqrt_scaling", l.sqrt_scaling},
+             {"rpe", to_string(l.rpe)},     {"dp_free", l.dp_free}, {"causal", l.causal},
+             {"tied_qkv", l.tied_qkv},      {"bias", l.bias}};
+        if (l.rpe == Rpe::t5) j["t5_buckets"] = l.t5_buckets, j["t5_max_distance"] = l.t5_max_distance;
+        break;
+      case LayerKind::feedforward:
+        j = {{"type", "feedforward"}, {"width", l.width}};
+        if (l.piecewise) {
+          json pieces = json::array();
+          for (auto& p : l.activation.pieces) pieces.push_back({p.first, p.second});
+          j["activation"] = {{"type", "piecewise"}, {"breakpoints", l.activation.breakpoints}, {"pieces", pieces}};
+        } else {
+          j["activation"] = "relu";
+        }
+        break;
+      case LayerKind::layernorm: j = {{"type", "layernorm"}}; break;
+    }
+    if (l.kind != LayerKind::layernorm) j["pre_norm"] = l.pre_norm;
+    if (l.pre_norm || l.kind == LayerKind::layernorm) j["eps"] = l.eps;
+    ls.push_back(j);
+  }
+  return {{"format", "uatlab-architecture-1"}, {"d", d}, {"vocab", vocab}, {"max_len", max_len},
+          {"readout", readout}, {"layers", ls}};
+}
+
+Architecture Architecture::from_json(const json& j) {
+  if (!j.is_object()) throw Error("architecture must be a JSON object");
+  reject_unknown(j, {"format", "d", "vocab", "max_len", "readout", "layers"}, "architecture: ");
+  if (j.contains("format") && j["format"] != "uatlab-architecture-1")
+    throw Error("architecture: unsupported format " + j["format"].dump());
+  Architecture a;
+  if (!j.contains("d")) throw Error("architecture: missing \"d\"");
+  a.d = positive_int(j["d"], "architecture: d");
+  if (j.contains("vocab")) a.vocab = positive_int(j["vocab"], "architecture: vocab", 0);
+  if (j.contains("max_len")) a.max_len = positive_int(j["max_len"], "architecture: max_len", 0);
+  if (j.contains("readout")) a.readout = positive_int(j["readout"], "architecture: readout", 0);
+  if (j.contains("layers")) {
+    if (!j["layers"].is_array()) throw Error("architecture: layers must be an array");
+    for (std::size_t i = 0; i < j["layers"].size(); ++i) {
+      const json& lj = j["layers"][i];
+      std::string w = where(i);
+      if (!lj.is_object() || !lj.contains("type")) throw Error(w + "must be an object with a \"type\"");
+      LayerSpec l;
+      l.kind = enum_of<LayerKind>(lj["type"], {{"attention", LayerKind::attention}, {"feedforward", LayerKind::feedforward},
+                                               {"layernorm", LayerKind::layernorm}}, w + "type");
+      if (lj.contains("pre_norm")) l.pre_norm = boolean(lj["pre_norm"], w + "pre_norm");
+      if (lj.contains("eps")) l.eps = exact_text(lj["eps"], w + "eps");
+      if (l.kind == LayerKind::attention) {
+        reject_unknown(lj, {"type", "heads", "head_size", "score", "scale", "sqrt_scaling", "rpe", "t5_buckets",
+                            "t5_max_distance", "dp_free", "causal", "tied_qkv", "bias", "pre_norm", "eps"}, w);
+        if (lj.contains("heads")) l.heads = positive_int(lj["heads"], w + "heads");
+        if (lj.contains("head_size")) l.head_size = positive_int(lj["head_size"], w + "head_size");
+        if (lj.contains("score"))
+          l.score = enum_of<Score>(lj["score"], {{"softmax", Score::softmax}, {"hardmax", Score::hardmax},
+                                                 {"linear", Score::linear}}, w + "score");
+        if (lj.contains("scale")) l.scale = exact_text(lj["scale"], w + "scale");
+        if (lj.contains("sqrt_scaling")) l.sqrt_scaling = boolean(lj["sqrt_scaling"], w + "sqrt_scaling");
+        if (lj.contains("rpe"))
+          l.rpe = enum_of<Rpe>(lj["rpe"], {{"none", Rpe::none}, {"lin", Rpe::lin}, {"log", Rpe::log}, {"t5", Rpe::t5}},
+                               w + "rpe");
+        if (lj.contains("t5_buckets")) l.t5_buckets = positive_int(lj["t5_buckets"], w + "t5_buckets");
+        if (lj.contains("t5_max_distance")) l.t5_max_distance = positive_int(lj["t5_max_distance"], w + "t5_max_distance");
+        if (lj.contains("dp_free")) l.dp_free = boolean(lj["dp_free"], w + "dp_free");
+        if (lj.contains("causal")) l.causal = boolean(lj["causal"], w + "causal");
+        if (lj.contains("tied_qkv")) l.tied_qkv = boolean(lj["tied_qkv"], w + "tied_qkv");
+        if (lj.contains("bias")) l.bias = boolean(lj["bias"], w + "bias");
+      } else if (l.kind == LayerKind::feedforward) {
+        reject_unknown(lj, {"type", "width", "activation", "pre_norm", "eps"}, w);
+        if (!lj.contains("width")) throw Error(w + "feedforward needs \"width\"");
+        l.width = positive_int(lj["width"], w + "width");
+        if (lj.contains("activation") && lj["activation"] != "relu") {
+          const json& aj = lj["activation"];
+          if (!aj.is_object() || aj.value("type", "") != "piecewise" || !aj.contains("breakpoints") ||
+              !aj.contains("pieces") || !aj["breakpoints"].is_array() || !aj["pieces"].is_array())
+            throw Error(w + "activation must be \"relu\" or {\"type\":\"piecewise\",\"breakpoints\":[...],\"pieces\":[[slope,intercept],...]}");
+          l.piecewise = true;
+          for (auto& b : aj["breakpoints"]) l.activation.breakpoints.push_back(exact_text(b, w + "breakpoint"));
+          for (auto& p : aj["pieces"]) {
+            if (!p.is_array() || p.size() != 2) throw Error(w + "each piece must be [slope, intercept]");
+            l.activation.pieces.emplace_back(exact_text(p[0], w + "slope"), exact_text(p[1], w + "intercept"));
+          }
+        }
+      } else {
+        reject_unknown(lj, {"type", "eps"}, w);
+      }
+      a.layers.push_back(l);
+    }
+  }
+  a.validate();
+  return a;
+}
+
+}  // namespace uatlab

@@ -1,0 +1,47 @@
+#include "uatlab/model/init.hpp"
+
+#include <cmath>
+
+namespace uatlab {
+
+// xoshiro256** seeded by splitmix64: tiny, fast and fully specified.
+Rng::Rng(std::uint64_t seed) {
+  for (auto& s : s_) {
+    seed += 0x9e3779b97f4a7c15ULL;
+    std::uint64_t z = seed;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    s = z ^ (z >> 31);
+  }
+}
+
+std::uint64_t Rng::next() {
+  auto rotl = [](std::uint64_t x, int k) { return (x << k) | (x >> (64 - k)); };
+  const std::uint64_t r = rotl(s_[1] * 5, 7) * 9, t = s_[1] << 17;
+  s_[2] ^= s_[0], s_[3] ^= s_[1], s_[1] ^= s_[2], s_[0] ^= s_[3], s_[2] ^= t, s_[3] = rotl(s_[3], 45);
+  return r;
+}
+
+double Rng::uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
+
+void init_random(Network<double>& net, std::uint64_t seed, double gain) {
+  Rng rng(seed);
+  net.for_each_tensor([&](const std::string& name, Mat<double>& m, Layout layout) {
+    auto fill = [&](double a, double b) { m = m.unaryExpr([&](double) { return rng.uniform(a, b); }); };
+    auto ends_with = [&](const char* s) {
+      std::string suf(s);
+      return name.size() >= suf.size() && name.compare(name.size() - suf.size(), suf.size(), suf) == 0;
+    };
+    const bool norm = name.find("norm.") != std::string::npos ||
+                      (layout == Layout::Vector && name.rfind("layers.", 0) == 0 &&
+                       net.layers[std::stoul(name.substr(7))].spec.kind == LayerKind::layernorm);
+    if (norm) fill(ends_with("weight") ? 0.9 : -0.1, ends_with("weight") ? 1.1 : 0.1);
+    else if (ends_with("rpe.p")) fill(0.0, 1.0);
+    else if (ends_with("rpe.table") || name == "embed.weight") fill(-1.0, 1.0);
+    else if (name == "pe.weight") fill(-0.5, 0.5);
+    else if (layout == Layout::Vector) fill(-0.1, 0.1);
+    else fill(-gain / std::sqrt(double(m.cols())), gain / std::sqrt(double(m.cols())));
+  });
+}
+
+}  // namespace uatlab

@@ -1,0 +1,278 @@
+// The forward pass, written once for every scalar type. Instantiated in network_<scalar>.cpp.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+
+#include "uatlab/model/network.hpp"
+
+namespace uatlab {
+
+template <class S> S constant(const std::string& text) { return Scalar<S>::from(parse_rational(text)); }
+
+template <class S> void check_evaluable(const Architecture& a) {
+  if constexpr (!Scalar<S>::transcendental) {
+    for (std::size_t i = 0; i < a.layers.size(); ++i)
+      if (a.layers[i].needs_transcendental())
+        throw Error(std::string(Scalar<S>::name) + " arithmetic cannot evaluate layer " + std::to_string(i) +
+                    ": it needs exp, log or sqrt (softmax, log bias, 1/sqrt scaling or layer norm); "
+                    "use an MPFR precision or interval:BITS instead");
+  } else {
+    (void)a;
+  }
+}
+
+template <class S> Network<S>::Network(Architecture a) : arch(std::move(a)) {
+  arch.validate();
+  const int d = arch.d;
+  auto zeros = [](Eigen::Index r, Eigen::Index c) { return Mat<S>(Mat<S>::Zero(r, c)); };
+  if (arch.vocab > 0) embed = zeros(d, arch.vocab);
+  if (arch.max_len > 0) pe = zeros(d, arch.max_len);
+  if (arch.readout > 0) readout_w = zeros(arch.readout, d), readout_b = zeros(arch.readout, 1);
+  for (const LayerSpec& s : arch.layers) {
+    Layer<S> l;
+    l.spec = s;
+    if (s.pre_norm || s.kind == LayerKind::layernorm) {
+      l.norm_w = Mat<S>::Ones(d, 1);
+      l.norm_b = zeros(d, 1);
+      if constexpr (Scalar<S>::transcendental) l.eps = constant<S>(s.eps);
+    }
+    if (s.kind == LayerKind::attention) {
+      const int hs = s.heads * s.head_size;
+      l.wq = zeros(hs, d);
+      if (!s.tied_qkv) l.wk = zeros(hs, d), l.wv = zeros(hs, d);
+      l.wo = zeros(d, hs);
+      if (s.bias) {
+        l.bq = zeros(hs, 1);
+        if (!s.tied_qkv) l.bk = zeros(hs, 1), l.bv = zeros(hs, 1);
+        l.bo = zeros(d, 1);
+      }
+      if (s.rpe == Rpe::lin || s.rpe == Rpe::log) l.rpe = zeros(s.heads, 1);
+      if (s.rpe == Rpe::t5) l.rpe = zeros(s.heads, s.t5_buckets);
+      l.score_scale = constant<S>(s.scale);
+      if constexpr (Scalar<S>::transcendental)
+        if (s.sqrt_scaling) l.score_scale = l.score_scale / Scalar<S>::sqrt(S(s.head_size));
+    } else if (s.kind == LayerKind::feedforward) {
+      l.w1 = zeros(s.width, d), l.b1 = zeros(s.width, 1), l.w2 = zeros(d, s.width), l.b2 = zeros(d, 1);
+      for (auto& b : s.activation.breakpoints) l.breakpoints.push_back(constant<S>(b));
+      for (auto& [slope, icpt] : s.activation.pieces) l.pieces.emplace_back(constant<S>(slope), constant<S>(icpt));
+    }
+    layers.push_back(std::move(l));
+  }
+}
+
+template <class S> std::size_t Network<S>::parameter_count() const {
+  std::size_t n = 0;
+  for_each_tensor([&](const std::string&, const Mat<S>& m, Layout) { n += m.size(); });
+  return n;
+}
+
+// ---- element-wise nonlinearities -------------------------------------------------------------
+
+template <class S> S relu(const S& x) {
+  if constexpr (Scalar<S>::interval) {
+    if (lower(x) >= 0) return x;
+    if (upper(x) <= 0) return S(0);
+    return hull(Mpfr(0), upper(x));
+  } else {
+    return x > 0 ? x : S(0);
+  }
+}
+
+// φ(x) = slope_i·x + intercept_i on the piece [c_i, c_{i+1}) that holds x.
+template <class S> S piecewise(const Layer<S>& l, const S& x) {
+  const auto& c = l.breakpoints;
+  if constexpr (Scalar<S>::interval) {
+    // Hull of the images of every piece the interval touches (the pieces may jump).
+    Mpfr lo = lower(x), hi = upper(x), rlo, rhi;
+    bool any = false;
+    for (std::size_t i = 0; i < l.pieces.size(); ++i) {
+      bool has_left = i > 0, has_right = i < c.size();
+      if (has_left && hi < lower(c[i - 1])) continue;
+      if (has_right && lo >= upper(c[i])) continue;
+      Mpfr a = has_left ? std::max(lo, Mpfr(lower(c[i - 1]))) : lo;
+      Mpfr b = has_right ? std::min(hi, Mpfr(upper(c[i]))) : hi;
+      if (a > b) std::swap(a, b);
+      S img = l.pieces[i].first * hull(a, b) + l.pieces[i].second;
+      if (!any || lower(img) < rlo) rlo = lower(img);
+      if (!any || upper(img) > rhi) rhi = upper(img);
+      any = true;
+    }
+    return hull(rlo, rhi);
+  } else {
+    std::size_t i = std::upper_bound(c.begin(), c.end(), x) - c.begin();  // #breakpoints <= x
+    return l.pieces[i].first * x + l.pieces[i].second;
+  }
+}
+
+// ---- attention ----------------------------------------------------------------------------------
+
+// Normalise column k of the scores A over the keys it may attend to (all, or l <= k if causal);
+// masked entries become 0.
+template <class S> void normalise_columns(Mat<S>& A, const LayerSpec& spec, const EvalOptions& opt) {
+  const Eigen::Index n = A.rows();
+  for (Eigen::Index k = 0; k < A.cols(); ++k) {
+    const Eigen::Index m = spec.causal ? k + 1 : n;  // keys 0..m-1
+    for (Eigen::Index l = m; l < n; ++l) A(l, k) = S(0);
+    auto col = A.col(k).head(m);
+    switch (spec.score) {
+      case Score::linear: break;
+      case Score::softmax:
+        if constexpr (Scalar<S>::interval) {
+          // w_l = 1 / (1 + Σ_{j≠l} exp(a_j − a_l)): an enclosure without the max-subtraction's
+          // dependency on a shared interval.
+          Vec<S> w(m);
+          for (Eigen::Index l = 0; l < m; ++l) {
+            S den(1);
+            for (Eigen::Index j = 0; j < m; ++j)
+              if (j != l) den += Scalar<S>::exp(col(j) - col(l));
+            w(l) = S(1) / den;
+          }
+          col = w;
+        } else if constexpr (Scalar<S>::transcendental) {
+          S mx = col.maxCoeff(), sum(0);
+          for (Eigen::Index l = 0; l < m; ++l) sum += (col(l) = Scalar<S>::exp(col(l) - mx));
+          col /= sum;
+        }
+        break;
+      case Score::hardmax: {
+        std::vector<Eigen::Index> arg;
+        if constexpr (Scalar<S>::interval) {
+          Mpfr best = lower(col(0));
+          for (Eigen::Index l = 1; l < m; ++l) best = std::max(best, lower(col(l)));
+          for (Eigen::Index l = 0; l < m; ++l)
+            if (upper(col(l)) >= best) arg.push_back(l);
+          for (auto l : arg)  // several candidates are fine only if they are the same point
+            if (arg.size() > 1 && (lower(col(l)) != upper(col(l)) || lower(col(l)) != lower(col(arg[0]))))
+              throw Error("hardmax argmax undecided in interval arithmetic (query " + std::to_string(k) +
+                          "): overlapping score enclosures; raise the precision");
+        } else {
+          S mx = col.maxCoeff(), tol = scalar_cast<S>(opt.hardmax_tolerance);
+          for (Eigen::Index l = 0; l < m; ++l)
+            if (col(l) >= mx - tol) arg.push_back(l);
+        }
+        S w = S(1) / S(static_cast<long>(arg.size()));
+        col.setZero();
+        for (auto l : arg) col(l) = w;
+        break;
+      }
+    }
+  }
+}
+
+// Relative-position bias B_h (n×n, row = key l, column = query k).
+template <class S> Mat<S> position_bias(const Layer<S>& L, int h, Eigen::Index n) {
+  const LayerSpec& s = L.spec;
+  Mat<S> B(n, n);
+  for (Eigen::Index k = 0; k < n; ++k)
+    for (Eigen::Index l = 0; l < n; ++l) {
+      const long dist = std::labs(static_cast<long>(l - k));
+      switch (s.rpe) {
+        case Rpe::none: B(l, k) = S(0); break;
+        case Rpe::lin: B(l, k) = -L.rpe(h, 0) * S(dist); break;
+        case Rpe::log:
+          if constexpr (Scalar<S>::transcendental)
+            B(l, k) = dist == 0 ? S(0) : S(-L.rpe(h, 0) * Scalar<S>::log(S(dist)));
+          break;
+        case Rpe::t5:
+          B(l, k) = L.rpe(h, t5_bucket(static_cast<int>(l - k), !s.causal, s.t5_buckets, s.t5_max_distance));
+          break;
+      }
+    }
+  return B;
+}
+
+template <class S> Mat<S> layer_norm(const Mat<S>& Z, const Mat<S>& w, const Mat<S>& b, const S& eps) {
+  Mat<S> out(Z.rows(), Z.cols());
+  if constexpr (Scalar<S>::transcendental) {
+    const S d(static_cast<long>(Z.rows()));
+    for (Eigen::Index k = 0; k < Z.cols(); ++k) {
+      S mean = Z.col(k).sum() / d;
+      Vec<S> c = Z.col(k).array() - mean;
+      S inv = S(1) / Scalar<S>::sqrt(c.squaredNorm() / d + eps);
+      out.col(k) = (c * inv).cwiseProduct(w.col(0)) + b.col(0);
+    }
+  }
+  return out;
+}
+
+template <class S> void attention(const Layer<S>& L, const Mat<S>& X, Mat<S>& Z, const EvalOptions& opt) {
+  const LayerSpec& s = L.spec;
+  const Eigen::Index n = X.cols(), hs = s.head_size;
+  const Mat<S>& wk = s.tied_qkv ? L.wq : L.wk;
+  const Mat<S>& wv = s.tied_qkv ? L.wq : L.wv;
+  const Mat<S>& bk = s.tied_qkv ? L.bq : L.bk;
+  const Mat<S>& bv = s.tied_qkv ? L.bq : L.bv;
+  Mat<S> V = wv * X, A;
+  if (s.bias) V.colwise() += bv.col(0);
+  Mat<S> Q, K;
+  if (!s.dp_free) {
+    Q = L.wq * X, K = wk * X;
+    if (s.bias) Q.colwise() += L.bq.col(0), K.colwise() += bk.col(0);
+  }
+  for (int h = 0; h < s.heads; ++h) {
+    if (s.dp_free) A = Mat<S>::Zero(n, n);
+    else A = (K.middleRows(h * hs, hs).transpose() * Q.middleRows(h * hs, hs)) * L.score_scale;
+    if (s.rpe != Rpe::none) A += position_bias(L, h, n);
+    normalise_columns(A, s, opt);
+    Z.noalias() += L.wo.middleCols(h * hs, hs) * (V.middleRows(h * hs, hs) * A);
+  }
+  if (s.bias) Z.colwise() += L.bo.col(0);
+}
+
+template <class S> void feedforward(const Layer<S>& L, const Mat<S>& X, Mat<S>& Z) {
+  Mat<S> H = L.w1 * X;
+  H.colwise() += L.b1.col(0);
+  if (L.spec.piecewise) H = H.unaryExpr([&](const S& v) { return piecewise(L, v); });
+  else H = H.unaryExpr([](const S& v) { return relu(v); });
+  Z.noalias() += L.w2 * H;
+  Z.colwise() += L.b2.col(0);
+}
+
+template <class S> Mat<S> forward(const Network<S>& net, const Mat<S>& x, const EvalOptions& opt) {
+  const Architecture& a = net.arch;
+  check_evaluable<S>(a);
+  if (x.rows() != a.d) throw Error("input has " + std::to_string(x.rows()) + " rows per token, the network expects d = " + std::to_string(a.d));
+  if (x.cols() < 1) throw Error("input sequence is empty");
+  Mat<S> Z = x;
+  if (a.max_len > 0) {
+    if (x.cols() > a.max_len)
+      throw Error("sequence length " + std::to_string(x.cols()) + " exceeds the positional encoding's max_len " + std::to_string(a.max_len));
+    Z += net.pe.leftCols(x.cols());
+  }
+  for (const Layer<S>& L : net.layers) {
+    const LayerSpec& s = L.spec;
+    if (s.kind == LayerKind::layernorm) {
+      Z = layer_norm(Z, L.norm_w, L.norm_b, L.eps);
+      continue;
+    }
+    Mat<S> in = s.pre_norm ? layer_norm(Z, L.norm_w, L.norm_b, L.eps) : Z;
+    if (s.kind == LayerKind::attention) attention(L, in, Z, opt);
+    else feedforward(L, in, Z);
+  }
+  if (a.readout > 0) {
+    Mat<S> y = net.readout_w * Z;
+    y.colwise() += net.readout_b.col(0);
+    return y;
+  }
+  return Z;
+}
+
+template <class S> Mat<S> forward_tokens(const Network<S>& net, const std::vector<int>& ids, const EvalOptions& opt) {
+  if (net.arch.vocab <= 0) throw Error("this network takes continuous inputs, not token ids");
+  Mat<S> x(net.arch.d, static_cast<Eigen::Index>(ids.size()));
+  for (std::size_t k = 0; k < ids.size(); ++k) {
+    if (ids[k] < 0 || ids[k] >= net.arch.vocab)
+      throw Error("token id " + std::to_string(ids[k]) + " at position " + std::to_string(k) + " is outside the vocabulary [0, " + std::to_string(net.arch.vocab) + ")");
+    x.col(k) = net.embed.col(ids[k]);
+  }
+  return forward(net, x, opt);
+}
+
+#define UATLAB_INSTANTIATE_NETWORK(S)                                                           \
+  template struct Network<S>;                                                                   \
+  template Mat<S> forward<S>(const Network<S>&, const Mat<S>&, const EvalOptions&);             \
+  template Mat<S> forward_tokens<S>(const Network<S>&, const std::vector<int>&, const EvalOptions&); \
+  template void check_evaluable<S>(const Architecture&);
+
+}  // namespace uatlab

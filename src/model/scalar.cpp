@@ -1,0 +1,177 @@
+#include "uatlab/model/scalar.hpp"
+
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <mpfi.h>
+#include <mpfr.h>
+
+namespace uatlab {
+
+namespace {
+// Boost's own digits10 -> bits map (boost/multiprecision/detail/digits.hpp).
+unsigned bits_of_digits10(unsigned d10) { return d10 * 1000u / 301u + ((d10 * 1000u) % 301u ? 2u : 1u); }
+
+// An MPFR number of `prec` bits holding q rounded to nearest.
+struct MpfrTmp {
+  mpfr_t v;
+  MpfrTmp(const Rational& q, mpfr_prec_t prec) {
+    mpfr_init2(v, prec);
+    mpfr_set_q(v, q.backend().data(), MPFR_RNDN);
+  }
+  ~MpfrTmp() { mpfr_clear(v); }
+};
+
+// Boost reads a leading 0 as octal: strip them.
+std::string decimal_integer(const std::string& digits) {
+  std::size_t k = digits.find_first_not_of('0');
+  return k == std::string::npos ? "0" : digits.substr(k);
+}
+
+Rational rational_of_mpfr(mpfr_srcptr x) {
+  if (!mpfr_number_p(x)) throw Error("cannot convert a non-finite number (NaN or infinity) to a rational");
+  Rational q;
+  if (mpfr_zero_p(x)) return q;
+  mpz_t m;
+  mpz_init(m);
+  mpfr_exp_t e = mpfr_get_z_2exp(m, x);  // x = m * 2^e exactly
+  mpq_set_z(q.backend().data(), m);
+  if (e >= 0) mpq_mul_2exp(q.backend().data(), q.backend().data(), e);
+  else mpq_div_2exp(q.backend().data(), q.backend().data(), -e);
+  mpz_clear(m);
+  return q;
+}
+}  // namespace
+
+unsigned set_mpfr_bits(unsigned bits) {
+  if (bits < 2) throw Error("precision must be at least 2 bits, got " + std::to_string(bits));
+  unsigned d10 = 1;
+  while (bits_of_digits10(d10) < bits) ++d10;
+  Mpfr::default_precision(d10);
+  Mpfi::default_precision(d10);
+  return bits_of_digits10(d10);
+}
+
+unsigned mpfr_bits() { return bits_of_digits10(Mpfr::default_precision()); }
+
+Rational parse_rational(const std::string& text) {
+  auto bad = [&](const char* why) { return Error("not a number: \"" + text + "\" (" + why + ")"); };
+  std::size_t i = 0, n = text.size();
+  bool neg = false;
+  if (i < n && (text[i] == '+' || text[i] == '-')) neg = text[i++] == '-';
+  if (auto slash = text.find('/'); slash != std::string::npos) {  // p/q
+    auto digits = [](const std::string& s) {
+      return !s.empty() && std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isdigit(c); });
+    };
+    std::string p = text.substr(i, slash - i), qs = text.substr(slash + 1);
+    if (!digits(p) || !digits(qs)) throw bad("expected integers p/q");
+    mp::mpz_int num(decimal_integer(p)), den(decimal_integer(qs));
+    if (den == 0) throw bad("zero denominator");
+    Rational r(num, den);
+    return neg ? Rational(-r) : r;
+  }
+  std::string mant;  // all significant digits, decimal point removed
+  long long scale = 0;  // value = mant * 10^scale
+  bool any = false, point = false;
+  for (; i < n && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.'); ++i) {
+    if (text[i] == '.') {
+      if (point) throw bad("two decimal points");
+      point = true;
+    } else {
+      mant += text[i];
+      any = true;
+      if (point) --scale;
+    }
+  }
+  if (!any) throw bad("no digits");
+  if (i < n && (text[i] == 'e' || text[i] == 'E')) {
+    ++i;
+    std::size_t start = i;
+    if (i < n && (text[i] == '+' || text[i] == '-')) ++i;
+    if (i == n || !std::isdigit(static_cast<unsigned char>(text[i]))) throw bad("bad exponent");
+    while (i < n && std::isdigit(static_cast<unsigned char>(text[i]))) ++i;
+    if (i - start > 9) throw bad("exponent too large");
+    scale += std::stoll(text.substr(start, i - start));
+  }
+  if (i != n) throw bad("unexpected characters");
+  mp::mpz_int m(decimal_integer(mant)), p10 = mp::pow(mp::mpz_int(10), static_cast<unsigned>(std::llabs(scale)));
+  Rational r = scale >= 0 ? Rational(m * p10) : Rational(m, p10);
+  return neg ? Rational(-r) : r;
+}
+
+Rational rational_of(double x) {
+  if (!std::isfinite(x)) throw Error("cannot convert a non-finite number (NaN or infinity) to a rational");
+  mpfr_t t;
+  mpfr_init2(t, 53);
+  mpfr_set_d(t, x, MPFR_RNDN);
+  Rational q = rational_of_mpfr(t);
+  mpfr_clear(t);
+  return q;
+}
+
+float Scalar<float>::from(const Rational& q) {
+  MpfrTmp t(q, 24);
+  return mpfr_get_flt(t.v, MPFR_RNDN);
+}
+double Scalar<double>::from(const Rational& q) {
+  MpfrTmp t(q, 53);
+  return mpfr_get_d(t.v, MPFR_RNDN);
+}
+std::string Scalar<float>::to_string(float x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.9g", static_cast<double>(x));
+  return buf;
+}
+std::string Scalar<double>::to_string(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.17g", x);
+  return buf;
+}
+
+Mpfr Scalar<Mpfr>::from(const Rational& q) {
+  Mpfr r;
+  mpfr_set_q(r.backend().data(), q.backend().data(), MPFR_RNDN);
+  return r;
+}
+Rational Scalar<Mpfr>::to_rational(const Mpfr& x) { return rational_of_mpfr(x.backend().data()); }
+double Scalar<Mpfr>::to_double(const Mpfr& x) { return mpfr_get_d(x.backend().data(), MPFR_RNDN); }
+std::string Scalar<Mpfr>::to_string(const Mpfr& x) {
+  mpfr_srcptr v = x.backend().data();
+  if (mpfr_nan_p(v)) return "nan";
+  if (mpfr_inf_p(v)) return mpfr_sgn(v) > 0 ? "inf" : "-inf";
+  if (mpfr_zero_p(v)) return "0";
+  mpfr_exp_t e;
+  char* digits = mpfr_get_str(nullptr, &e, 10, 0, v, MPFR_RNDN);  // enough digits to read back exactly
+  std::string s(digits);
+  mpfr_free_str(digits);
+  bool neg = s[0] == '-';
+  if (neg) s.erase(0, 1);
+  while (s.size() > 1 && s.back() == '0') s.pop_back();
+  // value = 0.DIGITS * 10^e = D.IGITS * 10^(e-1)
+  std::string out = (neg ? "-" : "") + s.substr(0, 1);
+  if (s.size() > 1) out += "." + s.substr(1);
+  if (e - 1 != 0) out += "e" + std::to_string(static_cast<long>(e - 1));
+  return out;
+}
+
+Mpfi Scalar<Mpfi>::from(const Rational& q) {
+  Mpfi r;
+  mpfi_set_q(r.backend().data(), q.backend().data());
+  return r;
+}
+Mpfr lower(const Mpfi& x) { return mp::lower(x); }
+Mpfr upper(const Mpfi& x) { return mp::upper(x); }
+Mpfi hull(const Mpfr& lo, const Mpfr& hi) {
+  Mpfi r;
+  mpfi_interv_fr(r.backend().data(), lo.backend().data(), hi.backend().data());
+  return r;
+}
+Rational Scalar<Mpfi>::to_rational(const Mpfi& x) { return Scalar<Mpfr>::to_rational(mp::median(x)); }
+double Scalar<Mpfi>::to_double(const Mpfi& x) { return Scalar<Mpfr>::to_double(mp::median(x)); }
+std::string Scalar<Mpfi>::to_string(const Mpfi& x) {
+  return "[" + Scalar<Mpfr>::to_string(lower(x)) + "," + Scalar<Mpfr>::to_string(upper(x)) + "]";
+}
+
+double Scalar<Rational>::to_double(const Rational& x) { return Scalar<double>::from(x); }
+
+}  // namespace uatlab

@@ -1,0 +1,114 @@
+#include "uatlab/verify/evaluate.hpp"
+
+#include <exception>
+
+#include "uatlab/io/model_file.hpp"
+
+namespace uatlab {
+
+using nlohmann::json;
+
+Precision Precision::parse(const std::string& text) {
+  Precision p;
+  auto bits_of = [&](const std::string& s) {
+    if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos || s.size() > 7)
+      throw Error("precision \"" + text + "\": expected float, double, rational, BITS or interval:BITS");
+    return set_mpfr_bits(static_cast<unsigned>(std::stoul(s)));
+  };
+  if (text == "float") p.kind = Kind::Float;
+  else if (text == "double") p.kind = Kind::Double;
+  else if (text == "rational") p.kind = Kind::Rational;
+  else if (text.rfind("interval:", 0) == 0) p.kind = Kind::Interval, p.bits = bits_of(text.substr(9));
+  else p.kind = Kind::Mpfr, p.bits = bits_of(text);
+  return p;
+}
+
+std::string Precision::name() const {
+  switch (kind) {
+    case Kind::Float: return "float";
+    case Kind::Double: return "double";
+    case Kind::Rational: return "rational";
+    case Kind::Mpfr: return "mpfr:" + std::to_string(bits);
+    case Kind::Interval: return "interval:" + std::to_string(bits);
+  }
+  return "?";
+}
+
+template <class S> std::vector<Mat<S>> forward_dataset(const Network<S>& net, const Dataset& ds, const EvalOptions& opt) {
+  check_evaluable<S>(net.arch);
+  if (ds.token_input != (net.arch.vocab > 0))
+    throw Error(ds.token_input ? "the dataset has token ids but the network takes continuous inputs"
+                               : "the dataset has continuous inputs but the network takes token ids");
+  const long n = static_cast<long>(ds.sequences.size());
+  std::vector<Mat<S>> out(n);
+  std::exception_ptr first;
+  long first_at = n;
+#pragma omp parallel for schedule(dynamic)
+  for (long i = 0; i < n; ++i) {
+    try {
+      const Sequence& s = ds.sequences[i];
+      out[i] = ds.token_input ? forward_tokens(net, s.tokens, opt) : forward(net, matrix_cast<S>(s.x), opt);
+    } catch (...) {
+#pragma omp critical
+      if (i < first_at) first_at = i, first = std::current_exception();
+    }
+  }
+  if (first) {
+    try {
+      std::rethrow_exception(first);
+    } catch (const std::exception& e) {
+      throw Error("sequence " + std::to_string(first_at) + ": " + e.what());
+    }
+  }
+  return out;
+}
+
+namespace {
+
+template <class S> std::vector<json> run(const std::string& path, const Dataset& ds, const EvalOptions& opt) {
+  Network<S> net = load_network<S>(path);
+  std::vector<Mat<S>> ys = forward_dataset(net, ds, opt);
+  std::vector<json> lines;
+  for (const Mat<S>& y : ys) {
+    json tok = json::array(), lo = json::array(), hi = json::array(), width = json::array();
+    for (Eigen::Index k = 0; k < y.cols(); ++k) {
+      json t = json::array(), l = json::array(), h = json::array(), w = json::array();
+      for (Eigen::Index i = 0; i < y.rows(); ++i) {
+        const S& v = y(i, k);
+        if constexpr (std::is_floating_point_v<S>) t.push_back(v);
+        else if constexpr (Scalar<S>::interval) {
+          t.push_back(Scalar<Mpfr>::to_string(mp::median(v)));
+          l.push_back(Scalar<Mpfr>::to_string(lower(v)));
+          h.push_back(Scalar<Mpfr>::to_string(upper(v)));
+          w.push_back(Scalar<Mpfr>::to_double(mp::width(v)));
+        } else t.push_back(Scalar<S>::to_string(v));
+      }
+      tok.push_back(t), lo.push_back(l), hi.push_back(h), width.push_back(w);
+    }
+    json line = {{"y", tok}};
+    if constexpr (Scalar<S>::interval) line["lo"] = lo, line["hi"] = hi, line["width"] = width;
+    lines.push_back(line);
+  }
+  return lines;
+}
+
+}  // namespace
+
+std::vector<json> evaluate_file(const std::string& model_path, const Dataset& ds, const Precision& p, const EvalOptions& opt) {
+  switch (p.kind) {
+    case Precision::Kind::Float: return run<float>(model_path, ds, opt);
+    case Precision::Kind::Double: return run<double>(model_path, ds, opt);
+    case Precision::Kind::Mpfr: return run<Mpfr>(model_path, ds, opt);
+    case Precision::Kind::Interval: return run<Mpfi>(model_path, ds, opt);
+    case Precision::Kind::Rational: return run<Rational>(model_path, ds, opt);
+  }
+  return {};
+}
+
+template std::vector<Mat<float>> forward_dataset(const Network<float>&, const Dataset&, const EvalOptions&);
+template std::vector<Mat<double>> forward_dataset(const Network<double>&, const Dataset&, const EvalOptions&);
+template std::vector<Mat<Mpfr>> forward_dataset(const Network<Mpfr>&, const Dataset&, const EvalOptions&);
+template std::vector<Mat<Mpfi>> forward_dataset(const Network<Mpfi>&, const Dataset&, const EvalOptions&);
+template std::vector<Mat<Rational>> forward_dataset(const Network<Rational>&, const Dataset&, const EvalOptions&);
+
+}  // namespace uatlab
