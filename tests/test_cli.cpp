@@ -1,0 +1,133 @@
+// End-to-end: the uatlab binary as a user runs it.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sys/wait.h>
+
+#include "uatlab/io/json.hpp"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+struct Result {
+  int code;
+  std::string out;  // stdout and stderr
+};
+
+Result run(const std::string& args) {
+  std::string cmd = std::string(UATLAB_BIN) + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  while (std::size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+  int status = pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+std::string dir() {
+  fs::path d = fs::path(UATLAB_TEST_TMP) / "cli";
+  fs::create_directories(d);
+  return d.string() + "/";
+}
+
+void write(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
+
+std::vector<json> lines(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<json> v;
+  for (std::string l; std::getline(in, l);) v.push_back(json::parse(l));
+  return v;
+}
+
+const std::string kData = "{\"x\": [[0.5, -0.25], [1, 0.125], [-0.75, 0.5]]}\n{\"x\": [[0.25, 0.25], [\"1/3\", 2]]}\n";
+
+}  // namespace
+
+TEST(Cli, InfoNamesVersionAndArithmetics) {
+  Result r = run("info");
+  EXPECT_EQ(r.code, 0);
+  EXPECT_NE(r.out.find("uatlab " UATLAB_VERSION), std::string::npos);
+  EXPECT_NE(r.out.find("interval (MPFI"), std::string::npos);
+}
+
+TEST(Cli, InitEvalInEveryPrecision) {
+  const std::string d = dir();
+  write(d + "data.jsonl", kData);
+  ASSERT_EQ(run("init --d 2 --layer attention:heads=2,head_size=1,score=hardmax --layer ff:width=3 --seed 4 -o " + d + "hard.safetensors").code, 0);
+  Result info = run("info " + d + "hard.safetensors");
+  EXPECT_NE(info.out.find("exact       yes"), std::string::npos) << info.out;
+  for (const char* p : {"float", "double", "200", "interval:100", "rational"}) {
+    fs::remove(d + "y.jsonl");
+    Result r = run("eval " + d + "hard.safetensors " + d + "data.jsonl --precision " + p + " --out " + d + "y.jsonl");
+    ASSERT_EQ(r.code, 0) << p << ": " << r.out;
+    auto ys = lines(d + "y.jsonl");
+    ASSERT_EQ(ys.size(), 2u);
+    EXPECT_EQ(ys[0]["y"].size(), 3u);
+    EXPECT_EQ(ys[1]["y"][0].size(), 2u);
+    if (std::string(p) == "interval:100") EXPECT_TRUE(ys[0].contains("width"));
+    if (std::string(p) == "rational") {
+      // Exact: the double evaluation is the rational one rounded (within one rounding per op).
+      Result dr = run("eval " + d + "hard.safetensors " + d + "data.jsonl --precision double");
+      json yd = json::parse(dr.out.substr(0, dr.out.find('\n')));
+      std::string q = ys[0]["y"][0][0];
+      EXPECT_NE(q.find('/'), std::string::npos);
+      EXPECT_NEAR(yd["y"][0][0].get<double>(), std::stod(q.substr(0, q.find('/'))) / std::stod(q.substr(q.find('/') + 1)), 1e-12);
+    }
+  }
+}
+
+TEST(Cli, ConvertRoundTripsThroughLosslessJson) {
+  const std::string d = dir();
+  write(d + "data.jsonl", kData);
+  ASSERT_EQ(run("init --d 2 --max-len 4 --readout 1 --layer attention:heads=1,head_size=2,rpe=log --layer ln --seed 9 -o " + d + "a.safetensors").code, 0);
+  ASSERT_EQ(run("convert " + d + "a.safetensors " + d + "a.json").code, 0);
+  ASSERT_EQ(run("convert " + d + "a.json " + d + "b.safetensors").code, 0);
+  Result a = run("eval " + d + "a.safetensors " + d + "data.jsonl -p 300");
+  Result b = run("eval " + d + "b.safetensors " + d + "data.jsonl -p 300");
+  EXPECT_EQ(a.code, 0);
+  EXPECT_EQ(a.out, b.out);
+  ASSERT_EQ(run("convert " + d + "a.json " + d + "c.safetensors --dtype F32").code, 0);
+  EXPECT_LT(fs::file_size(d + "c.safetensors"), fs::file_size(d + "b.safetensors"));
+}
+
+TEST(Cli, BadInputFailsClearlyAndLeavesNoOutput) {
+  const std::string d = dir();
+  ASSERT_EQ(run("init --d 2 --layer attention:heads=1,head_size=1 -o " + d + "soft.safetensors").code, 0);
+  write(d + "good.jsonl", kData);
+  write(d + "nan.jsonl", "{\"x\": [[\"nan\", 1]]}\n");
+  write(d + "wide.jsonl", "{\"x\": [[1, 2, 3]]}\n");
+  write(d + "garbage.safetensors", "not a model at all");
+  struct Case {
+    std::string args, message;
+  } cases[] = {
+      {"eval " + d + "soft.safetensors " + d + "nan.jsonl", "not a number: \"nan\""},
+      {"eval " + d + "soft.safetensors " + d + "wide.jsonl", "3 rows per token, the network expects d = 2"},
+      {"eval " + d + "soft.safetensors " + d + "good.jsonl -p rational", "rational arithmetic cannot evaluate layer 0"},
+      {"eval " + d + "soft.safetensors " + d + "good.jsonl -p interval:x", "expected float, double, rational, BITS or interval:BITS"},
+      {"eval " + d + "garbage.safetensors " + d + "good.jsonl", "invalid safetensors file"},
+      {"eval " + d + "soft.safetensors " + d + "missing.jsonl", "cannot open"},
+  };
+  for (auto& c : cases) {
+    fs::remove(d + "out.jsonl");
+    Result r = run(c.args + " --out " + d + "out.jsonl");
+    EXPECT_NE(r.code, 0) << c.args;
+    EXPECT_NE(r.out.find("uatlab: error: "), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find(c.message), std::string::npos) << r.out;
+    EXPECT_FALSE(fs::exists(d + "out.jsonl")) << c.args;
+  }
+  fs::remove(d + "x.safetensors");
+  Result r = run("init --d 2 --layer attention:heds=1 -o " + d + "x.safetensors");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.out.find("unknown field \"heds\""), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(d + "x.safetensors"));
+}
+
+TEST(Cli, DemoRunsAndCertifies) {
+  Result r = run("demo");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("encloses y_ref"), std::string::npos) << r.out;
+}

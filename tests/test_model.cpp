@@ -1,0 +1,215 @@
+#include <gtest/gtest.h>
+
+#include "uatlab/model/init.hpp"
+#include "uatlab/model/network.hpp"
+
+using namespace uatlab;
+using nlohmann::json;
+
+namespace {
+
+Network<double> random_net(const std::string& arch, std::uint64_t seed) {
+  Network<double> net(Architecture::from_json(json::parse(arch)));
+  init_random(net, seed);
+  return net;
+}
+
+// Entries k/16 with k uniform in [-16, 16): exact in every arithmetic.
+Mat<Rational> random_input(int d, int n, std::uint64_t seed) {
+  Rng rng(seed);
+  Mat<Rational> x(d, n);
+  for (Eigen::Index i = 0; i < x.size(); ++i) x.data()[i] = Rational(static_cast<long>(rng.uniform() * 32) - 16, 16);
+  return x;
+}
+
+template <class S> double max_abs_diff(const Mat<S>& a, const Mat<Mpfr>& ref) {
+  double e = 0;
+  for (Eigen::Index i = 0; i < a.size(); ++i)
+    e = std::max(e, std::abs(Scalar<Mpfr>::to_double(scalar_cast<Mpfr>(a.data()[i]) - ref.data()[i])));
+  return e;
+}
+
+const char* kExactArch = R"({"d": 3, "layers": [
+  {"type": "attention", "heads": 2, "head_size": 2, "score": "hardmax", "bias": true},
+  {"type": "feedforward", "width": 5},
+  {"type": "attention", "heads": 1, "head_size": 3, "score": "linear", "tied_qkv": true},
+  {"type": "feedforward", "width": 4, "activation": {"type": "piecewise", "breakpoints": ["-1/3", "1/2"],
+                                                     "pieces": [[0, "1/7"], [2, 0], ["-1", "3/2"]]}}]})";
+
+const char* kSoftArch = R"({"d": 4, "layers": [
+  {"type": "attention", "heads": 2, "head_size": 2, "score": "softmax", "scale": "3/2", "rpe": "log", "bias": true},
+  {"type": "feedforward", "width": 6, "pre_norm": true},
+  {"type": "attention", "heads": 1, "head_size": 3, "sqrt_scaling": true, "rpe": "t5", "causal": true, "t5_buckets": 8, "t5_max_distance": 16},
+  {"type": "layernorm"},
+  {"type": "attention", "heads": 2, "head_size": 1, "rpe": "lin", "dp_free": true},
+  {"type": "feedforward", "width": 3, "activation": {"type": "piecewise", "breakpoints": ["0", "1"],
+                                                     "pieces": [["1/2", 0], [0, "1/4"], [1, -1]]}}], "readout": 2})";
+
+}  // namespace
+
+TEST(Model, PermutationEquivariantWithoutPositionsExactly) {
+  Network<Rational> net = network_cast<Rational>(random_net(kExactArch, 11));
+  Mat<Rational> x = random_input(3, 5, 12);
+  Eigen::PermutationMatrix<Eigen::Dynamic> P(5);
+  P.indices() << 3, 0, 4, 1, 2;
+  Mat<Rational> y = forward(net, x);
+  Mat<Rational> y_perm = forward(net, Mat<Rational>(x * P));
+  EXPECT_TRUE(y_perm == Mat<Rational>(y * P));  // exact equality, no tolerance
+}
+
+TEST(Model, PositionalEncodingBreaksEquivariance) {
+  Network<Rational> net = network_cast<Rational>(random_net(R"({"d": 3, "max_len": 5, "layers": [
+    {"type": "attention", "score": "linear", "heads": 1, "head_size": 2}]})", 3));
+  Mat<Rational> x = random_input(3, 5, 4);
+  Eigen::PermutationMatrix<Eigen::Dynamic> P(5);
+  P.indices() << 1, 0, 2, 3, 4;
+  EXPECT_FALSE(forward(net, Mat<Rational>(x * P)) == Mat<Rational>(forward(net, x) * P));
+}
+
+TEST(Model, SoftmaxApproachesHardmaxAsScaleGrows) {
+  set_mpfr_bits(256);
+  auto arch = [](const std::string& score, const std::string& scale) {
+    return R"({"d": 3, "layers": [{"type": "attention", "heads": 2, "head_size": 1, "score": ")" + score +
+           R"(", "scale": ")" + scale + R"("}]})";
+  };
+  Mat<Mpfr> x = matrix_cast<Mpfr>(random_input(3, 6, 5));
+  Mat<Mpfr> hard = forward(network_cast<Mpfr>(random_net(arch("hardmax", "1"), 6)), x);
+  double prev = 1e300;
+  for (const char* scale : {"1", "10", "100", "1000", "10000", "1e6", "1e8"}) {
+    double e = max_abs_diff(forward(network_cast<Mpfr>(random_net(arch("softmax", scale), 6)), x), hard);
+    if (prev > 0) EXPECT_LT(e, prev) << "scale " << scale;  // strictly down until it underflows 2^-256
+    prev = e;
+  }
+  EXPECT_LT(prev, 1e-30);  // the leak decays like exp(−λ·gap)
+}
+
+TEST(Model, FloatDoubleMpfrAgreeWithinTheirPrecision) {
+  set_mpfr_bits(400);
+  Network<Rational> exact = network_cast<Rational>(random_net(kSoftArch, 21));
+  Mat<Rational> x = random_input(4, 7, 22);
+  Mat<Mpfr> ref = forward(network_cast<Mpfr>(exact), matrix_cast<Mpfr>(x));
+  double scale = max_abs_diff(Mat<Mpfr>(Mat<Mpfr>::Zero(ref.rows(), ref.cols())), ref);
+  EXPECT_LT(max_abs_diff(forward(network_cast<double>(exact), matrix_cast<double>(x)), ref), 1e-13 * scale);
+  EXPECT_LT(max_abs_diff(forward(network_cast<float>(exact), matrix_cast<float>(x)), ref), 1e-5 * scale);
+  set_mpfr_bits(100);
+  Mat<Mpfr> y100 = forward(network_cast<Mpfr>(exact), matrix_cast<Mpfr>(x));
+  set_mpfr_bits(400);
+  EXPECT_LT(max_abs_diff(y100, ref), 1e-27 * scale);
+  EXPECT_GT(max_abs_diff(forward(network_cast<double>(exact), matrix_cast<double>(x)), ref), 0);  // not trivially equal
+}
+
+TEST(Model, IntervalEnclosesTheThousandBitValue) {
+  for (std::uint64_t seed : {31, 32, 33}) {
+    for (const char* arch : {kSoftArch, kExactArch}) {
+      Network<Rational> exact = network_cast<Rational>(random_net(arch, seed));
+      Mat<Rational> x = random_input(exact.arch.d, 6, seed + 100);
+      set_mpfr_bits(1000);
+      Mat<Mpfr> ref = forward(network_cast<Mpfr>(exact), matrix_cast<Mpfr>(x));
+      for (unsigned bits : {53u, 128u}) {
+        set_mpfr_bits(bits);
+        Mat<Mpfi> y = forward(network_cast<Mpfi>(exact), matrix_cast<Mpfi>(x));
+        set_mpfr_bits(1000);
+        for (Eigen::Index i = 0; i < y.size(); ++i) {
+          EXPECT_LE(lower(y.data()[i]), ref.data()[i]) << "seed " << seed << " bits " << bits;
+          EXPECT_GE(upper(y.data()[i]), ref.data()[i]) << "seed " << seed << " bits " << bits;
+        }
+      }
+    }
+  }
+}
+
+TEST(Model, IntervalHardmaxRefusesUndecidedArgmax) {
+  // Two keys whose scores are enclosures of 1/3 computed two different ways overlap.
+  Network<Rational> net = network_cast<Rational>(random_net(R"({"d": 1, "layers": [
+    {"type": "attention", "score": "hardmax", "heads": 1, "head_size": 1}]})", 1));
+  net.layers[0].wq(0, 0) = 1, net.layers[0].wk(0, 0) = Rational(1, 3), net.layers[0].wv(0, 0) = 1, net.layers[0].wo(0, 0) = 1;
+  Mat<Rational> x(1, 2);
+  x << 1, 1;  // equal keys: an exact tie, fine in rationals ...
+  Mat<Rational> y = forward(net, x);
+  EXPECT_EQ(y(0, 0), Rational(2));  // 1 + (1/2·1 + 1/2·1)
+  set_mpfr_bits(64);
+  EXPECT_THROW(forward(network_cast<Mpfi>(net), matrix_cast<Mpfi>(x)), Error);  // ... undecidable on intervals
+}
+
+TEST(Model, HardmaxTiesShareWeightExactly) {
+  Network<Rational> net(Architecture::from_json(json::parse(R"({"d": 1, "layers": [
+    {"type": "attention", "score": "hardmax", "heads": 1, "head_size": 1}]})")));
+  net.layers[0].wq(0, 0) = 1, net.layers[0].wk(0, 0) = 1, net.layers[0].wv(0, 0) = 1, net.layers[0].wo(0, 0) = 1;
+  Mat<Rational> x(1, 4);
+  x << 3, -1, 3, 2;  // query 3: keys 0 and 2 tie at score 9
+  Mat<Rational> y = forward(net, x);
+  EXPECT_EQ(y(0, 0), Rational(6));   // 3 + (3 + 3)/2
+  EXPECT_EQ(y(0, 1), Rational(-2));  // query −1 prefers the smallest key, −1
+  // In double, a tolerance widens the argmax set.
+  Network<double> nd = network_cast<double>(net);
+  Mat<double> xd(1, 3);
+  xd << 1.0, 1.0 + 1e-12, 0.0;
+  EvalOptions tol;
+  tol.hardmax_tolerance = 1e-9;
+  EXPECT_DOUBLE_EQ(forward(nd, xd)(0, 0), 1.0 + (1.0 + 1e-12));
+  EXPECT_DOUBLE_EQ(forward(nd, xd, tol)(0, 0), 1.0 + (2.0 + 1e-12) / 2);
+}
+
+TEST(Model, CausalAttentionIgnoresTheFuture) {
+  Network<double> net = random_net(R"({"d": 2, "layers": [
+    {"type": "attention", "heads": 2, "head_size": 2, "causal": true, "rpe": "lin"}, {"type": "feedforward", "width": 4}]})", 8);
+  Mat<double> x = matrix_cast<double>(random_input(2, 6, 9)), x2 = x;
+  x2.col(5).setConstant(7.0);
+  Mat<double> y = forward(net, x), y2 = forward(net, x2);
+  EXPECT_TRUE(y.leftCols(5) == y2.leftCols(5));
+  EXPECT_FALSE(y.col(5) == y2.col(5));
+}
+
+TEST(Model, PiecewiseActivationIsLeftClosedAndMayJump) {
+  Network<Rational> net(Architecture::from_json(json::parse(R"({"d": 1, "layers": [{"type": "feedforward", "width": 1,
+    "activation": {"type": "piecewise", "breakpoints": ["0", "1"], "pieces": [[0, 5], [-1, 0], [0, 0]]}}]})")));
+  net.layers[0].w1(0, 0) = 1, net.layers[0].w2(0, 0) = 1;
+  Mat<Rational> x(1, 4);
+  x << Rational(-1, 2), 0, Rational(1, 2), 1;
+  Mat<Rational> y = forward(net, x);
+  EXPECT_EQ(y(0, 0), Rational(9, 2));  // −1/2 + 5
+  EXPECT_EQ(y(0, 1), Rational(0));     // 0 + (−0)
+  EXPECT_EQ(y(0, 2), Rational(0));     // 1/2 − 1/2
+  EXPECT_EQ(y(0, 3), Rational(1));     // 1 + 0
+  EXPECT_TRUE(net.arch.layers[0].activation.in_yun_class());
+}
+
+TEST(Model, T5BucketsMatchTheReferenceRule) {
+  // Bidirectional, 32 buckets, max distance 128 (T5's defaults).
+  EXPECT_EQ(t5_bucket(0, true, 32, 128), 0);
+  EXPECT_EQ(t5_bucket(-1, true, 32, 128), 1);
+  EXPECT_EQ(t5_bucket(1, true, 32, 128), 17);
+  EXPECT_EQ(t5_bucket(-20, true, 32, 128), 10);
+  EXPECT_EQ(t5_bucket(20, true, 32, 128), 26);
+  EXPECT_EQ(t5_bucket(-200, true, 32, 128), 15);
+  // Unidirectional: future keys share bucket 0.
+  EXPECT_EQ(t5_bucket(5, false, 32, 128), 0);
+  EXPECT_EQ(t5_bucket(-20, false, 32, 128), 17);  // 16 + ⌊log(20/16)/log(128/16)·16⌋
+}
+
+TEST(Model, RationalsRefuseTranscendentalNetworks) {
+  Network<Rational> net = network_cast<Rational>(random_net(kSoftArch, 1));
+  EXPECT_THROW(forward(net, random_input(4, 3, 1)), Error);
+  EXPECT_NO_THROW(check_evaluable<Rational>(Architecture::from_json(json::parse(kExactArch))));
+}
+
+TEST(Model, ArchitectureRoundTripsAndRejectsBadFields) {
+  Architecture a = Architecture::from_json(json::parse(kSoftArch));
+  EXPECT_EQ(Architecture::from_json(a.to_json()).to_json(), a.to_json());
+  EXPECT_THROW(Architecture::from_json(json::parse(R"({"d": 2, "layers": [{"type": "attention", "heds": 2}]})")), Error);
+  EXPECT_THROW(Architecture::from_json(json::parse(R"({"d": 0})")), Error);
+  EXPECT_THROW(Architecture::from_json(json::parse(R"({"d": 2, "layers": [{"type": "feedforward"}]})")), Error);
+  EXPECT_THROW(Architecture::from_json(json::parse(R"({"d": 2, "layers": [{"type": "attention", "score": "sparsemax"}]})")), Error);
+  EXPECT_THROW(Architecture::from_json(json::parse(R"({"d": 2, "layers": [{"type": "attention", "dp_free": true}]})")), Error);
+  EXPECT_THROW(Architecture::from_json(json::parse(R"({"d": 2, "layers": [{"type": "feedforward", "width": 2,
+    "activation": {"type": "piecewise", "breakpoints": [1, 0], "pieces": [[0,0],[0,0],[0,0]]}}]})")), Error);
+}
+
+TEST(Model, InputErrorsNameTheProblem) {
+  Network<double> net = random_net(R"({"d": 2, "max_len": 3, "layers": []})", 1);
+  EXPECT_THROW(forward(net, Mat<double>(Mat<double>::Zero(3, 2))), Error);  // wrong d
+  EXPECT_THROW(forward(net, Mat<double>(Mat<double>::Zero(2, 4))), Error);  // longer than max_len
+  Network<double> tok = random_net(R"({"d": 2, "vocab": 5, "layers": []})", 1);
+  EXPECT_THROW(forward_tokens(tok, {0, 5}), Error);
+  EXPECT_EQ(forward_tokens(tok, {4, 1}).col(0), tok.embed.col(4));
+}

@@ -1,0 +1,60 @@
+#include <gtest/gtest.h>
+
+#include "uatlab/model/scalar.hpp"
+
+using namespace uatlab;
+
+TEST(Scalar, ParseRationalExact) {
+  EXPECT_EQ(parse_rational("0.1"), Rational(1, 10));
+  EXPECT_EQ(parse_rational("-2/6"), Rational(-1, 3));
+  EXPECT_EQ(parse_rational("007/03"), Rational(7, 3));
+  EXPECT_EQ(parse_rational("1.5E+3"), Rational(1500));
+  EXPECT_EQ(parse_rational("+.25"), Rational(1, 4));
+  EXPECT_EQ(parse_rational("0.01703732508612577643"), Rational(mp::mpz_int("1703732508612577643"), mp::mpz_int(mp::pow(mp::mpz_int(10), 20))));
+  Rational tiny = parse_rational("0.1e-400");
+  EXPECT_EQ(tiny * Rational(mp::mpz_int(mp::pow(mp::mpz_int(10), 401))), Rational(1));
+}
+
+TEST(Scalar, ParseRationalRejects) {
+  for (const char* bad : {"", "nan", "inf", "1/0", "1..2", "1e", "0x10", "1/2/3", "abc", "1e99999999999", "--1"}) {
+    EXPECT_THROW(parse_rational(bad), Error) << bad;
+  }
+  try {
+    parse_rational("nan");
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("\"nan\""), std::string::npos);
+  }
+}
+
+TEST(Scalar, RoundingIsCorrect) {
+  // 1/3 rounds to nearest in each format; 0.1 as a double is the familiar binary64 value.
+  EXPECT_EQ(Scalar<double>::from(Rational(1, 3)), 1.0 / 3.0);
+  EXPECT_EQ(Scalar<float>::from(Rational(1, 3)), 1.0f / 3.0f);
+  EXPECT_EQ(Scalar<double>::from(parse_rational("0.1")), 0.1);
+  // A value exactly halfway between two floats rounds to even (not through double).
+  Rational half_ulp = Rational(1) + Rational(1, mp::mpz_int(1) << 24);  // 1 + 2^-24: tie between 1 and 1+2^-23
+  EXPECT_EQ(Scalar<float>::from(half_ulp), 1.0f);
+  EXPECT_EQ(rational_of(0.5), Rational(1, 2));
+  EXPECT_EQ(Scalar<double>::to_rational(0.1), Rational(mp::mpz_int("3602879701896397"), mp::mpz_int(1) << 55));
+}
+
+TEST(Scalar, MpfrPrecisionAndTextRoundTrip) {
+  EXPECT_GE(set_mpfr_bits(100), 100u);
+  EXPECT_LT(set_mpfr_bits(100), 104u);  // Boost's decimal-digit granularity: at most 3 bits more
+  EXPECT_EQ(mpfr_bits(), set_mpfr_bits(256));
+  Mpfr third = Scalar<Mpfr>::from(Rational(1, 3));
+  Mpfr back = Scalar<Mpfr>::from(parse_rational(Scalar<Mpfr>::to_string(third)));
+  EXPECT_EQ(third, back);
+  EXPECT_EQ(Scalar<Mpfr>::from(Scalar<Mpfr>::to_rational(third)), third);  // exact rational of a binary float
+  EXPECT_THROW(set_mpfr_bits(1), Error);
+}
+
+TEST(Scalar, IntervalEnclosesRational) {
+  set_mpfr_bits(64);
+  Mpfi third = Scalar<Mpfi>::from(Rational(1, 3));
+  EXPECT_LT(lower(third), upper(third));
+  EXPECT_LE(Scalar<Mpfr>::to_rational(lower(third)), Rational(1, 3));
+  EXPECT_GE(Scalar<Mpfr>::to_rational(upper(third)), Rational(1, 3));
+  Mpfi half = Scalar<Mpfi>::from(Rational(1, 2));
+  EXPECT_EQ(lower(half), upper(half));  // representable: a point
+}

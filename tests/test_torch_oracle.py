@@ -1,0 +1,80 @@
+"""PyTorch oracle: every combination of attention options, in random networks written by
+`uatlab init`, evaluated by `uatlab eval --precision double` and by python/uatlab_torch.py in
+float64. Passes when the largest relative difference is <= 1e-12 for every network.
+
+usage: /usr/bin/python3 tests/test_torch_oracle.py path/to/uatlab
+"""
+import itertools
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+import uatlab_torch  # noqa: E402
+
+UATLAB = sys.argv[1]
+TOL = 1e-12
+PIECEWISE = {"type": "piecewise", "breakpoints": ["-1/2", "1/4"], "pieces": [[0, "1/3"], [2, 0], ["-1", "3/4"]]}
+
+
+def architectures():
+    scores = ["softmax", "hardmax", "linear"]
+    rpes = [("none", False), ("lin", False), ("lin", True), ("log", False), ("log", True), ("t5", False), ("t5", True)]
+    flags = list(itertools.product([False, True], repeat=5))  # causal, tied, bias, sqrt, pre_norm
+    for i, (score, (rpe, dp_free), (causal, tied, bias, sqrt, pre_norm)) in enumerate(
+            itertools.product(scores, rpes, flags)):
+        attn = {"type": "attention", "heads": 2, "head_size": 2, "score": score, "scale": "3/4", "rpe": rpe,
+                "dp_free": dp_free, "causal": causal, "tied_qkv": tied, "bias": bias, "sqrt_scaling": sqrt,
+                "pre_norm": pre_norm, "t5_buckets": 6, "t5_max_distance": 5}
+        ff = {"type": "feedforward", "width": 5, "pre_norm": i % 5 == 0,
+              "activation": PIECEWISE if i % 3 == 1 else "relu"}
+        layers = [attn, ff] + ([{"type": "layernorm", "eps": "1/100"}] if i % 4 == 2 else [])
+        arch = {"d": 3, "layers": layers, "readout": 2 if i % 2 else 0}
+        if i % 3 == 2:
+            arch["vocab"], arch["max_len"] = 11, 8
+        elif i % 7 == 0:
+            arch["max_len"] = 8
+        yield arch
+
+
+def main():
+    gen = torch.Generator().manual_seed(0)
+    worst, count = 0.0, 0
+    failures = []
+    with tempfile.TemporaryDirectory() as tmp:
+        model, data = os.path.join(tmp, "m.safetensors"), os.path.join(tmp, "d.jsonl")
+        for seed, arch in enumerate(architectures()):
+            subprocess.run([UATLAB, "init", "--arch", json.dumps(arch), "--seed", str(seed), "-o", model],
+                           check=True, capture_output=True)
+            tokens = arch.get("vocab", 0) > 0
+            if tokens:
+                x = torch.randint(0, arch["vocab"], (3, 6), generator=gen)
+                lines = [{"tokens": s.tolist()} for s in x]
+            else:
+                x = torch.rand(3, 6, arch["d"], generator=gen, dtype=torch.float64) * 2 - 1
+                lines = [{"x": s.tolist()} for s in x]
+            with open(data, "w") as f:
+                f.write("".join(json.dumps(l) + "\n" for l in lines))
+            out = subprocess.run([UATLAB, "eval", model, data, "--precision", "double"],
+                                 check=True, capture_output=True, text=True).stdout
+            y = torch.tensor([json.loads(l)["y"] for l in out.splitlines()], dtype=torch.float64)
+            net = uatlab_torch.load(model)
+            with torch.no_grad():
+                yt = net(x)
+            rel = ((y - yt).abs().max() / yt.abs().max().clamp_min(1e-300)).item()
+            worst, count = max(worst, rel), count + 1
+            if not rel <= TOL:
+                failures.append((rel, arch))
+    for rel, arch in failures[:5]:
+        print(f"FAIL rel {rel:.3e}: {json.dumps(arch)}")
+    print(f"torch oracle: {count} networks, worst relative difference {worst:.3e} (tolerance {TOL:g})")
+    print(f"{count - len(failures)} passed, {len(failures)} failed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
