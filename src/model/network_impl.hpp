@@ -111,6 +111,15 @@ template <class S> S piecewise(const Layer<S>& l, const S& x) {
 // masked entries become 0.
 template <class S> void normalise_columns(Mat<S>& A, const LayerSpec& spec, const EvalOptions& opt) {
   const Eigen::Index n = A.rows();
+  if constexpr (std::is_floating_point_v<S>) {
+    if (spec.score == Score::softmax) {  // whole-matrix form: Eigen vectorises exp for float/double
+      if (spec.causal)
+        for (Eigen::Index k = 0; k + 1 < n; ++k) A.col(k).tail(n - k - 1).setConstant(-std::numeric_limits<S>::infinity());
+      A = (A.rowwise() - A.colwise().maxCoeff()).array().exp();
+      A.array().rowwise() /= A.colwise().sum().array();
+      return;
+    }
+  }
   for (Eigen::Index k = 0; k < A.cols(); ++k) {
     const Eigen::Index m = spec.causal ? k + 1 : n;  // keys 0..m-1
     for (Eigen::Index l = m; l < n; ++l) A(l, k) = S(0);
@@ -246,7 +255,10 @@ template <class S> Mat<S> forward(const Network<S>& net, const Mat<S>& x, const 
       Z = layer_norm(Z, L.norm_w, L.norm_b, L.eps);
       continue;
     }
-    Mat<S> in = s.pre_norm ? layer_norm(Z, L.norm_w, L.norm_b, L.eps) : Z;
+    // The branch reads its input completely before it adds to Z, so `in` may alias Z.
+    Mat<S> normed;
+    if (s.pre_norm) normed = layer_norm(Z, L.norm_w, L.norm_b, L.eps);
+    const Mat<S>& in = s.pre_norm ? normed : Z;
     if (s.kind == LayerKind::attention) attention(L, in, Z, opt);
     else feedforward(L, in, Z);
   }
