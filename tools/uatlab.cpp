@@ -178,7 +178,10 @@ int cmd_demo(std::uint64_t seed) {
   Mat<double> yd = forward(network_cast<double>(hard), matrix_cast<double>(x));
   double diff = 0;
   for (Eigen::Index i = 0; i < yq.size(); ++i) diff = std::max(diff, std::abs(Scalar<Rational>::to_double(yq.data()[i]) - yd.data()[i]));
-  std::printf("\n  hardmax twin in exact rationals: y[0,0] = %s\n", yq(0, 0).str().c_str());
+  const Rational& y00 = yq(0, 0);
+  std::printf("\n  hardmax twin in exact rationals: y[0,0] = p/q with %zu-digit p and %zu-digit q (= %.17g)\n",
+              boost::multiprecision::numerator(y00).str().size(), boost::multiprecision::denominator(y00).str().size(),
+              Scalar<Rational>::to_double(y00));
   std::printf("  double vs exact on the hardmax twin: max |diff| = %.3e\n", diff);
   return contains ? 0 : 1;
 }

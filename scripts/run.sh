@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# Set up (scripts/setup.sh) and run uatlab's main job on its embedded default.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+source "$ROOT/scripts/setup.sh"
+"$BUILD_DIR/uatlab" demo "$@"

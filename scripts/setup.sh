@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Install what is missing (Debian packages, idempotent), then configure and build uatlab (Release).
+# Sourced by scripts/run.sh and scripts/test.sh; BUILD_DIR defaults to ./build.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BUILD_DIR="${BUILD_DIR:-$ROOT/build}"
+
+PACKAGES=(
+  g++ cmake ninja-build pkg-config
+  libeigen3-dev                         # linear algebra for every scalar type
+  libboost-dev                          # Boost.Multiprecision front end for MPFR / MPFI / GMP
+  libmpfr-dev libmpfi-dev libgmp-dev    # arbitrary precision, certified intervals, exact rationals
+  libopenblas-dev                       # BLAS for training-size matrix products
+  nlohmann-json3-dev                    # JSON: architecture headers, lossless model files, datasets
+  libcli11-dev                          # the command line
+  libmuparser-dev                       # user expressions for target functions
+  libgtest-dev libgmock-dev             # unit tests
+  libbenchmark-dev                      # benchmarks
+  python3-torch python3-numpy           # PyTorch interop module, oracle tests, baseline benchmark
+  python3-matplotlib                    # plots
+)
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+ninja -C "$BUILD_DIR"
