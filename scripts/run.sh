@@ -3,4 +3,4 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$ROOT/scripts/setup.sh"
-"$BUILD_DIR/uatlab" demo "$@"
+"$BUILD_DIR/uatlab" memorize --out "$BUILD_DIR/demo-memorized.json" "$@"

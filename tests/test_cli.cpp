@@ -131,3 +131,58 @@ TEST(Cli, DemoRunsAndCertifies) {
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("encloses y_ref"), std::string::npos) << r.out;
 }
+
+// ---- Kajitsuka & Sato commands -----------------------------------------------------------------
+
+TEST(Cli, MemorizeWritesACertifiedModelAndItsF64Twin) {
+  const std::string d = dir();
+  fs::remove(d + "mem.json"), fs::remove(d + "mem.safetensors");
+  Result r = run("memorize --out " + d + "mem.json --report " + d + "mem_report.json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("certificate every output of all 40 sequences"), std::string::npos) << r.out;
+  json rep = json::parse(std::ifstream(d + "mem_report.json"));
+  EXPECT_LE(rep["max_error_certified"].get<double>(), 1e-6);
+  EXPECT_TRUE(rep["float64_works"].get<bool>());
+  // The F64 file evaluates to the labels in double: run `eval` on the dataset made by make-data.
+  ASSERT_EQ(run("make-data --out " + d + "mem_data.jsonl").code, 0);
+  ASSERT_EQ(run("eval " + d + "mem.safetensors " + d + "mem_data.jsonl --out " + d + "mem_y.jsonl").code, 0);
+  std::ifstream data(d + "mem_data.jsonl");
+  auto ys = lines(d + "mem_y.jsonl");
+  std::size_t i = 0;
+  for (std::string l; std::getline(data, l); ++i) {
+    json in = json::parse(l);
+    for (std::size_t k = 0; k < in["y"].size(); ++k)
+      EXPECT_NEAR(ys[i]["y"][k][0].get<double>(), std::stod(in["y"][k].get<std::string>()), 1e-6);
+  }
+  EXPECT_EQ(i, 40u);
+  // The lossless model evaluates in intervals too.
+  EXPECT_EQ(run("eval " + d + "mem.json " + d + "mem_data.jsonl -p interval:128 --out " + d + "mem_yi.jsonl").code, 0);
+}
+
+TEST(Cli, MemorizeRefusesInconsistentLabelsWithoutOutput) {
+  const std::string d = dir();
+  write(d + "bad_labels.jsonl", "{\"x\": [[1,0],[0,1]], \"y\": [1, 2]}\n{\"x\": [[0,1],[1,0]], \"y\": [2, 5]}\n");
+  fs::remove(d + "never.json");
+  Result r = run("memorize " + d + "bad_labels.jsonl --out " + d + "never.json");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("inconsistent labels"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(d + "never.json"));
+  write(d + "dup.jsonl", "{\"x\": [[1,0],[1,0]], \"y\": [1, 1]}\n");
+  r = run("contextual " + d + "dup.jsonl");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("sequence 1: tokens 1 and 2 are equal"), std::string::npos) << r.out;
+}
+
+TEST(Cli, ContextualReportsBothModesAndHardmaxCounterexamplePasses) {
+  const std::string d = dir();
+  Result r = run("contextual --mode faithful --demo-N 4 --demo-n 2 --demo-d 2 --demo-V 3 --report " + d + "ctx.json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  json rep = json::parse(std::ifstream(d + "ctx.json"));
+  EXPECT_TRUE(rep["certified"].get<bool>());
+  EXPECT_GT(rep["log10_delta"].get<double>(), rep["log10_delta_bound"].get<double>());
+  EXPECT_GE(rep["bits_used"].get<unsigned>(), rep["min_bits"].get<unsigned>());
+  EXPECT_EQ(run("contextual --mode sloppy").code, 1);
+  r = run("hardmax-counterexample --draws 24");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("identical in both sequences in 24 of 24 draws"), std::string::npos) << r.out;
+}

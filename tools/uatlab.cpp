@@ -10,6 +10,7 @@
 #include <omp.h>
 #include <sstream>
 
+#include "commands.hpp"
 #include "uatlab/io/dataset.hpp"
 #include "uatlab/io/json.hpp"
 #include "uatlab/io/model_file.hpp"
@@ -19,12 +20,13 @@
 using namespace uatlab;
 using nlohmann::json;
 
-namespace {
-
-void write_output(const std::string& path, const std::string& text) {
+void uatlab::cli::write_output(const std::string& path, const std::string& text) {
   if (path.empty() || path == "-") std::cout << text << std::flush;
   else write_file_atomic(path, text);
 }
+using uatlab::cli::write_output;
+
+namespace {
 
 // "attention:heads=2,head_size=3,score=hardmax" → {"type":"attention","heads":2,...}
 json layer_from_flag(const std::string& spec) {
@@ -230,8 +232,13 @@ int main(int argc, char** argv) {
   auto* demo = app.add_subcommand("demo", "Evaluate an embedded network in every arithmetic (the default main job)");
   demo->add_option("--seed", seed, "Random seed")->capture_default_str();
 
+  cli::Commands commands;
+  cli::add_kajitsuka_commands(app, commands);
+
   CLI11_PARSE(app, argc, argv);
   try {
+    for (auto& [sub, run] : commands)
+      if (sub->parsed()) return run();
     if (info->parsed()) return cmd_info(model);
     if (eval->parsed()) return cmd_eval(model, data, precision, out, tol);
     if (convert->parsed()) return cmd_convert(in, out, dtype, convert->count("--precision") ? precision : "");

@@ -93,4 +93,36 @@ Dataset parse_dataset(const std::string& text, const std::string& what) {
 
 Dataset read_dataset(const std::string& path) { return parse_dataset(read_file(path), path); }
 
+std::string format_dataset(const Dataset& ds) {
+  using nlohmann::json;
+  std::string out;
+  for (const Sequence& s : ds.sequences) {
+    json line;
+    if (ds.token_input) line["tokens"] = s.tokens;
+    else {
+      json x = json::array();
+      for (Eigen::Index k = 0; k < s.x.cols(); ++k) {
+        json tok = json::array();
+        for (Eigen::Index i = 0; i < s.x.rows(); ++i) tok.push_back(s.x(i, k).str());
+        x.push_back(tok);
+      }
+      line["x"] = x;
+    }
+    if (s.y.size() > 0) {
+      json y = json::array();
+      for (Eigen::Index k = 0; k < s.y.cols(); ++k) {
+        if (s.y.rows() == 1) y.push_back(s.y(0, k).str());
+        else {
+          json v = json::array();
+          for (Eigen::Index i = 0; i < s.y.rows(); ++i) v.push_back(s.y(i, k).str());
+          y.push_back(v);
+        }
+      }
+      line["y"] = y;
+    }
+    out += line.dump() + "\n";
+  }
+  return out;
+}
+
 }  // namespace uatlab

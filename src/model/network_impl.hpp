@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <mpfi.h>
+#include <mpfr.h>
 
 #include "uatlab/model/network.hpp"
 
@@ -229,12 +231,44 @@ template <class S> void attention(const Layer<S>& L, const Mat<S>& X, Mat<S>& Z,
   if (s.bias) Z.colwise() += L.bo.col(0);
 }
 
+// C += A·B. Eigen's generic product allocates a temporary number per multiply-add for MPFR/MPFI;
+// this in-place kernel uses one scratch value and skips exact zeros of B (ReLU outputs), which
+// makes certified evaluation of wide feed-forward layers several times faster.
+template <class S> void add_product(Mat<S>& C, const Mat<S>& A, const Mat<S>& B) {
+  if (C.size() == 0) return;
+  if constexpr (std::is_same_v<S, Mpfi>) {
+    mpfi_t t;
+    mpfi_init2(t, mpfi_get_prec(C.data()[0].backend().data()));
+    for (Eigen::Index j = 0; j < B.cols(); ++j)
+      for (Eigen::Index k = 0; k < A.cols(); ++k) {
+        mpfi_srcptr b = B(k, j).backend().data();
+        if (mpfi_is_zero(b)) continue;
+        for (Eigen::Index i = 0; i < A.rows(); ++i) {
+          mpfi_mul(t, A(i, k).backend().data(), b);
+          mpfi_add(C(i, j).backend().data(), C(i, j).backend().data(), t);
+        }
+      }
+    mpfi_clear(t);
+  } else if constexpr (std::is_same_v<S, Mpfr>) {
+    for (Eigen::Index j = 0; j < B.cols(); ++j)
+      for (Eigen::Index k = 0; k < A.cols(); ++k) {
+        mpfr_srcptr b = B(k, j).backend().data();
+        if (mpfr_zero_p(b)) continue;
+        for (Eigen::Index i = 0; i < A.rows(); ++i)
+          mpfr_fma(C(i, j).backend().data(), A(i, k).backend().data(), b, C(i, j).backend().data(), MPFR_RNDN);
+      }
+  } else {
+    C.noalias() += A * B;
+  }
+}
+
 template <class S> void feedforward(const Layer<S>& L, const Mat<S>& X, Mat<S>& Z) {
-  Mat<S> H = L.w1 * X;
+  Mat<S> H = Mat<S>::Zero(L.w1.rows(), X.cols());
+  add_product(H, L.w1, X);
   H.colwise() += L.b1.col(0);
   if (L.spec.piecewise) H = H.unaryExpr([&](const S& v) { return piecewise(L, v); });
   else H = H.unaryExpr([](const S& v) { return relu(v); });
-  Z.noalias() += L.w2 * H;
+  add_product(Z, L.w2, H);
   Z.colwise() += L.b2.col(0);
 }
 

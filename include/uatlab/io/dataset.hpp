@@ -30,5 +30,7 @@ struct Dataset {
 // inconsistent label shapes, NaN/inf or non-numeric values.
 Dataset parse_dataset(const std::string& text, const std::string& what);
 Dataset read_dataset(const std::string& path);
+// The JSONL text of a dataset, every number an exact string ("3/4", "-2"); parse_dataset reads it back.
+std::string format_dataset(const Dataset& ds);
 
 }  // namespace uatlab

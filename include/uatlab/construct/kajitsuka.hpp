@@ -1,0 +1,143 @@
+// Kajitsuka & Sato (ICLR 2024): one layer, one head, rank-1 softmax attention is a contextual
+// mapping (Theorem 2), and with Zhang et al.'s feed-forward layer a one-layer Transformer
+// memorizes any consistently labelled, tokenwise separated dataset. Theory and constants:
+// ../shared/theory/kajitsuka-sato.md; what the commands report: docs/kajitsuka-sato.md.
+//
+// The pipeline, one function per stage:
+//   analyse            check Theorem 2's hypotheses, measure r_min, r_max, ε, |V|
+//   find_projection    Lemma 3: a seeded random unit v with |vᵀ(x−x')| ≥ κ‖x−x'‖ over V ∪ {0}
+//   build_contextual   W_K = vᵀ, W_Q = c·vᵀ, W_V = vᵀ, W_O = ε/(4 r_max)·v  (faithful or tuned c),
+//                      certify the context ids' separation with MPFI, find the bits it needs
+//   memorize           + Zhang's interpolating ReLU layer on the context ids, certified end to end
+//   hardmax_counterexample  Theorem 1's collinear pair, exact in rationals
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "uatlab/io/dataset.hpp"
+#include "uatlab/model/network.hpp"
+
+namespace uatlab::kajitsuka {
+
+// The dataset as Theorem 2 sees it. Context key = (token, vocabulary set of its sequence): all a
+// permutation-equivariant layer without positional encoding can distinguish.
+struct Facts {
+  int d = 0, n = 0;
+  std::vector<Vec<Rational>> vocab;           // V: distinct tokens, in order of first appearance
+  std::vector<std::vector<int>> tokens;       // per sequence: vocabulary index of each token
+  std::vector<std::vector<int>> sets;         // distinct vocabulary sets (sorted indices)
+  std::vector<int> set_of;                    // per sequence: index into sets
+  std::vector<int> first_with_set;            // per set: a sequence that has it
+  Rational r_min_sq, r_max_sq, eps_sq;        // exact squared norms / distances
+  double r_min = 0, r_max = 0, eps = 0;       // their square roots, for reports
+  int label_dim = 0;                          // 0 when the dataset has no labels
+};
+
+// Throws Error listing every violation (sequence and token indices, 1-based): unequal lengths,
+// duplicate tokens inside a sequence, zero tokens (r_min = 0), token-id input, fewer than two
+// distinct tokens. With require_labels, also missing labels and inconsistent labels (the same
+// token in sequences with the same vocabulary set labelled differently).
+Facts analyse(const Dataset& ds, bool require_labels = false);
+
+struct Projection {
+  Vec<Rational> v;          // unit up to rounding: v = u/‖u‖ rounded to doubles
+  double achieved = 0;      // min over pairs of V ∪ {0} of |vᵀ(x−x')| / ‖x−x'‖
+  double required = 0;      // Lemma 3's √(8/(πd)) / (|V|+1)²
+  int tries = 0;
+};
+Projection find_projection(const Facts& f, std::uint64_t seed, int max_tries = 100000);
+
+enum class Mode { faithful, tuned };
+Mode parse_mode(const std::string& s);
+
+struct ContextualOptions {
+  Mode mode = Mode::tuned;
+  bool tied = false;          // W_Q = W_K = W_V = √c·vᵀ, W_O scaled by 1/√c
+  std::uint64_t seed = 1;
+  unsigned max_bits = 1u << 18;
+  bool search_min_bits = true;
+};
+
+// The outcome of certifying the context ids at one precision.
+struct Separation {
+  bool certified = false;     // every pair of different contexts provably apart
+  double log10_delta = 0;     // log10 of the smallest context distance (midpoint)
+  double log10_delta_lo = 0;  // log10 of its certified lower bound (-inf when not certified)
+  double r = 0;               // largest context-id norm
+  double cross_lower = 0;     // certified lower bound on distances between contexts of different tokens
+};
+
+struct Contextual {
+  Network<Rational> net;   // the attention sub-layer alone (exact weights)
+  Projection projection;
+  Mode mode = Mode::tuned;
+  bool tied = false;
+  Rational c;              // the score scale inside W_Q (tied: (√c)² as rounded)
+  double c_theorem = 0;    // the paper's c, for comparison
+  double c_gap = 0;        // the smallest c meeting the 2 log n + 3 gap condition on the measured projections
+  double log10_delta_bound = 0;  // the theorem's δ
+  double r_bound = 0;            // r_max + ε/4
+  Separation separation;   // at bits_used
+  unsigned bits_used = 0, min_bits = 0;
+  std::size_t contexts = 0;
+  nlohmann::json report() const;
+};
+
+// Certify the separation of the context ids computed by `attention` (one attention sub-layer) at
+// the current MPFR precision.
+Separation certify_separation(const Network<Rational>& attention, const Facts& f);
+
+Contextual build_contextual(const Facts& f, const ContextualOptions& opt);
+
+struct Memorized {
+  Contextual contextual;
+  Network<Rational> net;     // attention + Zhang feed-forward (+ readout when labels are shorter than d)
+  std::size_t hidden = 0;    // q: distinct contexts
+  double max_error = 0;      // largest |output − label| enclosure bound at bits_used
+  double seconds_contextual = 0, seconds_construct_certify = 0, seconds_min_bits = 0;
+  unsigned bits_used = 0, min_bits = 0;
+  bool float64_works = false;
+  double float64_max_error = 0;
+  std::size_t params_attention = 0, params_ff = 0, params_total = 0;         // stored
+  std::size_t paper_attention = 0, paper_ff = 0, paper_total = 0;            // Zhang form: 4d (2d tied), d + q + dq
+  nlohmann::json report() const;
+};
+
+struct MemorizeOptions {
+  ContextualOptions contextual;
+  std::string tolerance = "1e-6";   // every output within this of its label
+};
+
+// Certified memorization: every training sequence is evaluated through the whole network in
+// MPFI and each output enclosure lies within the tolerance of its label. Throws Error if the
+// precision cap is reached first.
+Memorized memorize(const Dataset& ds, const MemorizeOptions& opt);
+
+// Evaluate `net` on every sequence in MPFI at the current precision; the largest upper bound of
+// |output − label|, or +inf when an enclosure is undecided/unbounded. Stops early (returning some
+// value above stop_above) once one sequence exceeds stop_above.
+double certified_max_error(const Network<Rational>& net, const Dataset& ds,
+                           double stop_above = std::numeric_limits<double>::infinity());
+
+// Theorem 1. Tokens λ·u on a line, Λ1 = {1,3,5,7}, Λ2 = {1,2,6,7} (same min, max and mean).
+struct HardmaxCounterexample {
+  Dataset data;
+  int draws = 0;
+  std::vector<int> heads_tried;
+  int identical = 0;               // draws whose token-1 outputs were exactly equal
+  std::string log10_softmax_gap;   // the softmax construction's certified distance for token 1
+  bool softmax_separates = false;
+  nlohmann::json report() const;
+};
+HardmaxCounterexample hardmax_counterexample(int draws, std::uint64_t seed);
+
+// The embedded demo dataset of the main job: N sequences of n distinct tokens drawn from a
+// vocabulary of |V| random tokens in R^d (norms in [1, 2]), labels a seeded function of
+// (token, vocabulary set); all numbers exact decimals.
+Dataset demo_dataset(int N, int n, int d, int V, std::uint64_t seed);
+
+}  // namespace uatlab::kajitsuka

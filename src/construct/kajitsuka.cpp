@@ -1,0 +1,651 @@
+#include "uatlab/construct/kajitsuka.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <mpfr.h>
+
+#include "uatlab/model/init.hpp"
+#include "uatlab/verify/evaluate.hpp"
+
+namespace uatlab::kajitsuka {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr double kPi = 3.14159265358979323846;
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+double gauss(Rng& rng) {  // Box–Muller
+  double u = rng.uniform(), v = rng.uniform();
+  return std::sqrt(-2 * std::log1p(-u)) * std::cos(2 * kPi * v);
+}
+
+Vec<double> to_double(const Vec<Rational>& x) {
+  return x.unaryExpr([](const Rational& q) { return Scalar<Rational>::to_double(q); });
+}
+
+std::string listed(const std::vector<std::string>& items, std::size_t shown = 20) {
+  std::string s;
+  for (std::size_t i = 0; i < items.size() && i < shown; ++i) s += "\n  " + items[i];
+  if (items.size() > shown) s += "\n  ... and " + std::to_string(items.size() - shown) + " more";
+  return s;
+}
+
+// log10 of a positive Mpfr that may be far outside double's range.
+double log10_of(const Mpfr& x) {
+  if (x <= 0) return -kInf;
+  return Scalar<Mpfr>::to_double(mp::log10(x));
+}
+
+double up(const Mpfr& x) { return mpfr_get_d(x.backend().data(), MPFR_RNDU); }
+
+// Context ids F^SA(X)_{:,k} for one representative sequence of every vocabulary set, in S.
+template <class S> std::vector<Mat<S>> context_ids(const Network<Rational>& attention, const Facts& f) {
+  const Network<S> net = network_cast<S>(attention);
+  std::vector<Mat<S>> out(f.sets.size());
+#pragma omp parallel for schedule(dynamic)
+  for (long s = 0; s < static_cast<long>(f.sets.size()); ++s) {
+    const auto& toks = f.tokens[f.first_with_set[s]];
+    Mat<S> x(f.d, f.n);
+    for (int k = 0; k < f.n; ++k) x.col(k) = f.vocab[toks[k]].unaryExpr([](const Rational& q) { return Scalar<S>::from(q); });
+    out[s] = forward(net, x);
+  }
+  return out;
+}
+
+// Contexts grouped by token: for vocabulary index t, the list of (set, column) holding it.
+std::vector<std::vector<std::pair<int, int>>> contexts_by_token(const Facts& f) {
+  std::vector<std::vector<std::pair<int, int>>> by(f.vocab.size());
+  for (std::size_t s = 0; s < f.sets.size(); ++s) {
+    const auto& toks = f.tokens[f.first_with_set[s]];
+    for (int k = 0; k < f.n; ++k) by[toks[k]].push_back({static_cast<int>(s), k});
+  }
+  return by;
+}
+
+// Smallest distance between two contexts of the same token, in double (the tuned-mode scan).
+double same_token_delta_double(const Network<Rational>& attention, const Facts& f) {
+  auto z = context_ids<double>(attention, f);
+  auto by = contexts_by_token(f);
+  double best = kInf;
+  for (auto& group : by)
+    for (std::size_t a = 0; a < group.size(); ++a)
+      for (std::size_t b = a + 1; b < group.size(); ++b)
+        best = std::min(best, (z[group[a].first].col(group[a].second) - z[group[b].first].col(group[b].second)).norm());
+  return best;
+}
+
+Network<Rational> attention_network(const Facts& f, const Vec<Rational>& v, const Rational& c, const Rational& wo_scale,
+                                    bool tied) {
+  Architecture a;
+  a.d = f.d;
+  LayerSpec s;
+  s.kind = LayerKind::attention;
+  s.heads = 1, s.head_size = 1, s.score = Score::softmax, s.tied_qkv = tied;
+  a.layers.push_back(s);
+  a.validate();
+  Network<Rational> net(a);
+  Layer<Rational>& L = net.layers[0];
+  if (tied) {
+    // W = √c·vᵀ rounded; the caller passes c already a square of a rational.
+    Rational root = rational_of(std::sqrt(Scalar<Rational>::to_double(c)));
+    L.wq = root * v.transpose();
+    L.wo = (wo_scale / root) * v;
+  } else {
+    L.wq = c * v.transpose();
+    L.wk = v.transpose();
+    L.wv = v.transpose();
+    L.wo = wo_scale * v;
+  }
+  return net;
+}
+
+}  // namespace
+
+// ---- stage 1: the hypotheses --------------------------------------------------------------------
+
+Facts analyse(const Dataset& ds, bool require_labels) {
+  if (ds.token_input) throw Error("Theorem 2 needs continuous tokens (\"x\"), the dataset has token ids");
+  if (ds.sequences.empty()) throw Error("the dataset is empty");
+  Facts f;
+  f.d = ds.d;
+  f.n = static_cast<int>(ds.sequences[0].n());
+  f.label_dim = ds.label_dim;
+  std::vector<std::string> bad;
+  std::map<std::vector<Rational>, int> index;
+  std::map<std::vector<int>, int> set_index;
+  for (std::size_t i = 0; i < ds.sequences.size(); ++i) {
+    const Sequence& s = ds.sequences[i];
+    const std::string seq = "sequence " + std::to_string(i + 1);
+    if (static_cast<int>(s.n()) != f.n) {
+      bad.push_back(seq + " has " + std::to_string(s.n()) + " tokens, sequence 1 has " + std::to_string(f.n) + " (n must be equal)");
+      f.tokens.emplace_back(), f.set_of.push_back(-1);
+      continue;
+    }
+    std::vector<int> toks;
+    for (int k = 0; k < f.n; ++k) {
+      std::vector<Rational> key(s.x.col(k).data(), s.x.col(k).data() + f.d);
+      auto [it, fresh] = index.emplace(key, static_cast<int>(f.vocab.size()));
+      if (fresh) f.vocab.push_back(s.x.col(k));
+      for (int l = 0; l < k; ++l)
+        if (toks[l] == it->second)
+          bad.push_back(seq + ": tokens " + std::to_string(l + 1) + " and " + std::to_string(k + 1) + " are equal (no duplicates allowed)");
+      if (s.x.col(k).squaredNorm() == 0) bad.push_back(seq + ", token " + std::to_string(k + 1) + ": the zero vector (r_min must be > 0)");
+      toks.push_back(it->second);
+    }
+    std::vector<int> set = toks;
+    std::sort(set.begin(), set.end());
+    auto [it, fresh] = set_index.emplace(set, static_cast<int>(f.sets.size()));
+    if (fresh) f.sets.push_back(set), f.first_with_set.push_back(static_cast<int>(i));
+    f.tokens.push_back(std::move(toks));
+    f.set_of.push_back(it->second);
+  }
+  if (f.vocab.size() < 2) bad.push_back("the vocabulary has fewer than two distinct tokens");
+  if (require_labels) {
+    if (ds.label_dim == 0) bad.push_back("the dataset has no labels (\"y\")");
+    else {
+      // (token, set) -> first (sequence, position) carrying it
+      std::map<std::pair<int, int>, std::pair<std::size_t, int>> seen;
+      for (std::size_t i = 0; i < ds.sequences.size(); ++i) {
+        if (f.set_of[i] < 0) continue;
+        for (int k = 0; k < f.n; ++k) {
+          auto [it, fresh] = seen.emplace(std::make_pair(f.tokens[i][k], f.set_of[i]), std::make_pair(i, k));
+          if (!fresh && ds.sequences[it->second.first].y.col(it->second.second) != ds.sequences[i].y.col(k))
+            bad.push_back("inconsistent labels: sequence " + std::to_string(it->second.first + 1) + " token " +
+                          std::to_string(it->second.second + 1) + " and sequence " + std::to_string(i + 1) + " token " +
+                          std::to_string(k + 1) + " are the same token with the same vocabulary set but different labels");
+        }
+      }
+    }
+  }
+  if (!bad.empty())
+    throw Error("the dataset violates the hypotheses of Kajitsuka & Sato's Theorem 2 (" + std::to_string(bad.size()) +
+                " problem" + (bad.size() > 1 ? "s" : "") + "):" + listed(bad));
+  f.r_min_sq = f.r_max_sq = f.vocab[0].squaredNorm();
+  for (auto& x : f.vocab) {
+    Rational q = x.squaredNorm();
+    f.r_min_sq = std::min(f.r_min_sq, q), f.r_max_sq = std::max(f.r_max_sq, q);
+  }
+  f.eps_sq = (f.vocab[0] - f.vocab[1]).squaredNorm();
+  for (std::size_t i = 0; i < f.vocab.size(); ++i)
+    for (std::size_t j = i + 1; j < f.vocab.size(); ++j) f.eps_sq = std::min(f.eps_sq, Rational((f.vocab[i] - f.vocab[j]).squaredNorm()));
+  auto root = [](const Rational& q) { return std::sqrt(Scalar<Rational>::to_double(q)); };
+  f.r_min = root(f.r_min_sq), f.r_max = root(f.r_max_sq), f.eps = root(f.eps_sq);
+  return f;
+}
+
+// ---- stage 2: Lemma 3's projection ---------------------------------------------------------------
+
+Projection find_projection(const Facts& f, std::uint64_t seed, int max_tries) {
+  std::vector<Vec<double>> pts;
+  for (auto& x : f.vocab) pts.push_back(to_double(x));
+  pts.push_back(Vec<double>::Zero(f.d));
+  const double N = static_cast<double>(f.vocab.size() + 1);
+  Projection p;
+  p.required = std::sqrt(8 / (kPi * f.d)) / (N * N);
+  Rng rng(seed);
+  for (p.tries = 1; p.tries <= max_tries; ++p.tries) {
+    Vec<double> v(f.d);
+    for (int i = 0; i < f.d; ++i) v(i) = gauss(rng);
+    v /= v.norm();
+    double worst = kInf;
+    for (std::size_t i = 0; i < pts.size(); ++i)
+      for (std::size_t j = i + 1; j < pts.size(); ++j) {
+        Vec<double> diff = pts[i] - pts[j];
+        worst = std::min(worst, std::abs(v.dot(diff)) / diff.norm());
+      }
+    if (worst >= p.required) {
+      p.achieved = worst;
+      p.v = v.unaryExpr([](double t) { return rational_of(t); });
+      return p;
+    }
+  }
+  throw Error("no projection vector met Lemma 3's inequality in " + std::to_string(max_tries) + " seeded tries");
+}
+
+Mode parse_mode(const std::string& s) {
+  if (s == "faithful") return Mode::faithful;
+  if (s == "tuned") return Mode::tuned;
+  throw Error("mode \"" + s + "\": expected faithful or tuned");
+}
+
+// ---- stage 3: the attention layer and its certificate ---------------------------------------------
+
+Separation certify_separation(const Network<Rational>& attention, const Facts& f) {
+  const auto z = context_ids<Mpfi>(attention, f);
+  const auto by = contexts_by_token(f);
+  Separation sep;
+  // Largest attention term ‖z − x‖ (upper bound) and context norm.
+  Mpfr t_max(0);
+  double r = 0;
+  for (std::size_t t = 0; t < by.size(); ++t)
+    for (auto [s, k] : by[t]) {
+      Mpfi sq(0), nz(0);
+      for (int i = 0; i < f.d; ++i) {
+        Mpfi diff = z[s](i, k) - Scalar<Mpfi>::from(f.vocab[t](i));
+        sq += diff * diff, nz += z[s](i, k) * z[s](i, k);
+      }
+      t_max = std::max(t_max, upper(mp::sqrt(sq)));
+      r = std::max(r, Scalar<Mpfr>::to_double(mp::sqrt(upper(nz))));
+    }
+  sep.r = r;
+  const Mpfr cross = lower(mp::sqrt(Scalar<Mpfi>::from(f.eps_sq))) - 2 * t_max;
+  sep.cross_lower = Scalar<Mpfr>::to_double(cross);
+  // Every pair of contexts of the same token.
+  std::vector<Mpfr> best_mid(by.size(), Mpfr(-1)), best_lo(by.size(), Mpfr(-1));
+#pragma omp parallel for schedule(dynamic)
+  for (long t = 0; t < static_cast<long>(by.size()); ++t) {
+    const auto& g = by[t];
+    for (std::size_t a = 0; a < g.size(); ++a)
+      for (std::size_t b = a + 1; b < g.size(); ++b) {
+        Mpfi sq(0);
+        for (int i = 0; i < f.d; ++i) {
+          Mpfi diff = z[g[a].first](i, g[a].second) - z[g[b].first](i, g[b].second);
+          sq += diff * diff;
+        }
+        Mpfr mid = mp::median(sq), lo = lower(sq);
+        if (best_mid[t] < 0 || mid < best_mid[t]) best_mid[t] = mid;
+        if (best_lo[t] < 0 || lo < best_lo[t]) best_lo[t] = lo;
+      }
+  }
+  Mpfr mid(-1), lo(-1);
+  for (std::size_t t = 0; t < by.size(); ++t)
+    if (best_mid[t] >= 0) {
+      if (mid < 0 || best_mid[t] < mid) mid = best_mid[t];
+      if (lo < 0 || best_lo[t] < lo) lo = best_lo[t];
+    }
+  if (mid < 0) {  // no token occurs in two vocabulary sets: only the cross bound matters
+    sep.log10_delta = sep.log10_delta_lo = cross > 0 ? log10_of(cross) : -kInf;
+    sep.certified = cross > 0;
+  } else {
+    sep.log10_delta = log10_of(mid) / 2;
+    sep.log10_delta_lo = lo > 0 ? log10_of(lo) / 2 : -kInf;
+    sep.certified = lo > 0 && cross > 0;
+  }
+  return sep;
+}
+
+Contextual build_contextual(const Facts& f, const ContextualOptions& opt) {
+  Contextual out;
+  out.mode = opt.mode, out.tied = opt.tied;
+  out.projection = find_projection(f, opt.seed);
+  const Vec<double> v = to_double(out.projection.v);
+  std::vector<double> alpha;
+  for (auto& x : f.vocab) alpha.push_back(v.dot(to_double(x)));
+  std::vector<double> sorted = alpha;
+  std::sort(sorted.begin(), sorted.end());
+  double gap = kInf, min_abs = kInf;
+  for (std::size_t i = 0; i + 1 < sorted.size(); ++i) gap = std::min(gap, sorted[i + 1] - sorted[i]);
+  for (double a : alpha) min_abs = std::min(min_abs, std::abs(a));
+  const double range = sorted.back() - sorted.front();
+  const double max_abs = std::max(std::abs(sorted.front()), std::abs(sorted.back()));
+  const double n = f.n, V1 = static_cast<double>(f.vocab.size() + 1), d = f.d;
+  const double logn = std::log(n), G = 2 * logn + 3;
+  out.c_theorem = G * kPi * d * std::pow(V1, 4) / (8 * f.eps * f.r_min);
+  out.c_gap = G / (min_abs * gap);
+  out.r_bound = f.r_max + f.eps / 4;
+  // δ = [2 (log n)² ε² r_min / (r_max² (|V|+1)⁴ (2 log n + 3) π d)] · exp(−(|V|+1)⁴ (2 log n + 3) π d r_max² / (4 ε r_min))
+  out.log10_delta_bound =
+      f.n < 2 ? -kInf
+              : std::log10(2 * logn * logn * f.eps * f.eps * f.r_min / (f.r_max * f.r_max * std::pow(V1, 4) * G * kPi * d)) -
+                    std::pow(V1, 4) * G * kPi * d * f.r_max * f.r_max / (4 * f.eps * f.r_min) / std::log(10.0);
+  const Rational wo_scale = rational_of(f.eps / (4 * f.r_max) * (1 - 1e-15));  // ≤ ε/(4 r_max)
+
+  double c = out.c_theorem * (1 + 1e-15);
+  if (opt.mode == Mode::tuned) {
+    // A halving grid from c_gap down to the c at which one query's scores span 1 nat (below it
+    // the softmax is nearly uniform and the layer degenerates to mean pooling), scanned in
+    // double; the c with the largest separation wins.
+    const double c_floor = 1 / (max_abs * range);
+    double best = -1;
+    int since = 0;
+    for (int k = 0; k <= 80 && since < 8; ++k) {
+      const double ck = std::max(std::ldexp(out.c_gap, -k), c_floor);
+      if (k > 0 && ck == c_floor && std::ldexp(out.c_gap, -k + 1) <= c_floor) break;
+      const double delta = same_token_delta_double(attention_network(f, out.projection.v, rational_of(ck), wo_scale, opt.tied), f);
+      if (delta > best * (1 + 1e-9)) best = delta, c = ck, since = 0;
+      else if (best > 0) ++since;  // stop 8 halvings past the best, once anything separates
+    }
+  }
+  out.net = attention_network(f, out.projection.v, rational_of(c), wo_scale, opt.tied);
+  const Rational root = rational_of(std::sqrt(c));  // the tied form's √c, as attention_network rounds it
+  out.c = opt.tied ? Rational(root * root) : rational_of(c);
+  out.contexts = 0;
+  for (auto& s : f.sets) out.contexts += s.size();
+
+  // Precision: the scores of one query span c·max|α|·range nats, and the information sits in
+  // terms e^{-span} below the largest; start above that and double until certified.
+  const double span = c * max_abs * range;
+  const double guess = 64 + 1.25 * span / std::log(2.0) - std::log2(f.eps / (4 * f.r_max));
+  if (guess > opt.max_bits)
+    throw Error("the " + std::string(opt.mode == Mode::faithful ? "faithful" : "tuned") + " construction needs about " +
+                std::to_string(static_cast<long>(guess)) + " bits (scores span " + std::to_string(span) +
+                " nats), more than --max-bits " + std::to_string(opt.max_bits));
+  unsigned bits = static_cast<unsigned>(guess);
+  for (;;) {
+    bits = set_mpfr_bits(bits);
+    out.separation = certify_separation(out.net, f);
+    if (out.separation.certified) break;
+    if (bits >= opt.max_bits)
+      throw Error("context ids not certified separated at " + std::to_string(bits) + " bits (--max-bits); the data may have coinciding contexts");
+    bits = std::min(2 * bits, opt.max_bits);
+  }
+  out.bits_used = out.min_bits = bits;
+  if (opt.search_min_bits) {
+    unsigned lo = 2, hi = bits;  // certified at hi
+    while (hi - lo > 1) {
+      unsigned mid = (lo + hi) / 2;
+      unsigned in_force = set_mpfr_bits(mid);
+      if (in_force < hi && certify_separation(out.net, f).certified) hi = in_force;
+      else lo = mid;
+    }
+    out.min_bits = hi;
+    set_mpfr_bits(out.bits_used);
+  }
+  return out;
+}
+
+json Contextual::report() const {
+  auto num = [](double x) { return std::isfinite(x) ? json(x) : json(nullptr); };
+  return {{"mode", mode == Mode::faithful ? "faithful" : "tuned"},
+          {"tied_qkv", tied},
+          {"projection", {{"v", [&] { json a = json::array(); for (int i = 0; i < projection.v.size(); ++i) a.push_back(Scalar<Rational>::to_double(projection.v(i))); return a; }()},
+                          {"achieved", projection.achieved}, {"lemma3_required", projection.required}, {"tries", projection.tries}}},
+          {"c", Scalar<Rational>::to_double(c)}, {"c_theorem", c_theorem}, {"c_gap_condition", c_gap},
+          {"contexts", contexts},
+          {"r", separation.r}, {"r_bound", r_bound},
+          {"log10_delta", num(separation.log10_delta)}, {"log10_delta_certified_lower", num(separation.log10_delta_lo)},
+          {"log10_delta_bound", num(log10_delta_bound)},
+          {"cross_token_lower_bound", separation.cross_lower},
+          {"certified", separation.certified}, {"bits_used", bits_used}, {"min_bits", min_bits}};
+}
+
+// ---- stage 4: Zhang's feed-forward layer and the certificate of memorization -----------------------
+
+double certified_max_error(const Network<Rational>& net, const Dataset& ds, double stop_above) {
+  const Network<Mpfi> ni = network_cast<Mpfi>(net);
+  std::vector<double> worst(ds.sequences.size(), 0);
+  bool stop = false;
+#pragma omp parallel for schedule(dynamic)
+  for (long i = 0; i < static_cast<long>(ds.sequences.size()); ++i) {
+    bool stopped;
+#pragma omp atomic read
+    stopped = stop;
+    if (stopped) continue;
+    const Sequence& s = ds.sequences[i];
+    Mat<Mpfi> y = forward(ni, matrix_cast<Mpfi>(s.x));
+    double w = 0;
+    for (Eigen::Index k = 0; k < y.cols(); ++k)
+      for (Eigen::Index r = 0; r < y.rows(); ++r) {
+        Mpfi e = mp::abs(y(r, k) - Scalar<Mpfi>::from(s.y(r, k)));
+        Mpfr hi = upper(e);
+        w = std::max(w, mpfr_number_p(hi.backend().data()) ? up(hi) : kInf);
+      }
+    worst[i] = w;
+    if (w > stop_above) {
+#pragma omp atomic write
+      stop = true;
+    }
+  }
+  return *std::max_element(worst.begin(), worst.end());
+}
+
+namespace {
+
+// Zhang et al.'s interpolation on the context ids: W1 = 1 aᵀ, biases interleaving the sorted
+// projections t_i, W2 = T H⁻¹ by the O(q) recurrence of the triangular system. Returns false
+// when the projections are not certified distinct at this precision.
+bool zhang_layer(const Facts& f, const Dataset& ds, const Network<Rational>& attention, std::uint64_t seed, Layer<Rational>& ff,
+                 std::size_t& q) {
+  const auto z = context_ids<Mpfi>(attention, f);
+  // One context per (token, set); its label from a sequence holding that set.
+  struct Ctx {
+    Mpfi t;
+    int set, col;
+  };
+  Rng rng(seed ^ 0x5a17ULL);
+  Vec<Rational> a(f.d);
+  for (int i = 0; i < f.d; ++i) a(i) = rational_of(gauss(rng));
+  const Vec<Mpfi> ai = a.unaryExpr([](const Rational& x) { return Scalar<Mpfi>::from(x); });
+  std::vector<Ctx> cs;
+  for (std::size_t s = 0; s < f.sets.size(); ++s)
+    for (int k = 0; k < f.n; ++k) cs.push_back({Mpfi(ai.dot(z[s].col(k))), static_cast<int>(s), k});
+  std::sort(cs.begin(), cs.end(), [](const Ctx& x, const Ctx& y) { return mp::median(x.t) < mp::median(y.t); });
+  q = cs.size();
+  Mpfr g = -1;
+  for (std::size_t i = 0; i + 1 < q; ++i) {
+    if (!(upper(cs[i].t) < lower(cs[i + 1].t))) return false;
+    Mpfr gi = mp::median(cs[i + 1].t) - mp::median(cs[i].t);
+    if (g < 0 || gi < g) g = gi;
+  }
+  if (g < 0) g = 1;
+  std::vector<Mpfr> t(q), b(q);
+  std::vector<Rational> bq(q);
+  for (std::size_t i = 0; i < q; ++i) t[i] = mp::median(cs[i].t);
+  for (std::size_t i = 0; i < q; ++i) {
+    b[i] = i == 0 ? Mpfr(t[0] - g) : Mpfr((t[i - 1] + t[i]) / 2);
+    bq[i] = Scalar<Mpfr>::to_rational(b[i]);
+    b[i] = Scalar<Mpfr>::from(bq[i]);
+  }
+  ff.w1 = Mat<Rational>(q, f.d), ff.b1 = Mat<Rational>(q, 1), ff.w2 = Mat<Rational>::Zero(f.d, q), ff.b2 = Mat<Rational>::Zero(f.d, 1);
+  for (std::size_t j = 0; j < q; ++j) ff.w1.row(j) = a.transpose(), ff.b1(j, 0) = -bq[j];
+  // Row r of W2: Σ_{j≤i} w_j (t_i − b_j) = T_{r,i}; with S = Σ w_j and P = Σ w_j b_j over j < i,
+  // w_i = (T_{r,i} − (t_i S − P)) / (t_i − b_i).
+  const int k_out = f.label_dim;
+  for (int r = 0; r < k_out; ++r) {
+    Mpfr S(0), P(0);
+    for (std::size_t i = 0; i < q; ++i) {
+      const Sequence& seq = ds.sequences[f.first_with_set[cs[i].set]];
+      Mpfr target = Scalar<Mpfr>::from(seq.y(r, cs[i].col)) - mp::median(z[cs[i].set](r, cs[i].col));
+      Mpfr w = (target - (t[i] * S - P)) / (t[i] - b[i]);
+      S += w, P += w * b[i];
+      ff.w2(r, i) = Scalar<Mpfr>::to_rational(w);
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+Memorized memorize(const Dataset& ds, const MemorizeOptions& opt) {
+  const Facts f = analyse(ds, true);
+  if (f.label_dim > f.d)
+    throw Error("labels have " + std::to_string(f.label_dim) + " numbers per token but tokens have d = " + std::to_string(f.d) +
+                "; the residual stream carries at most d");
+  const Rational tol_q = parse_rational(opt.tolerance);
+  if (tol_q <= 0) throw Error("tolerance must be positive, got " + opt.tolerance);
+  Memorized m;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto since = [](std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+  };
+  m.contextual = build_contextual(f, opt.contextual);
+  m.seconds_contextual = since(t0);
+  const int d = f.d, k = f.label_dim;
+
+  Architecture arch = m.contextual.net.arch;
+  LayerSpec ffs;
+  ffs.kind = LayerKind::feedforward;
+  if (k < d) arch.readout = k;
+  unsigned bits = std::max(m.contextual.bits_used, 64u);
+  for (int attempt = 0;; ++attempt) {
+    bits = set_mpfr_bits(bits);
+    Layer<Rational> ff;
+    bool ok = false;
+    for (int dir = 0; dir < 3 && !ok; ++dir) ok = zhang_layer(f, ds, m.contextual.net, opt.contextual.seed + dir, ff, m.hidden);
+    if (ok) {
+      ffs.width = static_cast<int>(m.hidden);
+      Architecture a = arch;
+      a.layers.push_back(ffs);
+      a.validate();
+      Network<Rational> net(a);
+      net.layers[0] = m.contextual.net.layers[0];
+      net.layers[1].w1 = ff.w1, net.layers[1].b1 = ff.b1, net.layers[1].w2 = ff.w2, net.layers[1].b2 = ff.b2;
+      if (k < d) {
+        net.readout_w = Mat<Rational>::Zero(k, d);
+        for (int i = 0; i < k; ++i) net.readout_w(i, i) = 1;
+        net.readout_b = Mat<Rational>::Zero(k, 1);
+      }
+      const double tol = Scalar<Mpfr>::to_double(lower(Scalar<Mpfi>::from(tol_q)));
+      m.max_error = certified_max_error(net, ds);
+      if (m.max_error <= tol) {
+        m.seconds_construct_certify = since(t0);
+        const auto t1 = std::chrono::steady_clock::now();
+        m.net = std::move(net);
+        m.bits_used = m.min_bits = bits;
+        // Minimum bits: binary search on the fixed (lossless) network.
+        unsigned lo = 2, hi = bits;
+        while (hi - lo > 1) {
+          unsigned mid = (lo + hi) / 2;
+          unsigned in_force = set_mpfr_bits(mid);
+          if (in_force < hi && certified_max_error(m.net, ds, tol) <= tol) hi = in_force;
+          else lo = mid;
+        }
+        m.min_bits = hi;
+        m.seconds_min_bits = since(t1);
+        set_mpfr_bits(m.bits_used);
+        break;
+      }
+    }
+    if (bits >= opt.contextual.max_bits)
+      throw Error("memorization not certified within " + std::to_string(bits) + " bits (--max-bits)");
+    bits = std::min(2 * bits, opt.contextual.max_bits);
+  }
+  // float64: the weights rounded to double, evaluated in double.
+  {
+    const Network<double> nd = network_cast<double>(m.net);
+    double worst = 0;
+    for (const auto& s : ds.sequences) {
+      Mat<double> y = forward(nd, matrix_cast<double>(s.x)) - matrix_cast<double>(s.y);
+      double e = y.cwiseAbs().maxCoeff();
+      worst = std::isfinite(e) ? std::max(worst, e) : kInf;
+    }
+    m.float64_max_error = worst;
+    m.float64_works = worst <= Scalar<Rational>::to_double(tol_q);
+  }
+  auto count = [](const Network<Rational>& net, const std::string& prefix) {
+    std::size_t c = 0;
+    net.for_each_tensor([&](const std::string& name, const Mat<Rational>& t, Layout) {
+      if (name.rfind(prefix, 0) == 0) c += t.size();
+    });
+    return c;
+  };
+  m.params_attention = count(m.net, "layers.0.");
+  m.params_ff = count(m.net, "layers.1.");
+  m.params_total = m.net.parameter_count();
+  const std::size_t q = m.hidden;
+  m.paper_attention = opt.contextual.tied ? 2 * d : 4 * d;
+  m.paper_ff = d + q + d * q;
+  m.paper_total = m.paper_attention + m.paper_ff;
+  return m;
+}
+
+json Memorized::report() const {
+  return {{"contextual", contextual.report()},
+          {"hidden_width", hidden},
+          {"max_error_certified", max_error},
+          {"seconds", {{"contextual", seconds_contextual}, {"construct_and_certify", seconds_construct_certify}, {"min_bits_search", seconds_min_bits}}},
+          {"bits_used", bits_used},
+          {"min_bits", min_bits},
+          {"float64_works", float64_works},
+          {"float64_max_error", std::isfinite(float64_max_error) ? json(float64_max_error) : json(nullptr)},
+          {"parameters", {{"attention", params_attention}, {"feedforward", params_ff}, {"total", params_total}}},
+          {"parameters_zhang_form", {{"attention", paper_attention}, {"feedforward", paper_ff}, {"total", paper_total}}}};
+}
+
+// ---- Theorem 1 ---------------------------------------------------------------------------------
+
+HardmaxCounterexample hardmax_counterexample(int draws, std::uint64_t seed) {
+  HardmaxCounterexample h;
+  h.draws = draws;
+  const std::vector<int> L1 = {1, 3, 5, 7}, L2 = {1, 2, 6, 7};
+  const Rational u0(3, 5), u1(4, 5);
+  h.data.d = 2;
+  for (const auto* L : {&L1, &L2}) {
+    Sequence s;
+    s.x = Mat<Rational>(2, 4);
+    for (int k = 0; k < 4; ++k) s.x(0, k) = u0 * (*L)[k], s.x(1, k) = u1 * (*L)[k];
+    h.data.sequences.push_back(s);
+  }
+  const std::vector<int> heads = {1, 2, 3, 4}, sizes = {1, 2};
+  h.heads_tried = heads;
+  for (int i = 0; i < draws; ++i) {
+    Architecture a;
+    a.d = 2;
+    LayerSpec s;
+    s.kind = LayerKind::attention;
+    s.score = Score::hardmax;
+    s.heads = heads[i % heads.size()], s.head_size = sizes[(i / heads.size()) % sizes.size()];
+    s.bias = i % 3 == 2;
+    a.layers.push_back(s);
+    a.validate();
+    Network<double> nd(a);
+    init_random(nd, seed + static_cast<std::uint64_t>(i), 2.0);
+    const Network<Rational> nq = network_cast<Rational>(nd);
+    Mat<Rational> y1 = forward(nq, h.data.sequences[0].x), y2 = forward(nq, h.data.sequences[1].x);
+    if (y1.col(0) == y2.col(0)) ++h.identical;  // token λ = 1 is column 0 of both
+  }
+  // The softmax construction on the same two sequences.
+  const Facts f = analyse(h.data);
+  ContextualOptions opt;
+  opt.seed = seed;
+  opt.search_min_bits = false;
+  const Contextual c = build_contextual(f, opt);
+  h.softmax_separates = c.separation.certified;
+  h.log10_softmax_gap = std::to_string(c.separation.log10_delta);
+  return h;
+}
+
+json HardmaxCounterexample::report() const {
+  return {{"sequences", {"Λ1 = {1,3,5,7}·u", "Λ2 = {1,2,6,7}·u"}},
+          {"hardmax_draws", draws},
+          {"hardmax_identical_for_token_1", identical},
+          {"heads_tried", heads_tried},
+          {"softmax_separates", softmax_separates},
+          {"softmax_log10_delta", log10_softmax_gap}};
+}
+
+// ---- demo data ---------------------------------------------------------------------------------
+
+Dataset demo_dataset(int N, int n, int d, int V, std::uint64_t seed) {
+  if (N < 1 || n < 1 || d < 1 || V < n) throw Error("demo data needs N, n, d >= 1 and |V| >= n");
+  Rng rng(seed);
+  std::vector<Vec<Rational>> vocab;
+  while (static_cast<int>(vocab.size()) < V) {
+    Vec<double> g(d);
+    for (int i = 0; i < d; ++i) g(i) = gauss(rng);
+    g *= rng.uniform(1, 2) / g.norm();
+    Vec<Rational> x = g.unaryExpr([](double t) { return Rational(static_cast<long>(std::llround(t * 1000)), 1000); });
+    bool fresh = x.squaredNorm() != 0;
+    for (auto& y : vocab) fresh = fresh && y != x;
+    if (fresh) vocab.push_back(x);
+  }
+  Dataset ds;
+  ds.d = d, ds.label_dim = 1;
+  for (int i = 0; i < N; ++i) {
+    std::vector<int> idx(V);
+    for (int j = 0; j < V; ++j) idx[j] = j;
+    for (int j = 0; j < n; ++j) std::swap(idx[j], idx[j + static_cast<int>(rng.uniform() * (V - j))]);
+    idx.resize(n);
+    std::vector<int> set = idx;
+    std::sort(set.begin(), set.end());
+    std::uint64_t h = seed * 0x9E3779B97F4A7C15ULL;
+    for (int t : set) h = (h ^ static_cast<std::uint64_t>(t + 1)) * 0x100000001B3ULL;
+    Sequence s;
+    s.x = Mat<Rational>(d, n);
+    s.y = Mat<Rational>(1, n);
+    for (int k = 0; k < n; ++k) {
+      s.x.col(k) = vocab[idx[k]];
+      Rng lab(h ^ static_cast<std::uint64_t>(idx[k] * 7919 + 1));
+      s.y(0, k) = static_cast<long>(lab.next() % 3);  // three classes, a function of (token, set)
+    }
+    ds.sequences.push_back(std::move(s));
+  }
+  return ds;
+}
+
+}  // namespace uatlab::kajitsuka

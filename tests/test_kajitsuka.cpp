@@ -1,0 +1,153 @@
+// Kajitsuka & Sato: hypotheses, Lemma 3, the contextual mapping (faithful and tuned), certified
+// memorization checked independently in 1000-bit MPFR, and Theorem 1's hardmax counterexample.
+#include <gtest/gtest.h>
+
+#include "uatlab/construct/kajitsuka.hpp"
+#include "uatlab/verify/evaluate.hpp"
+
+using namespace uatlab;
+namespace ks = uatlab::kajitsuka;
+
+namespace {
+
+Dataset parse(const std::string& text) { return parse_dataset(text, "test"); }
+
+std::string error_of(const Dataset& ds, bool labels) {
+  try {
+    ks::analyse(ds, labels);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// d = 2, |V| = 4 fixed tokens, every 3-subset as a sequence (the note's toy, §3.4).
+Dataset toy() {
+  const char* v[4][2] = {{"1", "1/2"}, {"-3/4", "1"}, {"1/5", "-6/5"}, {"-1", "-1/2"}};
+  Dataset ds;
+  ds.d = 2;
+  for (int skip = 0; skip < 4; ++skip) {
+    Sequence s;
+    s.x = Mat<Rational>(2, 3);
+    int k = 0;
+    for (int t = 0; t < 4; ++t)
+      if (t != skip) s.x(0, k) = parse_rational(v[t][0]), s.x(1, k) = parse_rational(v[t][1]), ++k;
+    ds.sequences.push_back(s);
+  }
+  return ds;
+}
+
+}  // namespace
+
+TEST(Kajitsuka, RejectsEveryViolationByName) {
+  // unequal n, a duplicate inside sequence 2, a zero token in sequence 3
+  Dataset ds = parse(
+      "{\"x\": [[1,0],[0,1]]}\n"
+      "{\"x\": [[1,0],[1,0]]}\n"
+      "{\"x\": [[0,0],[0,1]]}\n"
+      "{\"x\": [[1,0],[0,1],[1,1]]}\n");
+  const std::string e = error_of(ds, false);
+  EXPECT_NE(e.find("sequence 2: tokens 1 and 2 are equal"), std::string::npos) << e;
+  EXPECT_NE(e.find("sequence 3, token 1: the zero vector"), std::string::npos) << e;
+  EXPECT_NE(e.find("sequence 4 has 3 tokens"), std::string::npos) << e;
+  EXPECT_NE(e.find("3 problems"), std::string::npos) << e;
+}
+
+TEST(Kajitsuka, RejectsInconsistentLabelsListingThePair) {
+  // Sequences 1 and 2 are permutations of each other: token (1,0) must carry the same label.
+  Dataset ds = parse(
+      "{\"x\": [[1,0],[0,1]], \"y\": [1, 2]}\n"
+      "{\"x\": [[0,1],[1,0]], \"y\": [2, 5]}\n");
+  const std::string e = error_of(ds, true);
+  EXPECT_NE(e.find("sequence 1 token 1 and sequence 2 token 2"), std::string::npos) << e;
+  EXPECT_EQ(error_of(parse("{\"x\": [[1,0],[0,1]], \"y\": [1, 2]}\n{\"x\": [[0,1],[1,0]], \"y\": [2, 1]}\n"), true), "");
+  EXPECT_NE(error_of(parse("{\"x\": [[1,0],[0,1]]}\n"), true).find("no labels"), std::string::npos);
+}
+
+TEST(Kajitsuka, MeasuresTheHypotheses) {
+  ks::Facts f = ks::analyse(toy());
+  EXPECT_EQ(f.vocab.size(), 4u);
+  EXPECT_EQ(f.sets.size(), 4u);
+  EXPECT_EQ(f.r_min_sq, parse_rational("5/4"));          // (1, 1/2)
+  EXPECT_EQ(f.r_max_sq, parse_rational("25/16"));        // (-3/4, 1)
+  EXPECT_EQ(f.eps_sq, parse_rational("193/100"));        // (1/5, -6/5) − (-1, -1/2): 36/25 + 49/100
+}
+
+TEST(Kajitsuka, ProjectionMeetsLemma3) {
+  ks::Facts f = ks::analyse(ks::demo_dataset(30, 4, 3, 12, 5));
+  ks::Projection p = ks::find_projection(f, 9);
+  EXPECT_GE(p.achieved, p.required);
+  EXPECT_NEAR(p.required, std::sqrt(8 / (M_PI * 3)) / (13.0 * 13.0), 1e-15);
+  // Reproducible from the seed.
+  EXPECT_EQ(ks::find_projection(f, 9).v, p.v);
+}
+
+TEST(Kajitsuka, FaithfulConstructionNeedsThousandsOfBitsAndBeatsTheBound) {
+  ks::Facts f = ks::analyse(toy());
+  ks::ContextualOptions opt;
+  opt.mode = ks::Mode::faithful;
+  ks::Contextual c = ks::build_contextual(f, opt);
+  ASSERT_TRUE(c.separation.certified);
+  EXPECT_GT(c.separation.log10_delta_lo, c.log10_delta_bound);  // Theorem 2's δ holds, loosely
+  EXPECT_LT(c.separation.log10_delta, -100);                     // and δ is astronomically small
+  EXPECT_GT(c.min_bits, 300u);
+  EXPECT_LE(c.min_bits, c.bits_used);
+  EXPECT_LE(c.separation.r, c.r_bound + 1e-12);
+  // Below the minimum the certificate fails.
+  set_mpfr_bits(c.min_bits / 2);
+  EXPECT_FALSE(ks::certify_separation(c.net, f).certified);
+}
+
+TEST(Kajitsuka, TunedConstructionIsSeparatedAtLowPrecisionTiedOrNot) {
+  ks::Facts f = ks::analyse(ks::demo_dataset(60, 4, 3, 12, 2));
+  for (bool tied : {false, true}) {
+    ks::ContextualOptions opt;
+    opt.tied = tied;
+    ks::Contextual c = ks::build_contextual(f, opt);
+    ASSERT_TRUE(c.separation.certified);
+    EXPECT_GT(c.separation.log10_delta, -12);
+    EXPECT_GT(c.separation.log10_delta, c.log10_delta_bound);
+    EXPECT_LT(c.min_bits, 128u);
+    EXPECT_EQ(c.net.arch.layers[0].tied_qkv, tied);
+    EXPECT_GT(c.separation.cross_lower, 0);
+  }
+}
+
+TEST(Kajitsuka, MemorizesEveryLabelCheckedIndependentlyIn1000Bits) {
+  const Dataset ds = ks::demo_dataset(40, 4, 3, 10, 1);
+  ks::MemorizeOptions opt;
+  ks::Memorized m = ks::memorize(ds, opt);
+  EXPECT_LE(m.max_error, 1e-6);
+  EXPECT_LE(m.min_bits, m.bits_used);
+  ASSERT_EQ(m.net.arch.layers.size(), 2u);
+  EXPECT_EQ(m.net.arch.layers[0].heads, 1);
+  EXPECT_EQ(m.net.arch.layers[0].head_size, 1);
+  EXPECT_EQ(m.hidden, static_cast<std::size_t>(m.net.arch.layers[1].width));
+  EXPECT_EQ(m.paper_ff, 3 + m.hidden + 3 * m.hidden);
+  // An independent check: the whole network in 1000-bit MPFR (not intervals) on every sequence.
+  set_mpfr_bits(1000);
+  const Network<Mpfr> net = network_cast<Mpfr>(m.net);
+  for (const auto& s : ds.sequences) {
+    Mat<Mpfr> y = forward(net, matrix_cast<Mpfr>(s.x));
+    for (Eigen::Index k = 0; k < y.cols(); ++k) EXPECT_LT(mp::abs(y(0, k) - Scalar<Mpfr>::from(s.y(0, k))), Mpfr(1e-6));
+  }
+  // At half the certified minimum the certificate fails.
+  set_mpfr_bits(m.min_bits / 2);
+  EXPECT_GT(ks::certified_max_error(m.net, ds), 1e-6);
+}
+
+TEST(Kajitsuka, LabelsWiderThanTokensAreRejected) {
+  Dataset ds = parse("{\"x\": [[1,0],[0,1]], \"y\": [[1,2,3],[4,5,6]]}\n");
+  ks::MemorizeOptions opt;
+  EXPECT_THROW(ks::memorize(ds, opt), Error);
+}
+
+TEST(Kajitsuka, HardmaxCannotSeparateWhatSoftmaxDoes) {
+  ks::HardmaxCounterexample h = ks::hardmax_counterexample(48, 3);
+  EXPECT_EQ(h.identical, h.draws);
+  EXPECT_TRUE(h.softmax_separates);
+  // The pair is a valid Theorem 2 dataset: separated, no duplicates.
+  ks::Facts f = ks::analyse(h.data);
+  EXPECT_EQ(f.vocab.size(), 6u);
+  EXPECT_EQ(f.eps_sq, Rational(1));  // neighbours 1 apart along the unit u
+}
