@@ -7,11 +7,19 @@
 #include <utility>
 #include <vector>
 
+#include "uatlab/model/architecture.hpp"
+
 namespace uatlab::cli {
 
 using Commands = std::vector<std::pair<CLI::App*, std::function<int()>>>;
 
 void add_kajitsuka_commands(CLI::App& app, Commands& commands);
+void add_train_commands(CLI::App& app, Commands& commands);
+
+// An architecture from --arch (JSON text or file) or from --d/--vocab/--max-len/--readout and
+// repeated --layer "attention:heads=2,head_size=4" flags.
+Architecture architecture_from_flags(const std::string& arch_text, int d, int vocab, int max_len, int readout,
+                                     const std::vector<std::string>& layers);
 
 // Write text to a file atomically, or to standard output for "" and "-".
 void write_output(const std::string& path, const std::string& text);

@@ -20,16 +20,8 @@
 using namespace uatlab;
 using nlohmann::json;
 
-void uatlab::cli::write_output(const std::string& path, const std::string& text) {
-  if (path.empty() || path == "-") std::cout << text << std::flush;
-  else write_file_atomic(path, text);
-}
-using uatlab::cli::write_output;
-
-namespace {
-
 // "attention:heads=2,head_size=3,score=hardmax" → {"type":"attention","heads":2,...}
-json layer_from_flag(const std::string& spec) {
+static json layer_from_flag(const std::string& spec) {
   static const std::map<std::string, std::string> alias = {
       {"attn", "attention"}, {"attention", "attention"}, {"ff", "feedforward"}, {"feedforward", "feedforward"},
       {"ln", "layernorm"}, {"layernorm", "layernorm"}};
@@ -48,6 +40,29 @@ json layer_from_flag(const std::string& spec) {
   }
   return j;
 }
+
+
+uatlab::Architecture uatlab::cli::architecture_from_flags(const std::string& arch_text, int d, int vocab, int max_len, int readout,
+                                                          const std::vector<std::string>& layers) {
+  json aj;
+  if (!arch_text.empty()) {
+    std::string text = arch_text.front() == '{' ? arch_text : read_file(arch_text);
+    aj = parse_json(text, "--arch", true);
+  } else {
+    if (d < 1) throw Error("give --arch or --d with --layer flags");
+    aj = {{"d", d}, {"vocab", vocab}, {"max_len", max_len}, {"readout", readout}, {"layers", json::array()}};
+    for (auto& l : layers) aj["layers"].push_back(layer_from_flag(l));
+  }
+  return Architecture::from_json(aj);
+}
+
+void uatlab::cli::write_output(const std::string& path, const std::string& text) {
+  if (path.empty() || path == "-") std::cout << text << std::flush;
+  else write_file_atomic(path, text);
+}
+using uatlab::cli::write_output;
+
+namespace {
 
 std::string lines_text(const std::vector<json>& lines) {
   std::string out;
@@ -109,16 +124,7 @@ int cmd_convert(const std::string& in, const std::string& out, const std::string
 
 int cmd_init(const std::string& arch_text, int d, int vocab, int max_len, int readout, const std::vector<std::string>& layers,
              std::uint64_t seed, double gain, const std::string& out, const std::string& dtype) {
-  json aj;
-  if (!arch_text.empty()) {
-    std::string text = arch_text.front() == '{' ? arch_text : read_file(arch_text);
-    aj = parse_json(text, "--arch", true);
-  } else {
-    if (d < 1) throw Error("init: give --arch or --d with --layer flags");
-    aj = {{"d", d}, {"vocab", vocab}, {"max_len", max_len}, {"readout", readout}, {"layers", json::array()}};
-    for (auto& l : layers) aj["layers"].push_back(layer_from_flag(l));
-  }
-  Network<double> net(Architecture::from_json(aj));
+  Network<double> net(cli::architecture_from_flags(arch_text, d, vocab, max_len, readout, layers));
   init_random(net, seed, gain);
   save_network(net, out, dtype, "double");
   std::cerr << "wrote " << out << ": " << net.parameter_count() << " parameters, seed " << seed << "\n";
@@ -234,6 +240,7 @@ int main(int argc, char** argv) {
 
   cli::Commands commands;
   cli::add_kajitsuka_commands(app, commands);
+  cli::add_train_commands(app, commands);
 
   CLI11_PARSE(app, argc, argv);
   try {

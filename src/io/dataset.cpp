@@ -53,7 +53,8 @@ Dataset parse_dataset(const std::string& text, const std::string& what) {
       json j = parse_json(line, "JSON", true);
       if (!j.is_object()) throw Error("a line must be a JSON object");
       for (auto& [k, _] : j.items())
-        if (k != "x" && k != "tokens" && k != "y") throw Error("unknown field \"" + k + "\" (expected x or tokens, and y)");
+        if (k != "x" && k != "tokens" && k != "y" && k != "mask")
+          throw Error("unknown field \"" + k + "\" (expected x or tokens, and y, mask)");
       if (j.contains("x") == j.contains("tokens")) throw Error("a line needs exactly one of \"x\" and \"tokens\"");
       Sequence s;
       const bool tokens = j.contains("tokens");
@@ -77,6 +78,15 @@ Dataset parse_dataset(const std::string& text, const std::string& what) {
         s.y = columns(j["y"], "y", true);
         if (static_cast<std::size_t>(s.y.cols()) != s.n())
           throw Error("\"y\" has " + std::to_string(s.y.cols()) + " labels for " + std::to_string(s.n()) + " tokens");
+      }
+      if (j.contains("mask")) {
+        const json& m = j["mask"];
+        if (!m.is_array() || m.size() != s.n()) throw Error("\"mask\" must be an array of " + std::to_string(s.n()) + " 0/1 values");
+        for (auto& b : m) {
+          if (!b.is_number_integer() || (b.get<long long>() != 0 && b.get<long long>() != 1))
+            throw Error("\"mask\" entry " + b.dump() + " is not 0 or 1");
+          s.mask.push_back(static_cast<char>(b.get<int>()));
+        }
       }
       const int k = static_cast<int>(s.y.rows());
       if (!ds.sequences.empty() && k != ds.label_dim)
@@ -119,6 +129,11 @@ std::string format_dataset(const Dataset& ds) {
         }
       }
       line["y"] = y;
+    }
+    if (!s.mask.empty()) {
+      json m = json::array();
+      for (char b : s.mask) m.push_back(static_cast<int>(b));
+      line["mask"] = m;
     }
     out += line.dump() + "\n";
   }

@@ -136,6 +136,59 @@ template <class S> void save_network(const Network<S>& net, const std::string& p
   write_file_atomic(path, st.serialize());
 }
 
+template <class S> void save_checkpoint(const std::string& path, const Network<S>& net, const NamedNetworks<S>& extras,
+                                        const std::map<std::string, std::string>& metadata) {
+  Safetensors st;
+  st.metadata = metadata;
+  st.metadata["format"] = "pt";
+  st.metadata["uatlab"] = net.arch.to_json().dump();
+  auto put = [&](const std::string& prefix, const Network<S>& n) {
+    n.for_each_tensor([&](const std::string& name, const Mat<S>& m, Layout l) {
+      std::vector<double> v;
+      for_each_torch_element(m, l, [&](const S& x) { v.push_back(static_cast<double>(x)); });
+      st.tensors[prefix + name] = Tensor::f64(torch_shape(m, l), v);
+    });
+  };
+  put("", net);
+  for (auto& [prefix, n] : extras) put(prefix, *n);
+  write_file_atomic(path, st.serialize());
+}
+
+template <class S> std::map<std::string, std::string> load_checkpoint(const std::string& path, Network<S>& net,
+                                                                      const NamedNetworks<S>& extras) {
+  try {
+    Safetensors st = Safetensors::parse(read_file(path), "checkpoint");
+    if (!st.metadata.count("uatlab")) throw Error("no \"uatlab\" architecture in __metadata__");
+    net = Network<S>(Architecture::from_json(parse_json(st.metadata.at("uatlab"), "architecture", true)));
+    auto get = [&](const std::string& prefix, Network<S>& n) {
+      n.for_each_tensor([&](const std::string& name, Mat<S>& m, Layout l) {
+        auto it = st.tensors.find(prefix + name);
+        if (it == st.tensors.end()) throw Error("missing tensor \"" + prefix + name + "\"");
+        if (it->second.shape != torch_shape(m, l)) throw Error("tensor \"" + prefix + name + "\" has the wrong shape");
+        std::vector<S> v;
+        for (double x : it->second.values()) {
+          if (!std::isfinite(x)) throw Error("tensor \"" + prefix + name + "\" contains NaN or infinity");
+          v.push_back(static_cast<S>(x));
+        }
+        assign_torch_order(m, l, v);
+      });
+    };
+    get("", net);
+    for (auto& [prefix, n] : extras) {
+      *n = Network<S>(net.arch);
+      get(prefix, *n);
+    }
+    return st.metadata;
+  } catch (const Error& e) {
+    throw Error(path + ": " + e.what());
+  }
+}
+
+template void save_checkpoint<float>(const std::string&, const Network<float>&, const NamedNetworks<float>&, const std::map<std::string, std::string>&);
+template void save_checkpoint<double>(const std::string&, const Network<double>&, const NamedNetworks<double>&, const std::map<std::string, std::string>&);
+template std::map<std::string, std::string> load_checkpoint<float>(const std::string&, Network<float>&, const NamedNetworks<float>&);
+template std::map<std::string, std::string> load_checkpoint<double>(const std::string&, Network<double>&, const NamedNetworks<double>&);
+
 #define UATLAB_INSTANTIATE_IO(S)                                      \
   template Network<S> load_network<S>(const std::string&);             \
   template void save_network<S>(const Network<S>&, const std::string&, const std::string&, const std::string&);

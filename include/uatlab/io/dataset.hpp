@@ -1,6 +1,7 @@
 // Datasets as JSONL: one sequence a line.
 //   {"x": [[x_11, ..., x_d1], ..., [x_1n, ..., x_dn]], "y": [...]}   continuous tokens (n of them, d each)
 //   {"tokens": [id_1, ..., id_n], "y": [...]}                        token ids
+// "mask" is optional: n values 0/1, which tokens a training loss counts (default all).
 // "y" is optional: n numbers (one label per token) or n arrays of k numbers. Numbers may be JSON
 // numbers or strings ("1/3", "0.1e-400"); they are kept exactly, as rationals.
 #pragma once
@@ -16,6 +17,7 @@ struct Sequence {
   Mat<Rational> x;          // d×n (continuous input)
   std::vector<int> tokens;  // n ids (token input)
   Mat<Rational> y;          // k×n labels, or 0×0 when the line has none
+  std::vector<char> mask;   // n flags (1: the token counts in a training loss); empty: all count
   std::size_t n() const { return tokens.empty() ? static_cast<std::size_t>(x.cols()) : tokens.size(); }
 };
 

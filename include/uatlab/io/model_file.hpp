@@ -1,6 +1,9 @@
 // Model files: safetensors (F32/F64, for PyTorch) and uatlab's lossless JSON (exact rationals,
 // for MPFR and rational weights). Both carry the architecture; docs/formats.md describes them.
 #pragma once
+#include <map>
+#include <utility>
+#include <vector>
 
 #include <string>
 
@@ -20,5 +23,14 @@ template <class S> Network<S> load_network(const std::string& path);
 template <class S> void save_network(const Network<S>& net, const std::string& path, const std::string& dtype = "F64",
                                      const std::string& source = Scalar<S>::name);
 
+// Training checkpoints (safetensors, F64, exact for float and double): the model's tensors, plus
+// networks of the same shape stored under a prefix (AdamW's moments as "adam_m.<name>", ...), plus
+// string metadata (the step, the training configuration).
+template <class S> using NamedNetworks = std::vector<std::pair<std::string, Network<S>*>>;
+template <class S> void save_checkpoint(const std::string& path, const Network<S>& net, const NamedNetworks<S>& extras,
+                                        const std::map<std::string, std::string>& metadata);
+// Fills net (shaped by the file's architecture) and every extra (reshaped like net); returns the metadata.
+template <class S> std::map<std::string, std::string> load_checkpoint(const std::string& path, Network<S>& net,
+                                                                      const NamedNetworks<S>& extras);
 
 }  // namespace uatlab

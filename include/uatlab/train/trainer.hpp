@@ -1,0 +1,67 @@
+// The training loop: seeded batches, AdamW with warm-up + cosine schedule, gradient clipping,
+// frozen tensors, CSV metrics, checkpoints and exact resume.
+#pragma once
+
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "uatlab/io/dataset.hpp"
+#include "uatlab/train/backward.hpp"
+
+namespace uatlab {
+
+struct TrainConfig {
+  Loss loss = Loss::mse;
+  long steps = 1000;
+  int batch = 32;
+  double lr = 1e-3, min_lr = 0;        // cosine from lr down to min_lr after the warm-up
+  long warmup = 0;                     // linear warm-up steps: lr·(t+1)/warmup
+  double weight_decay = 0, beta1 = 0.9, beta2 = 0.999, adam_eps = 1e-8;
+  double clip = 0;                     // > 0: clip the global gradient norm (torch's clip_grad_norm_)
+  std::uint64_t seed = 1;              // batch order
+  std::vector<std::string> freeze;     // tensor names; "layers.0.*" freezes by prefix
+  long log_every = 10;
+  long eval_every = 0;                 // > 0: loss/accuracy on the validation set
+  bool stop_at_full_accuracy = false;  // cross-entropy: stop when every training token is right
+  std::string metrics;                 // CSV path
+  std::string checkpoint;              // path; written every checkpoint_every steps and at the end
+  long checkpoint_every = 0;
+  nlohmann::json to_json() const;
+};
+
+// Learning rate at step t (0-based).
+double learning_rate(const TrainConfig& c, long t);
+
+// AdamW with torch's semantics (decoupled decay, bias correction); moments are networks too.
+template <class S> struct AdamW {
+  Network<S> m, v;
+  long step = 0;  // updates done
+  explicit AdamW(const Network<S>& net) : m(zero_like(net)), v(zero_like(net)) {}
+  // Returns the global gradient norm before clipping (frozen tensors excluded).
+  double update(Network<S>& net, Network<S>& grad, const TrainConfig& c, double lr);
+};
+
+struct TrainReport {
+  long steps = 0;
+  double loss = 0, accuracy = -1;           // last logged training loss / accuracy (-1: not classification)
+  double val_loss = -1, val_accuracy = -1;  // last evaluation (-1: none)
+  double seconds = 0;
+  bool stopped_early = false;
+};
+
+struct Progress {
+  long step, steps;
+  double loss, lr, grad_norm, steps_per_second, eta_seconds;
+};
+
+// Train in place. `resume` (a checkpoint path) restores weights, moments and the step count; the
+// batch order is a function of (seed, step), so a resumed run continues exactly.
+template <class S> TrainReport train(Network<S>& net, const Dataset& data, const Dataset* validation, const TrainConfig& config,
+                                     const std::string& resume = "", const std::function<void(const Progress&)>& on_log = {});
+
+// Mean loss and accuracy (cross-entropy; -1 otherwise) over a whole dataset.
+template <class S> std::pair<double, double> evaluate_loss(const Network<S>& net, const Dataset& data, Loss loss);
+
+}  // namespace uatlab

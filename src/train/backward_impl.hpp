@@ -1,0 +1,345 @@
+// Training forward/backward, written once for every scalar (float, double; MPFR for the
+// finite-difference tests). Notation follows network.hpp: tokens are columns, column k of a score
+// matrix holds query k's scores over keys l.
+#pragma once
+
+#include <cmath>
+#include <limits>
+
+#include "../model/network_impl.hpp"
+#include "uatlab/train/backward.hpp"
+
+namespace uatlab {
+
+namespace train_detail {
+
+template <class S> S relu_grad_mask(const S& h) { return h > S(0) ? S(1) : S(0); }
+
+// LayerNorm over each column, caching x̂ and 1/σ.
+template <class S> Mat<S> ln_forward(const Mat<S>& z, const Mat<S>& w, const Mat<S>& b, const S& eps, Mat<S>& xhat, Mat<S>& rstd) {
+  const S inv_d = S(1) / S(static_cast<long>(z.rows()));
+  Mat<S> mean = z.colwise().sum() * inv_d;
+  xhat = z - Mat<S>::Ones(z.rows(), 1) * mean;
+  Mat<S> var = xhat.cwiseProduct(xhat).colwise().sum() * inv_d;
+  rstd = var.unaryExpr([&](const S& v) { return S(S(1) / Scalar<S>::sqrt(v + eps)); });
+  for (Eigen::Index c = 0; c < z.cols(); ++c) xhat.col(c) *= rstd(0, c);
+  Mat<S> out = xhat;
+  for (Eigen::Index c = 0; c < z.cols(); ++c) out.col(c) = out.col(c).cwiseProduct(w.col(0)) + b.col(0);
+  return out;
+}
+
+// dx = rstd · (dx̂ − mean(dx̂) − x̂ · mean(dx̂ ⊙ x̂)), dx̂ = dout ⊙ γ.
+template <class S> Mat<S> ln_backward(const Mat<S>& dout, const Mat<S>& xhat, const Mat<S>& rstd, const Mat<S>& w, Mat<S>& gw, Mat<S>& gb) {
+  gw.col(0) += dout.cwiseProduct(xhat).rowwise().sum();
+  gb.col(0) += dout.rowwise().sum();
+  const S inv_d = S(1) / S(static_cast<long>(dout.rows()));
+  Mat<S> dx(dout.rows(), dout.cols());
+  for (Eigen::Index c = 0; c < dout.cols(); ++c) {
+    Vec<S> dxhat = dout.col(c).cwiseProduct(w.col(0));
+    S m1 = dxhat.sum() * inv_d, m2 = dxhat.dot(xhat.col(c)) * inv_d;
+    dx.col(c) = (dxhat - Vec<S>::Constant(dout.rows(), m1) - xhat.col(c) * m2) * rstd(0, c);
+  }
+  return dx;
+}
+
+template <class S> void add_bias(Mat<S>& m, const Mat<S>& b) { m.colwise() += b.col(0); }
+
+// ∂B(l,k)/∂p_h for lin and log biases.
+template <class S> S rpe_slope_derivative(Rpe r, long dist) {
+  if (r == Rpe::lin) return S(-dist);
+  return dist == 0 ? S(0) : S(-Scalar<S>::log(S(dist)));
+}
+
+template <class S> void attention_forward(const Layer<S>& L, const Mat<S>& in, const std::vector<Eigen::Index>& start, LayerTrace<S>& t,
+                                          Mat<S>& Z) {
+  const LayerSpec& s = L.spec;
+  const Eigen::Index H = s.heads, hs = s.head_size;
+  if (s.tied_qkv) {
+    t.q.noalias() = L.wq * in;
+    if (s.bias) add_bias(t.q, L.bq);
+  } else {
+    t.v.noalias() = L.wv * in;
+    if (s.bias) add_bias(t.v, L.bv);
+    if (!s.dp_free) {
+      t.q.noalias() = L.wq * in, t.k.noalias() = L.wk * in;
+      if (s.bias) add_bias(t.q, L.bq), add_bias(t.k, L.bk);
+    }
+  }
+  const Mat<S>& Q = t.q;
+  const Mat<S>& K = s.tied_qkv ? t.q : t.k;
+  const Mat<S>& V = s.tied_qkv ? t.q : t.v;
+  const int B = static_cast<int>(start.size()) - 1;
+  t.o = Mat<S>::Zero(H * hs, in.cols());
+  t.a.assign(static_cast<std::size_t>(B) * H, Mat<S>());
+  EvalOptions opt;
+#pragma omp parallel for schedule(dynamic)
+  for (int b = 0; b < B; ++b) {
+    const Eigen::Index c0 = start[b], n = start[b + 1] - start[b];
+    for (Eigen::Index h = 0; h < H; ++h) {
+      Mat<S>& A = t.a[static_cast<std::size_t>(b) * H + h];
+      if (s.dp_free) A = Mat<S>::Zero(n, n);
+      else A.noalias() = (K.block(h * hs, c0, hs, n).transpose() * Q.block(h * hs, c0, hs, n)) * L.score_scale;
+      if (s.rpe != Rpe::none) A += position_bias(L, static_cast<int>(h), n);
+      normalise_columns(A, s, opt);
+      t.o.block(h * hs, c0, hs, n).noalias() = V.block(h * hs, c0, hs, n) * A;
+    }
+  }
+  Z.noalias() += L.wo * t.o;
+  if (s.bias) add_bias(Z, L.bo);
+}
+
+// dZ: gradient of the residual stream after the sub-layer; returns the gradient w.r.t. `in`.
+template <class S> Mat<S> attention_backward(const Layer<S>& L, Layer<S>& G, const Mat<S>& in, const std::vector<Eigen::Index>& start,
+                                             const LayerTrace<S>& t, const Mat<S>& dZ) {
+  const LayerSpec& s = L.spec;
+  const Eigen::Index H = s.heads, hs = s.head_size, T = in.cols();
+  G.wo.noalias() += dZ * t.o.transpose();
+  if (s.bias) G.bo.col(0) += dZ.rowwise().sum();
+  const Mat<S> dO = L.wo.transpose() * dZ;
+  const Mat<S>& Q = t.q;
+  const Mat<S>& K = s.tied_qkv ? t.q : t.k;
+  const Mat<S>& V = s.tied_qkv ? t.q : t.v;
+  Mat<S> dQ = Mat<S>::Zero(H * hs, s.dp_free ? 0 : T), dK = Mat<S>::Zero(H * hs, s.dp_free ? 0 : T), dV = Mat<S>::Zero(H * hs, T);
+  const int B = static_cast<int>(start.size()) - 1;
+  Mat<S> drpe = Mat<S>::Zero(L.rpe.rows(), L.rpe.cols());
+#pragma omp parallel
+  {
+    Mat<S> my_rpe = Mat<S>::Zero(L.rpe.rows(), L.rpe.cols());
+#pragma omp for schedule(dynamic)
+    for (int b = 0; b < B; ++b) {
+      const Eigen::Index c0 = start[b], n = start[b + 1] - start[b];
+      for (Eigen::Index h = 0; h < H; ++h) {
+        const Mat<S>& A = t.a[static_cast<std::size_t>(b) * H + h];
+        const auto dOh = dO.block(h * hs, c0, hs, n);
+        dV.block(h * hs, c0, hs, n).noalias() += dOh * A.transpose();
+        Mat<S> dS = V.block(h * hs, c0, hs, n).transpose() * dOh;  // dA, then dS in place
+        if (s.score == Score::softmax) {
+          for (Eigen::Index k = 0; k < n; ++k) {
+            const S dot = A.col(k).dot(dS.col(k));
+            dS.col(k) = A.col(k).cwiseProduct(dS.col(k) - Vec<S>::Constant(n, dot));
+          }
+        } else if (s.causal) {  // linear: masked scores do not exist
+          for (Eigen::Index k = 0; k + 1 < n; ++k) dS.col(k).tail(n - k - 1).setZero();
+        }
+        if (!s.dp_free) {
+          dQ.block(h * hs, c0, hs, n).noalias() += (K.block(h * hs, c0, hs, n) * dS) * L.score_scale;
+          dK.block(h * hs, c0, hs, n).noalias() += (Q.block(h * hs, c0, hs, n) * dS.transpose()) * L.score_scale;
+        }
+        if (s.rpe == Rpe::lin || s.rpe == Rpe::log) {
+          S acc(0);
+          for (Eigen::Index k = 0; k < n; ++k)
+            for (Eigen::Index l = 0; l < n; ++l)
+              if (l != k) acc += dS(l, k) * rpe_slope_derivative<S>(s.rpe, std::labs(static_cast<long>(l - k)));
+          my_rpe(h, 0) += acc;
+        } else if (s.rpe == Rpe::t5) {
+          for (Eigen::Index k = 0; k < n; ++k)
+            for (Eigen::Index l = 0; l < n; ++l)
+              my_rpe(h, t5_bucket(static_cast<int>(l - k), !s.causal, s.t5_buckets, s.t5_max_distance)) += dS(l, k);
+        }
+      }
+    }
+#pragma omp critical
+    drpe += my_rpe;
+  }
+  if (s.rpe != Rpe::none) G.rpe += drpe;
+  Mat<S> din;
+  if (s.tied_qkv) {
+    Mat<S> dP = dV;
+    if (!s.dp_free) dP += dQ + dK;
+    G.wq.noalias() += dP * in.transpose();
+    if (s.bias) G.bq.col(0) += dP.rowwise().sum();
+    din.noalias() = L.wq.transpose() * dP;
+    return din;
+  }
+  G.wv.noalias() += dV * in.transpose();
+  din.noalias() = L.wv.transpose() * dV;
+  if (s.bias) G.bv.col(0) += dV.rowwise().sum();
+  if (!s.dp_free) {
+    G.wq.noalias() += dQ * in.transpose();
+    G.wk.noalias() += dK * in.transpose();
+    din.noalias() += L.wq.transpose() * dQ;
+    din.noalias() += L.wk.transpose() * dK;
+    if (s.bias) G.bq.col(0) += dQ.rowwise().sum(), G.bk.col(0) += dK.rowwise().sum();
+  }
+  return din;
+}
+
+}  // namespace train_detail
+
+template <class S> S forward_train(const Network<S>& net, const Batch<S>& batch, Loss loss, Trace<S>& trace) {
+  using namespace train_detail;
+  const Architecture& a = net.arch;
+  for (const LayerSpec& s : a.layers) {
+    if (s.kind == LayerKind::attention && s.score == Score::hardmax)
+      throw Error("hardmax attention has no gradient; train with score softmax or linear");
+    if (s.kind == LayerKind::feedforward && s.piecewise) throw Error("training supports ReLU feed-forward layers only");
+  }
+  const Eigen::Index T = batch.tokens();
+  Mat<S> Z;
+  if (a.vocab > 0) {
+    Z.resize(a.d, T);
+    for (Eigen::Index c = 0; c < T; ++c) {
+      const int id = batch.ids[c];
+      if (id < 0 || id >= a.vocab) throw Error("token id " + std::to_string(id) + " outside the vocabulary of " + std::to_string(a.vocab));
+      Z.col(c) = net.embed.col(id);
+    }
+  } else {
+    if (batch.x.rows() != a.d) throw Error("batch tokens have " + std::to_string(batch.x.rows()) + " numbers, the network expects d = " + std::to_string(a.d));
+    Z = batch.x;
+  }
+  if (a.max_len > 0)
+    for (int b = 0; b < batch.sequences(); ++b) {
+      const Eigen::Index n = batch.start[b + 1] - batch.start[b];
+      if (n > a.max_len) throw Error("sequence length " + std::to_string(n) + " exceeds max_len " + std::to_string(a.max_len));
+      Z.middleCols(batch.start[b], n) += net.pe.leftCols(n);
+    }
+  trace.layers.resize(net.layers.size());
+  for (std::size_t i = 0; i < net.layers.size(); ++i) {
+    const Layer<S>& L = net.layers[i];
+    LayerTrace<S>& t = trace.layers[i];
+    t.in = Z;
+    if (L.spec.kind == LayerKind::layernorm) {
+      Z = ln_forward(t.in, L.norm_w, L.norm_b, L.eps, t.xhat, t.rstd);
+      continue;
+    }
+    if (L.spec.pre_norm) t.u = ln_forward(t.in, L.norm_w, L.norm_b, L.eps, t.xhat, t.rstd);
+    const Mat<S>& in = L.spec.pre_norm ? t.u : t.in;
+    if (L.spec.kind == LayerKind::attention) attention_forward(L, in, batch.start, t, Z);
+    else {
+      t.h.noalias() = L.w1 * in;
+      add_bias(t.h, L.b1);
+      Z.noalias() += L.w2 * t.h.cwiseMax(S(0));
+      add_bias(Z, L.b2);
+    }
+  }
+  trace.z = std::move(Z);
+  if (a.readout > 0) {
+    trace.y.noalias() = net.readout_w * trace.z;
+    add_bias(trace.y, net.readout_b);
+  } else {
+    trace.y = trace.z;
+  }
+  // Loss over counted tokens.
+  trace.counted = 0;
+  S total(0);
+  for (Eigen::Index c = 0; c < T; ++c) {
+    if (!batch.mask[c]) continue;
+    ++trace.counted;
+    if (loss == Loss::mse) total += (trace.y.col(c) - batch.target.col(c)).squaredNorm();
+    else {
+      const S mx = trace.y.col(c).maxCoeff();
+      S sum(0);
+      for (Eigen::Index r = 0; r < trace.y.rows(); ++r) sum += Scalar<S>::exp(trace.y(r, c) - mx);
+      total += mx + Scalar<S>::log(sum) - trace.y(batch.label[c], c);
+    }
+  }
+  if (trace.counted == 0) throw Error("the batch has no tokens counted in the loss (all masked)");
+  const S denom = S(static_cast<long>(trace.counted * (loss == Loss::mse ? trace.y.rows() : 1)));
+  trace.loss = total / denom;
+  return trace.loss;
+}
+
+template <class S> void backward(const Network<S>& net, const Batch<S>& batch, Loss loss, const Trace<S>& trace, Network<S>& grad) {
+  using namespace train_detail;
+  const Architecture& a = net.arch;
+  const Eigen::Index T = batch.tokens();
+  // dLoss/dy
+  Mat<S> dY = Mat<S>::Zero(trace.y.rows(), T);
+  const S denom = S(static_cast<long>(trace.counted * (loss == Loss::mse ? trace.y.rows() : 1)));
+  for (Eigen::Index c = 0; c < T; ++c) {
+    if (!batch.mask[c]) continue;
+    if (loss == Loss::mse) dY.col(c) = (trace.y.col(c) - batch.target.col(c)) * (S(2) / denom);
+    else {
+      const S mx = trace.y.col(c).maxCoeff();
+      Vec<S> p = trace.y.col(c).unaryExpr([&](const S& v) { return S(Scalar<S>::exp(v - mx)); });
+      p /= p.sum();
+      p(batch.label[c]) -= S(1);
+      dY.col(c) = p / denom;
+    }
+  }
+  Mat<S> dZ;
+  if (a.readout > 0) {
+    grad.readout_w.noalias() += dY * trace.z.transpose();
+    grad.readout_b.col(0) += dY.rowwise().sum();
+    dZ.noalias() = net.readout_w.transpose() * dY;
+  } else {
+    dZ = std::move(dY);
+  }
+  for (std::size_t i = net.layers.size(); i-- > 0;) {
+    const Layer<S>& L = net.layers[i];
+    Layer<S>& G = grad.layers[i];
+    const LayerTrace<S>& t = trace.layers[i];
+    if (L.spec.kind == LayerKind::layernorm) {
+      dZ = ln_backward(dZ, t.xhat, t.rstd, L.norm_w, G.norm_w, G.norm_b);
+      continue;
+    }
+    const Mat<S>& in = L.spec.pre_norm ? t.u : t.in;
+    Mat<S> din;
+    if (L.spec.kind == LayerKind::attention) din = attention_backward(L, G, in, batch.start, t, dZ);
+    else {
+      G.w2.noalias() += dZ * t.h.cwiseMax(S(0)).transpose();
+      G.b2.col(0) += dZ.rowwise().sum();
+      Mat<S> dh = (L.w2.transpose() * dZ).cwiseProduct(t.h.unaryExpr([](const S& v) { return relu_grad_mask(v); }));
+      G.w1.noalias() += dh * in.transpose();
+      G.b1.col(0) += dh.rowwise().sum();
+      din.noalias() = L.w1.transpose() * dh;
+    }
+    if (L.spec.pre_norm) dZ += ln_backward(din, t.xhat, t.rstd, L.norm_w, G.norm_w, G.norm_b);
+    else dZ += din;
+  }
+  if (a.vocab > 0)
+    for (Eigen::Index c = 0; c < T; ++c) grad.embed.col(batch.ids[c]) += dZ.col(c);
+  if (a.max_len > 0)
+    for (int b = 0; b < batch.sequences(); ++b) {
+      const Eigen::Index n = batch.start[b + 1] - batch.start[b];
+      grad.pe.leftCols(n) += dZ.middleCols(batch.start[b], n);
+    }
+}
+
+template <class S> S loss_and_gradient(const Network<S>& net, const Batch<S>& batch, Loss loss, Network<S>& grad) {
+  Trace<S> trace;
+  S l = forward_train(net, batch, loss, trace);
+  backward(net, batch, loss, trace, grad);
+  return l;
+}
+
+template <class S> Batch<S> make_batch(const Dataset& ds, const std::vector<std::size_t>& which, Loss loss, int out_dim) {
+  Batch<S> b;
+  b.start.push_back(0);
+  Eigen::Index T = 0;
+  for (std::size_t i : which) T += static_cast<Eigen::Index>(ds.sequences.at(i).n());
+  if (!ds.token_input) b.x.resize(ds.d, T);
+  if (loss == Loss::mse) b.target.resize(out_dim, T);
+  Eigen::Index c = 0;
+  for (std::size_t i : which) {
+    const Sequence& s = ds.sequences[i];
+    const Eigen::Index n = static_cast<Eigen::Index>(s.n());
+    const std::string where = "sequence " + std::to_string(i + 1) + ": ";
+    if (s.y.size() == 0) throw Error(where + "no labels (\"y\") to train on");
+    if (loss == Loss::mse && s.y.rows() != out_dim)
+      throw Error(where + "labels have " + std::to_string(s.y.rows()) + " numbers per token, the network outputs " + std::to_string(out_dim));
+    if (loss == Loss::cross_entropy && s.y.rows() != 1) throw Error(where + "cross-entropy needs one class label per token");
+    for (Eigen::Index k = 0; k < n; ++k, ++c) {
+      if (ds.token_input) b.ids.push_back(s.tokens[k]);
+      else b.x.col(c) = s.x.col(k).unaryExpr([](const Rational& q) { return Scalar<S>::from(q); });
+      if (loss == Loss::mse) b.target.col(c) = s.y.col(k).unaryExpr([](const Rational& q) { return Scalar<S>::from(q); });
+      else {
+        const Rational& y = s.y(0, k);
+        if (denominator(y) != 1 || y < 0 || y >= out_dim)
+          throw Error(where + "class label " + y.str() + " is not an integer in [0, " + std::to_string(out_dim) + ")");
+        b.label.push_back(static_cast<int>(numerator(y).convert_to<long>()));
+      }
+      b.mask.push_back(s.mask.empty() ? 1 : s.mask[k]);
+    }
+    b.start.push_back(c);
+  }
+  return b;
+}
+
+#define UATLAB_INSTANTIATE_TRAIN(S)                                                                              \
+  template S forward_train<S>(const Network<S>&, const Batch<S>&, Loss, Trace<S>&);                              \
+  template void backward<S>(const Network<S>&, const Batch<S>&, Loss, const Trace<S>&, Network<S>&);             \
+  template S loss_and_gradient<S>(const Network<S>&, const Batch<S>&, Loss, Network<S>&);                        \
+  template Batch<S> make_batch<S>(const Dataset&, const std::vector<std::size_t>&, Loss, int);
+
+}  // namespace uatlab

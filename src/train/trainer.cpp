@@ -1,0 +1,242 @@
+#include "uatlab/train/trainer.hpp"
+
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <numeric>
+
+#include "uatlab/io/model_file.hpp"
+#include "uatlab/model/init.hpp"
+
+namespace uatlab {
+
+using nlohmann::json;
+
+json TrainConfig::to_json() const {
+  return {{"loss", loss == Loss::mse ? "mse" : "ce"}, {"steps", steps}, {"batch", batch}, {"lr", lr}, {"min_lr", min_lr},
+          {"warmup", warmup}, {"weight_decay", weight_decay}, {"beta1", beta1}, {"beta2", beta2}, {"adam_eps", adam_eps},
+          {"clip", clip}, {"seed", seed}, {"freeze", freeze}};
+}
+
+double learning_rate(const TrainConfig& c, long t) {
+  if (t < c.warmup) return c.lr * static_cast<double>(t + 1) / static_cast<double>(c.warmup);
+  const double span = static_cast<double>(std::max(1L, c.steps - c.warmup));
+  const double progress = std::min(1.0, static_cast<double>(t - c.warmup) / span);
+  return c.min_lr + 0.5 * (c.lr - c.min_lr) * (1 + std::cos(M_PI * progress));
+}
+
+namespace {
+
+bool frozen(const std::vector<std::string>& patterns, const std::string& name) {
+  for (const auto& p : patterns) {
+    if (p == name) return true;
+    if (!p.empty() && p.back() == '*' && name.compare(0, p.size() - 1, p, 0, p.size() - 1) == 0) return true;
+  }
+  return false;
+}
+
+template <class S> std::vector<std::pair<std::string, Mat<S>*>> tensors(Network<S>& n) {
+  std::vector<std::pair<std::string, Mat<S>*>> v;
+  n.for_each_tensor([&](const std::string& name, Mat<S>& m, Layout) { v.push_back({name, &m}); });
+  return v;
+}
+
+// Columns of `all` for the sequences `which` (all = every sequence, converted once).
+template <class S> Batch<S> gather(const Batch<S>& all, const std::vector<std::size_t>& which) {
+  Batch<S> b;
+  b.start.push_back(0);
+  Eigen::Index T = 0;
+  for (std::size_t i : which) T += all.start[i + 1] - all.start[i];
+  if (all.x.size()) b.x.resize(all.x.rows(), T);
+  if (all.target.size()) b.target.resize(all.target.rows(), T);
+  Eigen::Index c = 0;
+  for (std::size_t i : which) {
+    const Eigen::Index c0 = all.start[i], n = all.start[i + 1] - c0;
+    if (all.x.size()) b.x.middleCols(c, n) = all.x.middleCols(c0, n);
+    if (all.target.size()) b.target.middleCols(c, n) = all.target.middleCols(c0, n);
+    if (!all.ids.empty()) b.ids.insert(b.ids.end(), all.ids.begin() + c0, all.ids.begin() + c0 + n);
+    if (!all.label.empty()) b.label.insert(b.label.end(), all.label.begin() + c0, all.label.begin() + c0 + n);
+    b.mask.insert(b.mask.end(), all.mask.begin() + c0, all.mask.begin() + c0 + n);
+    c += n;
+    b.start.push_back(c);
+  }
+  return b;
+}
+
+template <class S> double accuracy_of(const Trace<S>& t, const Batch<S>& b) {
+  long right = 0, counted = 0;
+  for (Eigen::Index c = 0; c < b.tokens(); ++c) {
+    if (!b.mask[c]) continue;
+    Eigen::Index best;
+    t.y.col(c).maxCoeff(&best);
+    right += best == b.label[c], ++counted;
+  }
+  return counted ? static_cast<double>(right) / static_cast<double>(counted) : 0;
+}
+
+// Sequence indices of step t: epoch e = ⌊p/N⌋ of position p = t·B + j is a seeded permutation.
+class BatchOrder {
+ public:
+  BatchOrder(std::size_t n, std::uint64_t seed) : n_(n), seed_(seed) {}
+  std::vector<std::size_t> at(long t, int batch) {
+    std::vector<std::size_t> out;
+    for (int j = 0; j < batch; ++j) {
+      const long p = t * batch + j;
+      const long e = p / static_cast<long>(n_);
+      if (e != epoch_) shuffle(e);
+      out.push_back(perm_[p % static_cast<long>(n_)]);
+    }
+    return out;
+  }
+
+ private:
+  void shuffle(long e) {
+    perm_.resize(n_);
+    std::iota(perm_.begin(), perm_.end(), 0);
+    Rng rng(seed_ * 1000003ULL + static_cast<std::uint64_t>(e));
+    for (std::size_t i = n_; i > 1; --i) std::swap(perm_[i - 1], perm_[static_cast<std::size_t>(rng.uniform() * i)]);
+    epoch_ = e;
+  }
+  std::size_t n_;
+  std::uint64_t seed_;
+  long epoch_ = -1;
+  std::vector<std::size_t> perm_;
+};
+
+}  // namespace
+
+template <class S> double AdamW<S>::update(Network<S>& net, Network<S>& grad, const TrainConfig& c, double lr) {
+  auto P = tensors(net), G = tensors(grad), M = tensors(m), V = tensors(v);
+  double sq = 0;
+  for (std::size_t i = 0; i < P.size(); ++i)
+    if (!frozen(c.freeze, P[i].first)) sq += static_cast<double>(G[i].second->squaredNorm());
+  const double norm = std::sqrt(sq);
+  if (!std::isfinite(norm)) throw Error("the gradient became NaN or infinite at step " + std::to_string(step + 1) + "; lower the learning rate");
+  const S scale = static_cast<S>(c.clip > 0 && norm > c.clip ? c.clip / (norm + 1e-6) : 1.0);
+  ++step;
+  const S b1 = static_cast<S>(c.beta1), b2 = static_cast<S>(c.beta2);
+  const S corr1 = static_cast<S>(1 - std::pow(c.beta1, static_cast<double>(step)));
+  const S corr2 = static_cast<S>(1 - std::pow(c.beta2, static_cast<double>(step)));
+  const S step_size = static_cast<S>(lr) / corr1, eps = static_cast<S>(c.adam_eps);
+  const S decay = static_cast<S>(1 - lr * c.weight_decay);
+  for (std::size_t i = 0; i < P.size(); ++i) {
+    if (frozen(c.freeze, P[i].first)) continue;
+    auto p = P[i].second->array();
+    auto g = G[i].second->array() * scale;
+    auto mm = M[i].second->array();
+    auto vv = V[i].second->array();
+    p *= decay;
+    mm = b1 * mm + (1 - b1) * g;
+    vv = b2 * vv + (1 - b2) * g * g;
+    p -= step_size * mm / ((vv / corr2).sqrt() + eps);
+  }
+  return norm;
+}
+
+template <class S> std::pair<double, double> evaluate_loss(const Network<S>& net, const Dataset& data, Loss loss) {
+  double total = 0, right = 0;
+  long counted = 0;
+  const std::size_t chunk = 256;
+  for (std::size_t s = 0; s < data.sequences.size(); s += chunk) {
+    std::vector<std::size_t> idx;
+    for (std::size_t i = s; i < std::min(data.sequences.size(), s + chunk); ++i) idx.push_back(i);
+    Batch<S> b = make_batch<S>(data, idx, loss, net.arch.out_dim());
+    Trace<S> t;
+    total += static_cast<double>(forward_train(net, b, loss, t)) * static_cast<double>(t.counted);
+    if (loss == Loss::cross_entropy) right += accuracy_of(t, b) * static_cast<double>(t.counted);
+    counted += t.counted;
+  }
+  return {total / static_cast<double>(counted), loss == Loss::cross_entropy ? right / static_cast<double>(counted) : -1.0};
+}
+
+template <class S> TrainReport train(Network<S>& net, const Dataset& data, const Dataset* validation, const TrainConfig& config,
+                                     const std::string& resume, const std::function<void(const Progress&)>& on_log) {
+  if (data.sequences.empty()) throw Error("no training sequences");
+  if (config.batch < 1 || config.steps < 0) throw Error("batch must be >= 1 and steps >= 0");
+  for (const auto& p : config.freeze) {
+    bool any = false;
+    net.for_each_tensor([&](const std::string& name, const Mat<S>&, Layout) { any |= frozen({p}, name); });
+    if (!any) throw Error("--freeze \"" + p + "\" matches no tensor of the network");
+  }
+  AdamW<S> opt(net);
+  if (!resume.empty()) {
+    Network<S> loaded;
+    auto meta = load_checkpoint<S>(resume, loaded, {{"adam_m.", &opt.m}, {"adam_v.", &opt.v}});
+    if (loaded.arch.to_json() != net.arch.to_json()) throw Error(resume + ": the checkpoint's architecture differs from the network's");
+    net = std::move(loaded);
+    opt.step = std::stol(meta.at("uatlab_step"));
+  }
+  std::vector<std::size_t> everyone(data.sequences.size());
+  std::iota(everyone.begin(), everyone.end(), 0);
+  const Batch<S> all = make_batch<S>(data, everyone, config.loss, net.arch.out_dim());
+  BatchOrder order(data.sequences.size(), config.seed);
+  const bool classify = config.loss == Loss::cross_entropy;
+
+  std::ofstream csv;
+  if (!config.metrics.empty()) {
+    const bool append = !resume.empty() && std::ifstream(config.metrics).good();
+    csv.open(config.metrics, append ? std::ios::app : std::ios::trunc);
+    if (!csv) throw Error("cannot write metrics to " + config.metrics);
+    if (!append) csv << "step,lr,loss,accuracy,grad_norm,val_loss,val_accuracy,seconds\n";
+  }
+  auto save = [&](long step) {
+    save_checkpoint<S>(config.checkpoint, net, {{"adam_m.", &opt.m}, {"adam_v.", &opt.v}},
+                       {{"uatlab_step", std::to_string(step)}, {"uatlab_train", config.to_json().dump()}});
+  };
+
+  TrainReport rep;
+  const auto t0 = std::chrono::steady_clock::now();
+  Network<S> grad = zero_like(net);
+  Trace<S> trace;
+  const long first = opt.step;
+  long t = first;
+  for (; t < config.steps; ++t) {
+    const Batch<S> b = gather(all, order.at(t, config.batch));
+    grad.for_each_tensor([](const std::string&, Mat<S>& m, Layout) { m.setZero(); });
+    const double loss = static_cast<double>(forward_train(net, b, config.loss, trace));
+    if (!std::isfinite(loss)) throw Error("the loss became NaN or infinite at step " + std::to_string(t + 1) + "; lower the learning rate");
+    backward(net, b, config.loss, trace, grad);
+    const double lr = learning_rate(config, t);
+    const double gnorm = opt.update(net, grad, config, lr);
+    const bool last = t + 1 == config.steps;
+    const bool log = last || (config.log_every > 0 && (t + 1) % config.log_every == 0);
+    const bool eval = validation && config.eval_every > 0 && ((t + 1) % config.eval_every == 0 || last);
+    if (log || eval) {
+      rep.loss = loss;
+      rep.accuracy = classify ? accuracy_of(trace, b) : -1;
+      if (eval) std::tie(rep.val_loss, rep.val_accuracy) = evaluate_loss(net, *validation, config.loss);
+      const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (csv.is_open()) {
+        csv << (t + 1) << ',' << lr << ',' << loss << ',' << rep.accuracy << ',' << gnorm << ',' << (eval ? rep.val_loss : -1) << ','
+            << (eval ? rep.val_accuracy : -1) << ',' << secs << '\n';
+        csv.flush();
+      }
+      if (on_log) {
+        const double done = static_cast<double>(t + 1 - first);
+        const double rate = done / std::max(secs, 1e-9);
+        on_log({t + 1, config.steps, loss, lr, gnorm, rate, static_cast<double>(config.steps - t - 1) / std::max(rate, 1e-9)});
+      }
+      if (classify && config.stop_at_full_accuracy && evaluate_loss(net, data, config.loss).second == 1.0) {
+        rep.stopped_early = true;
+        ++t;
+        break;
+      }
+    }
+    if (!config.checkpoint.empty() && config.checkpoint_every > 0 && (t + 1) % config.checkpoint_every == 0) save(t + 1);
+  }
+  rep.steps = t;
+  if (!config.checkpoint.empty()) save(t);
+  rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return rep;
+}
+
+template struct AdamW<float>;
+template struct AdamW<double>;
+template TrainReport train<float>(Network<float>&, const Dataset&, const Dataset*, const TrainConfig&, const std::string&,
+                                  const std::function<void(const Progress&)>&);
+template TrainReport train<double>(Network<double>&, const Dataset&, const Dataset*, const TrainConfig&, const std::string&,
+                                   const std::function<void(const Progress&)>&);
+template std::pair<double, double> evaluate_loss<float>(const Network<float>&, const Dataset&, Loss);
+template std::pair<double, double> evaluate_loss<double>(const Network<double>&, const Dataset&, Loss);
+
+}  // namespace uatlab

@@ -1,0 +1,117 @@
+// Every backward option against central finite differences in 256-bit MPFR: with h = 1e-25 the
+// difference quotient is exact to ~1e-50, so agreement to 1e-35 leaves no room for a wrong term.
+#include <gtest/gtest.h>
+
+#include "uatlab/model/init.hpp"
+#include "uatlab/train/backward.hpp"
+
+using namespace uatlab;
+using nlohmann::json;
+
+namespace {
+
+Dataset data(bool tokens, int d, int vocab, int out, Loss loss, std::uint64_t seed) {
+  Rng rng(seed);
+  Dataset ds;
+  ds.d = tokens ? 0 : d;
+  ds.token_input = tokens;
+  ds.label_dim = loss == Loss::mse ? out : 1;
+  for (int n : {3, 4}) {
+    Sequence s;
+    if (tokens)
+      for (int k = 0; k < n; ++k) s.tokens.push_back(static_cast<int>(rng.uniform() * vocab));
+    else
+      s.x = Mat<Rational>(d, n).unaryExpr([&](const Rational&) { return rational_of(rng.uniform(-1, 1)); });
+    s.y = Mat<Rational>(ds.label_dim, n);
+    for (int k = 0; k < n; ++k)
+      for (int r = 0; r < ds.label_dim; ++r)
+        s.y(r, k) = loss == Loss::mse ? rational_of(rng.uniform(-1, 1)) : Rational(static_cast<long>(rng.uniform() * out));
+    if (n == 4) s.mask = {1, 0, 1, 1};
+    ds.sequences.push_back(s);
+  }
+  return ds;
+}
+
+void check(const std::string& arch_json, Loss loss, std::uint64_t seed) {
+  SCOPED_TRACE(arch_json);
+  const Architecture arch = Architecture::from_json(json::parse(arch_json));
+  Network<double> nd(arch);
+  init_random(nd, seed, 1.5);
+  set_mpfr_bits(256);
+  Network<Mpfr> net = network_cast<Mpfr>(nd);
+  const Dataset ds = data(arch.vocab > 0, arch.d, arch.vocab, arch.out_dim(), loss, seed);
+  const Batch<Mpfr> batch = make_batch<Mpfr>(ds, {0, 1}, loss, arch.out_dim());
+  Network<Mpfr> grad = zero_like(net);
+  loss_and_gradient(net, batch, loss, grad);
+
+  std::vector<Mat<Mpfr>*> params, grads;
+  net.for_each_tensor([&](const std::string&, Mat<Mpfr>& m, Layout) { params.push_back(&m); });
+  grad.for_each_tensor([&](const std::string&, Mat<Mpfr>& m, Layout) { grads.push_back(&m); });
+  std::vector<std::string> names;
+  net.for_each_tensor([&](const std::string& name, Mat<Mpfr>&, Layout) { names.push_back(name); });
+  const Mpfr h("1e-25");
+  int checked = 0;
+  for (std::size_t t = 0; t < params.size(); ++t)
+    for (Eigen::Index i = 0; i < params[t]->size(); ++i) {
+      Mpfr& p = params[t]->data()[i];
+      const Mpfr keep = p;
+      Trace<Mpfr> tr;
+      p = keep + h;
+      const Mpfr up = forward_train(net, batch, loss, tr);
+      p = keep - h;
+      const Mpfr down = forward_train(net, batch, loss, tr);
+      p = keep;
+      const Mpfr fd = (up - down) / (2 * h);
+      const Mpfr g = grads[t]->data()[i];
+      EXPECT_LT(mp::abs(fd - g), Mpfr("1e-35") * (1 + mp::abs(g))) << names[t] << "[" << i << "]: backward " << g.str(20)
+                                                                    << " finite difference " << fd.str(20);
+      ++checked;
+    }
+  EXPECT_GT(checked, 0);
+}
+
+}  // namespace
+
+TEST(Backward, SoftmaxHeadsBiasScaleFeedForwardReadoutMse) {
+  check(R"({"d":4,"readout":2,"layers":[
+    {"type":"attention","heads":2,"head_size":2,"bias":true,"scale":"7/10","sqrt_scaling":true},
+    {"type":"feedforward","width":6}]})", Loss::mse, 1);
+}
+
+TEST(Backward, CausalLinRpePreNormTokensPositionsCrossEntropy) {
+  check(R"({"d":4,"vocab":5,"max_len":6,"readout":3,"layers":[
+    {"type":"attention","heads":2,"head_size":1,"causal":true,"rpe":"lin","pre_norm":true},
+    {"type":"feedforward","width":5,"pre_norm":true}]})", Loss::cross_entropy, 2);
+}
+
+TEST(Backward, TiedQkvLogRpeLayerNormSubLayer) {
+  check(R"({"d":3,"layers":[
+    {"type":"attention","heads":1,"head_size":1,"tied_qkv":true,"rpe":"log","bias":true},
+    {"type":"layernorm"},
+    {"type":"attention","heads":2,"head_size":2,"tied_qkv":true}]})", Loss::mse, 3);
+}
+
+TEST(Backward, DpFreeT5CausalAndBidirectional) {
+  check(R"({"d":4,"readout":1,"layers":[
+    {"type":"attention","heads":2,"head_size":2,"dp_free":true,"rpe":"t5","t5_buckets":4,"t5_max_distance":8,"causal":true},
+    {"type":"attention","heads":1,"head_size":3,"rpe":"t5","t5_buckets":6,"t5_max_distance":8,"bias":true}]})", Loss::mse, 4);
+}
+
+TEST(Backward, LinearAttentionCausal) {
+  check(R"({"d":3,"readout":2,"layers":[
+    {"type":"attention","heads":2,"head_size":2,"score":"linear","causal":true},
+    {"type":"feedforward","width":4}]})", Loss::cross_entropy, 5);
+}
+
+TEST(Backward, RefusesHardmaxAndAllMaskedBatches) {
+  const Architecture arch = Architecture::from_json(json::parse(R"({"d":2,"layers":[{"type":"attention","score":"hardmax"}]})"));
+  Network<double> net(arch);
+  Dataset ds = data(false, 2, 0, 2, Loss::mse, 1);
+  Trace<double> tr;
+  EXPECT_THROW(forward_train(net, make_batch<double>(ds, {0}, Loss::mse, 2), Loss::mse, tr), Error);
+  const Architecture ok = Architecture::from_json(json::parse(R"({"d":2,"layers":[{"type":"feedforward","width":2}]})"));
+  Network<double> n2(ok);
+  ds.sequences[0].mask = {0, 0, 0};
+  EXPECT_THROW(forward_train(n2, make_batch<double>(ds, {0}, Loss::mse, 2), Loss::mse, tr), Error);
+  EXPECT_THROW(make_batch<double>(ds, {0}, Loss::cross_entropy, 2), Error);  // labels are not classes
+}

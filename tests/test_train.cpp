@@ -1,0 +1,112 @@
+// The training loop: schedule, reproducibility, exact resume, freezing, and tasks.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "uatlab/model/init.hpp"
+#include "uatlab/train/tasks.hpp"
+#include "uatlab/train/trainer.hpp"
+
+using namespace uatlab;
+using nlohmann::json;
+
+namespace {
+
+Network<double> small_net(std::uint64_t seed) {
+  const Architecture a = Architecture::from_json(json::parse(R"({"d":3,"readout":3,"layers":[
+    {"type":"attention","heads":2,"head_size":2},{"type":"feedforward","width":48}]})"));
+  Network<double> net(a);
+  init_random(net, seed);
+  return net;
+}
+
+TaskOptions memo() {
+  TaskOptions o;
+  o.N = 12, o.n = 4, o.d = 3, o.V = 8, o.seed = 3;
+  return o;
+}
+
+std::vector<double> flat(const Network<double>& n) {
+  std::vector<double> v;
+  n.for_each_tensor([&](const std::string&, const Mat<double>& m, Layout) { v.insert(v.end(), m.data(), m.data() + m.size()); });
+  return v;
+}
+
+}  // namespace
+
+TEST(Train, WarmupThenCosine) {
+  TrainConfig c;
+  c.lr = 1, c.min_lr = 0.1, c.warmup = 4, c.steps = 14;
+  EXPECT_DOUBLE_EQ(learning_rate(c, 0), 0.25);
+  EXPECT_DOUBLE_EQ(learning_rate(c, 3), 1.0);
+  EXPECT_DOUBLE_EQ(learning_rate(c, 4), 1.0);
+  EXPECT_NEAR(learning_rate(c, 9), 0.55, 1e-12);  // halfway down
+  EXPECT_NEAR(learning_rate(c, 14), 0.1, 1e-12);
+}
+
+TEST(Train, MemorizesASmallTaskAndIsReproducible) {
+  const Dataset data = make_task("memorize", memo());
+  TrainConfig c;
+  c.loss = Loss::cross_entropy, c.steps = 3000, c.batch = 6, c.lr = 2e-2, c.warmup = 50, c.seed = 5;
+  Network<double> a = small_net(1), b = small_net(1);
+  TrainReport ra = train(a, data, nullptr, c);
+  train(b, data, nullptr, c);
+  EXPECT_EQ(flat(a), flat(b));  // same seeds, same bits
+  EXPECT_GT(evaluate_loss(a, data, Loss::cross_entropy).second, 0.95) << "loss " << ra.loss;
+}
+
+TEST(Train, ResumeContinuesExactly) {
+  const Dataset data = make_task("memorize", memo());
+  const std::string ck = (std::filesystem::temp_directory_path() / "uatlab_resume_test.safetensors").string();
+  TrainConfig c;
+  c.loss = Loss::cross_entropy, c.steps = 40, c.batch = 5, c.lr = 1e-2, c.warmup = 3, c.weight_decay = 0.01, c.clip = 1;
+  Network<double> straight = small_net(2);
+  train(straight, data, nullptr, c);
+  // Interrupt a run of the same 40-step schedule after its step-17 checkpoint is on disk.
+  struct Stop {};
+  Network<double> interrupted = small_net(2);
+  TrainConfig cut = c;
+  cut.checkpoint = ck, cut.checkpoint_every = 17, cut.log_every = 1;
+  EXPECT_THROW(train(interrupted, data, nullptr, cut, "", [](const Progress& p) {
+                 if (p.step == 18) throw Stop{};
+               }),
+               Stop);
+  Network<double> resumed = small_net(99);  // weights come from the checkpoint
+  train(resumed, data, nullptr, c, ck);
+  EXPECT_EQ(flat(resumed), flat(straight));
+  std::filesystem::remove(ck);
+}
+
+TEST(Train, FrozenTensorsDoNotMove) {
+  const Dataset data = make_task("memorize", memo());
+  TrainConfig c;
+  c.loss = Loss::cross_entropy, c.steps = 20, c.batch = 4, c.freeze = {"layers.0.*"};
+  Network<double> net = small_net(4);
+  const Mat<double> qkv = net.layers[0].wq, wk = net.layers[0].wk, wo = net.layers[0].wo, w1 = net.layers[1].w1;
+  train(net, data, nullptr, c);
+  EXPECT_EQ(net.layers[0].wq, qkv);
+  EXPECT_EQ(net.layers[0].wk, wk);
+  EXPECT_EQ(net.layers[0].wo, wo);
+  EXPECT_NE(net.layers[1].w1, w1);
+  c.freeze = {"no.such.tensor"};
+  EXPECT_THROW(train(net, data, nullptr, c), Error);
+}
+
+TEST(Train, TasksAreSeededAndWellFormed) {
+  TaskOptions o;
+  o.N = 5, o.n = 12, o.lags = {1, 3, 5}, o.seed = 7;
+  Dataset a = make_task("sparse-boolean", o), b = make_task("sparse-boolean", o);
+  ASSERT_EQ(a.sequences.size(), 5u);
+  EXPECT_EQ(a.sequences[2].tokens, b.sequences[2].tokens);
+  for (auto& s : a.sequences)
+    for (int t = 5; t < 12; ++t) {
+      EXPECT_EQ(s.mask[t], 1);
+      EXPECT_EQ(s.y(0, t), Rational((s.tokens[t - 1] + s.tokens[t - 3] + s.tokens[t - 5]) % 2));
+    }
+  EXPECT_EQ(a.sequences[0].mask[4], 0);
+  o.n = 30;
+  Dataset h = make_task("kernel-heavy", o);
+  // y_t = Σ ρ(s) x_{t−s}: y_0 = 0, y_1 = ρ(1) x_0.
+  EXPECT_EQ(h.sequences[0].y(0, 0), Rational(0));
+  EXPECT_THROW(make_task("no-such-task", o), Error);
+}

@@ -1,0 +1,187 @@
+// uatlab train | gradient: the training engine from the command line.
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <array>
+#include <sstream>
+#include <unistd.h>
+
+#include "commands.hpp"
+#include "uatlab/io/json.hpp"
+#include "uatlab/io/model_file.hpp"
+#include "uatlab/model/init.hpp"
+#include "uatlab/train/tasks.hpp"
+#include "uatlab/train/trainer.hpp"
+
+namespace uatlab::cli {
+
+using nlohmann::json;
+
+namespace {
+
+struct TrainOpts {
+  std::string data, val, task, arch, init_model, out, dtype = "float", loss, metrics, checkpoint, resume, config;
+  int d = 0, vocab = 0, max_len = 0, readout = 0;
+  std::vector<std::string> layers;
+  double val_fraction = 0, gain = 1;
+  std::uint64_t init_seed = 1;
+  TaskOptions task_opt;
+  std::string lags;
+  TrainConfig cfg;
+};
+
+std::string clock_text(double s) {
+  char buf[32];
+  if (!std::isfinite(s)) return "?";
+  long t = static_cast<long>(s + 0.5);
+  if (t >= 3600) std::snprintf(buf, sizeof buf, "%ldh%02ldm", t / 3600, t / 60 % 60);
+  else std::snprintf(buf, sizeof buf, "%ldm%02lds", t / 60, t % 60);
+  return buf;
+}
+
+template <class S> int run_train(TrainOpts& o, const Dataset& data, const Dataset* val, Architecture arch) {
+  Network<S> net;
+  if (!o.init_model.empty()) net = load_network<S>(o.init_model);
+  else {
+    Network<double> nd(arch);
+    init_random(nd, o.init_seed, o.gain);
+    net = network_cast<S>(nd);
+  }
+  const bool tty = isatty(2);
+  auto log = [&](const Progress& p) {
+    char line[256];
+    std::snprintf(line, sizeof line, "step %ld/%ld  loss %.6g  lr %.3g  |g| %.3g  %.1f steps/s  ETA %s", p.step, p.steps, p.loss,
+                  p.lr, p.grad_norm, p.steps_per_second, clock_text(p.eta_seconds).c_str());
+    if (tty) std::fprintf(stderr, "\r%-100s", line);
+    else std::fprintf(stderr, "%s\n", line);
+    if (tty && p.step == p.steps) std::fprintf(stderr, "\n");
+  };
+  std::fprintf(stderr, "training %zu parameters (%s) on %zu sequences: %s\n", net.parameter_count(), Scalar<S>::name,
+               data.sequences.size(), o.cfg.to_json().dump().c_str());
+  TrainReport r = train(net, data, val, o.cfg, o.resume, log);
+  if (tty) std::fprintf(stderr, "\n");
+  json rep = {{"steps", r.steps}, {"loss", r.loss}, {"seconds", r.seconds}, {"stopped_early", r.stopped_early}};
+  if (r.accuracy >= 0) rep["accuracy"] = r.accuracy;
+  auto [full_loss, full_acc] = evaluate_loss(net, data, o.cfg.loss);
+  rep["train_loss"] = full_loss;
+  if (full_acc >= 0) rep["train_accuracy"] = full_acc;
+  if (val) {
+    auto [vl, va] = evaluate_loss(net, *val, o.cfg.loss);
+    rep["val_loss"] = vl;
+    if (va >= 0) rep["val_accuracy"] = va;
+  }
+  save_network(net, o.out, std::is_same_v<S, float> ? "F32" : "F64", Scalar<S>::name);
+  rep["model"] = o.out;
+  std::cout << rep.dump() << "\n";
+  return 0;
+}
+
+int cmd_train(TrainOpts& o) {
+  if (o.data.empty() == o.task.empty()) throw Error("give exactly one of --data FILE and --task NAME");
+  Dataset data, val;
+  if (!o.task.empty()) {
+    if (!o.lags.empty()) {
+      o.task_opt.lags.clear();
+      std::stringstream ss(o.lags);
+      for (std::string x; std::getline(ss, x, ',');) o.task_opt.lags.push_back(std::stoi(x));
+    }
+    data = make_task(o.task, o.task_opt);
+    if (o.loss.empty()) o.loss = task_loss(o.task);
+    if (o.readout == 0 && o.arch.empty() && o.init_model.empty()) o.readout = task_outputs(o.task, o.task_opt);
+    if (o.d == 0 && o.arch.empty()) o.d = o.task == "memorize" ? o.task_opt.d : 0;
+    if (o.vocab == 0 && o.task == "sparse-boolean" && o.arch.empty()) o.vocab = 2;
+    if (o.d == 0 && o.arch.empty() && o.task.rfind("kernel", 0) == 0) o.d = 1;
+  } else {
+    data = read_dataset(o.data);
+  }
+  if (o.loss.empty()) o.loss = "mse";
+  o.cfg.loss = parse_loss(o.loss);
+  if (!o.val.empty()) val = read_dataset(o.val);
+  else if (o.val_fraction > 0) {
+    const std::size_t k = static_cast<std::size_t>(o.val_fraction * static_cast<double>(data.sequences.size()));
+    if (k == 0 || k >= data.sequences.size()) throw Error("--val-fraction leaves no training or no validation sequences");
+    val = data;
+    val.sequences.assign(data.sequences.end() - static_cast<long>(k), data.sequences.end());
+    data.sequences.resize(data.sequences.size() - k);
+  }
+  Architecture arch;
+  if (o.init_model.empty()) arch = architecture_from_flags(o.arch, o.d, o.vocab, o.max_len, o.readout, o.layers);
+  const Dataset* v = val.sequences.empty() ? nullptr : &val;
+  if (o.dtype == "float") return run_train<float>(o, data, v, arch);
+  if (o.dtype == "double") return run_train<double>(o, data, v, arch);
+  throw Error("--dtype must be float or double");
+}
+
+int cmd_gradient(const std::string& model, const std::string& data, const std::string& loss, const std::string& out) {
+  const Network<double> net = load_network<double>(model);
+  const Dataset ds = read_dataset(data);
+  const Loss l = parse_loss(loss);
+  std::vector<std::size_t> all(ds.sequences.size());
+  for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
+  Network<double> grad = zero_like(net);
+  const double value = loss_and_gradient(net, make_batch<double>(ds, all, l, net.arch.out_dim()), l, grad);
+  save_network(grad, out, "F64", "gradient");
+  std::printf("{\"loss\": %.17g}\n", value);
+  return 0;
+}
+
+}  // namespace
+
+void add_train_commands(CLI::App& app, Commands& commands) {
+  auto o = std::make_shared<TrainOpts>();
+  auto* t = app.add_subcommand("train", "Train a network (AdamW, hand-written backward) on JSONL data or a built-in task");
+  t->add_option("--data", o->data, "Training data (JSONL with labels \"y\", optional \"mask\")");
+  t->add_option("--task", o->task, "Built-in task: memorize, sparse-boolean, kernel-heavy, kernel-light");
+  t->add_option("--task-N", o->task_opt.N, "Task: sequences")->capture_default_str();
+  t->add_option("--task-n", o->task_opt.n, "Task: sequence length")->capture_default_str();
+  t->add_option("--task-d", o->task_opt.d, "Task memorize: token dimension")->capture_default_str();
+  t->add_option("--task-V", o->task_opt.V, "Task memorize: vocabulary size")->capture_default_str();
+  t->add_option("--task-lags", o->lags, "Task sparse-boolean: lags, e.g. 1,4,9");
+  t->add_option("--task-boolean", o->task_opt.boolean, "Task sparse-boolean: parity, majority, and, table")->capture_default_str();
+  t->add_option("--task-beta", o->task_opt.beta, "Task kernels: tail exponent / decay rate")->capture_default_str();
+  t->add_option("--task-seed", o->task_opt.seed, "Task data seed")->capture_default_str();
+  t->add_option("--val", o->val, "Validation data (JSONL)");
+  t->add_option("--val-fraction", o->val_fraction, "Hold out this fraction of the data (the last sequences)");
+  t->add_option("--arch", o->arch, "Architecture JSON (text or file)");
+  t->add_option("--d", o->d, "Token dimension");
+  t->add_option("--vocab", o->vocab, "Token-id input with this vocabulary");
+  t->add_option("--max-len", o->max_len, "Learned positional table up to this length");
+  t->add_option("--readout", o->readout, "Linear readout size (classes for ce)");
+  t->add_option("--layer", o->layers, "Sub-layer, e.g. attention:heads=2,head_size=4,causal=true (repeat)");
+  t->add_option("--init", o->init_model, "Start from this model file instead of a random one");
+  t->add_option("--init-seed", o->init_seed, "Seed of the random initial weights")->capture_default_str();
+  t->add_option("--gain", o->gain, "Initial linear weights ~ U(±gain/sqrt(fan_in))")->capture_default_str();
+  t->add_option("--dtype", o->dtype, "float or double")->capture_default_str();
+  t->add_option("--loss", o->loss, "mse or ce (default: the task's, else mse)");
+  t->add_option("--steps", o->cfg.steps, "Optimizer steps")->capture_default_str();
+  t->add_option("--batch", o->cfg.batch, "Sequences per step")->capture_default_str();
+  t->add_option("--lr", o->cfg.lr, "Peak learning rate")->capture_default_str();
+  t->add_option("--min-lr", o->cfg.min_lr, "Final learning rate of the cosine schedule")->capture_default_str();
+  t->add_option("--warmup", o->cfg.warmup, "Linear warm-up steps")->capture_default_str();
+  t->add_option("--weight-decay", o->cfg.weight_decay, "AdamW decoupled weight decay")->capture_default_str();
+  t->add_option("--beta1", o->cfg.beta1, "AdamW beta1")->capture_default_str();
+  t->add_option("--beta2", o->cfg.beta2, "AdamW beta2")->capture_default_str();
+  t->add_option("--clip", o->cfg.clip, "Clip the global gradient norm (0: off)")->capture_default_str();
+  t->add_option("--seed", o->cfg.seed, "Batch-order seed")->capture_default_str();
+  t->add_option("--freeze", o->cfg.freeze, "Tensor names not to train; \"layers.0.*\" by prefix (repeat)");
+  t->add_option("--log-every", o->cfg.log_every, "Progress and metrics every K steps")->capture_default_str();
+  t->add_option("--eval-every", o->cfg.eval_every, "Validation every K steps")->capture_default_str();
+  t->add_flag("--stop-at-full-accuracy", o->cfg.stop_at_full_accuracy, "ce: stop once every training token is right");
+  t->add_option("--metrics", o->cfg.metrics, "Metrics CSV");
+  t->add_option("--checkpoint", o->cfg.checkpoint, "Checkpoint file (weights + AdamW state)");
+  t->add_option("--checkpoint-every", o->cfg.checkpoint_every, "Checkpoint every K steps")->capture_default_str();
+  t->add_option("--resume", o->resume, "Resume from this checkpoint");
+  t->add_option("--out,-o", o->out, "Final model (safetensors; F32 for float, F64 for double)")->required();
+  commands.push_back({t, [o] { return cmd_train(*o); }});
+
+  auto g = std::make_shared<std::array<std::string, 4>>();
+  auto* gr = app.add_subcommand("gradient", "Write d(loss)/d(weights) over a whole dataset (double) as safetensors");
+  gr->add_option("model", (*g)[0], "Model file")->required();
+  gr->add_option("data", (*g)[1], "Labelled data (JSONL)")->required();
+  gr->add_option("--loss", (*g)[2], "mse or ce")->required();
+  gr->add_option("--out,-o", (*g)[3], "Gradient file (same tensor names)")->required();
+  commands.push_back({gr, [g] { return cmd_gradient((*g)[0], (*g)[1], (*g)[2], (*g)[3]); }});
+}
+
+}  // namespace uatlab::cli
