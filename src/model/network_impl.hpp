@@ -117,8 +117,11 @@ template <class S> void normalise_columns(Mat<S>& A, const LayerSpec& spec, cons
     if (spec.score == Score::softmax) {  // whole-matrix form: Eigen vectorises exp for float/double
       if (spec.causal)
         for (Eigen::Index k = 0; k + 1 < n; ++k) A.col(k).tail(n - k - 1).setConstant(-std::numeric_limits<S>::infinity());
-      A = (A.rowwise() - A.colwise().maxCoeff()).array().exp();
-      A.array().rowwise() /= A.colwise().sum().array();
+      const Eigen::Matrix<S, 1, Eigen::Dynamic> mx = A.colwise().maxCoeff();
+      A.rowwise() -= mx;
+      A = A.array().exp();  // in place: Eigen's packet exp (a replicated operand would fall back to scalar expf)
+      const Eigen::Matrix<S, 1, Eigen::Dynamic> inv = A.colwise().sum().cwiseInverse();
+      A.array().rowwise() *= inv.array();
       return;
     }
   }

@@ -70,7 +70,7 @@ template <class S> void attention_forward(const Layer<S>& L, const Mat<S>& in, c
   const Mat<S>& V = s.tied_qkv ? t.q : t.v;
   const int B = static_cast<int>(start.size()) - 1;
   t.o = Mat<S>::Zero(H * hs, in.cols());
-  t.a.assign(static_cast<std::size_t>(B) * H, Mat<S>());
+  t.a.resize(static_cast<std::size_t>(B) * H);  // kept between steps: same shapes reuse their memory
   EvalOptions opt;
 #pragma omp parallel for schedule(dynamic)
   for (int b = 0; b < B; ++b) {
@@ -233,7 +233,10 @@ template <class S> S forward_train(const Network<S>& net, const Batch<S>& batch,
       total += mx + Scalar<S>::log(sum) - trace.y(batch.label[c], c);
     }
   }
-  if (trace.counted == 0) throw Error("the batch has no tokens counted in the loss (all masked)");
+  if (trace.counted == 0) {
+    if (!trace.part_of_batch) throw Error("the batch has no tokens counted in the loss (all masked)");
+    return trace.loss = S(0);
+  }
   const S denom = S(static_cast<long>(trace.counted * (loss == Loss::mse ? trace.y.rows() : 1)));
   trace.loss = total / denom;
   return trace.loss;
@@ -245,7 +248,8 @@ template <class S> void backward(const Network<S>& net, const Batch<S>& batch, L
   const Eigen::Index T = batch.tokens();
   // dLoss/dy
   Mat<S> dY = Mat<S>::Zero(trace.y.rows(), T);
-  const S denom = S(static_cast<long>(trace.counted * (loss == Loss::mse ? trace.y.rows() : 1)));
+  const Eigen::Index counted = trace.normaliser > 0 ? trace.normaliser : trace.counted;
+  const S denom = S(static_cast<long>(counted * (loss == Loss::mse ? trace.y.rows() : 1)));
   for (Eigen::Index c = 0; c < T; ++c) {
     if (!batch.mask[c]) continue;
     if (loss == Loss::mse) dY.col(c) = (trace.y.col(c) - batch.target.col(c)) * (S(2) / denom);

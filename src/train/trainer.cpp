@@ -4,6 +4,7 @@
 #include <cmath>
 #include <fstream>
 #include <numeric>
+#include <omp.h>
 
 #include "uatlab/io/model_file.hpp"
 #include "uatlab/model/init.hpp"
@@ -105,6 +106,61 @@ class BatchOrder {
 
 }  // namespace
 
+template <class S> double batch_gradient(const Network<S>& net, const Batch<S>& batch, Loss loss, Network<S>& grad, Workspace<S>& ws) {
+  const int B = batch.sequences();
+  const int P = std::max(1, std::min(omp_get_max_threads(), B));
+  if (P == 1) {
+    ws.parts.clear(), ws.traces.resize(1);
+    ws.traces[0].part_of_batch = false, ws.traces[0].normaliser = 0;
+    const double l = static_cast<double>(forward_train(net, batch, loss, ws.traces[0]));
+    backward(net, batch, loss, ws.traces[0], grad);
+    return l;
+  }
+  ws.parts.resize(P), ws.traces.resize(P);
+  if (static_cast<int>(ws.grads.size()) != P || ws.grads[0].arch.to_json() != net.arch.to_json()) ws.grads.assign(P, zero_like(net));
+  std::vector<double> losses(P);
+  std::vector<Eigen::Index> counts(P);
+  std::vector<std::vector<std::pair<std::string, Mat<S>*>>> parts_grads(P);
+  const auto G = tensors(grad);
+  for (int p = 0; p < P; ++p) parts_grads[p] = tensors(ws.grads[p]);
+  std::exception_ptr error;
+  Eigen::Index total = 0;
+#pragma omp parallel num_threads(P)
+  {
+    const int p = omp_get_thread_num();
+    try {
+      std::vector<std::size_t> mine;
+      for (int b = p * B / P; b < (p + 1) * B / P; ++b) mine.push_back(static_cast<std::size_t>(b));
+      ws.parts[p] = gather(batch, mine);
+      ws.traces[p].part_of_batch = true;
+      losses[p] = static_cast<double>(forward_train(net, ws.parts[p], loss, ws.traces[p]));
+      counts[p] = ws.traces[p].counted;
+    } catch (...) {
+#pragma omp critical
+      error = std::current_exception();
+    }
+#pragma omp barrier
+#pragma omp single
+    for (auto c : counts) total += c;
+    if (!error && total > 0) {
+      ws.traces[p].normaliser = total;
+      ws.grads[p].for_each_tensor([](const std::string&, Mat<S>& m, Layout) { m.setZero(); });
+      backward(net, ws.parts[p], loss, ws.traces[p], ws.grads[p]);
+    }
+#pragma omp barrier
+    if (!error && total > 0) {
+#pragma omp for schedule(dynamic)
+      for (long i = 0; i < static_cast<long>(G.size()); ++i)
+        for (int q = 0; q < P; ++q) *G[i].second += *parts_grads[q][i].second;
+    }
+  }
+  if (error) std::rethrow_exception(error);
+  if (total == 0) throw Error("the batch has no tokens counted in the loss (all masked)");
+  double sum = 0;
+  for (int p = 0; p < P; ++p) sum += losses[p] * static_cast<double>(counts[p]);
+  return sum / static_cast<double>(total);
+}
+
 template <class S> double AdamW<S>::update(Network<S>& net, Network<S>& grad, const TrainConfig& c, double lr) {
   auto P = tensors(net), G = tensors(grad), M = tensors(m), V = tensors(v);
   double sq = 0;
@@ -119,7 +175,8 @@ template <class S> double AdamW<S>::update(Network<S>& net, Network<S>& grad, co
   const S corr2 = static_cast<S>(1 - std::pow(c.beta2, static_cast<double>(step)));
   const S step_size = static_cast<S>(lr) / corr1, eps = static_cast<S>(c.adam_eps);
   const S decay = static_cast<S>(1 - lr * c.weight_decay);
-  for (std::size_t i = 0; i < P.size(); ++i) {
+#pragma omp parallel for schedule(dynamic)
+  for (long i = 0; i < static_cast<long>(P.size()); ++i) {
     if (frozen(c.freeze, P[i].first)) continue;
     auto p = P[i].second->array();
     auto g = G[i].second->array() * scale;
@@ -187,15 +244,14 @@ template <class S> TrainReport train(Network<S>& net, const Dataset& data, const
   TrainReport rep;
   const auto t0 = std::chrono::steady_clock::now();
   Network<S> grad = zero_like(net);
-  Trace<S> trace;
+  Workspace<S> ws;
   const long first = opt.step;
   long t = first;
   for (; t < config.steps; ++t) {
     const Batch<S> b = gather(all, order.at(t, config.batch));
     grad.for_each_tensor([](const std::string&, Mat<S>& m, Layout) { m.setZero(); });
-    const double loss = static_cast<double>(forward_train(net, b, config.loss, trace));
+    const double loss = batch_gradient(net, b, config.loss, grad, ws);
     if (!std::isfinite(loss)) throw Error("the loss became NaN or infinite at step " + std::to_string(t + 1) + "; lower the learning rate");
-    backward(net, b, config.loss, trace, grad);
     const double lr = learning_rate(config, t);
     const double gnorm = opt.update(net, grad, config, lr);
     const bool last = t + 1 == config.steps;
@@ -203,7 +259,16 @@ template <class S> TrainReport train(Network<S>& net, const Dataset& data, const
     const bool eval = validation && config.eval_every > 0 && ((t + 1) % config.eval_every == 0 || last);
     if (log || eval) {
       rep.loss = loss;
-      rep.accuracy = classify ? accuracy_of(trace, b) : -1;
+      rep.accuracy = -1;
+      if (classify) {
+        double right = 0, counted = 0;
+        for (std::size_t p = 0; p < ws.traces.size(); ++p) {
+          const Batch<S>& part = ws.parts.empty() ? b : ws.parts[p];
+          right += accuracy_of(ws.traces[p], part) * static_cast<double>(ws.traces[p].counted);
+          counted += static_cast<double>(ws.traces[p].counted);
+        }
+        rep.accuracy = counted > 0 ? right / counted : 0;
+      }
       if (eval) std::tie(rep.val_loss, rep.val_accuracy) = evaluate_loss(net, *validation, config.loss);
       const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       if (csv.is_open()) {
@@ -230,6 +295,8 @@ template <class S> TrainReport train(Network<S>& net, const Dataset& data, const
   return rep;
 }
 
+template double batch_gradient<float>(const Network<float>&, const Batch<float>&, Loss, Network<float>&, Workspace<float>&);
+template double batch_gradient<double>(const Network<double>&, const Batch<double>&, Loss, Network<double>&, Workspace<double>&);
 template struct AdamW<float>;
 template struct AdamW<double>;
 template TrainReport train<float>(Network<float>&, const Dataset&, const Dataset*, const TrainConfig&, const std::string&,

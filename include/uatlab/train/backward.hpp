@@ -47,6 +47,10 @@ template <class S> struct Trace {
   Mat<S> y;       // network output (out_dim×T)
   S loss{};
   Eigen::Index counted = 0;  // tokens in the loss
+  // Set when this trace covers part of a larger batch: backward normalises by the whole batch's
+  // count, and a part without counted tokens is not an error.
+  Eigen::Index normaliser = 0;
+  bool part_of_batch = false;
 };
 
 // Forward over the batch, filling the trace; returns the mean loss over counted tokens (mse: also

@@ -31,6 +31,16 @@ struct TrainConfig {
   nlohmann::json to_json() const;
 };
 
+// Loss and gradient of a batch with OpenMP over the batch: each thread runs forward and backward
+// on its share of the sequences (its own trace and gradient), then the gradients are summed.
+// The workspace keeps those buffers between steps.
+template <class S> struct Workspace {
+  std::vector<Batch<S>> parts;
+  std::vector<Trace<S>> traces;
+  std::vector<Network<S>> grads;
+};
+template <class S> double batch_gradient(const Network<S>& net, const Batch<S>& batch, Loss loss, Network<S>& grad, Workspace<S>& ws);
+
 // Learning rate at step t (0-based).
 double learning_rate(const TrainConfig& c, long t);
 
