@@ -182,6 +182,8 @@ class UatlabNet(nn.Module):
             z = z + self.pe.weight[: z.shape[1]]
         for layer in self.layers:
             z = layer(z)
+        if self.arch.get("pool", "none") == "sum":
+            z = z.sum(dim=1, keepdim=True)
         return self.readout(z) if self.arch.get("readout", 0) > 0 else z
 
 

@@ -186,3 +186,21 @@ TEST(Cli, ContextualReportsBothModesAndHardmaxCounterexamplePasses) {
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("identical in both sequences in 24 of 24 draws"), std::string::npos) << r.out;
 }
+
+TEST(Cli, PolynomialProvesExactnessAndRejectsBadInput) {
+  const std::string d = dir();
+  Result r = run("polynomial \"x1^2 - x1*x2/3 + 1\" --vars x1,x2 --out " + d + "poly.json --report " + d + "poly_report.json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("EXACT"), std::string::npos) << r.out;
+  EXPECT_TRUE(json::parse(std::ifstream(d + "poly_report.json"))["exact"].get<bool>());
+  // The lossless file loads back.
+  EXPECT_EQ(run("info " + d + "poly.json").code, 0);
+  fs::remove(d + "poly_bad.json");
+  r = run("polynomial \"x1^2 + y\" --vars x1 --out " + d + "poly_bad.json");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("unknown variable \"y\""), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(d + "poly_bad.json"));
+  r = run("polynomial --fit \"sin(x1)\" --vars x1 --degree 3");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(run("polynomial --fit \"sin(\" --vars x1 --degree 3").code, 1);
+}

@@ -33,7 +33,7 @@ def architectures():
         ff = {"type": "feedforward", "width": 5, "pre_norm": i % 5 == 0,
               "activation": PIECEWISE if i % 3 == 1 else "relu"}
         layers = [attn, ff] + ([{"type": "layernorm", "eps": "1/100"}] if i % 4 == 2 else [])
-        arch = {"d": 3, "layers": layers, "readout": 2 if i % 2 else 0}
+        arch = {"d": 3, "layers": layers, "readout": 2 if i % 2 else 0, "pool": "sum" if i % 13 == 6 else "none"}
         if i % 3 == 2:
             arch["vocab"], arch["max_len"] = 11, 8
         elif i % 7 == 0:

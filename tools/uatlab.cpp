@@ -241,6 +241,7 @@ int main(int argc, char** argv) {
   cli::Commands commands;
   cli::add_kajitsuka_commands(app, commands);
   cli::add_train_commands(app, commands);
+  cli::add_fang_commands(app, commands);
 
   CLI11_PARSE(app, argc, argv);
   try {

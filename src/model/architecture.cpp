@@ -178,12 +178,12 @@ json Architecture::to_json() const {
     ls.push_back(j);
   }
   return {{"format", "uatlab-architecture-1"}, {"d", d}, {"vocab", vocab}, {"max_len", max_len},
-          {"readout", readout}, {"layers", ls}};
+          {"readout", readout}, {"pool", pool ? "sum" : "none"}, {"layers", ls}};
 }
 
 Architecture Architecture::from_json(const json& j) {
   if (!j.is_object()) throw Error("architecture must be a JSON object");
-  reject_unknown(j, {"format", "d", "vocab", "max_len", "readout", "layers"}, "architecture: ");
+  reject_unknown(j, {"format", "d", "vocab", "max_len", "readout", "pool", "layers"}, "architecture: ");
   if (j.contains("format") && j["format"] != "uatlab-architecture-1")
     throw Error("architecture: unsupported format " + j["format"].dump());
   Architecture a;
@@ -192,6 +192,10 @@ Architecture Architecture::from_json(const json& j) {
   if (j.contains("vocab")) a.vocab = positive_int(j["vocab"], "architecture: vocab", 0);
   if (j.contains("max_len")) a.max_len = positive_int(j["max_len"], "architecture: max_len", 0);
   if (j.contains("readout")) a.readout = positive_int(j["readout"], "architecture: readout", 0);
+  if (j.contains("pool")) {
+    if (j["pool"] != "none" && j["pool"] != "sum") throw Error("architecture: pool must be \"none\" or \"sum\", got " + j["pool"].dump());
+    a.pool = j["pool"] == "sum";
+  }
   if (j.contains("layers")) {
     if (!j["layers"].is_array()) throw Error("architecture: layers must be an array");
     for (std::size_t i = 0; i < j["layers"].size(); ++i) {

@@ -299,6 +299,10 @@ template <class S> Mat<S> forward(const Network<S>& net, const Mat<S>& x, const 
     if (s.kind == LayerKind::attention) attention(L, in, Z, opt);
     else feedforward(L, in, Z);
   }
+  if (a.pool) {
+    Mat<S> pooled = Z.rowwise().sum();
+    Z = std::move(pooled);
+  }
   if (a.readout > 0) {
     Mat<S> y = net.readout_w * Z;
     y.colwise() += net.readout_b.col(0);

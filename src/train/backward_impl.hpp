@@ -174,6 +174,7 @@ template <class S> S forward_train(const Network<S>& net, const Batch<S>& batch,
       throw Error("hardmax attention has no gradient; train with score softmax or linear");
     if (s.kind == LayerKind::feedforward && s.piecewise) throw Error("training supports ReLU feed-forward layers only");
   }
+  if (a.pool) throw Error("training does not support pooled (\"pool\": \"sum\") outputs");
   const Eigen::Index T = batch.tokens();
   Mat<S> Z;
   if (a.vocab > 0) {

@@ -55,6 +55,7 @@ struct Architecture {
   int vocab = 0;      // > 0: inputs are token ids through a d×vocab embedding
   int max_len = 0;    // > 0: absolute positional encoding, a learned/constructed d×max_len table
   int readout = 0;    // > 0: linear readout to this many outputs per token
+  bool pool = false;  // "pool": "sum": the tokens are summed before the readout (one output column)
   std::vector<LayerSpec> layers;
 
   int out_dim() const { return readout > 0 ? readout : d; }
