@@ -37,11 +37,6 @@ std::vector<std::string> split(const std::string& s) {
   return v;
 }
 
-double gauss(Rng& rng) {
-  const double u = rng.uniform(), v = rng.uniform();
-  return std::sqrt(-2 * std::log1p(-u)) * std::cos(2 * M_PI * v);
-}
-
 // A seeded sample of the box; each point's pooled features (plus 1 for the bias).
 struct Design {
   Mat<double> phi;  // m × (D + 1)
@@ -166,7 +161,7 @@ int cmd_regression(const Opts& o) {
       for (int rep = 0; rep < o.repeats; ++rep) {
         Design tr = design(L, net, B, m, rng), te = design(L, net, B, 500, rng);
         Vec<double> y(m), yt(500);
-        for (int r = 0; r < m; ++r) y(r) = clean(tr.x[r]) + o.noise * gauss(rng);
+        for (int r = 0; r < m; ++r) y(r) = clean(tr.x[r]) + o.noise * rng.gauss();
         for (int r = 0; r < 500; ++r) yt(r) = clean(te.x[r]);
         const Vec<double> w = tr.phi.completeOrthogonalDecomposition().solve(y);
         mse[blocks == N ? 0 : 1] += (te.phi * w - yt).squaredNorm() / 500 / o.repeats;

@@ -19,11 +19,6 @@ namespace {
 constexpr double kPi = 3.14159265358979323846;
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-double gauss(Rng& rng) {  // Box–Muller
-  double u = rng.uniform(), v = rng.uniform();
-  return std::sqrt(-2 * std::log1p(-u)) * std::cos(2 * kPi * v);
-}
-
 Vec<double> to_double(const Vec<Rational>& x) {
   return x.unaryExpr([](const Rational& q) { return Scalar<Rational>::to_double(q); });
 }
@@ -190,7 +185,7 @@ Projection find_projection(const Facts& f, std::uint64_t seed, int max_tries) {
   Rng rng(seed);
   for (p.tries = 1; p.tries <= max_tries; ++p.tries) {
     Vec<double> v(f.d);
-    for (int i = 0; i < f.d; ++i) v(i) = gauss(rng);
+    for (int i = 0; i < f.d; ++i) v(i) = rng.gauss();
     v /= v.norm();
     double worst = kInf;
     for (std::size_t i = 0; i < pts.size(); ++i)
@@ -409,7 +404,7 @@ bool zhang_layer(const Facts& f, const Dataset& ds, const Network<Rational>& att
   };
   Rng rng(seed ^ 0x5a17ULL);
   Vec<Rational> a(f.d);
-  for (int i = 0; i < f.d; ++i) a(i) = rational_of(gauss(rng));
+  for (int i = 0; i < f.d; ++i) a(i) = rational_of(rng.gauss());
   const Vec<Mpfi> ai = a.unaryExpr([](const Rational& x) { return Scalar<Mpfi>::from(x); });
   std::vector<Ctx> cs;
   for (std::size_t s = 0; s < f.sets.size(); ++s)
@@ -617,7 +612,7 @@ Dataset demo_dataset(int N, int n, int d, int V, std::uint64_t seed) {
   std::vector<Vec<Rational>> vocab;
   while (static_cast<int>(vocab.size()) < V) {
     Vec<double> g(d);
-    for (int i = 0; i < d; ++i) g(i) = gauss(rng);
+    for (int i = 0; i < d; ++i) g(i) = rng.gauss();
     g *= rng.uniform(1, 2) / g.norm();
     Vec<Rational> x = g.unaryExpr([](double t) { return Rational(static_cast<long>(std::llround(t * 1000)), 1000); });
     bool fresh = x.squaredNorm() != 0;

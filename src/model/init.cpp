@@ -24,6 +24,11 @@ std::uint64_t Rng::next() {
 
 double Rng::uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
 
+double Rng::gauss() {
+  const double u = uniform(), v = uniform();
+  return std::sqrt(-2 * std::log1p(-u)) * std::cos(2 * 3.14159265358979323846 * v);
+}
+
 void init_random(Network<double>& net, std::uint64_t seed, double gain) {
   Rng rng(seed);
   net.for_each_tensor([&](const std::string& name, Mat<double>& m, Layout layout) {

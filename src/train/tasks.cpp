@@ -10,11 +10,6 @@ namespace uatlab {
 
 namespace {
 
-double gauss(Rng& rng) {
-  const double u = rng.uniform(), v = rng.uniform();
-  return std::sqrt(-2 * std::log1p(-u)) * std::cos(2 * M_PI * v);
-}
-
 Dataset sparse_boolean(const TaskOptions& o) {
   if (o.lags.empty()) throw Error("sparse-boolean needs at least one lag");
   const int M = static_cast<int>(o.lags.size()), TM = *std::max_element(o.lags.begin(), o.lags.end());
@@ -64,7 +59,7 @@ Dataset kernel(const TaskOptions& o, bool heavy) {
   ds.d = 1, ds.label_dim = 1;
   for (int i = 0; i < o.N; ++i) {
     std::vector<double> x(o.n);
-    for (auto& v : x) v = gauss(rng);
+    for (auto& v : x) v = rng.gauss();
     Sequence s;
     s.x = Mat<Rational>(1, o.n);
     s.y = Mat<Rational>(1, o.n);

@@ -17,6 +17,7 @@ class Rng {
   explicit Rng(std::uint64_t seed);
   double uniform();                                           // [0, 1)
   double uniform(double a, double b) { return a + (b - a) * uniform(); }
+  double gauss();                                             // N(0, 1) by Box–Muller
   std::uint64_t next();
 
  private:
