@@ -101,14 +101,16 @@ class Attention(nn.Module):
             scores = scores + self.bias(n, z.dtype)
         allowed = torch.ones(n, n, dtype=torch.bool)
         if sp["causal"]:
-            allowed = torch.tril(allowed)  # key <= query
+            allowed = torch.tril(allowed, diagonal=-1 if sp.get("strict_past") else 0)  # key <= query (< if strict)
+        some = allowed.any(dim=-1, keepdim=True)  # a query with no key at all gets weights 0
         if sp["score"] == "softmax":
             w = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)
+            w = torch.where(some, w, torch.zeros_like(w))
         elif sp["score"] == "hardmax":
             masked = scores.masked_fill(~allowed, float("-inf"))
             top = masked.max(dim=-1, keepdim=True).values
             hit = (masked >= top - self.hardmax_tolerance) & allowed
-            w = hit.to(z.dtype) / hit.sum(dim=-1, keepdim=True).to(z.dtype)
+            w = hit.to(z.dtype) / hit.sum(dim=-1, keepdim=True).clamp(min=1).to(z.dtype)
         else:  # linear
             w = scores.masked_fill(~allowed, 0.0)
         out = (w @ v).transpose(1, 2).reshape(B, n, H * s)

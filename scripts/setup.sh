@@ -17,7 +17,9 @@ PACKAGES=(
   libgtest-dev libgmock-dev             # unit tests
   libbenchmark-dev                      # benchmarks
   python3-torch python3-numpy           # PyTorch interop module, oracle tests, baseline benchmark
-  python3-matplotlib                    # plots
+  python3-matplotlib                    # plots of the Python experiment scripts
+  gnuplot-nox                           # plots written by uatlab reproduce / sweep
+  libopenmpi-dev openmpi-bin            # mpirun -n K uatlab sweep: a sweep over several processes/machines
 )
 missing=()
 for p in "${PACKAGES[@]}"; do

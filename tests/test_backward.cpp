@@ -103,6 +103,13 @@ TEST(Backward, LinearAttentionCausal) {
     {"type":"feedforward","width":4}]})", Loss::cross_entropy, 5);
 }
 
+TEST(Backward, StrictPastDpFreeLogAndLinearScores) {
+  check(R"({"d":3,"readout":1,"layers":[
+    {"type":"attention","heads":2,"head_size":1,"dp_free":true,"rpe":"log","causal":true,"strict_past":true},
+    {"type":"attention","heads":1,"head_size":2,"score":"linear","rpe":"lin","causal":true,"strict_past":true},
+    {"type":"feedforward","width":3}]})", Loss::mse, 6);
+}
+
 TEST(Backward, RefusesHardmaxAndAllMaskedBatches) {
   const Architecture arch = Architecture::from_json(json::parse(R"({"d":2,"layers":[{"type":"attention","score":"hardmax"}]})"));
   Network<double> net(arch);

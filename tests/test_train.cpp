@@ -1,7 +1,9 @@
 // The training loop: schedule, reproducibility, exact resume, freezing, and tasks.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
+#include <fstream>
 
 #include "uatlab/model/init.hpp"
 #include "uatlab/train/tasks.hpp"
@@ -109,4 +111,67 @@ TEST(Train, TasksAreSeededAndWellFormed) {
   // y_t = Σ ρ(s) x_{t−s}: y_0 = 0, y_1 = ρ(1) x_0.
   EXPECT_EQ(h.sequences[0].y(0, 0), Rational(0));
   EXPECT_THROW(make_task("no-such-task", o), Error);
+}
+
+TEST(Train, AdaptiveMemoryTasksFollowTheirLagRules) {
+  TaskOptions o;
+  o.N = 20, o.n = 40, o.lags = {1, 3, 7}, o.seed = 3;
+  for (bool nested : {false, true}) {
+    const Dataset ds = make_task(nested ? "adaptive-2" : "adaptive-1", o);
+    int scored = 0;
+    for (const auto& s : ds.sequences)
+      for (int t = 0; t < o.n; ++t) {
+        auto b = [&](int i) { return s.tokens[i] % 2; };
+        auto lag = [&](int i) { return o.lags[s.tokens[i] / 2]; };
+        const int t1 = lag(t), t2 = t - t1 >= 0 ? t1 + lag(t - t1) : 1 << 20;
+        const bool defined = nested ? t - t2 >= 0 : t - t1 >= 0;
+        ASSERT_EQ(s.mask[t], defined ? 1 : 0);
+        if (!defined) continue;
+        ++scored;
+        EXPECT_EQ(s.y(0, t), Rational(nested ? b(t - t1) ^ b(t - t2) : b(t - t1)));
+      }
+    EXPECT_GT(scored, 20 * 20);
+    EXPECT_EQ(task_vocab(nested ? "adaptive-2" : "adaptive-1", o), 6);
+  }
+}
+
+TEST(Train, ComplexReadoutAndKernelsPadTheValueIntoRowZero) {
+  TaskOptions o;
+  o.N = 3, o.n = 10, o.lags = {1, 2}, o.d = 3, o.omega = 2, o.seed = 5;
+  const Dataset c = make_task("complex-readout", o);
+  ASSERT_EQ(c.d, 3);
+  for (const auto& s : c.sequences) {
+    EXPECT_EQ(s.x.row(1), Mat<Rational>::Zero(1, 10));
+    for (int t = 2; t < 10; ++t) {
+      const double want = std::sin(2 * M_PI * Scalar<double>::from(s.x(0, t - 1))) * std::sin(2 * M_PI * Scalar<double>::from(s.x(0, t - 2)));
+      EXPECT_NEAR(Scalar<double>::from(s.y(0, t)), want, 1e-15);
+    }
+    EXPECT_EQ(s.mask[1], 0);
+  }
+  EXPECT_EQ(make_task("kernel-light", o).sequences[0].x.rows(), 3);
+  EXPECT_EQ(task_dim("kernel-light", o), 3);
+}
+
+TEST(Train, CharsTaskSplitsTheCorpusAndPredictsTheNextCharacter) {
+  std::filesystem::create_directories(UATLAB_TEST_TMP);
+  const std::string path = std::string(UATLAB_TEST_TMP) + "/corpus.txt";
+  std::string text;
+  for (int i = 0; i < 900; ++i) text += "ab";    // the first 90%: only a and b
+  for (int i = 0; i < 100; ++i) text += "cd";    // the last 10%: only c and d
+  { std::ofstream(path) << text; }
+  TaskOptions o;
+  o.corpus = path, o.N = 50, o.n = 16, o.seed = 2;
+  EXPECT_EQ(task_outputs("chars", o), 4);
+  for (bool val : {false, true}) {
+    o.validation = val;
+    const Dataset ds = make_task("chars", o);
+    for (const auto& s : ds.sequences)
+      for (int t = 0; t < 16; ++t) {
+        EXPECT_EQ(s.tokens[t] >= 2, val);
+        if (t + 1 < 16) EXPECT_EQ(s.y(0, t), Rational(s.tokens[t + 1]));
+        EXPECT_EQ(s.y(0, t), Rational(s.tokens[t] ^ 1));  // a->b->a, c->d->c
+      }
+  }
+  o.corpus = std::string(UATLAB_TEST_TMP) + "/missing.txt";
+  EXPECT_THROW(make_task("chars", o), Error);
 }

@@ -22,7 +22,7 @@ namespace {
 
 struct TrainOpts {
   std::string data, val, task, arch, init_model, out, dtype = "float", loss, metrics, checkpoint, resume, config;
-  int d = 0, vocab = 0, max_len = 0, readout = 0;
+  int d = 0, vocab = 0, max_len = 0, readout = 0, task_val_N = 0;
   std::vector<std::string> layers;
   double val_fraction = 0, gain = 1;
   std::uint64_t init_seed = 1;
@@ -87,18 +87,28 @@ int cmd_train(TrainOpts& o) {
       for (std::string x; std::getline(ss, x, ',');) o.task_opt.lags.push_back(std::stoi(x));
     }
     data = make_task(o.task, o.task_opt);
+    if (o.task_val_N > 0) {  // a validation set: the held-out split (chars) or fresh draws (another seed)
+      TaskOptions v = o.task_opt;
+      v.N = o.task_val_N, v.validation = true, v.seed = o.task_opt.seed + 1000003;
+      val = make_task(o.task, v);
+    }
     if (o.loss.empty()) o.loss = task_loss(o.task);
-    if (o.readout == 0 && o.arch.empty() && o.init_model.empty()) o.readout = task_outputs(o.task, o.task_opt);
-    if (o.d == 0 && o.arch.empty()) o.d = o.task == "memorize" ? o.task_opt.d : 0;
-    if (o.vocab == 0 && o.task == "sparse-boolean" && o.arch.empty()) o.vocab = 2;
-    if (o.d == 0 && o.arch.empty() && o.task.rfind("kernel", 0) == 0) o.d = 1;
+    if (o.arch.empty() && o.init_model.empty()) {
+      if (o.readout == 0) o.readout = task_outputs(o.task, o.task_opt);
+      if (o.vocab == 0) o.vocab = task_vocab(o.task, o.task_opt);
+      if (o.d == 0) o.d = task_dim(o.task, o.task_opt);
+    }
   } else {
     data = read_dataset(o.data);
   }
   if (o.loss.empty()) o.loss = "mse";
   o.cfg.loss = parse_loss(o.loss);
-  if (!o.val.empty()) val = read_dataset(o.val);
+  if (!o.val.empty()) {
+    if (!val.sequences.empty()) throw Error("give at most one of --val and --task-val-N");
+    val = read_dataset(o.val);
+  }
   else if (o.val_fraction > 0) {
+    if (!val.sequences.empty()) throw Error("give at most one of --val-fraction and --task-val-N");
     const std::size_t k = static_cast<std::size_t>(o.val_fraction * static_cast<double>(data.sequences.size()));
     if (k == 0 || k >= data.sequences.size()) throw Error("--val-fraction leaves no training or no validation sequences");
     val = data;
@@ -132,14 +142,21 @@ void add_train_commands(CLI::App& app, Commands& commands) {
   auto o = std::make_shared<TrainOpts>();
   auto* t = app.add_subcommand("train", "Train a network (AdamW, hand-written backward) on JSONL data or a built-in task");
   t->add_option("--data", o->data, "Training data (JSONL with labels \"y\", optional \"mask\")");
-  t->add_option("--task", o->task, "Built-in task: memorize, sparse-boolean, kernel-heavy, kernel-light");
+  std::string names;
+  for (const auto& n : task_names()) names += (names.empty() ? "" : ", ") + n;
+  t->add_option("--task", o->task, "Built-in task: " + names + " (docs/training.md)");
   t->add_option("--task-N", o->task_opt.N, "Task: sequences")->capture_default_str();
   t->add_option("--task-n", o->task_opt.n, "Task: sequence length")->capture_default_str();
-  t->add_option("--task-d", o->task_opt.d, "Task memorize: token dimension")->capture_default_str();
+  t->add_option("--task-d", o->task_opt.d, "Tasks memorize, random-labels, complex-readout, kernel-*: token dimension")->capture_default_str();
   t->add_option("--task-V", o->task_opt.V, "Task memorize: vocabulary size")->capture_default_str();
-  t->add_option("--task-lags", o->lags, "Task sparse-boolean: lags, e.g. 1,4,9");
-  t->add_option("--task-boolean", o->task_opt.boolean, "Task sparse-boolean: parity, majority, and, table")->capture_default_str();
+  t->add_option("--task-lags", o->lags, "Tasks sparse-boolean, complex-readout: lags; adaptive-*: the lag table, e.g. 1,4,9");
+  t->add_option("--task-boolean", o->task_opt.boolean, "Task sparse-boolean: parity, majority, and, product, table")->capture_default_str();
+  t->add_option("--task-classes", o->task_opt.classes, "Task random-labels: classes")->capture_default_str();
+  t->add_option("--task-omega", o->task_opt.omega, "Task complex-readout: frequency")->capture_default_str();
+  t->add_option("--task-corpus", o->task_opt.corpus, "Task chars: text corpus");
+  t->add_option("--task-val-N", o->task_val_N, "Also make a validation set of this many sequences (chars: from the held-out 10%)");
   t->add_option("--task-beta", o->task_opt.beta, "Task kernels: tail exponent / decay rate")->capture_default_str();
+  t->add_option("--task-mask-before", o->task_opt.mask_before, "Task kernels: do not score positions t < K")->capture_default_str();
   t->add_option("--task-seed", o->task_opt.seed, "Task data seed")->capture_default_str();
   t->add_option("--val", o->val, "Validation data (JSONL)");
   t->add_option("--val-fraction", o->val_fraction, "Hold out this fraction of the data (the last sequences)");

@@ -242,6 +242,8 @@ int main(int argc, char** argv) {
   cli::add_kajitsuka_commands(app, commands);
   cli::add_train_commands(app, commands);
   cli::add_fang_commands(app, commands);
+  cli::add_reproduce_commands(app, commands);
+  cli::add_sweep_commands(app, commands);
 
   CLI11_PARSE(app, argc, argv);
   try {

@@ -65,7 +65,7 @@ std::string LayerSpec::describe() const {
       if (scale != "1") s += " scale " + scale;
       if (sqrt_scaling) s += ", 1/sqrt(s)";
       if (rpe != Rpe::none) s += std::string(", ") + to_string(rpe) + " bias" + (dp_free ? " only (DP-free)" : "");
-      if (causal) s += ", causal";
+      if (causal) s += strict_past ? ", causal (strict past)" : ", causal";
       if (tied_qkv) s += ", tied Q=K=V";
       if (bias) s += ", biases";
       return s;
@@ -159,6 +159,7 @@ json Architecture::to_json() const {
              {"score", to_string(l.score)}, {"scale", l.scale},   {"sqrt_scaling", l.sqrt_scaling},
              {"rpe", to_string(l.rpe)},     {"dp_free", l.dp_free}, {"causal", l.causal},
              {"tied_qkv", l.tied_qkv},      {"bias", l.bias}};
+        if (l.strict_past) j["strict_past"] = true;  // written only when set: older readers keep working
         if (l.rpe == Rpe::t5) j["t5_buckets"] = l.t5_buckets, j["t5_max_distance"] = l.t5_max_distance;
         break;
       case LayerKind::feedforward:
@@ -209,7 +210,7 @@ Architecture Architecture::from_json(const json& j) {
       if (lj.contains("eps")) l.eps = exact_text(lj["eps"], w + "eps");
       if (l.kind == LayerKind::attention) {
         reject_unknown(lj, {"type", "heads", "head_size", "score", "scale", "sqrt_scaling", "rpe", "t5_buckets",
-                            "t5_max_distance", "dp_free", "causal", "tied_qkv", "bias", "pre_norm", "eps"}, w);
+                            "t5_max_distance", "dp_free", "causal", "strict_past", "tied_qkv", "bias", "pre_norm", "eps"}, w);
         if (lj.contains("heads")) l.heads = positive_int(lj["heads"], w + "heads");
         if (lj.contains("head_size")) l.head_size = positive_int(lj["head_size"], w + "head_size");
         if (lj.contains("score"))
@@ -224,6 +225,8 @@ Architecture Architecture::from_json(const json& j) {
         if (lj.contains("t5_max_distance")) l.t5_max_distance = positive_int(lj["t5_max_distance"], w + "t5_max_distance");
         if (lj.contains("dp_free")) l.dp_free = boolean(lj["dp_free"], w + "dp_free");
         if (lj.contains("causal")) l.causal = boolean(lj["causal"], w + "causal");
+        if (lj.contains("strict_past")) l.strict_past = boolean(lj["strict_past"], w + "strict_past");
+        if (l.strict_past && !l.causal) throw Error(w + "strict_past needs causal");
         if (lj.contains("tied_qkv")) l.tied_qkv = boolean(lj["tied_qkv"], w + "tied_qkv");
         if (lj.contains("bias")) l.bias = boolean(lj["bias"], w + "bias");
       } else if (l.kind == LayerKind::feedforward) {

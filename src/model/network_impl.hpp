@@ -109,25 +109,29 @@ template <class S> S piecewise(const Layer<S>& l, const S& x) {
 
 // ---- attention ----------------------------------------------------------------------------------
 
-// Normalise column k of the scores A over the keys it may attend to (all, or l <= k if causal);
-// masked entries become 0.
+// Normalise column k of the scores A over the keys it may attend to (all, l <= k if causal, l < k
+// if also strict_past); masked entries become 0, and so does a column with no key at all.
 template <class S> void normalise_columns(Mat<S>& A, const LayerSpec& spec, const EvalOptions& opt) {
   const Eigen::Index n = A.rows();
   if constexpr (std::is_floating_point_v<S>) {
     if (spec.score == Score::softmax) {  // whole-matrix form: Eigen vectorises exp for float/double
       if (spec.causal)
-        for (Eigen::Index k = 0; k + 1 < n; ++k) A.col(k).tail(n - k - 1).setConstant(-std::numeric_limits<S>::infinity());
+        for (Eigen::Index k = 0; k < n; ++k)
+          A.col(k).tail(n - k - 1 + spec.strict_past).setConstant(-std::numeric_limits<S>::infinity());
+      if (spec.strict_past) A(0, 0) = S(0);  // keeps column 0 finite; zeroed below
       const Eigen::Matrix<S, 1, Eigen::Dynamic> mx = A.colwise().maxCoeff();
       A.rowwise() -= mx;
       A = A.array().exp();  // in place: Eigen's packet exp (a replicated operand would fall back to scalar expf)
       const Eigen::Matrix<S, 1, Eigen::Dynamic> inv = A.colwise().sum().cwiseInverse();
       A.array().rowwise() *= inv.array();
+      if (spec.strict_past) A.col(0).setZero();
       return;
     }
   }
   for (Eigen::Index k = 0; k < A.cols(); ++k) {
-    const Eigen::Index m = spec.causal ? k + 1 : n;  // keys 0..m-1
+    const Eigen::Index m = spec.causal ? k + 1 - spec.strict_past : n;  // keys 0..m-1
     for (Eigen::Index l = m; l < n; ++l) A(l, k) = S(0);
+    if (m == 0) continue;
     auto col = A.col(k).head(m);
     switch (spec.score) {
       case Score::linear: break;

@@ -2,20 +2,29 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <mutex>
 
 #include "uatlab/construct/kajitsuka.hpp"
+#include "uatlab/io/json.hpp"
 #include "uatlab/model/init.hpp"
 
 namespace uatlab {
 
 namespace {
 
-Dataset sparse_boolean(const TaskOptions& o) {
-  if (o.lags.empty()) throw Error("sparse-boolean needs at least one lag");
-  const int M = static_cast<int>(o.lags.size()), TM = *std::max_element(o.lags.begin(), o.lags.end());
+// The largest lag, after checking that there is one, every lag is >= 1 and n exceeds them all.
+int check_lags(const TaskOptions& o, const std::string& task) {
+  if (o.lags.empty()) throw Error(task + " needs at least one lag");
   for (int l : o.lags)
     if (l < 1) throw Error("lags must be >= 1");
+  const int TM = *std::max_element(o.lags.begin(), o.lags.end());
   if (o.n <= TM) throw Error("sequence length n = " + std::to_string(o.n) + " must exceed the largest lag " + std::to_string(TM));
+  return TM;
+}
+
+Dataset sparse_boolean(const TaskOptions& o) {
+  const int M = static_cast<int>(o.lags.size()), TM = check_lags(o, "sparse-boolean");
   Rng rng(o.seed);
   std::vector<int> table(static_cast<std::size_t>(1) << M);
   for (auto& v : table) v = rng.uniform() < 0.5;
@@ -25,8 +34,9 @@ Dataset sparse_boolean(const TaskOptions& o) {
     if (o.boolean == "parity") return ones % 2;
     if (o.boolean == "majority") return 2 * ones > M ? 1 : 0;
     if (o.boolean == "and") return ones == M ? 1 : 0;
+    if (o.boolean == "product") return (M - ones) % 2 == 0 ? 1 : 0;  // Π (2b − 1) = +1
     if (o.boolean == "table") return table[code];
-    throw Error("boolean function \"" + o.boolean + "\": expected parity, majority, and or table");
+    throw Error("boolean function \"" + o.boolean + "\": expected parity, majority, and, product or table");
   };
   Dataset ds;
   ds.token_input = true, ds.label_dim = 1;
@@ -46,8 +56,130 @@ Dataset sparse_boolean(const TaskOptions& o) {
   return ds;
 }
 
+Dataset complex_readout(const TaskOptions& o) {
+  const int TM = check_lags(o, "complex-readout");
+  Rng rng(o.seed);
+  if (o.d < 1) throw Error("complex-readout needs d >= 1");
+  Dataset ds;
+  ds.d = o.d, ds.label_dim = 1;
+  for (int i = 0; i < o.N; ++i) {
+    std::vector<double> x(o.n);
+    for (auto& v : x) v = rng.uniform(-1, 1);
+    Sequence s;
+    s.x = Mat<Rational>::Zero(o.d, o.n);  // the value in row 0; rows 1..d-1 give the residual stream room
+    s.y = Mat<Rational>::Zero(1, o.n);
+    s.mask.assign(o.n, 0);
+    for (int t = 0; t < o.n; ++t) {
+      s.x(0, t) = rational_of(x[t]);
+      if (t < TM) continue;
+      double y = 1;
+      for (int l : o.lags) y *= std::sin(o.omega * 3.14159265358979323846 * x[t - l]);
+      s.y(0, t) = rational_of(y);
+      s.mask[t] = 1;
+    }
+    ds.sequences.push_back(std::move(s));
+  }
+  return ds;
+}
+
+// Mahdavi et al.'s memorization task: Gaussian tokens, a random class on the first token.
+Dataset random_labels(const TaskOptions& o) {
+  if (o.d < 1 || o.classes < 2) throw Error("random-labels needs d >= 1 and at least 2 classes");
+  Rng rng(o.seed);
+  Dataset ds;
+  ds.d = o.d, ds.label_dim = 1;
+  const double scale = 1 / std::sqrt(static_cast<double>(o.d));
+  for (int i = 0; i < o.N; ++i) {
+    Sequence s;
+    s.x = Mat<Rational>(o.d, o.n);
+    for (int t = 0; t < o.n; ++t)
+      for (int r = 0; r < o.d; ++r) s.x(r, t) = rational_of(rng.gauss() * scale);
+    s.y = Mat<Rational>::Zero(1, o.n);
+    s.y(0, 0) = std::min(o.classes - 1, static_cast<int>(rng.uniform() * o.classes));
+    s.mask.assign(o.n, 0);
+    s.mask[0] = 1;
+    ds.sequences.push_back(std::move(s));
+  }
+  return ds;
+}
+
+// Token 2c + b: payload bit b, code c indexing the lag table o.lags.
+Dataset adaptive(const TaskOptions& o, bool nested) {
+  check_lags(o, nested ? "adaptive-2" : "adaptive-1");
+  const int C = static_cast<int>(o.lags.size());
+  Rng rng(o.seed);
+  Dataset ds;
+  ds.token_input = true, ds.label_dim = 1;
+  for (int i = 0; i < o.N; ++i) {
+    Sequence s;
+    std::vector<int> b(o.n), c(o.n);
+    for (int t = 0; t < o.n; ++t) {
+      b[t] = rng.uniform() < 0.5;
+      c[t] = std::min(C - 1, static_cast<int>(rng.uniform() * C));
+      s.tokens.push_back(2 * c[t] + b[t]);
+    }
+    s.y = Mat<Rational>::Zero(1, o.n);
+    s.mask.assign(o.n, 0);
+    for (int t = 0; t < o.n; ++t) {
+      const int t1 = o.lags[c[t]];
+      if (t - t1 < 0) continue;
+      int y = b[t - t1];
+      if (nested) {
+        const int t2 = t1 + o.lags[c[t - t1]];
+        if (t - t2 < 0) continue;
+        y ^= b[t - t2];
+      }
+      s.y(0, t) = y;
+      s.mask[t] = 1;
+    }
+    ds.sequences.push_back(std::move(s));
+  }
+  return ds;
+}
+
+// A corpus is read once per process (tasks may be made from several threads).
+const std::string& corpus_text(const std::string& path) {
+  static std::mutex mu;
+  static std::map<std::string, std::string> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find(path);
+  if (it == cache.end()) {
+    if (path.empty()) throw Error("the chars task needs a corpus (--task-corpus FILE)");
+    std::string text = read_file(path);
+    if (text.size() < 1000) throw Error("corpus " + path + " has " + std::to_string(text.size()) + " bytes; the chars task needs at least 1000");
+    it = cache.emplace(path, std::move(text)).first;
+  }
+  return it->second;
+}
+
+Dataset chars(const TaskOptions& o) {
+  const std::string& text = corpus_text(o.corpus);
+  const std::string alphabet = corpus_alphabet(text);
+  int id[256];
+  for (std::size_t k = 0; k < alphabet.size(); ++k) id[static_cast<unsigned char>(alphabet[k])] = static_cast<int>(k);
+  const std::size_t split = text.size() * 9 / 10;
+  const std::size_t begin = o.validation ? split : 0, end = o.validation ? text.size() : split;
+  if (end - begin < static_cast<std::size_t>(o.n) + 1)
+    throw Error("the corpus split has " + std::to_string(end - begin) + " characters, fewer than n + 1 = " + std::to_string(o.n + 1));
+  Rng rng(o.seed);
+  Dataset ds;
+  ds.token_input = true, ds.label_dim = 1;
+  for (int i = 0; i < o.N; ++i) {
+    const std::size_t start = begin + static_cast<std::size_t>(rng.uniform() * static_cast<double>(end - begin - o.n));
+    Sequence s;
+    s.y = Mat<Rational>(1, o.n);
+    for (int t = 0; t < o.n; ++t) {
+      s.tokens.push_back(id[static_cast<unsigned char>(text[start + t])]);
+      s.y(0, t) = id[static_cast<unsigned char>(text[start + t + 1])];
+    }
+    ds.sequences.push_back(std::move(s));
+  }
+  return ds;
+}
+
 Dataset kernel(const TaskOptions& o, bool heavy) {
   if (o.beta <= 0) throw Error("kernel tasks need beta > 0");
+  if (o.d < 1) throw Error("kernel tasks need d >= 1");
   std::vector<double> rho(o.n + 1, 0.0);
   double zeta = 0;
   for (int k = 1; k < 200000; ++k) zeta += std::pow(k, -(1 + o.beta));
@@ -56,12 +188,12 @@ Dataset kernel(const TaskOptions& o, bool heavy) {
     rho[s] = heavy ? std::pow(s, -(1 + o.beta)) / zeta : (1 - std::exp(-o.beta)) * std::exp(-o.beta * (s - 1));
   Rng rng(o.seed);
   Dataset ds;
-  ds.d = 1, ds.label_dim = 1;
+  ds.d = o.d, ds.label_dim = 1;
   for (int i = 0; i < o.N; ++i) {
     std::vector<double> x(o.n);
     for (auto& v : x) v = rng.gauss();
     Sequence s;
-    s.x = Mat<Rational>(1, o.n);
+    s.x = Mat<Rational>::Zero(o.d, o.n);  // the value in row 0, as in complex-readout
     s.y = Mat<Rational>(1, o.n);
     s.mask.assign(o.n, 1);
     for (int t = 0; t < o.n; ++t) {
@@ -78,21 +210,61 @@ Dataset kernel(const TaskOptions& o, bool heavy) {
 
 }  // namespace
 
+const std::vector<std::string>& task_names() {
+  static const std::vector<std::string> names = {"memorize",     "random-labels", "sparse-boolean", "complex-readout",
+                                                 "adaptive-1",   "adaptive-2",    "kernel-heavy",   "kernel-light",
+                                                 "chars"};
+  return names;
+}
+
 Dataset make_task(const std::string& name, const TaskOptions& o) {
   if (o.N < 1 || o.n < 1) throw Error("tasks need N >= 1 and n >= 1");
   if (name == "memorize") return kajitsuka::demo_dataset(o.N, o.n, o.d, o.V, o.seed);
+  if (name == "random-labels") return random_labels(o);
   if (name == "sparse-boolean") return sparse_boolean(o);
+  if (name == "complex-readout") return complex_readout(o);
+  if (name == "adaptive-1") return adaptive(o, false);
+  if (name == "adaptive-2") return adaptive(o, true);
   if (name == "kernel-heavy") return kernel(o, true);
   if (name == "kernel-light") return kernel(o, false);
-  throw Error("unknown task \"" + name + "\" (memorize, sparse-boolean, kernel-heavy, kernel-light)");
+  if (name == "chars") return chars(o);
+  std::string known;
+  for (const auto& t : task_names()) known += (known.empty() ? "" : ", ") + t;
+  throw Error("unknown task \"" + name + "\" (" + known + ")");
 }
 
-std::string task_loss(const std::string& name) { return name == "memorize" || name == "sparse-boolean" ? "ce" : "mse"; }
+std::string task_loss(const std::string& name) {
+  return name == "complex-readout" || name.rfind("kernel", 0) == 0 ? "mse" : "ce";
+}
 
-int task_outputs(const std::string& name, const TaskOptions&) {
+int task_outputs(const std::string& name, const TaskOptions& o) {
   if (name == "memorize") return 3;
-  if (name == "sparse-boolean") return 2;
+  if (name == "random-labels") return o.classes;
+  if (name == "sparse-boolean" || name.rfind("adaptive", 0) == 0) return 2;
+  if (name == "chars") return static_cast<int>(corpus_alphabet(corpus_text(o.corpus)).size());
   return 1;
+}
+
+int task_vocab(const std::string& name, const TaskOptions& o) {
+  if (name == "sparse-boolean") return 2;
+  if (name.rfind("adaptive", 0) == 0) return 2 * static_cast<int>(o.lags.size());
+  if (name == "chars") return task_outputs(name, o);
+  return 0;
+}
+
+int task_dim(const std::string& name, const TaskOptions& o) {
+  if (name == "memorize" || name == "random-labels") return o.d;
+  if (name == "complex-readout" || name.rfind("kernel", 0) == 0) return o.d;
+  return 0;
+}
+
+std::string corpus_alphabet(const std::string& text) {
+  bool seen[256] = {};
+  for (unsigned char ch : text) seen[ch] = true;
+  std::string a;
+  for (int c = 0; c < 256; ++c)
+    if (seen[c]) a += static_cast<char>(c);
+  return a;
 }
 
 }  // namespace uatlab

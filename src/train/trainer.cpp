@@ -108,7 +108,9 @@ class BatchOrder {
 
 template <class S> double batch_gradient(const Network<S>& net, const Batch<S>& batch, Loss loss, Network<S>& grad, Workspace<S>& ws) {
   const int B = batch.sequences();
-  const int P = std::max(1, std::min(omp_get_max_threads(), B));
+  // Inside an enclosing parallel region (a sweep runs one training per thread) the team would get
+  // one thread, so the batch is not split at all.
+  const int P = omp_in_parallel() ? 1 : std::max(1, std::min(omp_get_max_threads(), B));
   if (P == 1) {
     ws.parts.clear(), ws.traces.resize(1);
     ws.traces[0].part_of_batch = false, ws.traces[0].normaliser = 0;

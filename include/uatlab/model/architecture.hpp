@@ -38,6 +38,7 @@ struct LayerSpec {
   int t5_buckets = 32, t5_max_distance = 128;
   bool dp_free = false;   // scores are B_h alone (no dot product)
   bool causal = false;    // query k attends to keys l ≤ k only
+  bool strict_past = false;  // with causal: keys l < k only (query 0 attends to nothing: output 0)
   bool tied_qkv = false;  // W_Q = W_K = W_V (one matrix per head)
   bool bias = false;      // biases on the Q, K, V and O projections
 

@@ -1,9 +1,22 @@
 // Built-in, seeded task generators for `uatlab train --task NAME` (recipes: ../shared/theory/).
 //   memorize          Kajitsuka & Sato's family: N sequences of n distinct random tokens from |V| in R^d,
 //                     3 classes, a function of (token, vocabulary set); loss ce, readout 3
+//   random-labels     Mahdavi et al.'s: N sequences of n Gaussian tokens N(0, I/d) in R^d, a uniformly
+//                     random class (of `classes`) on the first token, the others unscored; loss ce
 //   sparse-boolean    token ids 0/1; y_t = f(x_{t−T1}, …, x_{t−TM}) with f parity | majority | and |
-//                     table (a seeded truth table); loss ce, 2 classes; tokens t < T_M masked out
-//   kernel-heavy      x_t ~ N(0,1) in R^1, y_t = Σ_{s=1}^{t} ρ(s) x_{t−s}, ρ(s) = s^{−(1+β)}/ζ(1+β)
+//                     product (of ±1 values) | table (a seeded truth table); loss ce, 2 classes;
+//                     tokens t < T_M masked out
+//   complex-readout   the same fixed sparse memory with a complex read-out: x_t ~ U[−1,1], given as
+//                     the first coordinate of a token in R^d (the rest 0: room in the residual
+//                     stream), y_t = Π_i sin(ω π x_{t−T_i}); loss mse
+//   adaptive-1        Wang & E's Type I adaptive memory: token id 2c + b (payload b ∈ {0,1}, code
+//                     c < C = number of lags); the lag depends on the current code, t1 = T[c_t],
+//                     y_t = b_{t−t1}; loss ce, 2 classes
+//   adaptive-2        Type II (nested): t2 = t1 + T[c_{t−t1}], y_t = b_{t−t1} xor b_{t−t2}
+//   chars             character-level language modelling: windows of n characters of a text corpus,
+//                     y_t = the next character; training windows from the first 90%, validation
+//                     windows from the last 10%; loss ce, one class per distinct character
+//   kernel-heavy      x_t ~ N(0,1), the first coordinate of a token in R^d (rest 0), y_t = Σ_{s=1}^{t} ρ(s) x_{t−s}, ρ(s) = s^{−(1+β)}/ζ(1+β)
 //   kernel-light      the same with ρ(s) = (1 − e^{−β}) e^{−β(s−1)}; loss mse; tokens t < mask_before masked
 #pragma once
 
@@ -15,17 +28,30 @@
 namespace uatlab {
 
 struct TaskOptions {
-  int N = 1000, n = 32, d = 4, V = 64;  // memorize: sequences, length, dimension, vocabulary
+  int N = 1000, n = 32, d = 4, V = 64;  // sequences, length; memorize, random-labels, complex-readout, kernels: dimension; memorize: vocabulary
   std::vector<int> lags = {1, 4, 9};    // sparse-boolean
   std::string boolean = "parity";
   double beta = 0.5;                    // kernels: tail exponent / rate
+  int classes = 2;                      // random-labels
   int mask_before = 0;                  // kernels: positions t < this are not scored
+  double omega = 2;                     // complex-readout: frequency
+  std::string corpus;                   // chars: text file
+  bool validation = false;              // chars: draw from the validation split
   std::uint64_t seed = 1;
 };
+
+// The tasks make_task knows.
+const std::vector<std::string>& task_names();
 
 Dataset make_task(const std::string& name, const TaskOptions& o);
 // The loss and output size a task is trained with.
 std::string task_loss(const std::string& name);
 int task_outputs(const std::string& name, const TaskOptions& o);
+// Token-id tasks: the vocabulary size (0 for continuous input).
+int task_vocab(const std::string& name, const TaskOptions& o);
+// Continuous tasks: the token dimension (0 for token ids).
+int task_dim(const std::string& name, const TaskOptions& o);
+// The distinct characters of a corpus, sorted (the chars task's vocabulary).
+std::string corpus_alphabet(const std::string& text);
 
 }  // namespace uatlab

@@ -1,0 +1,43 @@
+// Experiment outputs: tables as CSV and Markdown, plots as PNG (through gnuplot, Debian's
+// gnuplot-nox). Every file is written atomically: a failed plot or table leaves nothing behind.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace uatlab {
+
+using Row = std::vector<std::string>;
+
+std::string csv_text(const Row& header, const std::vector<Row>& rows);       // RFC 4180 quoting
+std::string markdown_table(const Row& header, const std::vector<Row>& rows);  // GitHub pipes
+std::string fixed(double v, int digits);      // "%.{digits}g"
+std::string mean_sd(const std::vector<double>& values, int digits);  // "m ± sd" ("m" for one value)
+double mean(const std::vector<double>& v);
+double sd(const std::vector<double>& v);      // sample standard deviation, 0 for one value
+
+struct Series {
+  std::string label;
+  std::vector<double> x, y, err;  // err empty, or one half-width per point (error bars)
+};
+
+struct LinePlot {
+  std::string title, xlabel, ylabel;
+  bool logx = false, logy = false;
+  std::vector<Series> series;
+  std::vector<std::string> xtics;  // non-empty: categorical x (x = 0, 1, ... labelled by these)
+};
+
+// A heat map of values[row][col] (NaN: no value, drawn blank), each cell labelled with its text.
+struct HeatMap {
+  std::string title, xlabel, ylabel, cblabel;
+  std::vector<std::string> xtics, ytics;
+  std::vector<std::vector<double>> values;
+  std::vector<std::vector<std::string>> labels;  // optional, same shape
+  bool logcb = false;
+};
+
+void plot_png(const std::string& path, const LinePlot& plot);
+void plot_png(const std::string& path, const HeatMap& plot);
+
+}  // namespace uatlab

@@ -1,0 +1,220 @@
+#include "uatlab/train/sweep.hpp"
+
+#include <omp.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "uatlab/io/json.hpp"
+#include "uatlab/model/scalar.hpp"
+
+#ifdef UATLAB_MPI
+#include <mpi.h>
+#endif
+
+namespace uatlab {
+
+using nlohmann::json;
+
+namespace {
+
+#ifdef UATLAB_MPI
+// MPI starts only under a launcher (mpirun sets OMPI_COMM_WORLD_SIZE or PMI_SIZE), so a plain
+// `uatlab sweep` never pays for, or depends on, MPI's start-up.
+struct Mpi {
+  int rank = 0, size = 1;
+  bool owned = false;
+  Mpi() {
+    if (!std::getenv("OMPI_COMM_WORLD_SIZE") && !std::getenv("PMI_SIZE")) return;
+    int ready = 0;
+    MPI_Initialized(&ready);
+    if (!ready) {
+      int provided = 0;
+      MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
+      if (provided < MPI_THREAD_SERIALIZED) throw Error("the MPI library does not support MPI_THREAD_SERIALIZED");
+      owned = true;
+    }
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+  }
+  ~Mpi() {
+    if (owned) MPI_Finalize();
+  }
+};
+Mpi& mpi() {
+  static Mpi m;
+  return m;
+}
+enum Tag { result_tag = 1, done_tag = 2 };
+#endif
+
+// Read the finished lines of a results file. A last line without its newline (the process was
+// killed while writing it) is cut off, so that appending continues on a clean line.
+std::vector<json> read_results(const std::string& path) {
+  std::vector<json> lines;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return lines;
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string text = ss.str();
+  const std::size_t keep = text.rfind('\n') == std::string::npos ? 0 : text.rfind('\n') + 1;
+  if (keep < text.size()) {
+    text.resize(keep);
+    write_file_atomic(path, text);
+  }
+  std::istringstream rows(text);
+  int number = 0;
+  for (std::string row; std::getline(rows, row);) {
+    ++number;
+    if (row.empty()) continue;
+    json j = parse_json(row, path + " line " + std::to_string(number));
+    if (!j.is_object() || !j.contains("cell") || !j.contains("result"))
+      throw Error(path + " line " + std::to_string(number) + ": expected {\"cell\": ..., \"result\": ...}");
+    lines.push_back(std::move(j));
+  }
+  return lines;
+}
+
+class Appender {
+ public:
+  explicit Appender(const std::string& path) : file_(std::fopen(path.c_str(), "ab")), path_(path) {
+    if (!file_) throw Error("cannot append to " + path);
+  }
+  ~Appender() { std::fclose(file_); }
+  void write(const std::string& line) {
+    const std::string text = line + "\n";
+    if (std::fwrite(text.data(), 1, text.size(), file_) != text.size() || std::fflush(file_) != 0)
+      throw Error("cannot append to " + path_);
+  }
+
+ private:
+  std::FILE* file_;
+  std::string path_;
+};
+
+}  // namespace
+
+bool sweep_writer() { return sweep_rank() == 0; }
+#ifdef UATLAB_MPI
+int sweep_rank() { return mpi().rank; }
+int sweep_ranks() { return mpi().size; }
+#else
+int sweep_rank() { return 0; }
+int sweep_ranks() { return 1; }
+#endif
+
+std::vector<json> run_sweep(const std::vector<json>& cells, const std::function<json(const json&)>& run, const SweepOptions& o) {
+  if (o.results.empty()) throw Error("a sweep needs a results file");
+  std::map<std::string, std::size_t> index;  // cell text -> position
+  for (std::size_t i = 0; i < cells.size(); ++i)
+    if (!index.emplace(cells[i].dump(), i).second) throw Error("the sweep lists the cell " + cells[i].dump() + " twice");
+  const int rank = sweep_rank(), ranks = sweep_ranks();
+
+  // Rank 0 reads the file and decides what is pending; the other ranks learn it from rank 0.
+  std::vector<json> found(cells.size());
+  std::vector<int> pending;
+  if (rank == 0) {
+    for (json& line : read_results(o.results)) {
+      auto it = index.find(line["cell"].dump());
+      if (it != index.end()) found[it->second] = std::move(line);
+    }
+    for (std::size_t i = 0; i < cells.size(); ++i)
+      if (found[i].is_null()) pending.push_back(static_cast<int>(i));
+  }
+#ifdef UATLAB_MPI
+  if (ranks > 1) {
+    int count = static_cast<int>(pending.size());
+    MPI_Bcast(&count, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    pending.resize(count);
+    MPI_Bcast(pending.data(), count, MPI_INT, 0, MPI_COMM_WORLD);
+  }
+#endif
+  std::vector<int> mine;
+  for (std::size_t k = 0; k < pending.size(); ++k)
+    if (static_cast<int>(k % ranks) == rank) mine.push_back(pending[k]);
+
+  std::unique_ptr<Appender> out;
+  if (rank == 0) out = std::make_unique<Appender>(o.results);
+  std::size_t done = 0;
+  auto record = [&](const std::string& text) {  // rank 0, under the lock
+    json line = parse_json(text, "a sweep result");
+    out->write(text);
+    found[index.at(line["cell"].dump())] = line;
+  };
+#ifdef UATLAB_MPI
+  auto receive = [&](bool block, int& finished_ranks) {  // rank 0: take what other ranks sent
+    for (;;) {
+      int flag = 0;
+      MPI_Status st;
+      if (block) MPI_Probe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &st), flag = 1;
+      else MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &flag, &st);
+      if (!flag) return;
+      int len = 0;
+      MPI_Get_count(&st, MPI_CHAR, &len);
+      std::string text(static_cast<std::size_t>(len), '\0');
+      MPI_Recv(text.data(), len, MPI_CHAR, st.MPI_SOURCE, st.MPI_TAG, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      if (st.MPI_TAG == done_tag) ++finished_ranks;
+      else record(text);
+      if (block) return;
+    }
+  };
+  int finished_ranks = 0;
+#endif
+
+  std::string failure;
+  const int threads = o.threads > 0 ? o.threads : omp_get_max_threads();
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+  for (std::size_t k = 0; k < mine.size(); ++k) {
+    bool stop;
+#pragma omp critical(uatlab_sweep)
+    stop = !failure.empty();
+    if (stop) continue;
+    const json& cell = cells[static_cast<std::size_t>(mine[k])];
+    json line;
+    try {
+      line = {{"cell", cell}, {"result", run(cell)}};
+    } catch (const std::exception& e) {
+#pragma omp critical(uatlab_sweep)
+      if (failure.empty()) failure = "cell " + cell.dump() + ": " + e.what();
+      continue;
+    }
+    const std::string text = line.dump();
+#pragma omp critical(uatlab_sweep)
+    {
+      try {
+        if (rank == 0) {
+          record(text);
+#ifdef UATLAB_MPI
+          if (ranks > 1) receive(false, finished_ranks);
+#endif
+        }
+#ifdef UATLAB_MPI
+        else MPI_Send(text.data(), static_cast<int>(text.size()), MPI_CHAR, 0, result_tag, MPI_COMM_WORLD);
+#endif
+        ++done;
+        if (o.on_result) o.on_result(done, mine.size(), line);
+      } catch (const std::exception& e) {
+        if (failure.empty()) failure = e.what();
+      }
+    }
+  }
+#ifdef UATLAB_MPI
+  if (ranks > 1) {
+    if (rank == 0)
+      while (finished_ranks < ranks - 1) receive(true, finished_ranks);
+    else
+      MPI_Send(nullptr, 0, MPI_CHAR, 0, done_tag, MPI_COMM_WORLD);
+    int failed = !failure.empty(), any = 0;
+    MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (any && failure.empty()) failure = "another rank failed (its message is above)";
+  }
+#endif
+  if (!failure.empty()) throw Error("sweep stopped: " + failure + " (finished cells are kept in " + o.results + ")");
+  if (rank != 0) return {};
+  return found;
+}
+
+}  // namespace uatlab

@@ -1,0 +1,311 @@
+// Memorization experiments: `uatlab sweep CONFIG` (a grid of independent trainings, each to 100%
+// training accuracy or a step cap; summary CSV and heat maps) and `uatlab reproduce
+// kajitsuka-memorization` (the rank-1 experiment of Kajitsuka & Sato, with the reviewers' variant).
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <set>
+#include <sys/stat.h>
+
+#include "commands.hpp"
+#include "reproduce.hpp"
+#include "uatlab/construct/kajitsuka.hpp"
+#include "uatlab/io/json.hpp"
+#include "uatlab/model/init.hpp"
+#include "uatlab/train/sweep.hpp"
+
+namespace uatlab::cli {
+
+namespace {
+
+// ---- one memorization run ----------------------------------------------------------------------
+
+// A cell: task (memorize | random-labels), N, n, d, V, classes, m (FF width, 0: none), H, s (head
+// size), tied, seed, steps, batch, lr, fixed_v (tied only: the Q=K=V row fixed to Lemma 3's
+// projection scaled as the tuned construction scales it, and frozen).
+json train_memorization(const json& cell) {
+  TaskOptions o;
+  const std::string task = cell["task"];
+  o.N = cell["N"], o.n = cell["n"], o.d = cell["d"], o.V = cell.value("V", 64), o.classes = cell.value("classes", 2);
+  o.seed = cell["seed"].get<std::uint64_t>();
+  const Dataset data = make_task(task, o);
+  Architecture arch;
+  arch.d = o.d, arch.readout = task_outputs(task, o);
+  LayerSpec a;
+  a.heads = cell["H"], a.head_size = cell["s"], a.tied_qkv = cell.value("tied", false);
+  arch.layers.push_back(a);
+  if (cell["m"].get<int>() > 0) {
+    LayerSpec f;
+    f.kind = LayerKind::feedforward, f.width = cell["m"];
+    arch.layers.push_back(f);
+  }
+  Network<double> nd(arch);
+  init_random(nd, o.seed);
+  TrainConfig c;
+  c.loss = Loss::cross_entropy, c.steps = cell["steps"], c.batch = std::min<int>(cell["batch"].get<int>(), o.N);
+  c.lr = cell["lr"], c.min_lr = c.lr / 10, c.warmup = std::min<long>(100, c.steps / 10), c.seed = o.seed;
+  c.stop_at_full_accuracy = true, c.log_every = 25;
+  json out;
+  if (cell.value("fixed_v", false)) {
+    if (!a.tied_qkv || a.heads != 1 || a.head_size != 1) throw Error("fixed_v needs one tied head of size 1");
+    kajitsuka::ContextualOptions co;
+    co.tied = true, co.search_min_bits = false, co.seed = o.seed;
+    const kajitsuka::Contextual k = kajitsuka::build_contextual(kajitsuka::analyse(data), co);
+    nd.layers[0].wq = matrix_cast<double>(k.net.layers[0].wq);
+    c.freeze = {"layers.0.qkv.weight"};
+    out["projection_kappa"] = k.projection.achieved;
+  }
+  Network<float> net = network_cast<float>(nd);
+  const TrainReport r = train(net, data, nullptr, c);
+  const auto [loss, acc] = evaluate_loss(net, data, Loss::cross_entropy);
+  out.update({{"accuracy", acc}, {"loss", loss}, {"memorized", acc == 1.0}, {"steps", r.steps},
+              {"parameters", net.parameter_count()}, {"seconds", r.seconds}});
+  return out;
+}
+
+// ---- uatlab sweep -------------------------------------------------------------------------------
+
+const char* kMahdavi = R"({
+  "comment": "Mahdavi et al. (ICLR 2024): heads x N, random Gaussian inputs and random labels, one attention layer and a linear classifier on the first token",
+  "task": "random-labels", "d": 16, "n": 8, "classes": 2,
+  "N": [32, 64, 128, 256, 512, 1024], "H": [1, 2, 4, 8], "s": [4], "m": [0], "seeds": [1, 2],
+  "steps": 3000, "batch": 64, "lr": 0.01
+})";
+
+const char* kSmall = R"({
+  "comment": "A seconds-long sweep for tests",
+  "task": "memorize", "d": 4, "n": 4, "V": 16,
+  "N": [8, 16], "H": [1], "s": [1], "m": [4, 16], "seeds": [1], "tied": true,
+  "steps": 200, "batch": 16, "lr": 0.02
+})";
+
+std::vector<int> int_list(const json& j, const std::string& key, std::vector<int> fallback) {
+  if (!j.contains(key)) return fallback;
+  const json& v = j[key];
+  std::vector<int> out;
+  if (v.is_number_integer()) out.push_back(v);
+  else if (v.is_array())
+    for (const auto& x : v) {
+      if (!x.is_number_integer()) throw Error("sweep config: \"" + key + "\" must hold integers");
+      out.push_back(x);
+    }
+  else throw Error("sweep config: \"" + key + "\" must be an integer or a list of integers");
+  if (out.empty()) throw Error("sweep config: \"" + key + "\" is empty");
+  return out;
+}
+
+std::vector<json> sweep_cells(const json& cfg) {
+  static const std::set<std::string> known = {"comment", "task", "d", "n", "V", "classes", "N", "H", "s", "m", "seeds",
+                                               "tied", "steps", "batch", "lr"};
+  if (!cfg.is_object()) throw Error("sweep config must be a JSON object");
+  for (auto it = cfg.begin(); it != cfg.end(); ++it)
+    if (!known.count(it.key())) throw Error("sweep config: unknown key \"" + it.key() + "\"");
+  const std::string task = cfg.value("task", "memorize");
+  if (task != "memorize" && task != "random-labels") throw Error("sweep config: task must be memorize or random-labels");
+  std::vector<int> seeds = int_list(cfg, "seeds", {1});
+  if (cfg.contains("seeds") && cfg["seeds"].is_number_integer()) {  // a count
+    const int k = seeds[0];
+    seeds.clear();
+    for (int i = 1; i <= k; ++i) seeds.push_back(i);
+  }
+  const int d = int_list(cfg, "d", {4})[0];
+  std::vector<json> cells;
+  for (int N : int_list(cfg, "N", {100}))
+    for (int n : int_list(cfg, "n", {8}))
+      for (int H : int_list(cfg, "H", {1}))
+        for (int s : int_list(cfg, "s", {1}))
+          for (int m : int_list(cfg, "m", {0}))
+            for (int seed : seeds) {
+              if (N < 1 || n < 1 || H < 1 || s < 1 || m < 0) throw Error("sweep config: N, n, H, s must be >= 1 and m >= 0");
+              json c = {{"task", task}, {"N", N}, {"n", n}, {"d", d}, {"H", H}, {"s", s}, {"m", m}, {"seed", seed},
+                        {"tied", cfg.value("tied", false)}, {"steps", cfg.value("steps", 2000)}, {"batch", cfg.value("batch", 64)},
+                        {"lr", cfg.value("lr", 0.01)}};
+              if (task == "memorize") c["V"] = cfg.value("V", 64);
+              else c["classes"] = cfg.value("classes", 2);
+              cells.push_back(c);
+            }
+  return cells;
+}
+
+struct SweepOpts {
+  std::string config, out_dir;
+  int threads = 0;
+};
+
+std::string config_key(const json& c) {
+  return "N=" + std::to_string(c["N"].get<int>()) + " n=" + std::to_string(c["n"].get<int>()) + " H=" +
+         std::to_string(c["H"].get<int>()) + " s=" + std::to_string(c["s"].get<int>()) + " m=" + std::to_string(c["m"].get<int>());
+}
+
+// The summary CSV (one row per configuration, over seeds), the heat map of accuracy over
+// (parameters × N) and the smallest memorizing model against N.
+std::string summarise(const std::vector<json>& lines, const std::string& dir) {
+  struct Agg {
+    json cell;
+    std::vector<double> acc, steps;
+    int memorized = 0;
+    long params = 0;
+  };
+  std::map<std::string, Agg> by;
+  std::vector<std::string> order;
+  for (const json& l : lines) {
+    const std::string k = config_key(l["cell"]);
+    if (!by.count(k)) order.push_back(k), by[k].cell = l["cell"];
+    Agg& a = by[k];
+    a.acc.push_back(l["result"]["accuracy"]), a.steps.push_back(l["result"]["steps"]);
+    a.memorized += l["result"]["memorized"].get<bool>(), a.params = l["result"]["parameters"];
+  }
+  std::vector<Row> rows;
+  std::set<long> params;
+  std::set<int> Ns;
+  for (const auto& k : order) {
+    const Agg& a = by[k];
+    rows.push_back({std::to_string(a.cell["N"].get<int>()), std::to_string(a.cell["n"].get<int>()), std::to_string(a.cell["H"].get<int>()),
+                    std::to_string(a.cell["s"].get<int>()), std::to_string(a.cell["m"].get<int>()), std::to_string(a.params),
+                    std::to_string(a.acc.size()), fixed(mean(a.acc), 6), fixed(sd(a.acc), 3),
+                    fixed(static_cast<double>(a.memorized) / static_cast<double>(a.acc.size()), 3), fixed(mean(a.steps), 5)});
+    params.insert(a.params), Ns.insert(a.cell["N"].get<int>());
+  }
+  const Row header = {"N", "n", "H", "s", "m", "parameters", "runs", "accuracy", "accuracy_sd", "memorized_fraction", "steps"};
+  write_file_atomic(dir + "/summary.csv", csv_text(header, rows));
+
+  const std::vector<long> P(params.begin(), params.end());
+  const std::vector<int> N(Ns.begin(), Ns.end());
+  HeatMap h{"Training accuracy (mean over seeds)", "N (sequences)", "parameters", "accuracy", {}, {}, {}, {}};
+  for (int x : N) h.xtics.push_back(std::to_string(x));
+  for (long p : P) h.ytics.push_back(std::to_string(p));
+  h.values.assign(P.size(), std::vector<double>(N.size(), std::nan("")));
+  std::vector<std::vector<int>> count(P.size(), std::vector<int>(N.size(), 0));
+  for (const auto& k : order) {  // configurations with equal parameter counts are averaged
+    const Agg& a = by[k];
+    const std::size_t r = std::lower_bound(P.begin(), P.end(), a.params) - P.begin();
+    const std::size_t c = std::lower_bound(N.begin(), N.end(), a.cell["N"].get<int>()) - N.begin();
+    double& v = h.values[r][c];
+    v = (std::isnan(v) ? 0 : v * count[r][c]) + mean(a.acc);
+    v /= ++count[r][c];
+  }
+  plot_png(dir + "/accuracy_heatmap.png", h);
+
+  LinePlot mp{"Smallest model that memorizes (every seed at 100% training accuracy)", "N (sequences)", "parameters"};
+  mp.logx = mp.logy = true;
+  Series s{"smallest memorizing model", {}, {}, {}};
+  std::vector<Row> md;
+  for (int x : N) {
+    long best = -1;
+    for (const auto& k : order) {
+      const Agg& a = by[k];
+      if (a.cell["N"].get<int>() == x && a.memorized == static_cast<int>(a.acc.size()) && (best < 0 || a.params < best)) best = a.params;
+    }
+    md.push_back({std::to_string(x), best < 0 ? "none in the grid" : std::to_string(best)});
+    if (best > 0) s.x.push_back(x), s.y.push_back(static_cast<double>(best));
+  }
+  if (!s.x.empty()) {
+    mp.series.push_back(s);
+    plot_png(dir + "/min_parameters.png", mp);
+  }
+  return markdown_table({"N", "smallest memorizing parameters"}, md);
+}
+
+void make_dir(const std::string& dir) {
+  if (::mkdir(dir.c_str(), 0777) != 0 && errno != EEXIST) throw Error("cannot create " + dir);
+}
+
+int cmd_sweep(const SweepOpts& o) {
+  json cfg;
+  if (o.config == "mahdavi-grid") cfg = json::parse(kMahdavi);
+  else if (o.config == "small") cfg = json::parse(kSmall);
+  else cfg = parse_json(o.config.front() == '{' ? o.config : read_file(o.config), "sweep config");
+  const std::vector<json> cells = sweep_cells(cfg);
+  make_dir(o.out_dir);
+  if (sweep_writer()) write_file_atomic(o.out_dir + "/config.json", cfg.dump(2) + "\n");
+  SweepOptions so;
+  so.results = o.out_dir + "/runs.jsonl";
+  so.threads = o.threads;
+  so.on_result = [](std::size_t done, std::size_t total, const json& line) {
+    std::fprintf(stderr, "[rank %d: %zu/%zu] %s: accuracy %.4g in %ld steps\n", sweep_rank(), done, total,
+                 config_key(line["cell"]).c_str(), line["result"]["accuracy"].get<double>(), line["result"]["steps"].get<long>());
+  };
+  if (sweep_writer())
+    std::fprintf(stderr, "sweep: %zu runs over %d rank(s), results appended to %s\n", cells.size(), sweep_ranks(), so.results.c_str());
+  const auto lines = run_sweep(cells, train_memorization, so);
+  if (!sweep_writer()) return 0;
+  std::cout << summarise(lines, o.out_dir);
+  return 0;
+}
+
+// ---- reproduce kajitsuka-memorization -----------------------------------------------------------
+
+Experiment kajitsuka_memorization() {
+  Experiment e;
+  e.name = "kajitsuka-memorization";
+  e.summary = "Kajitsuka & Sato: one tied rank-1 head + ReLU FF memorizes (N x FF width), and the reviewers' fixed-v variant";
+  e.cells = [](const ReproduceContext& c) {
+    std::vector<json> cells;
+    const std::vector<int> Ns = c.mode == "smoke" ? std::vector<int>{10} : c.mode == "quick" ? std::vector<int>{50, 100, 200, 400} : std::vector<int>{50, 100, 200, 400, 800, 1600};
+    const std::vector<int> ms = c.mode == "smoke" ? std::vector<int>{8} : c.mode == "quick" ? std::vector<int>{4, 16, 64, 256} : std::vector<int>{4, 16, 64, 256, 1024};
+    const int seeds = c.seeds > 0 ? c.seeds : c.pick(1, 2, 3);
+    const long steps = c.steps > 0 ? c.steps : c.pick(100, 4000, 20000);
+    for (int seed = 1; seed <= seeds; ++seed)
+      for (bool fixed_v : {false, true})
+        for (int N : Ns)
+          for (int m : ms)
+            cells.push_back({{"task", "memorize"}, {"N", N}, {"n", 8}, {"d", 4}, {"V", 64}, {"H", 1}, {"s", 1}, {"m", m},
+                             {"tied", true}, {"fixed_v", fixed_v}, {"seed", seed}, {"steps", steps}, {"batch", 64}, {"lr", 0.01}});
+    return cells;
+  };
+  e.run = [](const json& cell, const ReproduceContext&) { return train_memorization(cell); };
+  e.report = [](const std::vector<json>& lines, const Outputs& out, const ReproduceContext&) {
+    auto row = [](const json& c) { return std::string(c["fixed_v"].get<bool>() ? "fixed v, " : "trained, ") + "N=" + std::to_string(c["N"].get<int>()); };
+    Grouped g = group(lines, row, [](const json& c) { return "m=" + std::to_string(c["m"].get<int>()); },
+                      [](const json& r) { return r["accuracy"].get<double>(); });
+    std::string md = write_grouped(g, "training accuracy", out);
+    // The construction's size for the same data (Zhang form, tied: 2d + d + q + dq with q contexts).
+    std::vector<Row> cons;
+    std::set<std::pair<int, int>> seen;
+    for (const json& l : lines) {
+      const json& c = l["cell"];
+      if (!seen.insert({c["N"].get<int>(), c["seed"].get<int>()}).second) continue;
+      TaskOptions o;
+      o.N = c["N"], o.n = c["n"], o.d = c["d"], o.V = c["V"], o.seed = c["seed"].get<std::uint64_t>();
+      const kajitsuka::Facts f = kajitsuka::analyse(make_task("memorize", o));
+      std::size_t q = 0;
+      for (const auto& s : f.sets) q += s.size();
+      const std::size_t d = static_cast<std::size_t>(o.d);
+      cons.push_back({std::to_string(o.N), std::to_string(c["seed"].get<int>()), std::to_string(q), std::to_string(2 * d + d + q + d * q)});
+    }
+    md += "\nThe construction for the same data (`uatlab memorize`, tied, Zhang form):\n\n" +
+          markdown_table({"N", "seed", "contexts q", "construction parameters"}, cons);
+    md += "\nTrained model parameters: 2d (tied head and W_O) + FF (2dm + m + d) + readout (3d + 3), d = 4.\n";
+    write_file_atomic(out.path(".md"), md);
+    LinePlot plot{"Kajitsuka & Sato memorization: one tied rank-1 head + ReLU FF (d = 4, n = 8)", "FF width m",
+                  "training accuracy"};
+    plot.logx = true;
+    for (std::size_t r = 0; r < g.rows.size(); ++r) {
+      Series se{g.rows[r], {}, {}, {}};
+      for (std::size_t k = 0; k < g.cols.size(); ++k)
+        se.x.push_back(std::stod(g.cols[k].substr(2))), se.y.push_back(mean(g.values[r][k])), se.err.push_back(sd(g.values[r][k]));
+      plot.series.push_back(se);
+    }
+    plot_png(out.path(".png"), plot);
+    return md;
+  };
+  return e;
+}
+
+}  // namespace
+
+std::vector<Experiment> kajitsuka_experiments() { return {kajitsuka_memorization()}; }
+
+void add_sweep_commands(CLI::App& app, Commands& commands) {
+  auto o = std::make_shared<SweepOpts>();
+  auto* s = app.add_subcommand("sweep", "Train a grid of memorization models in parallel (resumable; mpirun shards it); summary CSV + heat maps");
+  s->add_option("config", o->config, "Config JSON (file or text), or a preset: mahdavi-grid, small")->required();
+  s->add_option("--out-dir", o->out_dir, "Output folder: runs.jsonl (resume), summary.csv, accuracy_heatmap.png, min_parameters.png")->required();
+  s->add_option("--threads", o->threads, "Runs at once per process (default: all cores)");
+  commands.push_back({s, [o] { return cmd_sweep(*o); }});
+}
+
+}  // namespace uatlab::cli

@@ -1,0 +1,300 @@
+// Wang & E (NeurIPS 2024): one experiment per insight, with uatlab's recipe from
+// ../shared/theory/wang-e.md §7 (the paper's own settings and numbers are not available).
+#include <cmath>
+
+#include "reproduce.hpp"
+#include "uatlab/model/network.hpp"
+
+namespace uatlab::cli {
+
+namespace {
+
+LayerSpec attention(int heads, int head_size, bool dp_free, Rpe rpe, bool pre_norm = false) {
+  LayerSpec a;
+  a.kind = LayerKind::attention;
+  a.heads = heads, a.head_size = head_size, a.dp_free = dp_free, a.rpe = rpe, a.causal = true, a.pre_norm = pre_norm;
+  a.strict_past = dp_free;  // the recipe's DP-free heads read the strict past; x_t arrives through the residual
+  a.sqrt_scaling = !dp_free;
+  return a;
+}
+
+LayerSpec feedforward(int width, bool pre_norm = false) {
+  LayerSpec f;
+  f.kind = LayerKind::feedforward;
+  f.width = width, f.pre_norm = pre_norm;
+  return f;
+}
+
+// Spread the heads' RPE rates geometrically over [lo, hi] (like ALiBi's slopes), so that the
+// heads start as different memory kernels; training moves them.
+void spread_rates(Network<double>& net, double lo, double hi) {
+  for (auto& L : net.layers) {
+    if (L.spec.kind != LayerKind::attention || (L.spec.rpe != Rpe::lin && L.spec.rpe != Rpe::log)) continue;
+    const int H = L.spec.heads;
+    for (int h = 0; h < H; ++h) L.rpe(h, 0) = std::exp(std::log(lo) + (h + 0.5) / H * (std::log(hi) - std::log(lo)));
+  }
+}
+
+TrainConfig config(const ReproduceContext& c, long quick_steps, long full_steps, double lr, Loss loss, std::uint64_t seed) {
+  TrainConfig t;
+  t.loss = loss;
+  t.steps = c.steps > 0 ? c.steps : c.pick(60, quick_steps, full_steps);
+  t.batch = 32, t.lr = lr, t.min_lr = lr / 10, t.warmup = std::min<long>(100, t.steps / 10), t.clip = 1;
+  t.seed = seed, t.log_every = t.steps;
+  return t;
+}
+
+int seeds(const ReproduceContext& c) { return c.seeds > 0 ? c.seeds : c.pick(1, 2, 3); }
+
+std::vector<int> ints(const ReproduceContext& c, std::vector<int> smoke, std::vector<int> quick, std::vector<int> full) {
+  return c.mode == "smoke" ? smoke : c.mode == "quick" ? quick : full;
+}
+
+std::string str(const json& j) { return j.is_string() ? j.get<std::string>() : j.dump(); }
+
+// ---- language modelling (Tables 2 and 7) -------------------------------------------------------
+
+struct LmShape {
+  int d, n, head_size, m;
+};
+LmShape lm_shape(const ReproduceContext& c) { return c.mode == "smoke" ? LmShape{16, 16, 4, 32} : c.mode == "quick" ? LmShape{32, 64, 8, 128} : LmShape{64, 128, 16, 256}; }
+
+json train_lm(const json& cell, const ReproduceContext& c, const std::vector<LayerSpec>& layers, bool positional) {
+  const LmShape s = lm_shape(c);
+  TaskTraining t;
+  t.task = "chars";
+  t.data.corpus = c.corpus, t.data.n = s.n, t.data.N = c.pick(64, 8000, 20000), t.data.seed = cell["seed"].get<int>();
+  t.val_N = c.pick(16, 256, 1024);
+  t.arch.vocab = task_outputs("chars", t.data), t.arch.readout = t.arch.vocab, t.arch.d = s.d;
+  t.arch.max_len = positional ? s.n : 0;
+  t.arch.layers = layers;
+  t.cfg = config(c, 3000, 10000, 3e-3, Loss::cross_entropy, t.data.seed);
+  t.init_seed = t.data.seed;
+  t.adjust = [](Network<double>& net) { spread_rates(net, 0.05, 2.0); };
+  return train_task(t);
+}
+
+Experiment table_1a() {
+  Experiment e;
+  e.name = "wang-e-1a";
+  e.summary = "Insight 1a (Table 2): depth L vs heads H at equal parameters, character-level language modelling";
+  e.cells = [](const ReproduceContext& c) {
+    std::vector<json> cells;
+    const std::vector<std::pair<int, int>> shapes = c.mode == "full" ? std::vector<std::pair<int, int>>{{1, 8}, {2, 4}, {4, 2}, {8, 1}}
+                                                                     : std::vector<std::pair<int, int>>{{1, 4}, {2, 2}, {4, 1}};
+    for (int seed = 1; seed <= seeds(c); ++seed)
+      for (auto [L, H] : shapes) cells.push_back({{"L", L}, {"H", H}, {"seed", seed}, {"steps", config(c, 3000, 10000, 0, Loss::mse, 0).steps}});
+    return cells;
+  };
+  e.run = [](const json& cell, const ReproduceContext& c) {
+    const LmShape s = lm_shape(c);
+    const int L = cell["L"], H = cell["H"], Hmax = L * H;
+    // Parameter budget of one layer with Hmax heads and width s.m, spread over L layers: each
+    // layer keeps H heads and gets the FFN width that fills its share.
+    const int attn = 4 * s.d * s.head_size, norms = 4 * s.d;
+    const int budget = Hmax * attn + (2 * s.d + 1) * s.m + s.d + norms;
+    const int m = std::max(4, (budget / L - H * attn - s.d - norms) / (2 * s.d + 1));
+    std::vector<LayerSpec> layers;
+    for (int l = 0; l < L; ++l) layers.push_back(attention(H, s.head_size, false, Rpe::none, true)), layers.push_back(feedforward(m, true));
+    json r = train_lm(cell, c, layers, true);
+    r["m"] = m;
+    return r;
+  };
+  e.report = [](const std::vector<json>& lines, const Outputs& out, const ReproduceContext&) {
+    Grouped g = group(lines, [](const json& c) { return "L=" + str(c["L"]) + ", H=" + str(c["H"]); },
+                      [](const json&) { return std::string("validation loss (nats/char)"); },
+                      [](const json& r) { return r["val_loss"].get<double>(); });
+    Grouped p = group(lines, [](const json& c) { return "L=" + str(c["L"]) + ", H=" + str(c["H"]); },
+                      [](const json&) { return std::string("parameters"); }, [](const json& r) { return r["parameters"].get<double>(); });
+    for (std::size_t r = 0; r < g.rows.size(); ++r) g.values[r].push_back(p.values[r][0]);
+    g.cols.push_back("parameters");
+    const std::string md = write_grouped(g, "model", out);
+    LinePlot plot{"Wang & E Insight 1a: depth vs heads at equal parameters (tinyshakespeare)", "model", "validation cross-entropy"};
+    Series se{"validation loss", {}, {}, {}};
+    for (std::size_t r = 0; r < g.rows.size(); ++r)
+      se.x.push_back(static_cast<double>(r)), se.y.push_back(mean(g.values[r][0])), se.err.push_back(sd(g.values[r][0]));
+    plot.series.push_back(se), plot.xtics = g.rows;
+    plot_png(out.path(".png"), plot);
+    return md;
+  };
+  return e;
+}
+
+Experiment table_3b() {
+  Experiment e;
+  e.name = "wang-e-3b";
+  e.summary = "Insight 3b (Table 7): DP vs DP-free attention (with RPE), character-level language modelling";
+  e.cells = [](const ReproduceContext& c) {
+    std::vector<json> cells;
+    for (int seed = 1; seed <= seeds(c); ++seed)
+      for (std::string rpe : {"lin", "log"})
+        for (bool dp : {true, false})
+          cells.push_back({{"dp", dp}, {"rpe", rpe}, {"seed", seed}, {"steps", config(c, 3000, 10000, 0, Loss::mse, 0).steps}});
+    return cells;
+  };
+  e.run = [](const json& cell, const ReproduceContext& c) {
+    const LmShape s = lm_shape(c);
+    const Rpe rpe = cell["rpe"] == "lin" ? Rpe::lin : Rpe::log;
+    std::vector<LayerSpec> layers;
+    for (int l = 0; l < 2; ++l) layers.push_back(attention(4, s.head_size, !cell["dp"].get<bool>(), rpe, true)), layers.push_back(feedforward(s.m, true));
+    return train_lm(cell, c, layers, false);
+  };
+  e.report = [](const std::vector<json>& lines, const Outputs& out, const ReproduceContext&) {
+    Grouped g = group(lines, [](const json& c) { return std::string(c["dp"].get<bool>() ? "DP + RPE" : "DP-free (RPE only)"); },
+                      [](const json& c) { return str(c["rpe"]) + "-type RPE"; }, [](const json& r) { return r["val_loss"].get<double>(); });
+    const std::string md = write_grouped(g, "attention (2 layers, 4 heads)", out);
+    LinePlot plot{"Wang & E Insight 3b: DP vs DP-free on language modelling", "RPE type", "validation cross-entropy"};
+    plot.xtics = g.cols;
+    for (std::size_t r = 0; r < g.rows.size(); ++r) {
+      Series se{g.rows[r], {}, {}, {}};
+      for (std::size_t k = 0; k < g.cols.size(); ++k)
+        se.x.push_back(static_cast<double>(k)), se.y.push_back(mean(g.values[r][k])), se.err.push_back(sd(g.values[r][k]));
+      plot.series.push_back(se);
+    }
+    plot_png(out.path(".png"), plot);
+    return md;
+  };
+  return e;
+}
+
+// ---- single-layer (H, m) grids on fixed sparse memories (Tables 3, 4, 6) ------------------------
+
+struct GridSpec {
+  std::string name, summary, task, title;
+  std::vector<int> lags;
+  bool with_dp = false;  // also DP + RPE heads (Table 6)
+};
+
+Experiment hm_grid(const GridSpec& spec) {
+  Experiment e;
+  e.name = spec.name, e.summary = spec.summary;
+  e.cells = [spec](const ReproduceContext& c) {
+    std::vector<json> cells;
+    const std::vector<int> Hs = spec.with_dp ? ints(c, {1, 2}, {1, 4}, {1, 2, 4, 8}) : ints(c, {1, 2}, {1, 2, 4, 8}, {1, 2, 4, 8, 16});
+    const std::vector<int> ms = spec.with_dp ? ints(c, {8}, {16, 64}, {8, 32, 128, 512}) : ints(c, {8, 16}, {8, 32, 128}, {8, 32, 128, 512});
+    for (int seed = 1; seed <= seeds(c); ++seed)
+      for (bool dp : spec.with_dp ? std::vector<bool>{false, true} : std::vector<bool>{false})
+        for (int H : Hs)
+          for (int m : ms) {
+            json cell = {{"H", H}, {"m", m}, {"seed", seed}, {"steps", config(c, 3000, 10000, 0, Loss::mse, 0).steps}};
+            if (spec.with_dp) cell["dp"] = dp;
+            cells.push_back(cell);
+          }
+    return cells;
+  };
+  e.run = [spec](const json& cell, const ReproduceContext& c) {
+    TaskTraining t;
+    t.task = spec.task;
+    t.data.lags = spec.lags, t.data.n = 32, t.data.N = c.pick(256, 4000, 8000), t.data.seed = cell["seed"].get<int>();
+    t.data.boolean = "majority", t.data.omega = 2, t.data.d = 8;
+    t.val_N = c.pick(64, 512, 1024);
+    const bool dp = cell.value("dp", false);
+    const Loss loss = task_loss(spec.task) == "ce" ? Loss::cross_entropy : Loss::mse;
+    t.arch.vocab = task_vocab(spec.task, t.data), t.arch.d = t.arch.vocab > 0 ? 16 : task_dim(spec.task, t.data);
+    t.arch.readout = task_outputs(spec.task, t.data);
+    t.arch.layers = {attention(cell["H"], 4, !dp, Rpe::lin), feedforward(cell["m"])};
+    t.cfg = config(c, 3000, 10000, 3e-3, loss, t.data.seed);
+    t.init_seed = t.data.seed;
+    t.adjust = [](Network<double>& net) { spread_rates(net, 0.05, 2.0); };
+    return train_task(t);
+  };
+  e.report = [spec](const std::vector<json>& lines, const Outputs& out, const ReproduceContext&) {
+    const bool ce = task_loss(spec.task) == "ce";
+    auto row = [spec](const json& c) { return (spec.with_dp ? std::string(c["dp"].get<bool>() ? "DP, " : "DP-free, ") : std::string()) + "H=" + str(c["H"]); };
+    auto value = [ce](const json& r) { return r[ce ? "val_loss" : "val_nmse"].get<double>(); };
+    Grouped g = group(lines, row, [](const json& c) { return "m=" + str(c["m"]); }, value);
+    std::string md = write_grouped(g, ce ? "validation loss" : "validation MSE / Var(y)", out);
+    LinePlot plot{spec.title, "FFN width m", ce ? "validation cross-entropy" : "validation MSE / Var(y)"};
+    plot.logx = true, plot.logy = !ce;
+    for (std::size_t r = 0; r < g.rows.size(); ++r) {
+      Series se{g.rows[r], {}, {}, {}};
+      for (std::size_t k = 0; k < g.cols.size(); ++k)
+        se.x.push_back(std::stod(g.cols[k].substr(2))), se.y.push_back(mean(g.values[r][k])), se.err.push_back(sd(g.values[r][k]));
+      plot.series.push_back(se);
+    }
+    plot_png(out.path(".png"), plot);
+    if (ce) {  // accuracy beside the loss
+      Grouped a = group(lines, row, [](const json& c) { return "m=" + str(c["m"]); },
+                        [](const json& r) { return r["val_accuracy"].get<double>(); });
+      md += "\nValidation accuracy:\n\n" + markdown_table([&] {
+        Row h = {"accuracy"};
+        for (auto& c : a.cols) h.push_back(c);
+        return h;
+      }(), [&] {
+        std::vector<Row> rows;
+        for (std::size_t r = 0; r < a.rows.size(); ++r) {
+          Row x = {a.rows[r]};
+          for (auto& v : a.values[r]) x.push_back(mean_sd(v, 3));
+          rows.push_back(x);
+        }
+        return rows;
+      }());
+    }
+    return md;
+  };
+  return e;
+}
+
+// ---- memory kernels (Table 8 and its light-tailed counterpart) ---------------------------------
+
+Experiment table_4a() {
+  Experiment e;
+  e.name = "wang-e-4a";
+  e.summary = "Insight 4a (Table 8): log vs lin RPE, H heads, single-layer FFN-free DP-free, heavy and light-tailed kernels";
+  e.cells = [](const ReproduceContext& c) {
+    std::vector<json> cells;
+    for (int seed = 1; seed <= seeds(c); ++seed)
+      for (std::string tail : {"heavy", "light"})
+        for (std::string rpe : {"log", "lin"})
+          for (int H : ints(c, {1, 2}, {1, 2, 4, 8}, {1, 2, 4, 8, 16, 32}))
+            cells.push_back({{"tail", tail}, {"rpe", rpe}, {"H", H}, {"seed", seed}, {"steps", config(c, 3000, 10000, 0, Loss::mse, 0).steps}});
+    return cells;
+  };
+  e.run = [](const json& cell, const ReproduceContext& c) {
+    TaskTraining t;
+    t.task = "kernel-" + cell["tail"].get<std::string>();
+    t.data.n = c.pick(32, 64, 128), t.data.N = c.pick(256, 2000, 4000), t.data.seed = cell["seed"].get<int>();
+    t.data.beta = 0.5, t.data.mask_before = t.data.n / 4;
+    t.val_N = c.pick(64, 256, 512);
+    t.data.d = 2;  // row 0 carries x_t, row 1 is free for the heads' output, which the readout reads
+    t.arch.d = 2, t.arch.readout = 1;
+    const bool log = cell["rpe"] == "log";
+    t.arch.layers = {attention(cell["H"], 1, true, log ? Rpe::log : Rpe::lin)};
+    t.cfg = config(c, 3000, 10000, 1e-2, Loss::mse, t.data.seed);
+    t.init_seed = t.data.seed;
+    t.adjust = [log](Network<double>& net) { log ? spread_rates(net, 0.25, 4.0) : spread_rates(net, 0.02, 2.0); };
+    return train_task(t);
+  };
+  e.report = [](const std::vector<json>& lines, const Outputs& out, const ReproduceContext&) {
+    Grouped g = group(lines, [](const json& c) { return str(c["tail"]) + "-tailed, " + str(c["rpe"]) + "-type"; },
+                      [](const json& c) { return "H=" + str(c["H"]); }, [](const json& r) { return r["val_nmse"].get<double>(); });
+    const std::string md = write_grouped(g, "validation MSE / Var(y)", out);
+    LinePlot plot{"Wang & E Insight 4a: memory kernels, log vs lin RPE", "heads H", "validation MSE / Var(y)"};
+    plot.logx = plot.logy = true;
+    for (std::size_t r = 0; r < g.rows.size(); ++r) {
+      Series se{g.rows[r], {}, {}, {}};
+      for (std::size_t k = 0; k < g.cols.size(); ++k)
+        se.x.push_back(std::stod(g.cols[k].substr(2))), se.y.push_back(mean(g.values[r][k])), se.err.push_back(sd(g.values[r][k]));
+      plot.series.push_back(se);
+    }
+    plot_png(out.path(".png"), plot);
+    return md;
+  };
+  return e;
+}
+
+}  // namespace
+
+std::vector<Experiment> wang_e_experiments() {
+  return {table_1a(),
+          hm_grid({"wang-e-1b", "Insight 1b (Table 3): H x m grid, single-layer DP-free, sparse Boolean (majority of lags 1,4,9)",
+                   "sparse-boolean", "Wang & E Insight 1b: single-layer DP-free on a sparse Boolean memory", {1, 4, 9}}),
+          hm_grid({"wang-e-2a", "Insight 2a (Table 4): complex read-out, simple memories (lags 1,2): m matters, H barely",
+                   "complex-readout", "Wang & E Insight 2a: complex read-out sin(2pi x_{t-1}) sin(2pi x_{t-2})", {1, 2}}),
+          hm_grid({"wang-e-3a", "Insight 3a (Table 6): DP vs DP-free, single layer, sparse Boolean (majority of lags 1,4,9)",
+                   "sparse-boolean", "Wang & E Insight 3a: DP vs DP-free on a sparse Boolean memory", {1, 4, 9}, true}),
+          table_3b(),
+          table_4a()};
+}
+
+}  // namespace uatlab::cli
