@@ -71,8 +71,8 @@ json train_memorization(const json& cell) {
 const char* kMahdavi = R"({
   "comment": "Mahdavi et al. (ICLR 2024): heads x N, random Gaussian inputs and random labels, one attention layer and a linear classifier on the first token",
   "task": "random-labels", "d": 16, "n": 8, "classes": 2,
-  "N": [32, 64, 128, 256, 512, 1024], "H": [1, 2, 4, 8], "s": [4], "m": [0], "seeds": [1, 2],
-  "steps": 3000, "batch": 64, "lr": 0.01
+  "N": [64, 128, 256, 512, 1024, 2048, 4096, 8192], "H": [1, 2, 4, 8, 16], "s": [4], "m": [0], "seeds": [1, 2],
+  "steps": 4000, "batch": 64, "lr": 0.01
 })";
 
 const char* kSmall = R"({
@@ -244,8 +244,8 @@ Experiment kajitsuka_memorization() {
   e.summary = "Kajitsuka & Sato: one tied rank-1 head + ReLU FF memorizes (N x FF width), and the reviewers' fixed-v variant";
   e.cells = [](const ReproduceContext& c) {
     std::vector<json> cells;
-    const std::vector<int> Ns = c.mode == "smoke" ? std::vector<int>{10} : c.mode == "quick" ? std::vector<int>{50, 100, 200, 400} : std::vector<int>{50, 100, 200, 400, 800, 1600};
-    const std::vector<int> ms = c.mode == "smoke" ? std::vector<int>{8} : c.mode == "quick" ? std::vector<int>{4, 16, 64, 256} : std::vector<int>{4, 16, 64, 256, 1024};
+    const std::vector<int> Ns = c.mode == "smoke" ? std::vector<int>{10} : c.mode == "quick" ? std::vector<int>{25, 50, 100, 200} : std::vector<int>{25, 50, 100, 200, 400, 800};
+    const std::vector<int> ms = c.mode == "smoke" ? std::vector<int>{8} : c.mode == "quick" ? std::vector<int>{16, 64, 256, 1024} : std::vector<int>{16, 64, 256, 1024, 4096};
     const int seeds = c.seeds > 0 ? c.seeds : c.pick(1, 2, 3);
     const long steps = c.steps > 0 ? c.steps : c.pick(100, 4000, 20000);
     for (int seed = 1; seed <= seeds; ++seed)

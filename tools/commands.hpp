@@ -18,6 +18,7 @@ void add_train_commands(CLI::App& app, Commands& commands);
 void add_fang_commands(CLI::App& app, Commands& commands);
 void add_reproduce_commands(CLI::App& app, Commands& commands);
 void add_sweep_commands(CLI::App& app, Commands& commands);
+void add_yun_commands(CLI::App& app, Commands& commands);
 
 // An architecture from --arch (JSON text or file) or from --d/--vocab/--max-len/--readout and
 // repeated --layer "attention:heads=2,head_size=4" flags.

@@ -163,6 +163,7 @@ struct GridSpec {
   std::string name, summary, task, title;
   std::vector<int> lags;
   bool with_dp = false;  // also DP + RPE heads (Table 6)
+  double omega = 4;      // complex-readout frequency
 };
 
 Experiment hm_grid(const GridSpec& spec) {
@@ -186,7 +187,7 @@ Experiment hm_grid(const GridSpec& spec) {
     TaskTraining t;
     t.task = spec.task;
     t.data.lags = spec.lags, t.data.n = 32, t.data.N = c.pick(256, 4000, 8000), t.data.seed = cell["seed"].get<int>();
-    t.data.boolean = "majority", t.data.omega = 2, t.data.d = 8;
+    t.data.boolean = "majority", t.data.omega = spec.omega, t.data.d = 8;
     t.val_N = c.pick(64, 512, 1024);
     const bool dp = cell.value("dp", false);
     const Loss loss = task_loss(spec.task) == "ce" ? Loss::cross_entropy : Loss::mse;
@@ -289,8 +290,8 @@ std::vector<Experiment> wang_e_experiments() {
   return {table_1a(),
           hm_grid({"wang-e-1b", "Insight 1b (Table 3): H x m grid, single-layer DP-free, sparse Boolean (majority of lags 1,4,9)",
                    "sparse-boolean", "Wang & E Insight 1b: single-layer DP-free on a sparse Boolean memory", {1, 4, 9}}),
-          hm_grid({"wang-e-2a", "Insight 2a (Table 4): complex read-out, simple memories (lags 1,2): m matters, H barely",
-                   "complex-readout", "Wang & E Insight 2a: complex read-out sin(2pi x_{t-1}) sin(2pi x_{t-2})", {1, 2}}),
+          hm_grid({"wang-e-2a", "Insight 2a (Table 4): complex read-out sin(4 pi x_{t-1}) of a simple memory: m matters, H barely",
+                   "complex-readout", "Wang & E Insight 2a: complex read-out sin(4 pi x_{t-1})", {1}}),
           hm_grid({"wang-e-3a", "Insight 3a (Table 6): DP vs DP-free, single layer, sparse Boolean (majority of lags 1,4,9)",
                    "sparse-boolean", "Wang & E Insight 3a: DP vs DP-free on a sparse Boolean memory", {1, 4, 9}, true}),
           table_3b(),

@@ -244,6 +244,7 @@ int main(int argc, char** argv) {
   cli::add_fang_commands(app, commands);
   cli::add_reproduce_commands(app, commands);
   cli::add_sweep_commands(app, commands);
+  cli::add_yun_commands(app, commands);
 
   CLI11_PARSE(app, argc, argv);
   try {

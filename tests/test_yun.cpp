@@ -1,0 +1,158 @@
+// Yun et al.: the proof's constants and layer counts, Lemma 6 and ḡ = f̄ checked exactly in
+// rationals, the four-ReLU replacement, d_p estimates, and `uatlab approximate` end to end.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "uatlab/construct/yun.hpp"
+#include "uatlab/model/init.hpp"
+
+using namespace uatlab;
+namespace fs = std::filesystem;
+
+TEST(Yun, PlanMatchesTheTheoryNotesTable) {
+  const yun::Plan p = yun::plan(2, 2, 4, false);  // yun.md §5, row d = 2, n = 2, K = 4
+  EXPECT_EQ(p.J, Rational(256));
+  EXPECT_EQ(p.c, Rational(4096));
+  EXPECT_EQ(p.t_l, Rational(245760));
+  EXPECT_EQ(p.t_r, Rational(4195328));
+  EXPECT_EQ(p.windows.size(), 16u);
+  EXPECT_EQ(p.u(1), Rational(4));
+  EXPECT_THROW(yun::plan(1, 2, 1, false), Error);
+}
+
+TEST(Yun, LayerCountsFollowTheFormulasAndTheClassesOfTheProof) {
+  // (d, n, K) -> quantization, attention, value-map layers (yun.md §5)
+  const std::vector<std::array<int, 6>> rows = {{1, 2, 4, 5, 5, 14}, {1, 3, 4, 5, 5, 14}, {2, 2, 2, 6, 5, 15}, {2, 2, 4, 10, 17, 243}};
+  for (const auto& r : rows) {
+    const yun::Modified m = yun::build_modified(yun::builtin_target("center"), r[0], r[1], r[2], false);
+    EXPECT_EQ(m.counts.quantization, r[3]);
+    EXPECT_EQ(m.counts.attention, r[4]);
+    EXPECT_EQ(m.counts.value_map, r[5]);
+    EXPECT_EQ(m.counts.formula_value_map, r[5]);
+    for (const auto& s : m.net.arch.layers) {
+      if (s.kind == LayerKind::attention) {
+        EXPECT_EQ(s.score, Score::hardmax);
+        EXPECT_LE(s.heads, 2);
+        EXPECT_EQ(s.head_size, 1);
+      } else {
+        EXPECT_TRUE(s.piecewise && s.activation.in_yun_class());
+        EXPECT_EQ(s.width, 1);
+      }
+    }
+  }
+  EXPECT_THROW(yun::build_modified(yun::builtin_target("center"), 3, 3, 8, false, 1000), Error);
+}
+
+TEST(Yun, Lemma6AndTheGridHoldExactly) {
+  struct Case {
+    const char* target;
+    int d, n, K;
+    bool pe;
+  };
+  for (const Case& c : {Case{"tokenwise-sin", 1, 2, 4, false}, Case{"attention", 1, 3, 4, false}, Case{"center", 2, 2, 2, false},
+                        Case{"prefix-mean", 1, 2, 4, true}, Case{"reverse", 1, 3, 2, true}}) {
+    const yun::Target f = yun::builtin_target(c.target);
+    const yun::Modified m = yun::build_modified(f, c.d, c.n, c.K, c.pe);
+    const yun::Lemma6 r = yun::check_lemma6(m, f, 100000, 1);
+    EXPECT_TRUE(r.exhaustive);
+    EXPECT_TRUE(r.ok()) << c.target << " " << r.report().dump();
+    EXPECT_GT(r.with_sentinel, 0);
+    EXPECT_GT(r.cubes, 0);
+    EXPECT_LE(r.max_abs_gc, Scalar<Rational>::to_double(m.plan.M));
+    if (!c.pe) EXPECT_EQ(r.repeated_zero, r.repeated_cubes);  // inputs with a repeated column map to 0
+  }
+}
+
+TEST(Yun, BrokenConstantsAreCaught) {
+  const yun::Target f = yun::builtin_target("tokenwise-sin");
+  yun::Modified m = yun::build_modified(f, 1, 2, 4, false);
+  const std::size_t global = static_cast<std::size_t>(m.counts.quantization + m.counts.attention - 1);
+  m.net.layers[global].wo(0, 0) = 1;  // a global shift of 1 instead of c: contexts collide with thresholds
+  EXPECT_FALSE(yun::check_lemma6(m, f, 100000, 1).ok());
+}
+
+TEST(Yun, FourReluReplacementEqualsPhiOutsideItsRamps) {
+  Rng rng(3);
+  for (int trial = 0; trial < 200; ++trial) {
+    // A random Φ: three pieces, the constant one at a random place.
+    const Rational c1(static_cast<long>(rng.uniform() * 20) - 10, 4), c2 = c1 + Rational(1 + static_cast<long>(rng.uniform() * 8), 4);
+    auto r = [&] { return Rational(static_cast<long>(rng.uniform() * 21) - 10, 3); };
+    std::vector<std::pair<std::string, std::string>> pieces = {{r().str(), r().str()}, {r().str(), r().str()}, {r().str(), r().str()}};
+    pieces[static_cast<std::size_t>(trial % 3)].first = "0";
+    Architecture a;
+    a.d = 1;
+    LayerSpec s;
+    s.kind = LayerKind::feedforward, s.width = 1, s.piecewise = true;
+    s.activation.breakpoints = {c1.str(), c2.str()}, s.activation.pieces = pieces;
+    a.layers = {s};
+    Network<Rational> net(a);
+    net.layers[0].w1(0, 0) = 1, net.layers[0].w2(0, 0) = 1;
+    const Rational eta(1, 64);
+    const Network<Rational> g = yun::standardize(net, Rational(1), eta);
+    EXPECT_LE(g.arch.layers[0].width, 4);
+    EXPECT_FALSE(g.arch.layers[0].piecewise);
+    for (int k = 0; k < 50; ++k) {
+      Mat<Rational> x(1, 1);
+      x(0, 0) = Rational(static_cast<long>(rng.uniform() * 4000) - 2000, 128);
+      const bool ramp = (x(0, 0) >= c1 - eta && x(0, 0) < c1) || (x(0, 0) >= c2 - eta && x(0, 0) < c2);
+      if (!ramp) EXPECT_EQ(forward(g, x), forward(net, x)) << "x = " << x(0, 0);
+    }
+  }
+}
+
+TEST(Yun, DistancesAreSeededAndTheStandardNetworkTracksTheModifiedOne) {
+  const yun::Target f = yun::builtin_target("center");
+  const yun::Modified m = yun::build_modified(f, 1, 2, 4, false);
+  const Network<double> md = network_cast<double>(m.net);
+  const yun::Distance a = yun::distance(md, f, 1, 2, 2, 4000, 7), b = yun::distance(md, f, 1, 2, 2, 4000, 7);
+  EXPECT_EQ(a.value, b.value);
+  EXPECT_LT(a.lo, a.value);
+  EXPECT_GT(a.hi, a.value);
+  Rational eta(1, 4);
+  for (int k = 0; k < 40; ++k) eta /= 2;
+  const Network<Rational> g = yun::standardize(m.net, yun::default_lambda(m.plan), eta);
+  set_mpfr_bits(yun::standard_bits(m.plan, eta));
+  const yun::Distance s = yun::distance(network_cast<Mpfr>(g), f, 1, 2, 2, 400, 7), t = yun::distance(md, f, 1, 2, 2, 400, 7);
+  EXPECT_NEAR(s.value, t.value, 1e-6);
+  set_mpfr_bits(128);
+}
+
+TEST(Yun, EquivarianceIsDetected) {
+  EXPECT_TRUE(yun::looks_equivariant(yun::builtin_target("attention"), 2, 3, 10, 1));
+  EXPECT_TRUE(yun::looks_equivariant(yun::builtin_target("max-pool"), 2, 3, 10, 1));
+  EXPECT_FALSE(yun::looks_equivariant(yun::builtin_target("prefix-mean"), 2, 3, 10, 1));
+  EXPECT_FALSE(yun::looks_equivariant(yun::builtin_target("reverse"), 1, 3, 10, 1));
+  EXPECT_THROW(yun::builtin_target("nope"), Error);
+}
+
+namespace {
+std::pair<int, std::string> cli(const std::string& args) {
+  FILE* p = popen((std::string(UATLAB_BIN) + " " + args + " 2>&1").c_str(), "r");
+  std::string out;
+  char buf[4096];
+  while (std::size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+  const int status = pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+}  // namespace
+
+TEST(Yun, ApproximateCommand) {
+  const fs::path dir = fs::path(UATLAB_TEST_TMP) / "yun";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  auto [code, out] = cli("approximate \"x*x - mean\" --d 1 --n 2 --K 4 --samples 500 --samples-standard 100 --report " + (dir / "r.json").string());
+  ASSERT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("\"ok\": true"), std::string::npos) << out;
+  EXPECT_TRUE(fs::exists(dir / "r.json"));
+  std::tie(code, out) = cli("approximate prefix-mean --d 1 --n 2 --K 4 --out " + (dir / "g.safetensors").string());
+  EXPECT_NE(code, 0);
+  EXPECT_NE(out.find("not permutation equivariant"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(dir / "g.safetensors"));
+  std::tie(code, out) = cli("approximate \"x +\" --d 1 --n 2 --K 4");
+  EXPECT_NE(code, 0);
+  std::tie(code, out) = cli("approximate reverse --pe --d 1 --n 2 --K 2 --samples 300 --samples-standard 50 --sweep-delta 2,4 --out-dir " + (dir / "sweep").string());
+  ASSERT_EQ(code, 0) << out;
+  for (const char* f : {"sweep.csv", "error_vs_delta.png", "size_vs_delta.png"}) EXPECT_GT(fs::file_size(dir / "sweep" / f), 100u) << f;
+}
