@@ -283,12 +283,7 @@ Experiment kajitsuka_memorization() {
     LinePlot plot{"Kajitsuka & Sato memorization: one tied rank-1 head + ReLU FF (d = 4, n = 8)", "FF width m",
                   "training accuracy"};
     plot.logx = true;
-    for (std::size_t r = 0; r < g.rows.size(); ++r) {
-      Series se{g.rows[r], {}, {}, {}};
-      for (std::size_t k = 0; k < g.cols.size(); ++k)
-        se.x.push_back(std::stod(g.cols[k].substr(2))), se.y.push_back(mean(g.values[r][k])), se.err.push_back(sd(g.values[r][k]));
-      plot.series.push_back(se);
-    }
+    plot.series = row_series(g, 2);
     plot_png(out.path(".png"), plot);
     return md;
   };

@@ -71,6 +71,19 @@ Grouped group(const std::vector<json>& lines, const std::function<std::string(co
   return g;
 }
 
+std::vector<Series> row_series(const Grouped& g, int prefix) {
+  std::vector<Series> out;
+  for (std::size_t r = 0; r < g.rows.size(); ++r) {
+    Series se{g.rows[r], {}, {}, {}};
+    for (std::size_t k = 0; k < g.cols.size(); ++k) {
+      se.x.push_back(prefix < 0 ? static_cast<double>(k) : std::stod(g.cols[k].substr(static_cast<std::size_t>(prefix))));
+      se.y.push_back(mean(g.values[r][k])), se.err.push_back(sd(g.values[r][k]));
+    }
+    out.push_back(se);
+  }
+  return out;
+}
+
 std::string write_grouped(const Grouped& g, const std::string& corner, const Outputs& out, int digits) {
   Row header = {corner};
   for (const auto& c : g.cols) header.push_back(c);

@@ -61,6 +61,10 @@ struct Grouped {
 };
 Grouped group(const std::vector<json>& lines, const std::function<std::string(const json& cell)>& row,
               const std::function<std::string(const json& cell)>& col, const std::function<double(const json& result)>& value);
+// One plot series per row of a grouped table (mean, sd as the error bar): x is the number after
+// `prefix` characters of each column label ("m=32" with prefix 2), or the column's index when
+// prefix < 0 (categorical; set the plot's xtics to g.cols).
+std::vector<Series> row_series(const Grouped& g, int prefix);
 // The Markdown and CSV of a grouped table (mean ± sd per cell; the CSV has mean, sd and count).
 std::string write_grouped(const Grouped& g, const std::string& corner, const Outputs& out, int digits = 4);
 

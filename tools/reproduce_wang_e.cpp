@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "reproduce.hpp"
+#include "uatlab/io/json.hpp"
 #include "uatlab/model/network.hpp"
 
 namespace uatlab::cli {
@@ -108,7 +109,7 @@ Experiment table_1a() {
                       [](const json&) { return std::string("parameters"); }, [](const json& r) { return r["parameters"].get<double>(); });
     for (std::size_t r = 0; r < g.rows.size(); ++r) g.values[r].push_back(p.values[r][0]);
     g.cols.push_back("parameters");
-    const std::string md = write_grouped(g, "model", out);
+    const std::string md = write_grouped(g, "model", out, 5);
     LinePlot plot{"Wang & E Insight 1a: depth vs heads at equal parameters (tinyshakespeare)", "model", "validation cross-entropy"};
     Series se{"validation loss", {}, {}, {}};
     for (std::size_t r = 0; r < g.rows.size(); ++r)
@@ -145,12 +146,7 @@ Experiment table_3b() {
     const std::string md = write_grouped(g, "attention (2 layers, 4 heads)", out);
     LinePlot plot{"Wang & E Insight 3b: DP vs DP-free on language modelling", "RPE type", "validation cross-entropy"};
     plot.xtics = g.cols;
-    for (std::size_t r = 0; r < g.rows.size(); ++r) {
-      Series se{g.rows[r], {}, {}, {}};
-      for (std::size_t k = 0; k < g.cols.size(); ++k)
-        se.x.push_back(static_cast<double>(k)), se.y.push_back(mean(g.values[r][k])), se.err.push_back(sd(g.values[r][k]));
-      plot.series.push_back(se);
-    }
+    plot.series = row_series(g, -1);
     plot_png(out.path(".png"), plot);
     return md;
   };
@@ -207,12 +203,7 @@ Experiment hm_grid(const GridSpec& spec) {
     std::string md = write_grouped(g, ce ? "validation loss" : "validation MSE / Var(y)", out);
     LinePlot plot{spec.title, "FFN width m", ce ? "validation cross-entropy" : "validation MSE / Var(y)"};
     plot.logx = true, plot.logy = !ce;
-    for (std::size_t r = 0; r < g.rows.size(); ++r) {
-      Series se{g.rows[r], {}, {}, {}};
-      for (std::size_t k = 0; k < g.cols.size(); ++k)
-        se.x.push_back(std::stod(g.cols[k].substr(2))), se.y.push_back(mean(g.values[r][k])), se.err.push_back(sd(g.values[r][k]));
-      plot.series.push_back(se);
-    }
+    plot.series = row_series(g, 2);
     plot_png(out.path(".png"), plot);
     if (ce) {  // accuracy beside the loss
       Grouped a = group(lines, row, [](const json& c) { return "m=" + str(c["m"]); },
@@ -230,6 +221,7 @@ Experiment hm_grid(const GridSpec& spec) {
         }
         return rows;
       }());
+      write_file_atomic(out.path(".md"), md);
     }
     return md;
   };
@@ -272,12 +264,7 @@ Experiment table_4a() {
     const std::string md = write_grouped(g, "validation MSE / Var(y)", out);
     LinePlot plot{"Wang & E Insight 4a: memory kernels, log vs lin RPE", "heads H", "validation MSE / Var(y)"};
     plot.logx = plot.logy = true;
-    for (std::size_t r = 0; r < g.rows.size(); ++r) {
-      Series se{g.rows[r], {}, {}, {}};
-      for (std::size_t k = 0; k < g.cols.size(); ++k)
-        se.x.push_back(std::stod(g.cols[k].substr(2))), se.y.push_back(mean(g.values[r][k])), se.err.push_back(sd(g.values[r][k]));
-      plot.series.push_back(se);
-    }
+    plot.series = row_series(g, 2);
     plot_png(out.path(".png"), plot);
     return md;
   };

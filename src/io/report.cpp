@@ -109,7 +109,7 @@ double sd(const std::vector<double>& v) {
 }
 
 std::string mean_sd(const std::vector<double>& v, int digits) {
-  if (v.size() < 2) return fixed(mean(v), digits);
+  if (v.size() < 2 || sd(v) == 0) return fixed(mean(v), digits);
   return fixed(mean(v), digits) + " ± " + fixed(sd(v), 2);
 }
 
