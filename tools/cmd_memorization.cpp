@@ -8,7 +8,6 @@
 #include <map>
 #include <memory>
 #include <set>
-#include <sys/stat.h>
 
 #include "commands.hpp"
 #include "reproduce.hpp"
@@ -209,17 +208,13 @@ std::string summarise(const std::vector<json>& lines, const std::string& dir) {
   return markdown_table({"N", "smallest memorizing parameters"}, md);
 }
 
-void make_dir(const std::string& dir) {
-  if (::mkdir(dir.c_str(), 0777) != 0 && errno != EEXIST) throw Error("cannot create " + dir);
-}
-
 int cmd_sweep(const SweepOpts& o) {
   json cfg;
   if (o.config == "mahdavi-grid") cfg = json::parse(kMahdavi);
   else if (o.config == "small") cfg = json::parse(kSmall);
   else cfg = parse_json(o.config.front() == '{' ? o.config : read_file(o.config), "sweep config");
   const std::vector<json> cells = sweep_cells(cfg);
-  make_dir(o.out_dir);
+  make_dirs(o.out_dir);
   if (sweep_writer()) write_file_atomic(o.out_dir + "/config.json", cfg.dump(2) + "\n");
   SweepOptions so;
   so.results = o.out_dir + "/runs.jsonl";

@@ -1,7 +1,5 @@
 // uatlab reproduce NAME: the shared machinery of the experiments (one training on a task, tables
 // grouped over seeds) and the command itself.
-#include <sys/stat.h>
-
 #include <cmath>
 #include <cstdio>
 #include <iostream>
@@ -130,10 +128,7 @@ int cmd_reproduce(ReproduceOpts& o) {
   if (!e) throw Error("unknown experiment \"" + o.name + "\" (uatlab reproduce --list)");
   if (o.ctx.mode != "smoke" && o.ctx.mode != "quick" && o.ctx.mode != "full") throw Error("--mode must be smoke, quick or full");
   if (o.out_dir.empty()) o.out_dir = "results/" + o.name + "-" + o.ctx.mode;
-  if (::mkdir(o.out_dir.c_str(), 0777) != 0 && errno != EEXIST) {
-    ::mkdir("results", 0777);
-    if (::mkdir(o.out_dir.c_str(), 0777) != 0 && errno != EEXIST) throw Error("cannot create " + o.out_dir);
-  }
+  make_dirs(o.out_dir);
   const std::vector<json> cells = e->cells(o.ctx);
   SweepOptions so;
   so.results = o.out_dir + "/runs.jsonl";

@@ -165,7 +165,7 @@ int cmd_approximate(const Opts& o) {
     for (std::string w : {"modified", "standard"})
       for (std::string s : {"", "_lo", "_hi"}) header.push_back("d" + std::to_string(p) + "_" + w + s);
   if (!o.no_check) header.push_back("exact_check_ok");
-  if (::system(("mkdir -p '" + o.out_dir + "'").c_str()) != 0) throw Error("cannot create " + o.out_dir);
+  make_dirs(o.out_dir);
   write_file_atomic(o.out_dir + "/sweep.csv", csv_text(header, rows));
   LinePlot e{"Yun et al. on \"" + f.name + "\" (d = " + std::to_string(o.d) + ", n = " + std::to_string(o.n) + (o.pe ? ", PE" : "") + ")",
              "delta = 1/K", "d_p(f, g) (Monte Carlo, 95% CI)"};

@@ -28,4 +28,7 @@ Architecture architecture_from_flags(const std::string& arch_text, int d, int vo
 // Write text to a file atomically, or to standard output for "" and "-".
 void write_output(const std::string& path, const std::string& text);
 
+// Create a folder and its parents (no error if it exists); throws Error naming it.
+void make_dirs(const std::string& dir);
+
 }  // namespace uatlab::cli

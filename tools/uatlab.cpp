@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 #include <Eigen/Core>
 #include <cstdio>
+#include <filesystem>
 #include <gmp.h>
 #include <iostream>
 #include <mpfi.h>
@@ -41,6 +42,12 @@ static json layer_from_flag(const std::string& spec) {
   return j;
 }
 
+
+void uatlab::cli::make_dirs(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) throw Error("cannot create the folder " + dir + ": " + ec.message());
+}
 
 uatlab::Architecture uatlab::cli::architecture_from_flags(const std::string& arch_text, int d, int vocab, int max_len, int readout,
                                                           const std::vector<std::string>& layers) {

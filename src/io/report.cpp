@@ -20,10 +20,11 @@ std::string csv_field(const std::string& s) {
   return q + "\"";
 }
 
-// gnuplot string literal (single quotes; a quote is doubled)
+// gnuplot string literal (single quotes; a quote is doubled). Text is in gnuplot's enhanced mode:
+// _{..} and ^{..} typeset sub- and superscripts; a literal & is escaped.
 std::string gq(const std::string& s) {
   std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("''") : std::string(1, c);
+  for (char c : s) q += c == '\'' ? std::string("''") : c == '&' ? std::string("\\&") : std::string(1, c);
   return q + "'";
 }
 
