@@ -257,6 +257,17 @@ Experiment kajitsuka_memorization() {
     Grouped g = group(lines, row, [](const json& c) { return "m=" + std::to_string(c["m"].get<int>()); },
                       [](const json& r) { return r["accuracy"].get<double>(); });
     std::string md = write_grouped(g, "training accuracy", out);
+    const Grouped loss = group(lines, row, [](const json& c) { return "m=" + std::to_string(c["m"].get<int>()); },
+                               [](const json& r) { return r["loss"].get<double>(); });
+    Row lh = {"training loss"};
+    for (const auto& c : loss.cols) lh.push_back(c);
+    std::vector<Row> lr;
+    for (std::size_t r = 0; r < loss.rows.size(); ++r) {
+      Row x = {loss.rows[r]};
+      for (const auto& v : loss.values[r]) x.push_back(mean_sd(v, 3));
+      lr.push_back(x);
+    }
+    md += "\n" + markdown_table(lh, lr);
     // The construction's size for the same data (Zhang form, tied: 2d + d + q + dq with q contexts).
     std::vector<Row> cons;
     std::set<std::pair<int, int>> seen;

@@ -78,13 +78,20 @@ json train_lm(const json& cell, const ReproduceContext& c, const std::vector<Lay
 Experiment table_1a() {
   Experiment e;
   e.name = "wang-e-1a";
-  e.summary = "Insight 1a (Table 2): depth L vs heads H at equal parameters, character-level language modelling";
+  e.summary = "Insight 1a (Table 2): depth L vs heads H at equal parameters: language modelling, Type I and Type II memories";
   e.cells = [](const ReproduceContext& c) {
     std::vector<json> cells;
     const std::vector<std::pair<int, int>> shapes = c.mode == "full" ? std::vector<std::pair<int, int>>{{1, 8}, {2, 4}, {4, 2}, {8, 1}}
                                                                      : std::vector<std::pair<int, int>>{{1, 4}, {2, 2}, {4, 1}};
+    // Language modelling (no "task" key), and the mechanism behind the insight on synthetic data:
+    // Type I adaptive memory (one look-up) and Type II (a nested look-up, which needs depth).
     for (int seed = 1; seed <= seeds(c); ++seed)
-      for (auto [L, H] : shapes) cells.push_back({{"L", L}, {"H", H}, {"seed", seed}, {"steps", config(c, 3000, 10000, 0, Loss::mse, 0).steps}});
+      for (std::string task : {"chars", "adaptive-1", "adaptive-2"})
+        for (auto [L, H] : shapes) {
+          json cell = {{"L", L}, {"H", H}, {"seed", seed}, {"steps", config(c, 3000, 10000, 0, Loss::mse, 0).steps}};
+          if (task != "chars") cell["task"] = task;
+          cells.push_back(cell);
+        }
     return cells;
   };
   e.run = [](const json& cell, const ReproduceContext& c) {
@@ -97,24 +104,52 @@ Experiment table_1a() {
     const int m = std::max(4, (budget / L - H * attn - s.d - norms) / (2 * s.d + 1));
     std::vector<LayerSpec> layers;
     for (int l = 0; l < L; ++l) layers.push_back(attention(H, s.head_size, false, Rpe::none, true)), layers.push_back(feedforward(m, true));
-    json r = train_lm(cell, c, layers, true);
+    json r;
+    if (!cell.contains("task")) r = train_lm(cell, c, layers, true);
+    else {  // token 2c + b with lags (1, 3, 7), learned positions
+      TaskTraining t;
+      t.task = cell["task"];
+      t.data.lags = {1, 3, 7}, t.data.n = c.pick(16, 32, 64), t.data.N = c.pick(128, 4000, 8000), t.data.seed = cell["seed"].get<int>();
+      t.val_N = c.pick(32, 512, 1024);
+      t.arch.vocab = task_vocab(t.task, t.data), t.arch.readout = 2, t.arch.d = s.d, t.arch.max_len = t.data.n;
+      t.arch.layers = layers;
+      t.cfg = config(c, 3000, 10000, 3e-3, Loss::cross_entropy, t.data.seed);
+      t.init_seed = t.data.seed;
+      r = train_task(t);
+    }
     r["m"] = m;
     return r;
   };
   e.report = [](const std::vector<json>& lines, const Outputs& out, const ReproduceContext&) {
-    Grouped g = group(lines, [](const json& c) { return "L=" + str(c["L"]) + ", H=" + str(c["H"]); },
-                      [](const json&) { return std::string("validation loss (nats/char)"); },
-                      [](const json& r) { return r["val_loss"].get<double>(); });
-    Grouped p = group(lines, [](const json& c) { return "L=" + str(c["L"]) + ", H=" + str(c["H"]); },
-                      [](const json&) { return std::string("parameters"); }, [](const json& r) { return r["parameters"].get<double>(); });
-    for (std::size_t r = 0; r < g.rows.size(); ++r) g.values[r].push_back(p.values[r][0]);
-    g.cols.push_back("parameters");
-    const std::string md = write_grouped(g, "model", out, 5);
-    LinePlot plot{"Wang & E Insight 1a: depth vs heads at equal parameters (tinyshakespeare)", "model", "validation cross-entropy"};
-    Series se{"validation loss", {}, {}, {}};
-    for (std::size_t r = 0; r < g.rows.size(); ++r)
-      se.x.push_back(static_cast<double>(r)), se.y.push_back(mean(g.values[r][0])), se.err.push_back(sd(g.values[r][0]));
-    plot.series.push_back(se), plot.xtics = g.rows;
+    auto model = [](const json& c) { return "L=" + str(c["L"]) + ", H=" + str(c["H"]); };
+    auto task = [](const json& c) {
+      return c.contains("task") ? std::string(c["task"] == "adaptive-1" ? "Type I memory" : "Type II memory") : std::string("language modelling");
+    };
+    Grouped g = group(lines, model, task, [](const json& r) { return r["val_loss"].get<double>(); });
+    std::vector<json> synthetic, lm;
+    for (const json& l : lines) (l["cell"].contains("task") ? synthetic : lm).push_back(l);
+    if (!lm.empty()) {  // the parameter count of each LM model (the synthetic ones have a smaller vocabulary)
+      Grouped p = group(lm, model, [](const json&) { return std::string("parameters (LM)"); }, [](const json& r) { return r["parameters"].get<double>(); });
+      for (std::size_t r = 0; r < g.rows.size(); ++r) g.values[r].push_back(p.values[r][0]);
+      g.cols.push_back("parameters (LM)");
+    }
+    std::string md = "Validation loss (language modelling: nats/char; Type I/II: cross-entropy):\n\n" + write_grouped(g, "model", out, 5);
+    if (!synthetic.empty()) {
+      Grouped a = group(synthetic, model, task, [](const json& r) { return r["val_accuracy"].get<double>(); });
+      std::vector<Row> rows;
+      for (std::size_t r = 0; r < a.rows.size(); ++r) {
+        Row x = {a.rows[r]};
+        for (const auto& v : a.values[r]) x.push_back(mean_sd(v, 3));
+        rows.push_back(x);
+      }
+      Row h = {"validation accuracy"};
+      for (const auto& col : a.cols) h.push_back(col);
+      md += "\n" + markdown_table(h, rows);
+      write_file_atomic(out.path(".md"), md);
+    }
+    Grouped t = group(lines, task, model, [](const json& r) { return r["val_loss"].get<double>(); });
+    LinePlot plot{"Wang & E Insight 1a: depth vs heads at equal parameters", "model", "validation cross-entropy"};
+    plot.logy = true, plot.xtics = t.cols, plot.series = row_series(t, -1);
     plot_png(out.path(".png"), plot);
     return md;
   };
