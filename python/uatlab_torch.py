@@ -102,6 +102,8 @@ class Attention(nn.Module):
         allowed = torch.ones(n, n, dtype=torch.bool)
         if sp["causal"]:
             allowed = torch.tril(allowed, diagonal=-1 if sp.get("strict_past") else 0)  # key <= query (< if strict)
+            if sp.get("window", 0) > 0:
+                allowed = allowed & torch.triu(torch.ones(n, n, dtype=torch.bool), diagonal=-sp["window"])  # key >= query - window
         some = allowed.any(dim=-1, keepdim=True)  # a query with no key at all gets weights 0
         if sp["score"] == "softmax":
             w = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)

@@ -106,7 +106,8 @@ TEST(Backward, LinearAttentionCausal) {
 TEST(Backward, StrictPastDpFreeLogAndLinearScores) {
   check(R"({"d":3,"readout":1,"layers":[
     {"type":"attention","heads":2,"head_size":1,"dp_free":true,"rpe":"log","causal":true,"strict_past":true},
-    {"type":"attention","heads":1,"head_size":2,"score":"linear","rpe":"lin","causal":true,"strict_past":true},
+    {"type":"attention","heads":1,"head_size":2,"score":"linear","rpe":"lin","causal":true,"strict_past":true,"window":2},
+    {"type":"attention","heads":2,"head_size":1,"rpe":"log","causal":true,"window":1},
     {"type":"feedforward","width":3}]})", Loss::mse, 6);
 }
 

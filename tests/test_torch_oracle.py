@@ -28,7 +28,8 @@ def architectures():
     for i, (score, (rpe, dp_free), (causal, tied, bias, sqrt, pre_norm)) in enumerate(
             itertools.product(scores, rpes, flags)):
         attn = {"type": "attention", "heads": 2, "head_size": 2, "score": score, "scale": "3/4", "rpe": rpe,
-                "dp_free": dp_free, "causal": causal, "strict_past": causal and i % 3 == 0, "tied_qkv": tied, "bias": bias, "sqrt_scaling": sqrt,
+                "dp_free": dp_free, "causal": causal, "strict_past": causal and i % 3 == 0,
+                "window": 2 if causal and i % 5 == 1 else 0, "tied_qkv": tied, "bias": bias, "sqrt_scaling": sqrt,
                 "pre_norm": pre_norm, "t5_buckets": 6, "t5_max_distance": 5}
         ff = {"type": "feedforward", "width": 5, "pre_norm": i % 5 == 0,
               "activation": PIECEWISE if i % 3 == 1 else "relu"}

@@ -149,6 +149,13 @@ TEST(Train, ComplexReadoutAndKernelsPadTheValueIntoRowZero) {
     EXPECT_EQ(s.mask[1], 0);
   }
   EXPECT_EQ(make_task("kernel-light", o).sequences[0].x.rows(), 3);
+  o.window = 2, o.beta = 1;
+  const Dataset w = make_task("kernel-light", o);  // ρ(s) = (1 − e^{−1}) e^{−(s−1)}, cut at s = 2
+  const double r1 = 1 - std::exp(-1.0), r2 = r1 * std::exp(-1.0);
+  for (int t = 2; t < 10; ++t) {
+    auto x = [&](int i) { return Scalar<double>::from(w.sequences[1].x(0, i)); };
+    EXPECT_NEAR(Scalar<double>::from(w.sequences[1].y(0, t)), r1 * x(t - 1) + r2 * x(t - 2), 1e-15);
+  }
   EXPECT_EQ(task_dim("kernel-light", o), 3);
 }
 

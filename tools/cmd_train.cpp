@@ -157,6 +157,7 @@ void add_train_commands(CLI::App& app, Commands& commands) {
   t->add_option("--task-val-N", o->task_val_N, "Also make a validation set of this many sequences (chars: from the held-out 10%)");
   t->add_option("--task-beta", o->task_opt.beta, "Task kernels: tail exponent / decay rate")->capture_default_str();
   t->add_option("--task-mask-before", o->task_opt.mask_before, "Task kernels: do not score positions t < K")->capture_default_str();
+  t->add_option("--task-window", o->task_opt.window, "Task kernels: truncate the memory at s <= T (0: the whole past)")->capture_default_str();
   t->add_option("--task-seed", o->task_opt.seed, "Task data seed")->capture_default_str();
   t->add_option("--val", o->val, "Validation data (JSONL)");
   t->add_option("--val-fraction", o->val_fraction, "Hold out this fraction of the data (the last sequences)");

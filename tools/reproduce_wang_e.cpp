@@ -275,19 +275,23 @@ Experiment table_4a() {
       for (std::string tail : {"heavy", "light"})
         for (std::string rpe : {"log", "lin"})
           for (int H : ints(c, {1, 2}, {1, 2, 4, 8}, {1, 2, 4, 8, 16, 32}))
-            cells.push_back({{"tail", tail}, {"rpe", rpe}, {"H", H}, {"seed", seed}, {"steps", config(c, 3000, 10000, 0, Loss::mse, 0).steps}});
+            cells.push_back({{"tail", tail}, {"rpe", rpe}, {"H", H}, {"seed", seed}, {"window", "n/2"},
+                             {"steps", config(c, 3000, 10000, 0, Loss::mse, 0).steps}});
     return cells;
   };
   e.run = [](const json& cell, const ReproduceContext& c) {
     TaskTraining t;
     t.task = "kernel-" + cell["tail"].get<std::string>();
     t.data.n = c.pick(32, 64, 128), t.data.N = c.pick(256, 2000, 4000), t.data.seed = cell["seed"].get<int>();
-    t.data.beta = 0.5, t.data.mask_before = t.data.n / 4;
+    // Every scored position sees the same window of T = n/2 lags, in the target and in the heads,
+    // so a head's softmax normalises over the same lags everywhere (theory note §3.3).
+    t.data.beta = 0.5, t.data.window = t.data.n / 2, t.data.mask_before = t.data.n / 2;
     t.val_N = c.pick(64, 256, 512);
     t.data.d = 2;  // row 0 carries x_t, row 1 is free for the heads' output, which the readout reads
     t.arch.d = 2, t.arch.readout = 1;
     const bool log = cell["rpe"] == "log";
     t.arch.layers = {attention(cell["H"], 1, true, log ? Rpe::log : Rpe::lin)};
+    t.arch.layers[0].window = t.data.window;
     t.cfg = config(c, 3000, 10000, 1e-2, Loss::mse, t.data.seed);
     t.init_seed = t.data.seed;
     t.adjust = [log](Network<double>& net) { log ? spread_rates(net, 0.25, 4.0) : spread_rates(net, 0.02, 2.0); };

@@ -66,6 +66,7 @@ std::string LayerSpec::describe() const {
       if (sqrt_scaling) s += ", 1/sqrt(s)";
       if (rpe != Rpe::none) s += std::string(", ") + to_string(rpe) + " bias" + (dp_free ? " only (DP-free)" : "");
       if (causal) s += strict_past ? ", causal (strict past)" : ", causal";
+      if (window > 0) s += ", window " + std::to_string(window);
       if (tied_qkv) s += ", tied Q=K=V";
       if (bias) s += ", biases";
       return s;
@@ -160,6 +161,7 @@ json Architecture::to_json() const {
              {"rpe", to_string(l.rpe)},     {"dp_free", l.dp_free}, {"causal", l.causal},
              {"tied_qkv", l.tied_qkv},      {"bias", l.bias}};
         if (l.strict_past) j["strict_past"] = true;  // written only when set: older readers keep working
+        if (l.window > 0) j["window"] = l.window;
         if (l.rpe == Rpe::t5) j["t5_buckets"] = l.t5_buckets, j["t5_max_distance"] = l.t5_max_distance;
         break;
       case LayerKind::feedforward:
@@ -210,7 +212,7 @@ Architecture Architecture::from_json(const json& j) {
       if (lj.contains("eps")) l.eps = exact_text(lj["eps"], w + "eps");
       if (l.kind == LayerKind::attention) {
         reject_unknown(lj, {"type", "heads", "head_size", "score", "scale", "sqrt_scaling", "rpe", "t5_buckets",
-                            "t5_max_distance", "dp_free", "causal", "strict_past", "tied_qkv", "bias", "pre_norm", "eps"}, w);
+                            "t5_max_distance", "dp_free", "causal", "strict_past", "window", "tied_qkv", "bias", "pre_norm", "eps"}, w);
         if (lj.contains("heads")) l.heads = positive_int(lj["heads"], w + "heads");
         if (lj.contains("head_size")) l.head_size = positive_int(lj["head_size"], w + "head_size");
         if (lj.contains("score"))
@@ -227,6 +229,8 @@ Architecture Architecture::from_json(const json& j) {
         if (lj.contains("causal")) l.causal = boolean(lj["causal"], w + "causal");
         if (lj.contains("strict_past")) l.strict_past = boolean(lj["strict_past"], w + "strict_past");
         if (l.strict_past && !l.causal) throw Error(w + "strict_past needs causal");
+        if (lj.contains("window")) l.window = positive_int(lj["window"], w + "window", 0);
+        if (l.window > 0 && !l.causal) throw Error(w + "window needs causal");
         if (lj.contains("tied_qkv")) l.tied_qkv = boolean(lj["tied_qkv"], w + "tied_qkv");
         if (lj.contains("bias")) l.bias = boolean(lj["bias"], w + "bias");
       } else if (l.kind == LayerKind::feedforward) {

@@ -110,14 +110,17 @@ template <class S> S piecewise(const Layer<S>& l, const S& x) {
 // ---- attention ----------------------------------------------------------------------------------
 
 // Normalise column k of the scores A over the keys it may attend to (all, l <= k if causal, l < k
-// if also strict_past); masked entries become 0, and so does a column with no key at all.
+// if also strict_past, and l >= k - window with a window); masked entries become 0, and so does a
+// column with no key at all.
 template <class S> void normalise_columns(Mat<S>& A, const LayerSpec& spec, const EvalOptions& opt) {
   const Eigen::Index n = A.rows();
   if constexpr (std::is_floating_point_v<S>) {
     if (spec.score == Score::softmax) {  // whole-matrix form: Eigen vectorises exp for float/double
       if (spec.causal)
-        for (Eigen::Index k = 0; k < n; ++k)
+        for (Eigen::Index k = 0; k < n; ++k) {
           A.col(k).tail(n - k - 1 + spec.strict_past).setConstant(-std::numeric_limits<S>::infinity());
+          if (spec.window > 0 && k > spec.window) A.col(k).head(k - spec.window).setConstant(-std::numeric_limits<S>::infinity());
+        }
       if (spec.strict_past) A(0, 0) = S(0);  // keeps column 0 finite; zeroed below
       const Eigen::Matrix<S, 1, Eigen::Dynamic> mx = A.colwise().maxCoeff();
       A.rowwise() -= mx;
@@ -129,27 +132,30 @@ template <class S> void normalise_columns(Mat<S>& A, const LayerSpec& spec, cons
     }
   }
   for (Eigen::Index k = 0; k < A.cols(); ++k) {
-    const Eigen::Index m = spec.causal ? k + 1 - spec.strict_past : n;  // keys 0..m-1
+    const Eigen::Index m = spec.causal ? k + 1 - spec.strict_past : n;  // keys lo..m-1
+    const Eigen::Index lo = spec.window > 0 ? std::max<Eigen::Index>(0, k - spec.window) : 0;
     for (Eigen::Index l = m; l < n; ++l) A(l, k) = S(0);
-    if (m == 0) continue;
-    auto col = A.col(k).head(m);
+    for (Eigen::Index l = 0; l < std::min(lo, m); ++l) A(l, k) = S(0);
+    if (m <= lo) continue;
+    const Eigen::Index cnt = m - lo;
+    auto col = A.col(k).segment(lo, cnt);
     switch (spec.score) {
       case Score::linear: break;
       case Score::softmax:
         if constexpr (Scalar<S>::interval) {
           // w_l = 1 / (1 + Σ_{j≠l} exp(a_j − a_l)): an enclosure without the max-subtraction's
           // dependency on a shared interval.
-          Vec<S> w(m);
-          for (Eigen::Index l = 0; l < m; ++l) {
+          Vec<S> w(cnt);
+          for (Eigen::Index l = 0; l < cnt; ++l) {
             S den(1);
-            for (Eigen::Index j = 0; j < m; ++j)
+            for (Eigen::Index j = 0; j < cnt; ++j)
               if (j != l) den += Scalar<S>::exp(col(j) - col(l));
             w(l) = S(1) / den;
           }
           col = w;
         } else if constexpr (Scalar<S>::transcendental) {
           S mx = col.maxCoeff(), sum(0);
-          for (Eigen::Index l = 0; l < m; ++l) sum += (col(l) = Scalar<S>::exp(col(l) - mx));
+          for (Eigen::Index l = 0; l < cnt; ++l) sum += (col(l) = Scalar<S>::exp(col(l) - mx));
           col /= sum;
         }
         break;
@@ -157,8 +163,8 @@ template <class S> void normalise_columns(Mat<S>& A, const LayerSpec& spec, cons
         std::vector<Eigen::Index> arg;
         if constexpr (Scalar<S>::interval) {
           Mpfr best = lower(col(0));
-          for (Eigen::Index l = 1; l < m; ++l) best = std::max(best, lower(col(l)));
-          for (Eigen::Index l = 0; l < m; ++l)
+          for (Eigen::Index l = 1; l < cnt; ++l) best = std::max(best, lower(col(l)));
+          for (Eigen::Index l = 0; l < cnt; ++l)
             if (upper(col(l)) >= best) arg.push_back(l);
           for (auto l : arg)  // several candidates are fine only if they are the same point
             if (arg.size() > 1 && (lower(col(l)) != upper(col(l)) || lower(col(l)) != lower(col(arg[0]))))
@@ -166,7 +172,7 @@ template <class S> void normalise_columns(Mat<S>& A, const LayerSpec& spec, cons
                           "): overlapping score enclosures; raise the precision");
         } else {
           S mx = col.maxCoeff(), tol = scalar_cast<S>(opt.hardmax_tolerance);
-          for (Eigen::Index l = 0; l < m; ++l)
+          for (Eigen::Index l = 0; l < cnt; ++l)
             if (col(l) >= mx - tol) arg.push_back(l);
         }
         S w = S(1) / S(static_cast<long>(arg.size()));

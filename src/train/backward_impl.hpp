@@ -119,7 +119,10 @@ template <class S> Mat<S> attention_backward(const Layer<S>& L, Layer<S>& G, con
             dS.col(k) = A.col(k).cwiseProduct(dS.col(k) - Vec<S>::Constant(n, dot));
           }
         } else if (s.causal) {  // linear: masked scores do not exist
-          for (Eigen::Index k = 0; k < n; ++k) dS.col(k).tail(n - k - 1 + s.strict_past).setZero();
+          for (Eigen::Index k = 0; k < n; ++k) {
+            dS.col(k).tail(n - k - 1 + s.strict_past).setZero();
+            if (s.window > 0 && k > s.window) dS.col(k).head(k - s.window).setZero();
+          }
         }
         if (!s.dp_free) {
           dQ.block(h * hs, c0, hs, n).noalias() += (K.block(h * hs, c0, hs, n) * dS) * L.score_scale;

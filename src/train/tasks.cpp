@@ -199,7 +199,7 @@ Dataset kernel(const TaskOptions& o, bool heavy) {
     for (int t = 0; t < o.n; ++t) {
       s.x(0, t) = rational_of(x[t]);
       double y = 0;
-      for (int k = 1; k <= t; ++k) y += rho[k] * x[t - k];
+      for (int k = 1; k <= (o.window > 0 ? std::min(t, o.window) : t); ++k) y += rho[k] * x[t - k];
       s.y(0, t) = rational_of(y);
       if (t < o.mask_before) s.mask[t] = 0;
     }

@@ -39,6 +39,7 @@ struct LayerSpec {
   bool dp_free = false;   // scores are B_h alone (no dot product)
   bool causal = false;    // query k attends to keys l ≤ k only
   bool strict_past = false;  // with causal: keys l < k only (query 0 attends to nothing: output 0)
+  int window = 0;            // > 0, with causal: keys l ≥ k − window only (a sliding window over the past)
   bool tied_qkv = false;  // W_Q = W_K = W_V (one matrix per head)
   bool bias = false;      // biases on the Q, K, V and O projections
 
