@@ -112,6 +112,30 @@ TEST(Yun, FourReluReplacementEqualsPhiOutsideItsRamps) {
   }
 }
 
+TEST(Yun, KajitsukaPropositionOneIsThreeSubLayersAndHitsTheGrid) {
+  const yun::Target f = yun::builtin_target("center");
+  const yun::Modified m = yun::build_kajitsuka(f, 1, 2, 4);
+  ASSERT_EQ(m.net.arch.layers.size(), 3u);  // FF ∘ rank-1 softmax attention ∘ FF
+  EXPECT_EQ(m.net.arch.layers[0].width, 4);  // F1: one unit per grid cell and coordinate
+  EXPECT_EQ(m.net.arch.layers[1].heads, 1);
+  EXPECT_EQ(m.net.arch.layers[1].head_size, 1);
+  EXPECT_EQ(m.contexts, 12u);  // n·C(K, n) = 2·6
+  set_mpfr_bits(std::max(m.bits, 64u));
+  EXPECT_LT(yun::grid_max_error(network_cast<Mpfr>(m.net), m.plan, f, 1000, 1), 1e-9);
+  // F1 alone, standardized: the cell centre outside the ramps.
+  Network<Rational> f1 = m.net;
+  f1.arch.layers.resize(1), f1.layers.resize(1);
+  const Network<Rational> s1 = yun::standardize(f1, Rational(1), Rational(1, 1024));
+  EXPECT_EQ(s1.arch.layers[0].width, 4 * 4);  // 4 ReLUs per unit: φ jumps at 0 and at δ
+  for (int k = 0; k < 40; ++k) {
+    Mat<Rational> x(1, 2);
+    x(0, 0) = Rational(k, 40), x(0, 1) = Rational(39 - k, 41);
+    const Mat<Rational> y = forward(s1, x);
+    for (int j = 0; j < 2; ++j) EXPECT_EQ(y(0, j), Rational(static_cast<long>(Scalar<Rational>::to_double(x(0, j)) * 4), 4) + Rational(1, 8)) << k;
+  }
+  set_mpfr_bits(128);
+}
+
 TEST(Yun, DistancesAreSeededAndTheStandardNetworkTracksTheModifiedOne) {
   const yun::Target f = yun::builtin_target("center");
   const yun::Modified m = yun::build_modified(f, 1, 2, 4, false);

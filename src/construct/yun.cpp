@@ -152,21 +152,33 @@ Mat<Rational> unit(int d, int i) {
   return e;
 }
 
-// Yun: out-of-range entries ↦ −J, then [kδ, (k+1)δ) ↦ kδ. Centres (Kajitsuka): no range layers,
-// [kδ, (k+1)δ) ↦ kδ + δ/2.
-void add_quantization(Builder& b, const Plan& p, bool centres = false) {
+// Out-of-range entries ↦ −J, then [kδ, (k+1)δ) ↦ kδ, one width-1 layer each.
+void add_quantization(Builder& b, const Plan& p) {
   const int d = p.d, range = p.pe ? p.n : 1;
-  const Rational J = p.J, offset = centres ? p.delta / 2 : Rational(0);
-  if (!centres)
-    for (int i = 0; i < d; ++i)
-      b.add(phi_layer({0, range}, {{-1, -J}, {0, 0}, {-1, -J}}), [=](Layer<Rational>& L) {
-        L.w1 = unit(d, i).transpose(), L.w2 = unit(d, i);
-      });
+  const Rational J = p.J;
+  for (int i = 0; i < d; ++i)
+    b.add(phi_layer({0, range}, {{-1, -J}, {0, 0}, {-1, -J}}), [=](Layer<Rational>& L) {
+      L.w1 = unit(d, i).transpose(), L.w2 = unit(d, i);
+    });
   for (int i = 0; i < d; ++i)
     for (int k = 0; k < range * p.K; ++k)
-      b.add(phi_layer({0, p.delta}, {{0, 0}, {-1, offset}, {0, 0}}), [=](Layer<Rational>& L) {
+      b.add(phi_layer({0, p.delta}, {{0, 0}, {-1, 0}, {0, 0}}), [=](Layer<Rational>& L) {
         L.w1 = unit(d, i).transpose(), L.w2 = unit(d, i), L.b1(0, 0) = -Rational(k, p.K);
       });
+}
+
+// Proposition 1's F1: one FF sub-layer of width dK. Unit (i, k) applies φ(t) = δ/2 − t on [0, δ)
+// (0 elsewhere) to x_i − kδ; on [0, 1) exactly one unit per coordinate is on, so
+// x_i + Σ_k φ(x_i − kδ) = kδ + δ/2, the centre of x_i's cell (never 0).
+void add_centre_quantization(Builder& b, const Plan& p) {
+  const int d = p.d, K = p.K;
+  LayerSpec s = phi_layer({0, p.delta}, {{0, 0}, {-1, p.delta / 2}, {0, 0}});
+  s.width = d * K;
+  b.add(s, [=](Layer<Rational>& L) {
+    L.w1.setZero(), L.w2.setZero();
+    for (int i = 0; i < d; ++i)
+      for (int k = 0; k < K; ++k) L.w1(i * K + k, i) = 1, L.w2(i, i * K + k) = 1, L.b1(i * K + k, 0) = -Rational(k, K);
+  });
 }
 
 void add_contextual(Builder& b, const Plan& p) {
@@ -335,7 +347,7 @@ Modified build_kajitsuka(const Target& f, int d, int n, int K, long max_sequence
   const kajitsuka::Memorized mem = kajitsuka::memorize(ds, mo);
   Builder b;
   b.arch.d = d;
-  add_quantization(b, p, true);
+  add_centre_quantization(b, p);
   const Network<Rational> q = b.make();
   Architecture arch = q.arch;
   for (const auto& s : mem.net.arch.layers) arch.layers.push_back(s);
@@ -347,7 +359,7 @@ Modified build_kajitsuka(const Target& f, int d, int n, int K, long max_sequence
   m.contexts = mem.hidden;
   m.counts.quantization = static_cast<int>(q.layers.size());
   m.counts.attention = 1, m.counts.value_map = static_cast<int>(mem.net.layers.size()) - 1;
-  m.counts.formula_quantization = static_cast<long>(d) * K, m.counts.formula_attention = 1, m.counts.formula_value_map = 1;
+  m.counts.formula_quantization = 1, m.counts.formula_attention = 1, m.counts.formula_value_map = 1;
   m.counts.parameters = m.net.parameter_count();
   m.float64_ok = mem.float64_works, m.bits = mem.bits_used;
   m.extra = mem.report();
@@ -395,7 +407,7 @@ Network<Rational> standardize(const Network<Rational>& g, const Rational& lambda
       continue;
     }
     if (s.kind != LayerKind::feedforward || !s.piecewise) continue;
-    if (s.width != 1 || !s.activation.in_yun_class()) throw Error("standardize: layer " + std::to_string(li) + " is not a width-1 Φ layer");
+    if (!s.activation.in_yun_class()) throw Error("standardize: layer " + std::to_string(li) + " has an activation outside Φ");
     const auto& L = g.layers[li];
     const std::vector<Rational>& c = L.breakpoints;
     auto value = [&](std::size_t piece, const Rational& x) { return L.pieces[piece].first * x + L.pieces[piece].second; };
@@ -420,7 +432,8 @@ Network<Rational> standardize(const Network<Rational>& g, const Rational& lambda
       r.units.push_back({t[k], delta});
       r.sign.push_back(k >= 2 * flat ? 1 : -1);  // t_k right of the constant piece (which spans [t_{2flat−1}, t_{2flat}))
     }
-    s.piecewise = false, s.activation = {}, s.width = static_cast<int>(std::max<std::size_t>(1, r.units.size()));
+    // Every hidden unit shares the activation, so each becomes the same set of ReLUs.
+    s.piecewise = false, s.activation = {}, s.width = s.width * static_cast<int>(std::max<std::size_t>(1, r.units.size()));
     relus[li] = r;
   }
   Network<Rational> out(arch);
@@ -437,14 +450,18 @@ Network<Rational> standardize(const Network<Rational>& g, const Rational& lambda
       continue;
     }
     const Relu& r = relus[li];
-    b.w1.setZero(), b.b1.setZero(), b.w2.setZero();
-    for (std::size_t k = 0; k < r.units.size(); ++k) {
-      const int sg = r.sign[k];
-      b.w1.row(k) = a.w1.row(0) * Rational(sg);
-      b.b1(k, 0) = Rational(sg) * (a.b1(0, 0) - r.units[k].first);
-      b.w2.col(k) = a.w2.col(0) * r.units[k].second;
+    b.w1.setZero(), b.b1.setZero(), b.w2.setZero(), b.b2 = a.b2;
+    const Eigen::Index per = static_cast<Eigen::Index>(std::max<std::size_t>(1, r.units.size()));
+    for (Eigen::Index j = 0; j < a.w1.rows(); ++j) {
+      for (std::size_t k = 0; k < r.units.size(); ++k) {
+        const int sg = r.sign[k];
+        const Eigen::Index row = j * per + static_cast<Eigen::Index>(k);
+        b.w1.row(row) = a.w1.row(j) * Rational(sg);
+        b.b1(row, 0) = Rational(sg) * (a.b1(j, 0) - r.units[k].first);
+        b.w2.col(row) = a.w2.col(j) * r.units[k].second;
+      }
+      b.b2 += a.w2.col(j) * r.kappa;
     }
-    b.b2 = a.b2 + a.w2.col(0) * r.kappa;
   }
   return out;
 }

@@ -65,15 +65,15 @@ struct Modified {
 // Throws Error when the network would exceed max_layers (the count is in the message).
 Modified build_modified(const Target& f, int d, int n, int K, bool pe, long max_layers = 20000);
 
-// Kajitsuka & Sato's Proposition 1 on the same grid: F2(FF) ∘ F(SA) ∘ F1(FF) with F1 the
-// quantization layers (onto cell centres, so that no token is 0), F(SA) one rank-1 softmax head
+// Kajitsuka & Sato's Proposition 1 on the same grid: F2(FF) ∘ F(SA) ∘ F1(FF) with F1 one FF
+// sub-layer of width dK quantizing onto cell centres (so that no token is 0), F(SA) one rank-1 softmax head
 // and F2 Zhang's memorizing layer, both from `uatlab memorize` on the grid's distinct-column
 // sequences labelled with f at the cube centres (certified in MPFI there). `counts.attention` is
 // 1, `counts.value_map` 1 (one FF layer of width `contexts`). The report adds the memorization's.
 Modified build_kajitsuka(const Target& f, int d, int n, int K, long max_sequences = 20000);
 
-// Lemma 9: the same network with softmax scale λ and every Φ replaced by ReLUs (two per
-// breakpoint: width ≤ 4) that agree with it outside ramps of width η before each breakpoint.
+// Lemma 9: the same network with softmax scale λ and every Φ unit replaced by ReLUs (two per
+// breakpoint: width ≤ 4 per unit) that agree with it outside ramps of width η before each breakpoint.
 Network<Rational> standardize(const Network<Rational>& modified, const Rational& lambda, const Rational& eta);
 // A λ for which the softmax's leak on grid inputs is below about 1e-12 of the smallest window gap.
 Rational default_lambda(const Plan& p);
