@@ -38,7 +38,7 @@ bool looks_equivariant(const Target& t, int d, int n, int trials, std::uint64_t 
 struct Plan {
   int d = 0, n = 0, K = 0;
   bool pe = false;
-  Rational delta, J, c, t_l, t_r, M, shift;  // shift: the selective shifts' multiplier δ^{-d}
+  Rational delta, J, c, t_l, t_r, M, shift;  // shift: the selective shifts' multiplier s (δ^{-d} without PE)
   Vec<Rational> u;
   std::vector<Rational> windows;  // the IDs b, in increasing order (one selective-shift layer each)
 };
