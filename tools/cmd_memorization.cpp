@@ -239,10 +239,10 @@ Experiment kajitsuka_memorization() {
   e.summary = "Kajitsuka & Sato: one tied rank-1 head + ReLU FF memorizes (N x FF width), and the reviewers' fixed-v variant";
   e.cells = [](const ReproduceContext& c) {
     std::vector<json> cells;
-    const std::vector<int> Ns = c.mode == "smoke" ? std::vector<int>{10} : c.mode == "quick" ? std::vector<int>{25, 50, 100, 200} : std::vector<int>{25, 50, 100, 200, 400, 800};
-    const std::vector<int> ms = c.mode == "smoke" ? std::vector<int>{8} : c.mode == "quick" ? std::vector<int>{16, 64, 256, 1024} : std::vector<int>{16, 64, 256, 1024, 4096};
-    const int seeds = c.seeds > 0 ? c.seeds : c.pick(1, 2, 3);
-    const long steps = c.steps > 0 ? c.steps : c.pick(100, 4000, 20000);
+    const std::vector<int> Ns = c.pick({10}, {25, 50, 100, 200}, {25, 50, 100, 200, 400, 800});
+    const std::vector<int> ms = c.pick({8}, {16, 64, 256, 1024}, {16, 64, 256, 1024, 4096});
+    const int seeds = c.seed_count();
+    const long steps = c.step_count(100, 4000, 20000);
     for (int seed = 1; seed <= seeds; ++seed)
       for (bool fixed_v : {false, true})
         for (int N : Ns)
@@ -257,17 +257,9 @@ Experiment kajitsuka_memorization() {
     Grouped g = group(lines, row, [](const json& c) { return "m=" + std::to_string(c["m"].get<int>()); },
                       [](const json& r) { return r["accuracy"].get<double>(); });
     std::string md = write_grouped(g, "training accuracy", out);
-    const Grouped loss = group(lines, row, [](const json& c) { return "m=" + std::to_string(c["m"].get<int>()); },
-                               [](const json& r) { return r["loss"].get<double>(); });
-    Row lh = {"training loss"};
-    for (const auto& c : loss.cols) lh.push_back(c);
-    std::vector<Row> lr;
-    for (std::size_t r = 0; r < loss.rows.size(); ++r) {
-      Row x = {loss.rows[r]};
-      for (const auto& v : loss.values[r]) x.push_back(mean_sd(v, 3));
-      lr.push_back(x);
-    }
-    md += "\n" + markdown_table(lh, lr);
+    md += "\n" + grouped_markdown(group(lines, row, [](const json& c) { return "m=" + std::to_string(c["m"].get<int>()); },
+                                        [](const json& r) { return r["loss"].get<double>(); }),
+                                  "training loss", 3);
     // The construction's size for the same data (Zhang form, tied: 2d + d + q + dq with q contexts).
     std::vector<Row> cons;
     std::set<std::pair<int, int>> seen;

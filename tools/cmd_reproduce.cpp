@@ -82,21 +82,26 @@ std::vector<Series> row_series(const Grouped& g, int prefix) {
   return out;
 }
 
-std::string write_grouped(const Grouped& g, const std::string& corner, const Outputs& out, int digits) {
+std::string grouped_markdown(const Grouped& g, const std::string& corner, int digits) {
   Row header = {corner};
   for (const auto& c : g.cols) header.push_back(c);
-  std::vector<Row> md, csv;
+  std::vector<Row> md;
   for (std::size_t r = 0; r < g.rows.size(); ++r) {
     Row line = {g.rows[r]};
-    for (std::size_t c = 0; c < g.cols.size(); ++c) {
-      const auto& v = g.values[r][c];
-      line.push_back(v.empty() ? "" : mean_sd(v, digits));
-      if (!v.empty()) csv.push_back({g.rows[r], g.cols[c], fixed(mean(v), 9), fixed(sd(v), 9), std::to_string(v.size())});
-    }
+    for (const auto& v : g.values[r]) line.push_back(v.empty() ? "" : mean_sd(v, digits));
     md.push_back(line);
   }
+  return markdown_table(header, md);
+}
+
+std::string write_grouped(const Grouped& g, const std::string& corner, const Outputs& out, int digits) {
+  std::vector<Row> csv;
+  for (std::size_t r = 0; r < g.rows.size(); ++r)
+    for (std::size_t c = 0; c < g.cols.size(); ++c)
+      if (const auto& v = g.values[r][c]; !v.empty())
+        csv.push_back({g.rows[r], g.cols[c], fixed(mean(v), 9), fixed(sd(v), 9), std::to_string(v.size())});
   write_file_atomic(out.path(".csv"), csv_text({"row", "column", "mean", "sd", "runs"}, csv));
-  const std::string text = markdown_table(header, md);
+  const std::string text = grouped_markdown(g, corner, digits);
   write_file_atomic(out.path(".md"), text);
   return text;
 }

@@ -21,7 +21,12 @@ struct ReproduceContext {
   std::string corpus;          // text corpus for language-modelling experiments
   int seeds = 0;               // > 0: override the mode's number of seeds
   long steps = 0;              // > 0: override the mode's training steps
-  int pick(int smoke, int quick, int full) const { return mode == "smoke" ? smoke : mode == "quick" ? quick : full; }
+  template <class T> T pick(T smoke, T quick, T full) const { return mode == "smoke" ? smoke : mode == "quick" ? quick : full; }
+  std::vector<int> pick(std::vector<int> smoke, std::vector<int> quick, std::vector<int> full) const {
+    return pick<std::vector<int>>(std::move(smoke), std::move(quick), std::move(full));
+  }
+  int seed_count() const { return seeds > 0 ? seeds : pick(1, 2, 3); }
+  long step_count(long smoke, long quick, long full) const { return steps > 0 ? steps : pick(smoke, quick, full); }
 };
 
 struct Outputs {
@@ -65,6 +70,8 @@ Grouped group(const std::vector<json>& lines, const std::function<std::string(co
 // `prefix` characters of each column label ("m=32" with prefix 2), or the column's index when
 // prefix < 0 (categorical; set the plot's xtics to g.cols).
 std::vector<Series> row_series(const Grouped& g, int prefix);
+// The Markdown of a grouped table: mean ± sd per cell.
+std::string grouped_markdown(const Grouped& g, const std::string& corner, int digits);
 // The Markdown and CSV of a grouped table (mean ± sd per cell; the CSV has mean, sd and count).
 std::string write_grouped(const Grouped& g, const std::string& corner, const Outputs& out, int digits = 4);
 

@@ -36,19 +36,16 @@ void spread_rates(Network<double>& net, double lo, double hi) {
   }
 }
 
-TrainConfig config(const ReproduceContext& c, long quick_steps, long full_steps, double lr, Loss loss, std::uint64_t seed) {
+// Every experiment trains 60 / 3,000 / 10,000 steps in smoke / quick / full mode (or --steps).
+long steps(const ReproduceContext& c) { return c.step_count(60, 3000, 10000); }
+
+TrainConfig config(const ReproduceContext& c, double lr, Loss loss, std::uint64_t seed) {
   TrainConfig t;
   t.loss = loss;
-  t.steps = c.steps > 0 ? c.steps : c.pick(60, quick_steps, full_steps);
+  t.steps = steps(c);
   t.batch = 32, t.lr = lr, t.min_lr = lr / 10, t.warmup = std::min<long>(100, t.steps / 10), t.clip = 1;
   t.seed = seed, t.log_every = t.steps;
   return t;
-}
-
-int seeds(const ReproduceContext& c) { return c.seeds > 0 ? c.seeds : c.pick(1, 2, 3); }
-
-std::vector<int> ints(const ReproduceContext& c, std::vector<int> smoke, std::vector<int> quick, std::vector<int> full) {
-  return c.mode == "smoke" ? smoke : c.mode == "quick" ? quick : full;
 }
 
 std::string str(const json& j) { return j.is_string() ? j.get<std::string>() : j.dump(); }
@@ -69,7 +66,7 @@ json train_lm(const json& cell, const ReproduceContext& c, const std::vector<Lay
   t.arch.vocab = task_outputs("chars", t.data), t.arch.readout = t.arch.vocab, t.arch.d = s.d;
   t.arch.max_len = positional ? s.n : 0;
   t.arch.layers = layers;
-  t.cfg = config(c, 3000, 10000, 3e-3, Loss::cross_entropy, t.data.seed);
+  t.cfg = config(c, 3e-3, Loss::cross_entropy, t.data.seed);
   t.init_seed = t.data.seed;
   t.adjust = [](Network<double>& net) { spread_rates(net, 0.05, 2.0); };
   return train_task(t);
@@ -85,10 +82,10 @@ Experiment table_1a() {
                                                                      : std::vector<std::pair<int, int>>{{1, 4}, {2, 2}, {4, 1}};
     // Language modelling (no "task" key), and the mechanism behind the insight on synthetic data:
     // Type I adaptive memory (one look-up) and Type II (a nested look-up, which needs depth).
-    for (int seed = 1; seed <= seeds(c); ++seed)
+    for (int seed = 1; seed <= c.seed_count(); ++seed)
       for (std::string task : {"chars", "adaptive-1", "adaptive-2"})
         for (auto [L, H] : shapes) {
-          json cell = {{"L", L}, {"H", H}, {"seed", seed}, {"steps", config(c, 3000, 10000, 0, Loss::mse, 0).steps}};
+          json cell = {{"L", L}, {"H", H}, {"seed", seed}, {"steps", steps(c)}};
           if (task != "chars") cell["task"] = task;
           cells.push_back(cell);
         }
@@ -113,7 +110,7 @@ Experiment table_1a() {
       t.val_N = c.pick(32, 512, 1024);
       t.arch.vocab = task_vocab(t.task, t.data), t.arch.readout = 2, t.arch.d = s.d, t.arch.max_len = t.data.n;
       t.arch.layers = layers;
-      t.cfg = config(c, 3000, 10000, 3e-3, Loss::cross_entropy, t.data.seed);
+      t.cfg = config(c, 3e-3, Loss::cross_entropy, t.data.seed);
       t.init_seed = t.data.seed;
       r = train_task(t);
     }
@@ -134,19 +131,10 @@ Experiment table_1a() {
       g.cols.push_back("parameters (LM)");
     }
     std::string md = "Validation loss (language modelling: nats/char; Type I/II: cross-entropy):\n\n" + write_grouped(g, "model", out, 5);
-    if (!synthetic.empty()) {
-      Grouped a = group(synthetic, model, task, [](const json& r) { return r["val_accuracy"].get<double>(); });
-      std::vector<Row> rows;
-      for (std::size_t r = 0; r < a.rows.size(); ++r) {
-        Row x = {a.rows[r]};
-        for (const auto& v : a.values[r]) x.push_back(mean_sd(v, 3));
-        rows.push_back(x);
-      }
-      Row h = {"validation accuracy"};
-      for (const auto& col : a.cols) h.push_back(col);
-      md += "\n" + markdown_table(h, rows);
-      write_file_atomic(out.path(".md"), md);
-    }
+    if (!synthetic.empty())
+      md += "\n" + grouped_markdown(group(synthetic, model, task, [](const json& r) { return r["val_accuracy"].get<double>(); }),
+                                    "validation accuracy", 3);
+    write_file_atomic(out.path(".md"), md);
     Grouped t = group(lines, task, model, [](const json& r) { return r["val_loss"].get<double>(); });
     LinePlot plot{"Wang & E Insight 1a: depth vs heads at equal parameters", "model", "validation cross-entropy"};
     plot.logy = true, plot.xtics = t.cols, plot.series = row_series(t, -1);
@@ -162,10 +150,10 @@ Experiment table_3b() {
   e.summary = "Insight 3b (Table 7): DP vs DP-free attention (with RPE), character-level language modelling";
   e.cells = [](const ReproduceContext& c) {
     std::vector<json> cells;
-    for (int seed = 1; seed <= seeds(c); ++seed)
+    for (int seed = 1; seed <= c.seed_count(); ++seed)
       for (std::string rpe : {"lin", "log"})
         for (bool dp : {true, false})
-          cells.push_back({{"dp", dp}, {"rpe", rpe}, {"seed", seed}, {"steps", config(c, 3000, 10000, 0, Loss::mse, 0).steps}});
+          cells.push_back({{"dp", dp}, {"rpe", rpe}, {"seed", seed}, {"steps", steps(c)}});
     return cells;
   };
   e.run = [](const json& cell, const ReproduceContext& c) {
@@ -202,13 +190,13 @@ Experiment hm_grid(const GridSpec& spec) {
   e.name = spec.name, e.summary = spec.summary;
   e.cells = [spec](const ReproduceContext& c) {
     std::vector<json> cells;
-    const std::vector<int> Hs = spec.with_dp ? ints(c, {1, 2}, {1, 4}, {1, 2, 4, 8}) : ints(c, {1, 2}, {1, 2, 4, 8}, {1, 2, 4, 8, 16});
-    const std::vector<int> ms = spec.with_dp ? ints(c, {8}, {16, 64}, {8, 32, 128, 512}) : ints(c, {8, 16}, {8, 32, 128}, {8, 32, 128, 512});
-    for (int seed = 1; seed <= seeds(c); ++seed)
+    const std::vector<int> Hs = spec.with_dp ? c.pick({1, 2}, {1, 4}, {1, 2, 4, 8}) : c.pick({1, 2}, {1, 2, 4, 8}, {1, 2, 4, 8, 16});
+    const std::vector<int> ms = spec.with_dp ? c.pick({8}, {16, 64}, {8, 32, 128, 512}) : c.pick({8, 16}, {8, 32, 128}, {8, 32, 128, 512});
+    for (int seed = 1; seed <= c.seed_count(); ++seed)
       for (bool dp : spec.with_dp ? std::vector<bool>{false, true} : std::vector<bool>{false})
         for (int H : Hs)
           for (int m : ms) {
-            json cell = {{"H", H}, {"m", m}, {"seed", seed}, {"steps", config(c, 3000, 10000, 0, Loss::mse, 0).steps}};
+            json cell = {{"H", H}, {"m", m}, {"seed", seed}, {"steps", steps(c)}};
             if (spec.with_dp) cell["dp"] = dp;
             cells.push_back(cell);
           }
@@ -225,7 +213,7 @@ Experiment hm_grid(const GridSpec& spec) {
     t.arch.vocab = task_vocab(spec.task, t.data), t.arch.d = t.arch.vocab > 0 ? 16 : task_dim(spec.task, t.data);
     t.arch.readout = task_outputs(spec.task, t.data);
     t.arch.layers = {attention(cell["H"], 4, !dp, Rpe::lin), feedforward(cell["m"])};
-    t.cfg = config(c, 3000, 10000, 3e-3, loss, t.data.seed);
+    t.cfg = config(c, 3e-3, loss, t.data.seed);
     t.init_seed = t.data.seed;
     t.adjust = [](Network<double>& net) { spread_rates(net, 0.05, 2.0); };
     return train_task(t);
@@ -243,19 +231,7 @@ Experiment hm_grid(const GridSpec& spec) {
     if (ce) {  // accuracy beside the loss
       Grouped a = group(lines, row, [](const json& c) { return "m=" + str(c["m"]); },
                         [](const json& r) { return r["val_accuracy"].get<double>(); });
-      md += "\nValidation accuracy:\n\n" + markdown_table([&] {
-        Row h = {"accuracy"};
-        for (auto& c : a.cols) h.push_back(c);
-        return h;
-      }(), [&] {
-        std::vector<Row> rows;
-        for (std::size_t r = 0; r < a.rows.size(); ++r) {
-          Row x = {a.rows[r]};
-          for (auto& v : a.values[r]) x.push_back(mean_sd(v, 3));
-          rows.push_back(x);
-        }
-        return rows;
-      }());
+      md += "\nValidation accuracy:\n\n" + grouped_markdown(a, "accuracy", 3);
       write_file_atomic(out.path(".md"), md);
     }
     return md;
@@ -271,12 +247,12 @@ Experiment table_4a() {
   e.summary = "Insight 4a (Table 8): log vs lin RPE, H heads, single-layer FFN-free DP-free, heavy and light-tailed kernels";
   e.cells = [](const ReproduceContext& c) {
     std::vector<json> cells;
-    for (int seed = 1; seed <= seeds(c); ++seed)
+    for (int seed = 1; seed <= c.seed_count(); ++seed)
       for (std::string tail : {"heavy", "light"})
         for (std::string rpe : {"log", "lin"})
-          for (int H : ints(c, {1, 2}, {1, 2, 4, 8}, {1, 2, 4, 8, 16, 32}))
+          for (int H : c.pick({1, 2}, {1, 2, 4, 8}, {1, 2, 4, 8, 16, 32}))
             cells.push_back({{"tail", tail}, {"rpe", rpe}, {"H", H}, {"seed", seed}, {"window", "n/2"},
-                             {"steps", config(c, 3000, 10000, 0, Loss::mse, 0).steps}});
+                             {"steps", steps(c)}});
     return cells;
   };
   e.run = [](const json& cell, const ReproduceContext& c) {
@@ -292,7 +268,7 @@ Experiment table_4a() {
     const bool log = cell["rpe"] == "log";
     t.arch.layers = {attention(cell["H"], 1, true, log ? Rpe::log : Rpe::lin)};
     t.arch.layers[0].window = t.data.window;
-    t.cfg = config(c, 3000, 10000, 1e-2, Loss::mse, t.data.seed);
+    t.cfg = config(c, 1e-2, Loss::mse, t.data.seed);
     t.init_seed = t.data.seed;
     t.adjust = [log](Network<double>& net) { log ? spread_rates(net, 0.25, 4.0) : spread_rates(net, 0.02, 2.0); };
     return train_task(t);
