@@ -100,8 +100,10 @@ Measured measure(const Opts& o, const yun::Target& f, int K, const std::vector<i
                              for (const auto& s : g.arch.layers) w = std::max(w, s.width);
                              return w;
                            }()}};
-  const Network<double> md = network_cast<double>(m.net);
-  const Network<Mpfr> gd = network_cast<Mpfr>(g), mm = network_cast<Mpfr>(m.net);
+  // The modified network in double where that reproduces it (Yun's always; Kajitsuka's when its
+  // certificate says so), otherwise in MPFR.
+  const Network<double> md = m.float64_ok ? network_cast<double>(m.net) : Network<double>();
+  const Network<Mpfr> gd = network_cast<Mpfr>(g), mm = m.float64_ok ? Network<Mpfr>() : network_cast<Mpfr>(m.net);
   for (std::size_t k = 0; k < ps.size(); ++k) {
     r.modified[k] = m.float64_ok ? yun::distance(md, f, o.d, o.n, ps[k], o.samples, o.seed)
                                  : yun::distance(mm, f, o.d, o.n, ps[k], o.samples_standard, o.seed);

@@ -242,12 +242,31 @@ std::vector<Mat<Rational>> grid_inputs(const Plan& p) {
 Mat<double> to_double(const Mat<Rational>& m) { return matrix_cast<double>(m); }
 Mat<Rational> to_rational(const Mat<double>& m) { return m.unaryExpr([](double x) { return rational_of(x); }); }
 
+// Sub-layers [first, last) of a network (the others are not copied).
 Network<Rational> truncated(const Network<Rational>& net, std::size_t first, std::size_t last, bool keep_pe) {
-  Network<Rational> part = net;
+  Network<Rational> part;
+  part.arch = net.arch;
   part.arch.layers.assign(net.arch.layers.begin() + first, net.arch.layers.begin() + last);
   part.layers.assign(net.layers.begin() + first, net.layers.begin() + last);
-  if (!keep_pe) part.arch.max_len = 0, part.pe.resize(net.arch.d, 0);
+  part.embed = net.embed, part.readout_w = net.readout_w, part.readout_b = net.readout_b;
+  if (keep_pe) part.pe = net.pe;
+  else part.arch.max_len = 0, part.pe.resize(net.arch.d, 0);
   return part;
+}
+
+template <class T> bool distinct_columns(const Mat<T>& L) {
+  for (Eigen::Index a = 0; a < L.cols(); ++a)
+    for (Eigen::Index b = a + 1; b < L.cols(); ++b)
+      if (L.col(a) == L.col(b)) return false;
+  return true;
+}
+
+// The next digit (base `base`) of grid point number `code` when enumerating, else a seeded draw.
+long next_digit(long& code, long base, bool enumerate, Rng& rng) {
+  if (!enumerate) return std::min<long>(base - 1, static_cast<long>(rng.uniform() * base));
+  const long k = code % base;
+  code /= base;
+  return k;
 }
 
 long binomial(long a, long b) {
@@ -508,8 +527,7 @@ Lemma6 check_lemma6(const Modified& m, const Target& f, long limit, std::uint64_
     long code = t;
     for (int j = 0; j < n; ++j)
       for (int i = 0; i < d; ++i) {
-        const long k = r.exhaustive ? code % per_entry : std::min<long>(K, static_cast<long>(rng.uniform() * per_entry));
-        code /= per_entry;
+        const long k = next_digit(code, per_entry, r.exhaustive, rng);
         if (k == K) L(i, j) = -p.J, sentinel = true;
         else L(i, j) = Rational(k, K) + (p.pe ? Rational(j) : Rational(0));
       }
@@ -524,10 +542,7 @@ Lemma6 check_lemma6(const Modified& m, const Target& f, long limit, std::uint64_
       r.violations[3] += bad;
       continue;
     }
-    bool distinct = true;
-    for (int a = 0; a < n; ++a)
-      for (int b = a + 1; b < n; ++b) distinct &= L.col(a) != L.col(b);
-    if (!distinct) continue;
+    if (!distinct_columns(L)) continue;
     ++r.distinct;
     std::vector<std::string> cols;  // canonical form: the multiset of columns (PE: the sequence)
     for (int j = 0; j < n; ++j) {
@@ -553,15 +568,8 @@ Lemma6 check_lemma6(const Modified& m, const Target& f, long limit, std::uint64_
   for (long t = 0; t < (all_cubes ? cubes_total : limit); ++t) {
     Mat<Rational> L0(d, n);
     long code = t;
-    for (Eigen::Index i = 0; i < L0.size(); ++i) {
-      const long k = all_cubes ? code % K : std::min<long>(K - 1, static_cast<long>(rng.uniform() * K));
-      code /= K;
-      L0(i) = Rational(k, K);
-    }
-    bool distinct = true;
-    for (int a = 0; a < n; ++a)
-      for (int b = a + 1; b < n; ++b) distinct &= L0.col(a) != L0.col(b);
-    distinct |= p.pe;
+    for (Eigen::Index i = 0; i < L0.size(); ++i) L0(i) = Rational(next_digit(code, K, all_cubes, rng), K);
+    const bool distinct = p.pe || distinct_columns(L0);
     Mat<Rational> inner = L0;
     for (Eigen::Index i = 0; i < inner.size(); ++i) inner(i) += Rational(static_cast<long>(rng.uniform() * 1000000), 1000000L * K);
     const Mat<Rational> y0 = forward(m.net, L0), y1 = forward(m.net, inner);
@@ -588,17 +596,8 @@ double grid_max_error(const Network<Mpfr>& g, const Plan& p, const Target& f, lo
   for (long t = 0; t < (all ? static_cast<long>(cubes) : limit); ++t) {
     Mat<double> L0(d, n);
     long code = t;
-    for (Eigen::Index i = 0; i < L0.size(); ++i) {
-      L0(i) = static_cast<double>(all ? code % K : std::min<long>(K - 1, static_cast<long>(rng.uniform() * K))) / K;
-      code /= K;
-    }
-    bool distinct = p.pe;
-    if (!distinct) {
-      distinct = true;
-      for (int a = 0; a < n; ++a)
-        for (int b = a + 1; b < n; ++b) distinct &= L0.col(a) != L0.col(b);
-    }
-    if (!distinct) continue;
+    for (Eigen::Index i = 0; i < L0.size(); ++i) L0(i) = static_cast<double>(next_digit(code, K, all, rng)) / K;
+    if (!p.pe && !distinct_columns(L0)) continue;
     const Mat<double> A = f.f((L0.array() + 0.5 / K).matrix());
     Mat<double> inner = L0;
     for (Eigen::Index i = 0; i < inner.size(); ++i) inner(i) += rng.uniform() / K;
