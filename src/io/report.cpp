@@ -28,12 +28,7 @@ std::string gq(const std::string& s) {
   return q + "'";
 }
 
-std::string num(double v) {
-  if (!std::isfinite(v)) return "NaN";
-  char b[32];
-  std::snprintf(b, sizeof b, "%.9g", v);
-  return b;
-}
+std::string num(double v) { return std::isfinite(v) ? fixed(v, 9) : "NaN"; }  // gnuplot's missing value
 
 // Run gnuplot on a script that writes the PNG to a temporary file, then move it into place.
 void run_gnuplot(const std::string& path, const std::string& body) {

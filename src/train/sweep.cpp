@@ -140,10 +140,9 @@ std::vector<json> run_sweep(const std::vector<json>& cells, const std::function<
   std::unique_ptr<Appender> out;
   if (rank == 0) out = std::make_unique<Appender>(o.results);
   std::size_t done = 0;
-  auto record = [&](const std::string& text) {  // rank 0, under the lock
-    json line = parse_json(text, "a sweep result");
+  auto record = [&](const json& line, const std::string& text, std::size_t at) {  // rank 0, under the lock
     out->write(text);
-    found[index.at(line["cell"].dump())] = line;
+    found[at] = line;
   };
 #ifdef UATLAB_MPI
   auto receive = [&](bool block, int& finished_ranks) {  // rank 0: take what other ranks sent
@@ -158,7 +157,10 @@ std::vector<json> run_sweep(const std::vector<json>& cells, const std::function<
       std::string text(static_cast<std::size_t>(len), '\0');
       MPI_Recv(text.data(), len, MPI_CHAR, st.MPI_SOURCE, st.MPI_TAG, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
       if (st.MPI_TAG == done_tag) ++finished_ranks;
-      else record(text);
+      else {
+        const json line = parse_json(text, "a sweep result from rank " + std::to_string(st.MPI_SOURCE));
+        record(line, text, index.at(line["cell"].dump()));
+      }
       if (block) return;
     }
   };
@@ -187,7 +189,7 @@ std::vector<json> run_sweep(const std::vector<json>& cells, const std::function<
     {
       try {
         if (rank == 0) {
-          record(text);
+          record(line, text, static_cast<std::size_t>(mine[k]));
 #ifdef UATLAB_MPI
           if (ranks > 1) receive(false, finished_ranks);
 #endif
