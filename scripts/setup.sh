@@ -6,11 +6,10 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD_DIR="${BUILD_DIR:-$ROOT/build}"
 
 PACKAGES=(
-  g++ cmake ninja-build pkg-config
+  g++ cmake ninja-build pkg-config clang-format
   libeigen3-dev                         # linear algebra for every scalar type
   libboost-dev                          # Boost.Multiprecision front end for MPFR / MPFI / GMP
   libmpfr-dev libmpfi-dev libgmp-dev    # arbitrary precision, certified intervals, exact rationals
-  libopenblas-dev                       # BLAS for training-size matrix products
   nlohmann-json3-dev                    # JSON: architecture headers, lossless model files, datasets
   libcli11-dev                          # the command line
   libmuparser-dev                       # user expressions for target functions

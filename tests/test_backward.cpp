@@ -37,7 +37,7 @@ void check(const std::string& arch_json, Loss loss, std::uint64_t seed) {
   const Architecture arch = Architecture::from_json(json::parse(arch_json));
   Network<double> nd(arch);
   init_random(nd, seed, 1.5);
-  set_mpfr_bits(256);
+  const MpfrPrecision precision(256);
   Network<Mpfr> net = network_cast<Mpfr>(nd);
   const Dataset ds = data(arch.vocab > 0, arch.d, arch.vocab, arch.out_dim(), loss, seed);
   const Batch<Mpfr> batch = make_batch<Mpfr>(ds, {0, 1}, loss, arch.out_dim());

@@ -3,6 +3,8 @@
 
 #include <cstdio>
 #include <filesystem>
+
+#include "uatlab/version.hpp"
 #include <fstream>
 #include <sys/wait.h>
 

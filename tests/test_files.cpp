@@ -82,7 +82,7 @@ TEST(ModelFile, JsonIsLosslessForRationalsAndMpfr) {
   Network<Rational> back = load_network<Rational>(p.string());
   EXPECT_EQ(back.layers[0].wq(1, 2), Rational(1, 3));
   EXPECT_EQ(back.embed(2, 6), parse_rational("-1e-401"));
-  set_mpfr_bits(3000);
+  const MpfrPrecision precision(3000);
   Network<Mpfr> m = network_cast<Mpfr>(net);
   save_network(m, p.string(), "F64", "mpfr:3000");
   Network<Mpfr> mback = load_network<Mpfr>(p.string());

@@ -94,8 +94,8 @@ TEST(Kajitsuka, FaithfulConstructionNeedsThousandsOfBitsAndBeatsTheBound) {
   EXPECT_LE(c.min_bits, c.bits_used);
   EXPECT_LE(c.separation.r, c.r_bound + 1e-12);
   // Below the minimum the certificate fails.
-  set_mpfr_bits(c.min_bits / 2);
-  EXPECT_FALSE(ks::certify_separation(c.net, f).certified);
+  EXPECT_FALSE(ks::certify_separation(c.net, f, c.min_bits / 2).certified);
+  EXPECT_TRUE(ks::certify_separation(c.net, f, c.min_bits).certified);
 }
 
 TEST(Kajitsuka, TunedConstructionIsSeparatedAtLowPrecisionTiedOrNot) {
@@ -125,15 +125,16 @@ TEST(Kajitsuka, MemorizesEveryLabelCheckedIndependentlyIn1000Bits) {
   EXPECT_EQ(m.hidden, static_cast<std::size_t>(m.net.arch.layers[1].width));
   EXPECT_EQ(m.paper_ff, 3 + m.hidden + 3 * m.hidden);
   // An independent check: the whole network in 1000-bit MPFR (not intervals) on every sequence.
-  set_mpfr_bits(1000);
+  const MpfrPrecision reference(1000);
   const Network<Mpfr> net = network_cast<Mpfr>(m.net);
   for (const auto& s : ds.sequences) {
     Mat<Mpfr> y = forward(net, matrix_cast<Mpfr>(s.x));
     for (Eigen::Index k = 0; k < y.cols(); ++k) EXPECT_LT(mp::abs(y(0, k) - Scalar<Mpfr>::from(s.y(0, k))), Mpfr(1e-6));
   }
   // At half the certified minimum the certificate fails.
-  set_mpfr_bits(m.min_bits / 2);
-  EXPECT_GT(ks::certified_max_error(m.net, ds), 1e-6);
+  EXPECT_GT(ks::certified_max_error(m.net, ds, m.min_bits / 2), 1e-6);
+  EXPECT_LE(ks::certified_max_error(m.net, ds, m.min_bits), 1e-6);
+  EXPECT_EQ(mpfr_carried_bits(m.min_bits), m.min_bits);  // the minimum is a precision MPFR carries exactly
 }
 
 TEST(Kajitsuka, LabelsWiderThanTokensAreRejected) {

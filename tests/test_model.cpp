@@ -67,7 +67,7 @@ TEST(Model, PositionalEncodingBreaksEquivariance) {
 }
 
 TEST(Model, SoftmaxApproachesHardmaxAsScaleGrows) {
-  set_mpfr_bits(256);
+  const MpfrPrecision precision(256);
   auto arch = [](const std::string& score, const std::string& scale) {
     return R"({"d": 3, "layers": [{"type": "attention", "heads": 2, "head_size": 1, "score": ")" + score +
            R"(", "scale": ")" + scale + R"("}]})";
@@ -84,17 +84,20 @@ TEST(Model, SoftmaxApproachesHardmaxAsScaleGrows) {
 }
 
 TEST(Model, FloatDoubleMpfrAgreeWithinTheirPrecision) {
-  set_mpfr_bits(400);
+  const MpfrPrecision precision(400);
   Network<Rational> exact = network_cast<Rational>(random_net(kSoftArch, 21));
   Mat<Rational> x = random_input(4, 7, 22);
   Mat<Mpfr> ref = forward(network_cast<Mpfr>(exact), matrix_cast<Mpfr>(x));
   double scale = max_abs_diff(Mat<Mpfr>(Mat<Mpfr>::Zero(ref.rows(), ref.cols())), ref);
   EXPECT_LT(max_abs_diff(forward(network_cast<double>(exact), matrix_cast<double>(x)), ref), 1e-13 * scale);
   EXPECT_LT(max_abs_diff(forward(network_cast<float>(exact), matrix_cast<float>(x)), ref), 1e-5 * scale);
-  set_mpfr_bits(100);
-  Mat<Mpfr> y100 = forward(network_cast<Mpfr>(exact), matrix_cast<Mpfr>(x));
-  set_mpfr_bits(400);
-  EXPECT_LT(max_abs_diff(y100, ref), 1e-27 * scale);
+  Mat<Rational> y100;
+  {
+    const MpfrPrecision low(100);
+    y100 = matrix_cast<Rational>(forward(network_cast<Mpfr>(exact), matrix_cast<Mpfr>(x)));
+  }
+  EXPECT_LT(max_abs_diff(matrix_cast<Mpfr>(y100), ref), 1e-27 * scale);
+  EXPECT_GT(max_abs_diff(matrix_cast<Mpfr>(y100), ref), 0);  // 100 bits really were 100, not 400
   EXPECT_GT(max_abs_diff(forward(network_cast<double>(exact), matrix_cast<double>(x)), ref), 0);  // not trivially equal
 }
 
@@ -103,12 +106,14 @@ TEST(Model, IntervalEnclosesTheThousandBitValue) {
     for (const char* arch : {kSoftArch, kExactArch}) {
       Network<Rational> exact = network_cast<Rational>(random_net(arch, seed));
       Mat<Rational> x = random_input(exact.arch.d, 6, seed + 100);
-      set_mpfr_bits(1000);
+      const MpfrPrecision reference(1000);
       Mat<Mpfr> ref = forward(network_cast<Mpfr>(exact), matrix_cast<Mpfr>(x));
       for (unsigned bits : {53u, 128u}) {
-        set_mpfr_bits(bits);
-        Mat<Mpfi> y = forward(network_cast<Mpfi>(exact), matrix_cast<Mpfi>(x));
-        set_mpfr_bits(1000);
+        Mat<Mpfi> y;
+        {
+          const MpfrPrecision low(bits);
+          y = forward(network_cast<Mpfi>(exact), matrix_cast<Mpfi>(x));
+        }
         for (Eigen::Index i = 0; i < y.size(); ++i) {
           EXPECT_LE(lower(y.data()[i]), ref.data()[i]) << "seed " << seed << " bits " << bits;
           EXPECT_GE(upper(y.data()[i]), ref.data()[i]) << "seed " << seed << " bits " << bits;
@@ -127,7 +132,7 @@ TEST(Model, IntervalHardmaxRefusesUndecidedArgmax) {
   x << 1, 1;  // equal keys: an exact tie, fine in rationals ...
   Mat<Rational> y = forward(net, x);
   EXPECT_EQ(y(0, 0), Rational(2));  // 1 + (1/2·1 + 1/2·1)
-  set_mpfr_bits(64);
+  const MpfrPrecision precision(64);
   EXPECT_THROW(forward(network_cast<Mpfi>(net), matrix_cast<Mpfi>(x)), Error);  // ... undecidable on intervals
 }
 

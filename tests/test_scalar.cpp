@@ -39,18 +39,38 @@ TEST(Scalar, RoundingIsCorrect) {
 }
 
 TEST(Scalar, MpfrPrecisionAndTextRoundTrip) {
-  EXPECT_GE(set_mpfr_bits(100), 100u);
-  EXPECT_LT(set_mpfr_bits(100), 104u);  // Boost's decimal-digit granularity: at most 3 bits more
-  EXPECT_EQ(mpfr_bits(), set_mpfr_bits(256));
+  for (unsigned bits = 2; bits < 5000; ++bits) {  // Boost's decimal-digit granularity: at most 4 bits more
+    EXPECT_GE(mpfr_carried_bits(bits), bits);
+    EXPECT_LE(mpfr_carried_bits(bits), bits + 4);
+    EXPECT_EQ(mpfr_carried_bits(mpfr_carried_bits(bits)), mpfr_carried_bits(bits));  // carried bits round-trip
+  }
+  EXPECT_EQ(mpfr_carried_bits(256), 257u);
+  const unsigned before = mpfr_bits();
+  {
+    const MpfrPrecision outer(256);
+    EXPECT_EQ(outer.bits(), 256u);
+    EXPECT_EQ(mpfr_bits(), 257u);
+    EXPECT_EQ(bits_of(Mpfr(1)), 257u);
+    try {
+      const MpfrPrecision inner(64);
+      EXPECT_EQ(bits_of(Mpfi(1)), mpfr_carried_bits(64));
+      throw Error("thrown half-way");
+    } catch (const Error&) {
+    }
+    EXPECT_EQ(mpfr_bits(), 257u);  // the inner scope restored the outer one while unwinding
+  }
+  EXPECT_EQ(mpfr_bits(), before);
+  const MpfrPrecision precision(256);
   Mpfr third = Scalar<Mpfr>::from(Rational(1, 3));
   Mpfr back = Scalar<Mpfr>::from(parse_rational(Scalar<Mpfr>::to_string(third)));
   EXPECT_EQ(third, back);
   EXPECT_EQ(Scalar<Mpfr>::from(Scalar<Mpfr>::to_rational(third)), third);  // exact rational of a binary float
-  EXPECT_THROW(set_mpfr_bits(1), Error);
+  EXPECT_THROW(MpfrPrecision(1), Error);
+  EXPECT_THROW(MpfrPrecision(1u << 27), Error);
 }
 
 TEST(Scalar, IntervalEnclosesRational) {
-  set_mpfr_bits(64);
+  const MpfrPrecision precision(64);
   Mpfi third = Scalar<Mpfi>::from(Rational(1, 3));
   EXPECT_LT(lower(third), upper(third));
   EXPECT_LE(Scalar<Mpfr>::to_rational(lower(third)), Rational(1, 3));

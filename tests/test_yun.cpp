@@ -120,8 +120,10 @@ TEST(Yun, KajitsukaPropositionOneIsThreeSubLayersAndHitsTheGrid) {
   EXPECT_EQ(m.net.arch.layers[1].heads, 1);
   EXPECT_EQ(m.net.arch.layers[1].head_size, 1);
   EXPECT_EQ(m.contexts, 12u);  // n·C(K, n) = 2·6
-  set_mpfr_bits(std::max(m.bits, 64u));
-  EXPECT_LT(yun::grid_max_error(network_cast<Mpfr>(m.net), m.plan, f, 1000, 1), 1e-9);
+  {
+    const MpfrPrecision precision(std::max(m.bits, 64u));
+    EXPECT_LT(yun::grid_max_error(network_cast<Mpfr>(m.net), m.plan, f, 1000, 1), 1e-9);
+  }
   // F1 alone, standardized: the cell centre outside the ramps.
   Network<Rational> f1 = m.net;
   f1.arch.layers.resize(1), f1.layers.resize(1);
@@ -133,7 +135,6 @@ TEST(Yun, KajitsukaPropositionOneIsThreeSubLayersAndHitsTheGrid) {
     const Mat<Rational> y = forward(s1, x);
     for (int j = 0; j < 2; ++j) EXPECT_EQ(y(0, j), Rational(static_cast<long>(Scalar<Rational>::to_double(x(0, j)) * 4), 4) + Rational(1, 8)) << k;
   }
-  set_mpfr_bits(128);
 }
 
 TEST(Yun, DistancesAreSeededAndTheStandardNetworkTracksTheModifiedOne) {
@@ -147,10 +148,14 @@ TEST(Yun, DistancesAreSeededAndTheStandardNetworkTracksTheModifiedOne) {
   Rational eta(1, 4);
   for (int k = 0; k < 40; ++k) eta /= 2;
   const Network<Rational> g = yun::standardize(m.net, yun::default_lambda(m.plan), eta);
-  set_mpfr_bits(yun::standard_bits(m.plan, eta));
-  const yun::Distance s = yun::distance(network_cast<Mpfr>(g), f, 1, 2, 2, 400, 7), t = yun::distance(md, f, 1, 2, 2, 400, 7);
+  Network<Mpfr> gm;
+  {
+    const MpfrPrecision precision(yun::standard_bits(m.plan, eta));
+    gm = network_cast<Mpfr>(g);
+  }
+  EXPECT_EQ(weight_bits(gm), mpfr_carried_bits(yun::standard_bits(m.plan, eta)));
+  const yun::Distance s = yun::distance(gm, f, 1, 2, 2, 400, 7), t = yun::distance(md, f, 1, 2, 2, 400, 7);
   EXPECT_NEAR(s.value, t.value, 1e-6);
-  set_mpfr_bits(128);
 }
 
 TEST(Yun, EquivarianceIsDetected) {

@@ -153,7 +153,7 @@ int cmd_reproduce(ReproduceOpts& o) {
 
 void add_reproduce_commands(CLI::App& app, Commands& commands) {
   auto o = std::make_shared<ReproduceOpts>();
-  o->ctx.corpus = "../shared/data/tinyshakespeare.txt";  // shared/ lies beside the checkout
+  o->ctx.corpus = UATLAB_DATA_DIR "/tinyshakespeare.txt";  // data/ of this repository
   auto* r = app.add_subcommand("reproduce", "Run a paper's experiment: a resumable grid of runs, then a table (Markdown + CSV) and a plot");
   r->add_option("name", o->name, "Experiment (--list shows them)");
   r->add_flag("--list", o->list, "List the experiments");

@@ -79,7 +79,7 @@ Measured measure(const Opts& o, const yun::Target& f, int K, const std::vector<i
   r.report = m.report();
   r.report["target"] = f.name;
   if (kaj && !o.no_check) {  // softmax inside: checked in MPFR at the certificate's precision
-    set_mpfr_bits(std::max(m.bits, 64u));
+    const MpfrPrecision precision(std::max(m.bits, 64u));  // network_cast rounds the weights at it
     r.report["grid_max_error"] = yun::grid_max_error(network_cast<Mpfr>(m.net), m.plan, f, o.check_limit, o.seed);
   }
   if (!kaj && !o.no_check) {
@@ -93,7 +93,8 @@ Measured measure(const Opts& o, const yun::Target& f, int K, const std::vector<i
   if (o.eta.empty())
     for (int k = 0; k < 40; ++k) eta /= 2;  // δ·2^-40: the ramps' measure is negligible
   const Network<Rational> g = yun::standardize(m.net, lambda, eta);
-  const unsigned bits = set_mpfr_bits(std::max(m.bits + 64, yun::standard_bits(m.plan, eta)));
+  const MpfrPrecision precision(std::max(m.bits + 64, yun::standard_bits(m.plan, eta)));
+  const unsigned bits = precision.bits();
   r.report["standard"] = {{"lambda", lambda.str()}, {"eta", eta.str()}, {"parameters", g.parameter_count()}, {"mpfr_bits", bits},
                           {"max_ff_width", [&] {
                              int w = 0;

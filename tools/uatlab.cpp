@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "commands.hpp"
+#include "uatlab/version.hpp"
 #include "uatlab/io/dataset.hpp"
 #include "uatlab/io/json.hpp"
 #include "uatlab/io/model_file.hpp"
@@ -123,7 +124,11 @@ int cmd_convert(const std::string& in, const std::string& out, const std::string
   switch (p.kind) {
     case Precision::Kind::Float: save_network(network_cast<float>(net), out, dtype, p.name()); break;
     case Precision::Kind::Double: save_network(network_cast<double>(net), out, dtype, p.name()); break;
-    case Precision::Kind::Mpfr: save_network(network_cast<Mpfr>(net), out, dtype, p.name()); break;
+    case Precision::Kind::Mpfr: {
+      const MpfrPrecision scope(p.bits);
+      save_network(network_cast<Mpfr>(net), out, dtype, p.name());
+      break;
+    }
     default: throw Error("convert: --precision must be float, double, BITS or rational");
   }
   return 0;
@@ -153,8 +158,10 @@ int cmd_demo(std::uint64_t seed) {
   Mat<Rational> x(3, 4);
   for (Eigen::Index i = 0; i < x.size(); ++i) x.data()[i] = Rational(static_cast<long>(rng.uniform() * 16), 16);
 
-  set_mpfr_bits(1000);
-  Mat<Mpfr> ref = forward(network_cast<Mpfr>(exact), matrix_cast<Mpfr>(x));
+  // The reference and every comparison live at 1000 bits; each arithmetic under test computes
+  // in its own scope, and its result is converted exactly (through rationals) for the comparison.
+  const MpfrPrecision reference_bits(1000);
+  const Mat<Mpfr> ref = forward(network_cast<Mpfr>(exact), matrix_cast<Mpfr>(x));
   auto err = [&](auto y) {
     double e = 0;
     for (Eigen::Index i = 0; i < y.size(); ++i)
@@ -166,23 +173,33 @@ int cmd_demo(std::uint64_t seed) {
   std::printf("  %-14s %-24s %s\n", "arithmetic", "max |y - y_ref|", "note");
   std::printf("  %-14s %-24.3e %s\n", "float", err(forward(network_cast<float>(exact), matrix_cast<float>(x))), "binary32");
   std::printf("  %-14s %-24.3e %s\n", "double", err(forward(network_cast<double>(exact), matrix_cast<double>(x))), "binary64");
+  auto at_bits = [&](auto scalar, unsigned bits) {
+    using S = decltype(scalar);
+    std::vector<Rational> y;
+    const MpfrPrecision scope(bits);
+    const Mat<S> out = forward(network_cast<S>(exact), matrix_cast<S>(x));
+    for (Eigen::Index i = 0; i < out.size(); ++i) {
+      if constexpr (Scalar<S>::interval) y.push_back(Scalar<Mpfr>::to_rational(lower(out.data()[i]))), y.push_back(Scalar<Mpfr>::to_rational(upper(out.data()[i])));
+      else y.push_back(Scalar<S>::to_rational(out.data()[i]));
+    }
+    return y;
+  };
   for (unsigned bits : {64u, 128u, 256u}) {
-    unsigned used = set_mpfr_bits(bits);
-    Mat<Mpfr> y = forward(network_cast<Mpfr>(exact), matrix_cast<Mpfr>(x));
-    set_mpfr_bits(1000);
-    std::printf("  %-14s %-24.3e %u bits in force\n", ("mpfr:" + std::to_string(bits)).c_str(), err(y), used);
+    const std::vector<Rational> y = at_bits(Mpfr(), bits);
+    double e = 0;
+    for (std::size_t i = 0; i < y.size(); ++i) e = std::max(e, std::abs(Scalar<Mpfr>::to_double(Scalar<Mpfr>::from(y[i]) - ref.data()[i])));
+    std::printf("  %-14s %-24.3e MPFR carries %u bits\n", ("mpfr:" + std::to_string(bits)).c_str(), e, mpfr_carried_bits(bits));
   }
-  unsigned used = set_mpfr_bits(128);
-  Mat<Mpfi> yi = forward(network_cast<Mpfi>(exact), matrix_cast<Mpfi>(x));
-  set_mpfr_bits(1000);
+  const std::vector<Rational> yi = at_bits(Mpfi(), 128);
   bool contains = true;
   double width = 0;
-  for (Eigen::Index i = 0; i < yi.size(); ++i) {
-    contains &= lower(yi.data()[i]) <= ref.data()[i] && ref.data()[i] <= upper(yi.data()[i]);
-    width = std::max(width, Scalar<Mpfr>::to_double(mp::width(yi.data()[i])));
+  for (std::size_t i = 0; i < yi.size() / 2; ++i) {
+    const Mpfr lo = Scalar<Mpfr>::from(yi[2 * i]), hi = Scalar<Mpfr>::from(yi[2 * i + 1]);
+    contains &= lo <= ref.data()[i] && ref.data()[i] <= hi;
+    width = std::max(width, Scalar<Mpfr>::to_double(hi - lo));
   }
-  std::printf("  %-14s %-24s max width %.3e, %u bits\n", "interval:128", contains ? "encloses y_ref" : "DOES NOT ENCLOSE y_ref",
-              width, used);
+  std::printf("  %-14s %-24s max width %.3e, MPFR carries %u bits\n", "interval:128", contains ? "encloses y_ref" : "DOES NOT ENCLOSE y_ref",
+              width, mpfr_carried_bits(128));
 
   for (auto& l : aj["layers"])
     if (l["type"] == "attention") l["score"] = "hardmax";

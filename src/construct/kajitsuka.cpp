@@ -210,7 +210,8 @@ Mode parse_mode(const std::string& s) {
 
 // ---- stage 3: the attention layer and its certificate ---------------------------------------------
 
-Separation certify_separation(const Network<Rational>& attention, const Facts& f) {
+Separation certify_separation(const Network<Rational>& attention, const Facts& f, unsigned bits) {
+  const MpfrPrecision precision(bits);
   const auto z = context_ids<Mpfi>(attention, f);
   const auto by = contexts_by_token(f);
   Separation sep;
@@ -322,25 +323,16 @@ Contextual build_contextual(const Facts& f, const ContextualOptions& opt) {
                 " nats), more than --max-bits " + std::to_string(opt.max_bits));
   unsigned bits = static_cast<unsigned>(guess);
   for (;;) {
-    bits = set_mpfr_bits(bits);
-    out.separation = certify_separation(out.net, f);
+    bits = mpfr_carried_bits(bits);
+    out.separation = certify_separation(out.net, f, bits);
     if (out.separation.certified) break;
     if (bits >= opt.max_bits)
       throw Error("context ids not certified separated at " + std::to_string(bits) + " bits (--max-bits); the data may have coinciding contexts");
     bits = std::min(2 * bits, opt.max_bits);
   }
   out.bits_used = out.min_bits = bits;
-  if (opt.search_min_bits) {
-    unsigned lo = 2, hi = bits;  // certified at hi
-    while (hi - lo > 1) {
-      unsigned mid = (lo + hi) / 2;
-      unsigned in_force = set_mpfr_bits(mid);
-      if (in_force < hi && certify_separation(out.net, f).certified) hi = in_force;
-      else lo = mid;
-    }
-    out.min_bits = hi;
-    set_mpfr_bits(out.bits_used);
-  }
+  if (opt.search_min_bits)
+    out.min_bits = min_certified_bits(bits, [&](unsigned b) { return certify_separation(out.net, f, b).certified; });
   return out;
 }
 
@@ -361,7 +353,8 @@ json Contextual::report() const {
 
 // ---- stage 4: Zhang's feed-forward layer and the certificate of memorization -----------------------
 
-double certified_max_error(const Network<Rational>& net, const Dataset& ds, double stop_above) {
+double certified_max_error(const Network<Rational>& net, const Dataset& ds, unsigned bits, double stop_above) {
+  const MpfrPrecision precision(bits);
   const Network<Mpfi> ni = network_cast<Mpfi>(net);
   std::vector<double> worst(ds.sequences.size(), 0);
   bool stop = false;
@@ -468,7 +461,8 @@ Memorized memorize(const Dataset& ds, const MemorizeOptions& opt) {
   if (k < d) arch.readout = k;
   unsigned bits = std::max(m.contextual.bits_used, 64u);
   for (int attempt = 0;; ++attempt) {
-    bits = set_mpfr_bits(bits);
+    bits = mpfr_carried_bits(bits);
+    const MpfrPrecision precision(bits);  // zhang_layer computes the contexts at it
     Layer<Rational> ff;
     bool ok = false;
     for (int dir = 0; dir < 3 && !ok; ++dir) ok = zhang_layer(f, ds, m.contextual.net, opt.contextual.seed + dir, ff, m.hidden);
@@ -486,23 +480,14 @@ Memorized memorize(const Dataset& ds, const MemorizeOptions& opt) {
         net.readout_b = Mat<Rational>::Zero(k, 1);
       }
       const double tol = Scalar<Mpfr>::to_double(lower(Scalar<Mpfi>::from(tol_q)));
-      m.max_error = certified_max_error(net, ds);
+      m.max_error = certified_max_error(net, ds, bits);
       if (m.max_error <= tol) {
         m.seconds_construct_certify = since(t0);
         const auto t1 = std::chrono::steady_clock::now();
         m.net = std::move(net);
         m.bits_used = m.min_bits = bits;
-        // Minimum bits: binary search on the fixed (lossless) network.
-        unsigned lo = 2, hi = bits;
-        while (hi - lo > 1) {
-          unsigned mid = (lo + hi) / 2;
-          unsigned in_force = set_mpfr_bits(mid);
-          if (in_force < hi && certified_max_error(m.net, ds, tol) <= tol) hi = in_force;
-          else lo = mid;
-        }
-        m.min_bits = hi;
+        m.min_bits = min_certified_bits(bits, [&](unsigned b) { return certified_max_error(m.net, ds, b, tol) <= tol; });
         m.seconds_min_bits = since(t1);
-        set_mpfr_bits(m.bits_used);
         break;
       }
     }

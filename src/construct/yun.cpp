@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <map>
 #include <set>
 
@@ -588,6 +589,7 @@ Lemma6 check_lemma6(const Modified& m, const Target& f, long limit, std::uint64_
 }
 
 double grid_max_error(const Network<Mpfr>& g, const Plan& p, const Target& f, long limit, std::uint64_t seed) {
+  const MpfrPrecision precision(weight_bits(g));
   const int d = p.d, n = p.n, K = p.K;
   const double cubes = std::pow(static_cast<double>(K), d * n);
   const bool all = cubes <= static_cast<double>(limit);
@@ -615,10 +617,10 @@ unsigned standard_bits(const Plan& p, const Rational& eta) {
 template <class S> Distance distance(const Network<S>& g, const Target& f, int d, int n, int p, long samples, std::uint64_t seed) {
   if (p < 1 || samples < 2) throw Error("distance needs p >= 1 and at least 2 samples");
   std::vector<double> v(static_cast<std::size_t>(samples));
-  const unsigned bits = mpfr_bits();
+  std::optional<MpfrPrecision> precision;  // an MPFR network is evaluated at its own precision
+  if constexpr (!std::is_floating_point_v<S>) precision.emplace(weight_bits(g));
 #pragma omp parallel for schedule(dynamic, 16)
   for (long s = 0; s < samples; ++s) {
-    if constexpr (!std::is_floating_point_v<S>) set_mpfr_bits(bits);  // the precision is per thread
     Rng rng(seed * 0x9e3779b97f4a7c15ULL + static_cast<std::uint64_t>(s));  // per sample: independent of threads
     Mat<double> X(d, n);
     for (Eigen::Index i = 0; i < X.size(); ++i) X(i) = rng.uniform();

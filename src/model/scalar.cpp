@@ -10,7 +10,10 @@ namespace uatlab {
 
 namespace {
 // Boost's own digits10 -> bits map (boost/multiprecision/detail/digits.hpp).
-unsigned bits_of_digits10(unsigned d10) { return d10 * 1000u / 301u + ((d10 * 1000u) % 301u ? 2u : 1u); }
+unsigned bits_of_digits10(unsigned d10) {
+  const unsigned long long t = 1000ull * d10;
+  return static_cast<unsigned>(t / 301u + (t % 301u ? 2u : 1u));
+}
 
 // An MPFR number of `prec` bits holding q rounded to nearest.
 struct MpfrTmp {
@@ -43,16 +46,37 @@ Rational rational_of_mpfr(mpfr_srcptr x) {
 }
 }  // namespace
 
-unsigned set_mpfr_bits(unsigned bits) {
+namespace {
+unsigned digits10_for(unsigned bits) {
   if (bits < 2) throw Error("precision must be at least 2 bits, got " + std::to_string(bits));
-  unsigned d10 = 1;
+  if (bits > (1u << 26)) throw Error("precision of " + std::to_string(bits) + " bits is over the limit of 2^26");
+  unsigned d10 = static_cast<unsigned>(301ull * bits / 1000u);  // never above the answer
+  if (d10 < 1) d10 = 1;
   while (bits_of_digits10(d10) < bits) ++d10;
+  return d10;
+}
+}  // namespace
+
+MpfrPrecision::MpfrPrecision(unsigned bits)
+    : bits_(bits), saved_digits10_(Mpfr::default_precision()), saved_interval_digits10_(Mpfi::default_precision()) {
+  const unsigned d10 = digits10_for(bits);
   Mpfr::default_precision(d10);
   Mpfi::default_precision(d10);
-  return bits_of_digits10(d10);
 }
 
+MpfrPrecision::~MpfrPrecision() {
+  Mpfr::default_precision(saved_digits10_);
+  Mpfi::default_precision(saved_interval_digits10_);
+}
+
+unsigned MpfrPrecision::carried() const { return mpfr_carried_bits(bits_); }
+
+unsigned mpfr_carried_bits(unsigned bits) { return bits_of_digits10(digits10_for(bits)); }
+
 unsigned mpfr_bits() { return bits_of_digits10(Mpfr::default_precision()); }
+
+unsigned bits_of(const Mpfr& x) { return static_cast<unsigned>(mpfr_get_prec(x.backend().data())); }
+unsigned bits_of(const Mpfi& x) { return static_cast<unsigned>(mpfi_get_prec(x.backend().data())); }
 
 Rational parse_rational(const std::string& text) {
   auto bad = [&](const char* why) { return Error("not a number: \"" + text + "\" (" + why + ")"); };

@@ -8,32 +8,6 @@ namespace uatlab {
 
 using nlohmann::json;
 
-Precision Precision::parse(const std::string& text) {
-  Precision p;
-  auto bits_of = [&](const std::string& s) {
-    if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos || s.size() > 7)
-      throw Error("precision \"" + text + "\": expected float, double, rational, BITS or interval:BITS");
-    return set_mpfr_bits(static_cast<unsigned>(std::stoul(s)));
-  };
-  if (text == "float") p.kind = Kind::Float;
-  else if (text == "double") p.kind = Kind::Double;
-  else if (text == "rational") p.kind = Kind::Rational;
-  else if (text.rfind("interval:", 0) == 0) p.kind = Kind::Interval, p.bits = bits_of(text.substr(9));
-  else p.kind = Kind::Mpfr, p.bits = bits_of(text);
-  return p;
-}
-
-std::string Precision::name() const {
-  switch (kind) {
-    case Kind::Float: return "float";
-    case Kind::Double: return "double";
-    case Kind::Rational: return "rational";
-    case Kind::Mpfr: return "mpfr:" + std::to_string(bits);
-    case Kind::Interval: return "interval:" + std::to_string(bits);
-  }
-  return "?";
-}
-
 template <class S> std::vector<Mat<S>> forward_dataset(const Network<S>& net, const Dataset& ds, const EvalOptions& opt) {
   check_evaluable<S>(net.arch);
   if (ds.token_input != (net.arch.vocab > 0))
@@ -98,8 +72,14 @@ std::vector<json> evaluate_file(const std::string& model_path, const Dataset& ds
   switch (p.kind) {
     case Precision::Kind::Float: return run<float>(model_path, ds, opt);
     case Precision::Kind::Double: return run<double>(model_path, ds, opt);
-    case Precision::Kind::Mpfr: return run<Mpfr>(model_path, ds, opt);
-    case Precision::Kind::Interval: return run<Mpfi>(model_path, ds, opt);
+    case Precision::Kind::Mpfr: {
+      const MpfrPrecision scope(p.bits);
+      return run<Mpfr>(model_path, ds, opt);
+    }
+    case Precision::Kind::Interval: {
+      const MpfrPrecision scope(p.bits);
+      return run<Mpfi>(model_path, ds, opt);
+    }
     case Precision::Kind::Rational: return run<Rational>(model_path, ds, opt);
   }
   return {};

@@ -87,9 +87,9 @@ struct Contextual {
   nlohmann::json report() const;
 };
 
-// Certify the separation of the context ids computed by `attention` (one attention sub-layer) at
-// the current MPFR precision.
-Separation certify_separation(const Network<Rational>& attention, const Facts& f);
+// Certify the separation of the context ids computed by `attention` (one attention sub-layer) in
+// MPFI at `bits`.
+Separation certify_separation(const Network<Rational>& attention, const Facts& f, unsigned bits);
 
 Contextual build_contextual(const Facts& f, const ContextualOptions& opt);
 
@@ -117,10 +117,10 @@ struct MemorizeOptions {
 // precision cap is reached first.
 Memorized memorize(const Dataset& ds, const MemorizeOptions& opt);
 
-// Evaluate `net` on every sequence in MPFI at the current precision; the largest upper bound of
+// Evaluate `net` on every sequence in MPFI at `bits`; the largest upper bound of
 // |output − label|, or +inf when an enclosure is undecided/unbounded. Stops early (returning some
 // value above stop_above) once one sequence exceeds stop_above.
-double certified_max_error(const Network<Rational>& net, const Dataset& ds,
+double certified_max_error(const Network<Rational>& net, const Dataset& ds, unsigned bits,
                            double stop_above = std::numeric_limits<double>::infinity());
 
 // Theorem 1. Tokens λ·u on a line, Λ1 = {1,3,5,7}, Λ2 = {1,2,6,7} (same min, max and mean).

@@ -92,14 +92,14 @@ struct Lemma6 {
 Lemma6 check_lemma6(const Modified& m, const Target& f, long limit, std::uint64_t seed);
 
 // max |ḡ − f̄| over the grid's distinct-column cubes (at each cube's corner and at a random point
-// inside), evaluated in MPFR at the current precision; all cubes up to `limit`, else `limit` sampled.
+// inside), evaluated in MPFR at the precision of g's weights; all cubes up to `limit`, else `limit` sampled.
 double grid_max_error(const Network<Mpfr>& g, const Plan& p, const Target& f, long limit, std::uint64_t seed);
 
 struct Distance {
   double value = 0, lo = 0, hi = 0;  // d_p estimate and a 95% confidence interval
   long samples = 0;
 };
-// Evaluated in S (double, or MPFR at the current precision for the standard network, whose steep
+// Evaluated in S (double, or MPFR at the precision of g's weights for the standard network, whose steep
 // ramps cancel catastrophically in double); the target in double.
 template <class S> Distance distance(const Network<S>& g, const Target& f, int d, int n, int p, long samples, std::uint64_t seed);
 // MPFR bits for the standard network: the largest magnitude (M) times the steepest ramp (1/η)

@@ -43,8 +43,8 @@ template <class S> struct Network {
   std::vector<Layer<S>> layers;
 
   Network() = default;
-  // All weights zero, shaped by the architecture; constants parsed into S. For Mpfr/Mpfi, set
-  // the working precision (set_mpfr_bits) first: constants are rounded/enclosed at it.
+  // All weights zero, shaped by the architecture; constants parsed into S. For Mpfr/Mpfi, open
+  // an MpfrPrecision first: constants are rounded/enclosed at the working precision.
   explicit Network(Architecture a);
 
   // Visit every parameter as f(name, matrix, layout), in a fixed order (docs/formats.md).
@@ -69,6 +69,17 @@ template <class S> Mat<S> forward_tokens(const Network<S>& net, const std::vecto
 
 // Throws Error when this scalar type cannot evaluate the network (rationals: no exp/log/sqrt).
 template <class S> void check_evaluable(const Architecture& a);
+
+// The bits the weights of an Mpfr/Mpfi network carry (0 for other scalars, or no weights):
+// functions handed such a network evaluate it at that precision.
+template <class S> unsigned weight_bits(const Network<S>& net) {
+  unsigned bits = 0;
+  if constexpr (std::is_same_v<S, Mpfr> || std::is_same_v<S, Mpfi>)
+    net.for_each_tensor([&](const std::string&, const Mat<S>& m, Layout) {
+      if (bits == 0 && m.size() > 0) bits = bits_of(m(0, 0));
+    });
+  return bits;
+}
 
 // Convert a network between scalar types (exact through rationals, then rounded once).
 template <class T, class S> Network<T> network_cast(const Network<S>& src) {

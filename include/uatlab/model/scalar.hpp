@@ -3,7 +3,7 @@
 // One model definition serves five arithmetics. Everything scalar-specific lives here, in one
 // traits struct per type, so that the model code (network.hpp) reads like the papers' formulas:
 //   float, double     IEEE binary32/64, the training and benchmark types
-//   Mpfr              MPFR binary floats, precision chosen at run time (set_mpfr_bits)
+//   Mpfr              MPFR binary floats, precision chosen at run time (MpfrPrecision)
 //   Mpfi              MPFI intervals: every result encloses the exact real value
 //   Rational          GMP rationals: exact, for networks without exp/log/sqrt
 #pragma once
@@ -32,12 +32,30 @@ struct Error : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// MPFR/MPFI working precision. Boost 1.74 sets precision in decimal digits, which maps to a
-// whole number of bits (digits10 * 1000/301 + 1 or 2). set_mpfr_bits picks the smallest digit
-// count whose bit precision is >= bits and returns the bits actually in force; every report
-// quotes that number, never the request.
-unsigned set_mpfr_bits(unsigned bits);
-unsigned mpfr_bits();  // bits of a freshly made Mpfr/Mpfi now
+// MPFR/MPFI working precision, as a value. New Mpfr/Mpfi numbers (and every intermediate the
+// model computes) carry the working precision in force; an MpfrPrecision sets it for its own
+// lifetime and restores the previous one on exit, exceptions included. Boost 1.74 sets MPFR
+// precision in decimal digits, so MPFR carries mpfr_carried_bits(bits): the smallest
+// digit-derived precision >= bits (at most 4 bits more; 53 -> 55, 256 -> 257). uatlab reports
+// the bits asked for; a precision that MPFR carries exactly (carried(b) == b) round-trips.
+// The setting is process-wide (Boost keeps one atomic default): every OpenMP thread sees it.
+class MpfrPrecision {
+ public:
+  explicit MpfrPrecision(unsigned bits);  // throws Error below 2 bits
+  ~MpfrPrecision();
+  MpfrPrecision(const MpfrPrecision&) = delete;
+  MpfrPrecision& operator=(const MpfrPrecision&) = delete;
+  unsigned bits() const { return bits_; }  // as asked
+  unsigned carried() const;                 // what MPFR carries
+
+ private:
+  unsigned bits_, saved_digits10_, saved_interval_digits10_;
+};
+unsigned mpfr_carried_bits(unsigned bits);
+unsigned mpfr_bits();  // bits a freshly made Mpfr/Mpfi carries now
+// The bits an MPFR number carries (for an interval, its bounds').
+unsigned bits_of(const Mpfr& x);
+unsigned bits_of(const Mpfi& x);
 
 // Exact parsing: "3", "-2/6", "0.125", "1e-400", "-1.5E+3". Throws Error naming the text.
 Rational parse_rational(const std::string& text);

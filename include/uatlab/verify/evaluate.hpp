@@ -7,17 +7,9 @@
 
 #include "uatlab/io/dataset.hpp"
 #include "uatlab/model/network.hpp"
+#include "uatlab/verify/precision.hpp"
 
 namespace uatlab {
-
-struct Precision {
-  enum class Kind { Float, Double, Mpfr, Interval, Rational } kind = Kind::Double;
-  unsigned bits = 0;  // Mpfr/Interval: the bits in force (after set_mpfr_bits)
-  // "float", "double", "BITS" (MPFR), "interval:BITS" (MPFI), "rational". Sets the MPFR
-  // working precision for Mpfr/Interval.
-  static Precision parse(const std::string& text);
-  std::string name() const;  // "double", "mpfr:256", "interval:256", ...
-};
 
 // Forward every sequence (OpenMP over sequences). The first error thrown by any sequence is
 // rethrown, prefixed with its index.
@@ -26,6 +18,7 @@ template <class S> std::vector<Mat<S>> forward_dataset(const Network<S>& net, co
 // One JSON object per sequence: {"y": n tokens × out_dim values}; doubles and floats as JSON
 // numbers, MPFR values and rationals as exact strings, intervals as "y" (midpoint), "lo", "hi"
 // (strings) and "width" (numbers).
+// MPFR and intervals run at p.bits (an MpfrPrecision scope for the call).
 std::vector<nlohmann::json> evaluate_file(const std::string& model_path, const Dataset& ds, const Precision& p,
                                           const EvalOptions& opt = {});
 

@@ -1,0 +1,26 @@
+// The arithmetic a computation runs in, as a value: parsed without side effects, applied by
+// whoever evaluates (an MpfrPrecision scope for the MPFR kinds), printed as it was asked.
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "uatlab/model/scalar.hpp"
+
+namespace uatlab {
+
+struct Precision {
+  enum class Kind { Float, Double, Mpfr, Interval, Rational } kind = Kind::Double;
+  unsigned bits = 0;  // Mpfr/Interval: the bits asked for (MPFR carries mpfr_carried_bits(bits))
+
+  // "float", "double", "BITS" (MPFR), "interval:BITS" (MPFI), "rational"; BITS from 2 to 2^26.
+  static Precision parse(const std::string& text);
+  std::string name() const;  // "double", "mpfr:256", "interval:256", ... (the bits asked for)
+};
+
+// The smallest precision MPFR carries exactly (mpfr_carried_bits(b) == b) at which
+// certified(b) holds, given that it holds at `certified_at`; a bisection that assumes more bits
+// never hurt. Every call of certified runs at the bits it is given.
+unsigned min_certified_bits(unsigned certified_at, const std::function<bool(unsigned bits)>& certified);
+
+}  // namespace uatlab
