@@ -55,6 +55,17 @@ def t5_bucket(rel, bidirectional, num_buckets, max_distance):
     return offset + min(b, num_buckets - 1)
 
 
+
+def attended_keys(sp, n):
+    """(query, key) -> whether the query attends to the key: the masking rule of C++'s
+    attended_keys (include/uatlab/model/architecture.hpp), keys [first, end) for query k."""
+    k = torch.arange(n).view(n, 1)
+    l = torch.arange(n).view(1, n)
+    end = k + 1 - (1 if sp.get("strict_past") else 0) if sp["causal"] else torch.full_like(k, n)
+    window = sp.get("window", 0)
+    first = (k - window).clamp(min=0) if window > 0 else torch.zeros_like(k)
+    return (l >= first) & (l < end)
+
 class Attention(nn.Module):
     def __init__(self, spec, d):
         super().__init__()
@@ -99,11 +110,7 @@ class Attention(nn.Module):
             scores = (q @ k.transpose(-1, -2)) * self.scale  # (B, H, query, key)
         if sp["rpe"] != "none":
             scores = scores + self.bias(n, z.dtype)
-        allowed = torch.ones(n, n, dtype=torch.bool)
-        if sp["causal"]:
-            allowed = torch.tril(allowed, diagonal=-1 if sp.get("strict_past") else 0)  # key <= query (< if strict)
-            if sp.get("window", 0) > 0:
-                allowed = allowed & torch.triu(torch.ones(n, n, dtype=torch.bool), diagonal=-sp["window"])  # key >= query - window
+        allowed = attended_keys(sp, n)
         some = allowed.any(dim=-1, keepdim=True)  # a query with no key at all gets weights 0
         if sp["score"] == "softmax":
             w = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)

@@ -124,27 +124,44 @@ template <class E> E enum_of(const json& v, const std::vector<std::pair<const ch
 }  // namespace
 
 void Architecture::validate() const {
-  if (d < 1) throw Error("architecture: d must be >= 1");
-  if (vocab < 0 || max_len < 0 || readout < 0) throw Error("architecture: vocab, max_len and readout must be >= 0");
+  constexpr long long kMax = 1LL << 30;  // every size; products of two sizes are checked too
+  auto in_range = [](long long v, long long lo, const std::string& what) {
+    if (v < lo || v > kMax) throw Error(what + " must be from " + std::to_string(lo) + " to 2^30, got " + std::to_string(v));
+  };
+  in_range(d, 1, "architecture: d");
+  in_range(vocab, 0, "architecture: vocab");
+  in_range(max_len, 0, "architecture: max_len");
+  in_range(readout, 0, "architecture: readout");
+  if (static_cast<long long>(d) * std::max({vocab, max_len, readout, 1}) > kMax)
+    throw Error("architecture: d times vocab, max_len or readout exceeds 2^30 weights");
   for (std::size_t i = 0; i < layers.size(); ++i) {
     const LayerSpec& l = layers[i];
+    const std::string w = where(i);
     if (l.pre_norm || l.kind == LayerKind::layernorm)
-      if (parse_rational(l.eps) <= 0) throw Error(where(i) + "eps must be > 0");
+      if (parse_rational(l.eps) <= 0) throw Error(w + "eps must be > 0");
+    if (l.kind == LayerKind::layernorm && l.pre_norm) throw Error(w + "a layernorm sub-layer has no pre_norm");
     if (l.kind == LayerKind::attention) {
-      if (l.heads < 1 || l.head_size < 1) throw Error(where(i) + "heads and head_size must be >= 1");
-      if (l.rpe == Rpe::t5 && (l.t5_buckets < 2 || l.t5_max_distance <= l.t5_buckets / 2))
-        throw Error(where(i) + "t5 needs t5_buckets >= 2 and t5_max_distance > t5_buckets/2");
-      if (l.dp_free && l.rpe == Rpe::none) throw Error(where(i) + "dp_free attention needs a relative-position bias (rpe)");
+      in_range(l.heads, 1, w + "heads");
+      in_range(l.head_size, 1, w + "head_size");
+      if (static_cast<long long>(l.heads) * l.head_size * d > kMax) throw Error(w + "heads * head_size * d exceeds 2^30 weights");
+      if (l.rpe == Rpe::t5 && (l.t5_buckets < 2 || l.t5_buckets > 4096 || l.t5_max_distance <= l.t5_buckets / 2 ||
+                               l.t5_max_distance > kMax))
+        throw Error(w + "t5 needs 2 <= t5_buckets <= 4096 and t5_buckets/2 < t5_max_distance <= 2^30");
+      if (l.dp_free && l.rpe == Rpe::none) throw Error(w + "dp_free attention needs a relative-position bias (rpe)");
+      if (l.strict_past && !l.causal) throw Error(w + "strict_past needs causal");
+      in_range(l.window, 0, w + "window");
+      if (l.window > 0 && !l.causal) throw Error(w + "window needs causal");
       parse_rational(l.scale);
     } else if (l.kind == LayerKind::feedforward) {
-      if (l.width < 1) throw Error(where(i) + "feedforward width must be >= 1");
+      in_range(l.width, 1, w + "feedforward width");
+      if (static_cast<long long>(l.width) * d > kMax) throw Error(w + "width * d exceeds 2^30 weights");
       if (l.piecewise) {
         auto& a = l.activation;
         if (a.pieces.size() != a.breakpoints.size() + 1)
-          throw Error(where(i) + "a piecewise activation with k breakpoints needs k+1 pieces");
+          throw Error(w + "a piecewise activation with k breakpoints needs k+1 pieces");
         for (std::size_t k = 1; k < a.breakpoints.size(); ++k)
           if (parse_rational(a.breakpoints[k - 1]) >= parse_rational(a.breakpoints[k]))
-            throw Error(where(i) + "activation breakpoints must be strictly increasing");
+            throw Error(w + "activation breakpoints must be strictly increasing");
       }
     }
   }
@@ -228,9 +245,7 @@ Architecture Architecture::from_json(const json& j) {
         if (lj.contains("dp_free")) l.dp_free = boolean(lj["dp_free"], w + "dp_free");
         if (lj.contains("causal")) l.causal = boolean(lj["causal"], w + "causal");
         if (lj.contains("strict_past")) l.strict_past = boolean(lj["strict_past"], w + "strict_past");
-        if (l.strict_past && !l.causal) throw Error(w + "strict_past needs causal");
         if (lj.contains("window")) l.window = positive_int(lj["window"], w + "window", 0);
-        if (l.window > 0 && !l.causal) throw Error(w + "window needs causal");
         if (lj.contains("tied_qkv")) l.tied_qkv = boolean(lj["tied_qkv"], w + "tied_qkv");
         if (lj.contains("bias")) l.bias = boolean(lj["bias"], w + "bias");
       } else if (l.kind == LayerKind::feedforward) {

@@ -109,35 +109,35 @@ template <class S> S piecewise(const Layer<S>& l, const S& x) {
 
 // ---- attention ----------------------------------------------------------------------------------
 
-// Normalise column k of the scores A over the keys it may attend to (all, l <= k if causal, l < k
-// if also strict_past, and l >= k - window with a window); masked entries become 0, and so does a
-// column with no key at all.
+// Normalise column k of the scores A over the keys it attends to (attended_keys: the one masking
+// rule); masked entries become 0, and so does a column with no key at all.
 template <class S> void normalise_columns(Mat<S>& A, const LayerSpec& spec, const EvalOptions& opt) {
   const Eigen::Index n = A.rows();
   if constexpr (std::is_floating_point_v<S>) {
     if (spec.score == Score::softmax) {  // whole-matrix form: Eigen vectorises exp for float/double
-      if (spec.causal)
-        for (Eigen::Index k = 0; k < n; ++k) {
-          A.col(k).tail(n - k - 1 + spec.strict_past).setConstant(-std::numeric_limits<S>::infinity());
-          if (spec.window > 0 && k > spec.window) A.col(k).head(k - spec.window).setConstant(-std::numeric_limits<S>::infinity());
-        }
-      if (spec.strict_past) A(0, 0) = S(0);  // keeps column 0 finite; zeroed below
+      constexpr S kMasked = -std::numeric_limits<S>::infinity();
+      std::vector<Eigen::Index> empty;
+      for (Eigen::Index k = 0; k < n; ++k) {
+        const KeyRange r = attended_keys(spec, k, n);
+        A.col(k).head(r.first).setConstant(kMasked);
+        A.col(k).tail(n - r.end).setConstant(kMasked);
+        if (r.first == r.end) empty.push_back(k), A(0, k) = S(0);  // keeps the column finite; zeroed below
+      }
       const Eigen::Matrix<S, 1, Eigen::Dynamic> mx = A.colwise().maxCoeff();
       A.rowwise() -= mx;
       A = A.array().exp();  // in place: Eigen's packet exp (a replicated operand would fall back to scalar expf)
       const Eigen::Matrix<S, 1, Eigen::Dynamic> inv = A.colwise().sum().cwiseInverse();
       A.array().rowwise() *= inv.array();
-      if (spec.strict_past) A.col(0).setZero();
+      for (Eigen::Index k : empty) A.col(k).setZero();
       return;
     }
   }
   for (Eigen::Index k = 0; k < A.cols(); ++k) {
-    const Eigen::Index m = spec.causal ? k + 1 - spec.strict_past : n;  // keys lo..m-1
-    const Eigen::Index lo = spec.window > 0 ? std::max<Eigen::Index>(0, k - spec.window) : 0;
-    for (Eigen::Index l = m; l < n; ++l) A(l, k) = S(0);
-    for (Eigen::Index l = 0; l < std::min(lo, m); ++l) A(l, k) = S(0);
-    if (m <= lo) continue;
-    const Eigen::Index cnt = m - lo;
+    const KeyRange r = attended_keys(spec, k, n);
+    const Eigen::Index lo = r.first, cnt = r.end - r.first;
+    A.col(k).head(lo).setZero();
+    A.col(k).tail(n - r.end).setZero();
+    if (cnt == 0) continue;
     auto col = A.col(k).segment(lo, cnt);
     switch (spec.score) {
       case Score::linear: break;

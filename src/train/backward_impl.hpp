@@ -118,10 +118,11 @@ template <class S> Mat<S> attention_backward(const Layer<S>& L, Layer<S>& G, con
             const S dot = A.col(k).dot(dS.col(k));
             dS.col(k) = A.col(k).cwiseProduct(dS.col(k) - Vec<S>::Constant(n, dot));
           }
-        } else if (s.causal) {  // linear: masked scores do not exist
+        } else {  // linear: masked scores do not exist (hardmax is refused before training)
           for (Eigen::Index k = 0; k < n; ++k) {
-            dS.col(k).tail(n - k - 1 + s.strict_past).setZero();
-            if (s.window > 0 && k > s.window) dS.col(k).head(k - s.window).setZero();
+            const KeyRange r = attended_keys(s, k, n);
+            dS.col(k).head(r.first).setZero();
+            dS.col(k).tail(n - r.end).setZero();
           }
         }
         if (!s.dp_free) {

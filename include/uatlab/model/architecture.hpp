@@ -52,6 +52,18 @@ struct LayerSpec {
   std::string describe() const;       // one line for people
 };
 
+// The keys that query k of an n-token sequence attends to: l in [first, end). The one masking
+// rule (causal, strict_past, window) of every forward, backward and export; empty (first == end)
+// only for query 0 under strict_past.
+struct KeyRange {
+  long first = 0, end = 0;
+};
+inline KeyRange attended_keys(const LayerSpec& s, long k, long n) {
+  const long end = s.causal ? k + 1 - (s.strict_past ? 1 : 0) : n;
+  const long first = s.window > 0 && k > s.window ? k - s.window : 0;
+  return {first, end < first ? first : end};
+}
+
 struct Architecture {
   int d = 0;          // token dimension
   int vocab = 0;      // > 0: inputs are token ids through a d×vocab embedding
@@ -62,7 +74,9 @@ struct Architecture {
 
   int out_dim() const { return readout > 0 ? readout : d; }
   bool needs_transcendental() const;
-  void validate() const;  // throws Error naming the first inconsistency
+  // Every invariant of an architecture, whoever built it (from_json, a construction, a test):
+  // throws Error naming the first inconsistency. Network<S> validates before allocating.
+  void validate() const;
 
   nlohmann::json to_json() const;
   static Architecture from_json(const nlohmann::json& j);  // validates

@@ -1,0 +1,155 @@
+// One table-driven check of the model across arithmetics: every attention option combination
+// (score × rpe × dp_free × masking × tied × bias × pre_norm) evaluated in float, double, MPFR at
+// 128 bits, MPFI at 128 bits and (where no exp/log/sqrt is needed) exact rationals, against a
+// 400-bit MPFR reference. Each arithmetic must agree within its own precision; the interval
+// must enclose the reference. Plus: validate() owns the masking invariants.
+#include <gtest/gtest.h>
+
+#include "uatlab/model/init.hpp"
+#include "uatlab/model/network.hpp"
+
+using namespace uatlab;
+using nlohmann::json;
+
+namespace {
+
+struct Masking {
+  const char* name;
+  bool causal, strict_past;
+  int window;
+};
+
+// Entries k/16, k uniform in [-16, 16): exact in every arithmetic.
+Mat<Rational> input(int d, int n, std::uint64_t seed) {
+  Rng rng(seed);
+  Mat<Rational> x(d, n);
+  for (Eigen::Index i = 0; i < x.size(); ++i) x(i) = Rational(static_cast<long>(rng.uniform() * 32) - 16, 16);
+  return x;
+}
+
+// max |a - ref| / max(1, max |ref|), with a converted exactly.
+template <class S> double relative_error(const Mat<S>& a, const Mat<Mpfr>& ref) {
+  double e = 0, scale = 1;
+  for (Eigen::Index i = 0; i < ref.size(); ++i) {
+    scale = std::max(scale, std::abs(Scalar<Mpfr>::to_double(ref(i))));
+    e = std::max(e, std::abs(Scalar<Mpfr>::to_double(scalar_cast<Mpfr>(a(i)) - ref(i))));
+  }
+  return e / scale;
+}
+
+// Evaluate at `bits` and bring the result back as exact rationals (interval: both bounds).
+template <class S> std::vector<Rational> at_bits(const Network<Rational>& exact, const Mat<Rational>& x, unsigned bits) {
+  const MpfrPrecision precision(bits);
+  const Mat<S> y = forward(network_cast<S>(exact), matrix_cast<S>(x));
+  std::vector<Rational> out;
+  for (Eigen::Index i = 0; i < y.size(); ++i) {
+    if constexpr (Scalar<S>::interval) {
+      out.push_back(Scalar<Mpfr>::to_rational(lower(y(i))));
+      out.push_back(Scalar<Mpfr>::to_rational(upper(y(i))));
+    } else {
+      out.push_back(Scalar<S>::to_rational(y(i)));
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST(Agreement, EveryAttentionOptionInEveryArithmetic) {
+  const Masking maskings[] = {{"none", false, false, 0},        {"causal", true, false, 0},
+                              {"strict past", true, true, 0},   {"window 2", true, false, 2},
+                              {"strict past, window 2", true, true, 2}};
+  const int d = 3, n = 6;
+  const Mat<Rational> x = input(d, n, 5);
+  int combos = 0, exact_combos = 0;
+  for (const char* score : {"softmax", "linear", "hardmax"})
+    for (const char* rpe : {"none", "lin", "log", "t5"})
+      for (bool dp_free : {false, true})
+        for (const Masking& m : maskings)
+          for (bool tied : {false, true})
+            for (bool bias : {false, true})
+              for (bool pre_norm : {false, true}) {
+                if (dp_free && std::string(rpe) == "none") continue;  // validate() refuses it
+                json layer = {{"type", "attention"}, {"heads", 2},          {"head_size", 2},
+                              {"score", score},      {"scale", "3/4"},      {"rpe", rpe},
+                              {"dp_free", dp_free},  {"causal", m.causal},  {"strict_past", m.strict_past},
+                              {"window", m.window},  {"tied_qkv", tied},    {"bias", bias},
+                              {"pre_norm", pre_norm}, {"t5_buckets", 4},    {"t5_max_distance", 8}};
+                const Architecture arch =
+                    Architecture::from_json({{"d", d}, {"layers", {layer, {{"type", "feedforward"}, {"width", 4}}}}});
+                Network<double> base(arch);
+                init_random(base, 1000 + static_cast<std::uint64_t>(combos));
+                const Network<Rational> exact = network_cast<Rational>(base);
+                SCOPED_TRACE(layer.dump());
+                ++combos;
+                Mat<Mpfr> ref;
+                const MpfrPrecision reference(400);
+                try {
+                  ref = forward(network_cast<Mpfr>(exact), matrix_cast<Mpfr>(x));
+                } catch (const Error& e) {
+                  ADD_FAILURE() << e.what();
+                  continue;
+                }
+                const bool hardmax = std::string(score) == "hardmax";
+                // Hardmax in floating point: an argmax decided by less than the rounding would flip;
+                // the reference and MPFR/MPFI decide it, float/double are checked where they agree
+                // on the argmax (compared through the interval's certificate below).
+                EXPECT_LT(relative_error(forward(network_cast<double>(exact), matrix_cast<double>(x)), ref),
+                          hardmax ? 1e-6 : 1e-12);
+                EXPECT_LT(relative_error(forward(network_cast<float>(exact), matrix_cast<float>(x)), ref),
+                          hardmax ? 1e-2 : 1e-4);
+                const std::vector<Rational> y128 = at_bits<Mpfr>(exact, x, 128);
+                Mat<Mpfr> m128(ref.rows(), ref.cols());
+                for (Eigen::Index i = 0; i < ref.size(); ++i) m128(i) = Scalar<Mpfr>::from(y128[i]);
+                EXPECT_LT(relative_error(m128, ref), 1e-30);
+                try {
+                  const std::vector<Rational> yi = at_bits<Mpfi>(exact, x, 128);
+                  for (Eigen::Index i = 0; i < ref.size(); ++i) {
+                    EXPECT_LE(Scalar<Mpfr>::from(yi[2 * i]), ref(i));
+                    EXPECT_GE(Scalar<Mpfr>::from(yi[2 * i + 1]), ref(i));
+                  }
+                } catch (const Error& e) {  // only an undecided hardmax may refuse
+                  EXPECT_TRUE(hardmax) << e.what();
+                }
+                if (!arch.needs_transcendental()) {
+                  ++exact_combos;
+                  const Mat<Rational> yq = forward(exact, x);
+                  EXPECT_LT(relative_error(yq, ref), 1e-100);
+                }
+              }
+  EXPECT_EQ(combos, 3 * 7 * 5 * 2 * 2 * 2);
+  EXPECT_GT(exact_combos, 0);
+}
+
+TEST(Agreement, ValidateOwnsTheMaskingInvariants) {
+  Architecture a;
+  a.d = 2;
+  LayerSpec s;
+  s.window = 1;  // a window without causal: refused whoever built the architecture
+  a.layers = {s};
+  EXPECT_THROW(a.validate(), Error);
+  EXPECT_THROW(Network<double>{a}, Error);
+  a.layers[0].window = 0, a.layers[0].strict_past = true;
+  EXPECT_THROW(Network<double>{a}, Error);
+  a.layers[0].causal = true;
+  EXPECT_NO_THROW(Network<double>{a});
+  a.layers[0].heads = 1 << 20, a.layers[0].head_size = 1 << 20;  // 2^40 weights: refused before allocating
+  EXPECT_THROW(Network<double>{a}, Error);
+  a.layers[0] = LayerSpec{};
+  a.layers[0].kind = LayerKind::layernorm, a.layers[0].pre_norm = true;
+  EXPECT_THROW(a.validate(), Error);
+}
+
+TEST(Agreement, AttendedKeysIsTheOneMaskingRule) {
+  LayerSpec s;
+  EXPECT_EQ(attended_keys(s, 3, 6).first, 0);
+  EXPECT_EQ(attended_keys(s, 3, 6).end, 6);
+  s.causal = true;
+  EXPECT_EQ(attended_keys(s, 3, 6).end, 4);
+  s.strict_past = true;
+  EXPECT_EQ(attended_keys(s, 3, 6).end, 3);
+  EXPECT_EQ(attended_keys(s, 0, 6).end, attended_keys(s, 0, 6).first);  // query 0 sees nothing
+  s.window = 2;
+  EXPECT_EQ(attended_keys(s, 5, 6).first, 3);  // keys l >= k - window
+  EXPECT_EQ(attended_keys(s, 1, 6).first, 0);
+}
