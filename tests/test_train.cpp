@@ -131,7 +131,7 @@ TEST(Train, AdaptiveMemoryTasksFollowTheirLagRules) {
         EXPECT_EQ(s.y(0, t), Rational(nested ? b(t - t1) ^ b(t - t2) : b(t - t1)));
       }
     EXPECT_GT(scored, 20 * 20);
-    EXPECT_EQ(task_vocab(nested ? "adaptive-2" : "adaptive-1", o), 6);
+    EXPECT_EQ(task(nested ? "adaptive-2" : "adaptive-1").shape(o).vocab, 6);
   }
 }
 
@@ -156,7 +156,8 @@ TEST(Train, ComplexReadoutAndKernelsPadTheValueIntoRowZero) {
     auto x = [&](int i) { return Scalar<double>::from(w.sequences[1].x(0, i)); };
     EXPECT_NEAR(Scalar<double>::from(w.sequences[1].y(0, t)), r1 * x(t - 1) + r2 * x(t - 2), 1e-15);
   }
-  EXPECT_EQ(task_dim("kernel-light", o), 3);
+  EXPECT_EQ(task("kernel-light").shape(o).d, 3);
+  EXPECT_EQ(task("kernel-light").loss, Loss::mse);
 }
 
 TEST(Train, CharsTaskSplitsTheCorpusAndPredictsTheNextCharacter) {
@@ -168,7 +169,10 @@ TEST(Train, CharsTaskSplitsTheCorpusAndPredictsTheNextCharacter) {
   { std::ofstream(path) << text; }
   TaskOptions o;
   o.corpus = path, o.N = 50, o.n = 16, o.seed = 2;
-  EXPECT_EQ(task_outputs("chars", o), 4);
+  EXPECT_EQ(task("chars").shape(o).outputs, 4);
+  EXPECT_EQ(task("chars").shape(o).vocab, 4);
+  EXPECT_EQ(validation_options(o, 7).seed, o.seed + 1000003);
+  EXPECT_TRUE(validation_options(o, 7).validation);
   for (bool val : {false, true}) {
     o.validation = val;
     const Dataset ds = make_task("chars", o);
@@ -181,4 +185,40 @@ TEST(Train, CharsTaskSplitsTheCorpusAndPredictsTheNextCharacter) {
   }
   o.corpus = std::string(UATLAB_TEST_TMP) + "/missing.txt";
   EXPECT_THROW(make_task("chars", o), Error);
+}
+
+TEST(Train, EveryTaskOfTheTableMatchesItsShape) {
+  std::filesystem::create_directories(UATLAB_TEST_TMP);
+  const std::string path = std::string(UATLAB_TEST_TMP) + "/table-corpus.txt";
+  std::string text;
+  for (int i = 0; i < 600; ++i) text += "abc ";
+  { std::ofstream(path) << text; }
+  ASSERT_EQ(tasks().size(), 9u);
+  for (const TaskSpec& t : tasks()) {
+    SCOPED_TRACE(t.name);
+    TaskOptions o;
+    o.N = 6, o.n = 12, o.d = 3, o.corpus = path, o.lags = {1, 2};
+    const Dataset ds = make_task(t.name, o);
+    const TaskShape sh = t.shape(o);
+    ASSERT_EQ(ds.sequences.size(), 6u);
+    EXPECT_EQ(ds.token_input, sh.vocab > 0);
+    EXPECT_GE(sh.outputs, 1);
+    for (const Sequence& s : ds.sequences) {
+      if (ds.token_input)
+        for (int id : s.tokens) EXPECT_TRUE(id >= 0 && id < sh.vocab);
+      else
+        EXPECT_EQ(s.x.rows(), sh.d);
+      for (Eigen::Index k = 0; k < s.y.cols(); ++k) {
+        if (!s.mask.empty() && !s.mask[k]) continue;
+        if (t.loss == Loss::cross_entropy) {  // a class label in [0, outputs)
+          const Rational& y = s.y(0, k);
+          EXPECT_TRUE(y >= 0 && y < sh.outputs && denominator(y) == 1);
+        } else {
+          EXPECT_EQ(s.y.rows(), sh.outputs);
+        }
+      }
+    }
+  }
+  EXPECT_EQ(&task("chars"), &tasks().back());
+  EXPECT_THROW(task("nope"), Error);
 }

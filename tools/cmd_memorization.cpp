@@ -32,7 +32,7 @@ json train_memorization(const json& cell) {
   o.seed = cell["seed"].get<std::uint64_t>();
   const Dataset data = make_task(task, o);
   Architecture arch;
-  arch.d = o.d, arch.readout = task_outputs(task, o);
+  arch.d = o.d, arch.readout = uatlab::task(task).shape(o).outputs;
   LayerSpec a;
   a.heads = cell["H"], a.head_size = cell["s"], a.tied_qkv = cell.value("tied", false);
   arch.layers.push_back(a);

@@ -16,11 +16,7 @@ namespace uatlab::cli {
 json train_task(const TaskTraining& t) {
   const Dataset data = make_task(t.task, t.data);
   Dataset val;
-  if (t.val_N > 0) {
-    TaskOptions v = t.data;
-    v.N = t.val_N, v.validation = true, v.seed = t.data.seed + 1000003;
-    val = make_task(t.task, v);
-  }
+  if (t.val_N > 0) val = make_task(t.task, validation_options(t.data, t.val_N));
   Network<double> nd(t.arch);
   init_random(nd, t.init_seed, 1.0);
   if (t.adjust) t.adjust(nd);

@@ -9,6 +9,7 @@
 
 #include "commands.hpp"
 #include "uatlab/io/json.hpp"
+#include "uatlab/io/lists.hpp"
 #include "uatlab/io/model_file.hpp"
 #include "uatlab/model/init.hpp"
 #include "uatlab/train/tasks.hpp"
@@ -81,22 +82,16 @@ int cmd_train(TrainOpts& o) {
   if (o.data.empty() == o.task.empty()) throw Error("give exactly one of --data FILE and --task NAME");
   Dataset data, val;
   if (!o.task.empty()) {
-    if (!o.lags.empty()) {
-      o.task_opt.lags.clear();
-      std::stringstream ss(o.lags);
-      for (std::string x; std::getline(ss, x, ',');) o.task_opt.lags.push_back(std::stoi(x));
-    }
+    if (!o.lags.empty()) o.task_opt.lags = parse_int_list(o.lags, "--task-lags", 1, 1 << 20);
+    const TaskSpec& spec = task(o.task);
     data = make_task(o.task, o.task_opt);
-    if (o.task_val_N > 0) {  // a validation set: the held-out split (chars) or fresh draws (another seed)
-      TaskOptions v = o.task_opt;
-      v.N = o.task_val_N, v.validation = true, v.seed = o.task_opt.seed + 1000003;
-      val = make_task(o.task, v);
-    }
-    if (o.loss.empty()) o.loss = task_loss(o.task);
+    if (o.task_val_N > 0) val = make_task(o.task, validation_options(o.task_opt, o.task_val_N));
+    if (o.loss.empty()) o.loss = spec.loss == Loss::mse ? "mse" : "ce";
     if (o.arch.empty() && o.init_model.empty()) {
-      if (o.readout == 0) o.readout = task_outputs(o.task, o.task_opt);
-      if (o.vocab == 0) o.vocab = task_vocab(o.task, o.task_opt);
-      if (o.d == 0) o.d = task_dim(o.task, o.task_opt);
+      const TaskShape shape = spec.shape(o.task_opt);
+      if (o.readout == 0) o.readout = shape.outputs;
+      if (o.vocab == 0) o.vocab = shape.vocab;
+      if (o.d == 0) o.d = shape.d;
     }
   } else {
     data = read_dataset(o.data);
@@ -142,9 +137,7 @@ void add_train_commands(CLI::App& app, Commands& commands) {
   auto o = std::make_shared<TrainOpts>();
   auto* t = app.add_subcommand("train", "Train a network (AdamW, hand-written backward) on JSONL data or a built-in task");
   t->add_option("--data", o->data, "Training data (JSONL with labels \"y\", optional \"mask\")");
-  std::string names;
-  for (const auto& n : task_names()) names += (names.empty() ? "" : ", ") + n;
-  t->add_option("--task", o->task, "Built-in task: " + names + " (docs/training.md)");
+  t->add_option("--task", o->task, "Built-in task: " + task_names() + " (docs/training.md)");
   t->add_option("--task-N", o->task_opt.N, "Task: sequences")->capture_default_str();
   t->add_option("--task-n", o->task_opt.n, "Task: sequence length")->capture_default_str();
   t->add_option("--task-d", o->task_opt.d, "Tasks memorize, random-labels, complex-readout, kernel-*: token dimension")->capture_default_str();

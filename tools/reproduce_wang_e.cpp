@@ -63,7 +63,7 @@ json train_lm(const json& cell, const ReproduceContext& c, const std::vector<Lay
   t.task = "chars";
   t.data.corpus = c.corpus, t.data.n = s.n, t.data.N = c.pick(64, 8000, 20000), t.data.seed = cell["seed"].get<int>();
   t.val_N = c.pick(16, 256, 1024);
-  t.arch.vocab = task_outputs("chars", t.data), t.arch.readout = t.arch.vocab, t.arch.d = s.d;
+  t.arch.vocab = task("chars").shape(t.data).outputs, t.arch.readout = t.arch.vocab, t.arch.d = s.d;
   t.arch.max_len = positional ? s.n : 0;
   t.arch.layers = layers;
   t.cfg = config(c, 3e-3, Loss::cross_entropy, t.data.seed);
@@ -108,7 +108,7 @@ Experiment table_1a() {
       t.task = cell["task"];
       t.data.lags = {1, 3, 7}, t.data.n = c.pick(16, 32, 64), t.data.N = c.pick(128, 4000, 8000), t.data.seed = cell["seed"].get<int>();
       t.val_N = c.pick(32, 512, 1024);
-      t.arch.vocab = task_vocab(t.task, t.data), t.arch.readout = 2, t.arch.d = s.d, t.arch.max_len = t.data.n;
+      t.arch.vocab = task(t.task).shape(t.data).vocab, t.arch.readout = 2, t.arch.d = s.d, t.arch.max_len = t.data.n;
       t.arch.layers = layers;
       t.cfg = config(c, 3e-3, Loss::cross_entropy, t.data.seed);
       t.init_seed = t.data.seed;
@@ -209,9 +209,9 @@ Experiment hm_grid(const GridSpec& spec) {
     t.data.boolean = "majority", t.data.omega = spec.omega, t.data.d = 8;
     t.val_N = c.pick(64, 512, 1024);
     const bool dp = cell.value("dp", false);
-    const Loss loss = task_loss(spec.task) == "ce" ? Loss::cross_entropy : Loss::mse;
-    t.arch.vocab = task_vocab(spec.task, t.data), t.arch.d = t.arch.vocab > 0 ? 16 : task_dim(spec.task, t.data);
-    t.arch.readout = task_outputs(spec.task, t.data);
+    const Loss loss = task(spec.task).loss;
+    t.arch.vocab = task(spec.task).shape(t.data).vocab, t.arch.d = t.arch.vocab > 0 ? 16 : task(spec.task).shape(t.data).d;
+    t.arch.readout = task(spec.task).shape(t.data).outputs;
     t.arch.layers = {attention(cell["H"], 4, !dp, Rpe::lin), feedforward(cell["m"])};
     t.cfg = config(c, 3e-3, loss, t.data.seed);
     t.init_seed = t.data.seed;
@@ -219,7 +219,7 @@ Experiment hm_grid(const GridSpec& spec) {
     return train_task(t);
   };
   e.report = [spec](const std::vector<json>& lines, const Outputs& out, const ReproduceContext&) {
-    const bool ce = task_loss(spec.task) == "ce";
+    const bool ce = task(spec.task).loss == Loss::cross_entropy;
     auto row = [spec](const json& c) { return (spec.with_dp ? std::string(c["dp"].get<bool>() ? "DP, " : "DP-free, ") : std::string()) + "H=" + str(c["H"]); };
     auto value = [ce](const json& r) { return r[ce ? "val_loss" : "val_nmse"].get<double>(); };
     Grouped g = group(lines, row, [](const json& c) { return "m=" + str(c["m"]); }, value);

@@ -31,21 +31,19 @@ double Rng::gauss() {
 
 void init_random(Network<double>& net, std::uint64_t seed, double gain) {
   Rng rng(seed);
-  net.for_each_tensor([&](const std::string& name, Mat<double>& m, Layout layout) {
+  net.for_each_tensor([&](const std::string&, Mat<double>& m, Layout, Role role) {
     auto fill = [&](double a, double b) { m = m.unaryExpr([&](double) { return rng.uniform(a, b); }); };
-    auto ends_with = [&](const char* s) {
-      std::string suf(s);
-      return name.size() >= suf.size() && name.compare(name.size() - suf.size(), suf.size(), suf) == 0;
-    };
-    const bool norm = name.find("norm.") != std::string::npos ||
-                      (layout == Layout::Vector && name.rfind("layers.", 0) == 0 &&
-                       net.layers[std::stoul(name.substr(7))].spec.kind == LayerKind::layernorm);
-    if (norm) fill(ends_with("weight") ? 0.9 : -0.1, ends_with("weight") ? 1.1 : 0.1);
-    else if (ends_with("rpe.p")) fill(0.0, 1.0);
-    else if (ends_with("rpe.table") || name == "embed.weight") fill(-1.0, 1.0);
-    else if (name == "pe.weight") fill(-0.5, 0.5);
-    else if (layout == Layout::Vector) fill(-0.1, 0.1);
-    else fill(-gain / std::sqrt(double(m.cols())), gain / std::sqrt(double(m.cols())));
+    const double fan_in = gain / std::sqrt(static_cast<double>(m.cols()));
+    switch (role) {
+      case Role::norm_gain: fill(0.9, 1.1); break;
+      case Role::norm_bias: fill(-0.1, 0.1); break;
+      case Role::rpe_slope: fill(0.0, 1.0); break;
+      case Role::rpe_table:
+      case Role::embedding: fill(-1.0, 1.0); break;
+      case Role::position: fill(-0.5, 0.5); break;
+      case Role::bias: fill(-0.1, 0.1); break;
+      case Role::weight: fill(-fan_in, fan_in); break;
+    }
   });
 }
 

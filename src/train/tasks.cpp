@@ -208,54 +208,52 @@ Dataset kernel(const TaskOptions& o, bool heavy) {
   return ds;
 }
 
+int alphabet_size(const TaskOptions& o) { return static_cast<int>(corpus_alphabet(corpus_text(o.corpus)).size()); }
+
 }  // namespace
 
-const std::vector<std::string>& task_names() {
-  static const std::vector<std::string> names = {"memorize",     "random-labels", "sparse-boolean", "complex-readout",
-                                                 "adaptive-1",   "adaptive-2",    "kernel-heavy",   "kernel-light",
-                                                 "chars"};
+// The one registry of tasks: name, loss, generator and shapes side by side.
+const std::vector<TaskSpec>& tasks() {
+  using O = const TaskOptions&;
+  static const std::vector<TaskSpec> table = {
+      {"memorize", Loss::cross_entropy, [](O o) { return kajitsuka::demo_dataset(o.N, o.n, o.d, o.V, o.seed); },
+       [](O o) { return TaskShape{0, o.d, 3}; }},
+      {"random-labels", Loss::cross_entropy, random_labels, [](O o) { return TaskShape{0, o.d, o.classes}; }},
+      {"sparse-boolean", Loss::cross_entropy, sparse_boolean, [](O) { return TaskShape{2, 0, 2}; }},
+      {"complex-readout", Loss::mse, complex_readout, [](O o) { return TaskShape{0, o.d, 1}; }},
+      {"adaptive-1", Loss::cross_entropy, [](O o) { return adaptive(o, false); },
+       [](O o) { return TaskShape{2 * static_cast<int>(o.lags.size()), 0, 2}; }},
+      {"adaptive-2", Loss::cross_entropy, [](O o) { return adaptive(o, true); },
+       [](O o) { return TaskShape{2 * static_cast<int>(o.lags.size()), 0, 2}; }},
+      {"kernel-heavy", Loss::mse, [](O o) { return kernel(o, true); }, [](O o) { return TaskShape{0, o.d, 1}; }},
+      {"kernel-light", Loss::mse, [](O o) { return kernel(o, false); }, [](O o) { return TaskShape{0, o.d, 1}; }},
+      {"chars", Loss::cross_entropy, chars, [](O o) { return TaskShape{alphabet_size(o), 0, alphabet_size(o)}; }},
+  };
+  return table;
+}
+
+std::string task_names() {
+  std::string names;
+  for (const TaskSpec& t : tasks()) names += (names.empty() ? "" : ", ") + std::string(t.name);
   return names;
 }
 
+const TaskSpec& task(const std::string& name) {
+  for (const TaskSpec& t : tasks())
+    if (name == t.name) return t;
+  throw Error("unknown task \"" + name + "\" (" + task_names() + ")");
+}
+
 Dataset make_task(const std::string& name, const TaskOptions& o) {
+  const TaskSpec& t = task(name);
   if (o.N < 1 || o.n < 1) throw Error("tasks need N >= 1 and n >= 1");
-  if (name == "memorize") return kajitsuka::demo_dataset(o.N, o.n, o.d, o.V, o.seed);
-  if (name == "random-labels") return random_labels(o);
-  if (name == "sparse-boolean") return sparse_boolean(o);
-  if (name == "complex-readout") return complex_readout(o);
-  if (name == "adaptive-1") return adaptive(o, false);
-  if (name == "adaptive-2") return adaptive(o, true);
-  if (name == "kernel-heavy") return kernel(o, true);
-  if (name == "kernel-light") return kernel(o, false);
-  if (name == "chars") return chars(o);
-  std::string known;
-  for (const auto& t : task_names()) known += (known.empty() ? "" : ", ") + t;
-  throw Error("unknown task \"" + name + "\" (" + known + ")");
+  return t.generate(o);
 }
 
-std::string task_loss(const std::string& name) {
-  return name == "complex-readout" || name.rfind("kernel", 0) == 0 ? "mse" : "ce";
-}
-
-int task_outputs(const std::string& name, const TaskOptions& o) {
-  if (name == "memorize") return 3;
-  if (name == "random-labels") return o.classes;
-  if (name == "sparse-boolean" || name.rfind("adaptive", 0) == 0) return 2;
-  if (name == "chars") return static_cast<int>(corpus_alphabet(corpus_text(o.corpus)).size());
-  return 1;
-}
-
-int task_vocab(const std::string& name, const TaskOptions& o) {
-  if (name == "sparse-boolean") return 2;
-  if (name.rfind("adaptive", 0) == 0) return 2 * static_cast<int>(o.lags.size());
-  if (name == "chars") return task_outputs(name, o);
-  return 0;
-}
-
-int task_dim(const std::string& name, const TaskOptions& o) {
-  if (name == "memorize" || name == "random-labels") return o.d;
-  if (name == "complex-readout" || name.rfind("kernel", 0) == 0) return o.d;
-  return 0;
+TaskOptions validation_options(const TaskOptions& o, int N) {
+  TaskOptions v = o;
+  v.N = N, v.validation = true, v.seed = o.seed + 1000003;
+  return v;
 }
 
 std::string corpus_alphabet(const std::string& text) {

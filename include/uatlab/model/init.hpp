@@ -1,4 +1,5 @@
-// Seeded random weights, identical on every platform (own mapping from a 64-bit Mersenne twister).
+// Seeded random weights, identical on every platform (xoshiro256** seeded by splitmix64, own
+// mappings to uniform and Gaussian draws).
 #pragma once
 
 #include <cstdint>
@@ -7,7 +8,8 @@
 
 namespace uatlab {
 
-// Linear weights U(±gain/√fan_in); biases U(±0.1); layer-norm γ = 1 + U(±0.1), β = U(±0.1);
+// By parameter role (Role): linear weights U(±gain/√fan_in); biases U(±0.1); layer-norm
+// γ = 1 + U(±0.1), β = U(±0.1);
 // lin/log slopes p_h U(0, 1); T5 tables U(±1); embeddings U(±1); positional tables U(±0.5).
 void init_random(Network<double>& net, std::uint64_t seed, double gain = 1.0);
 

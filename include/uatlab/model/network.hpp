@@ -9,6 +9,7 @@
 #pragma once
 
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "uatlab/model/architecture.hpp"
@@ -21,6 +22,10 @@ namespace uatlab {
 //   Matrix      r×c  ↔ (r, c), element (i, j) ↔ [i][j]    (nn.Linear weights: the paper's W)
 //   TokenMajor  d×L  ↔ (L, d), column j ↔ row j            (embedding, positional table)
 enum class Layout { Vector, Matrix, TokenMajor };
+
+// What a parameter is, whatever its name: initialisation (init_random) and any other rule that
+// depends on the kind of tensor read this, never the name.
+enum class Role { embedding, position, weight, bias, norm_gain, norm_bias, rpe_slope, rpe_table };
 
 template <class S> struct Layer {
   LayerSpec spec;
@@ -47,7 +52,8 @@ template <class S> struct Network {
   // an MpfrPrecision first: constants are rounded/enclosed at the working precision.
   explicit Network(Architecture a);
 
-  // Visit every parameter as f(name, matrix, layout), in a fixed order (docs/formats.md).
+  // Visit every parameter as f(name, matrix, layout) or f(name, matrix, layout, role), in a fixed
+  // order (docs/formats.md).
   template <class F> void for_each_tensor(F&& f) { visit(*this, f); }
   template <class F> void for_each_tensor(F&& f) const { visit(*this, f); }
   std::size_t parameter_count() const;
@@ -93,47 +99,57 @@ template <class T, class S> Network<T> network_cast(const Network<S>& src) {
 
 // ---------------------------------------------------------------------------------------------
 template <class S> template <class Self, class F> void Network<S>::visit(Self& net, F& f) {
+  auto call = [&f](const std::string& name, auto& m, Layout layout, Role role) {
+    if constexpr (std::is_invocable_v<F&, const std::string&, decltype(m), Layout, Role>) f(name, m, layout, role);
+    else f(name, m, layout);
+  };
   const Architecture& a = net.arch;
-  if (a.vocab > 0) f("embed.weight", net.embed, Layout::TokenMajor);
-  if (a.max_len > 0) f("pe.weight", net.pe, Layout::TokenMajor);
+  if (a.vocab > 0) call("embed.weight", net.embed, Layout::TokenMajor, Role::embedding);
+  if (a.max_len > 0) call("pe.weight", net.pe, Layout::TokenMajor, Role::position);
   for (std::size_t i = 0; i < net.layers.size(); ++i) {
     auto& l = net.layers[i];
     const LayerSpec& s = l.spec;
     const std::string p = "layers." + std::to_string(i) + ".";
-    if (s.pre_norm) f(p + "norm.weight", l.norm_w, Layout::Vector), f(p + "norm.bias", l.norm_b, Layout::Vector);
+    if (s.pre_norm) {
+      call(p + "norm.weight", l.norm_w, Layout::Vector, Role::norm_gain);
+      call(p + "norm.bias", l.norm_b, Layout::Vector, Role::norm_bias);
+    }
     switch (s.kind) {
       case LayerKind::attention:
         if (s.tied_qkv) {
-          f(p + "qkv.weight", l.wq, Layout::Matrix);
-          if (s.bias) f(p + "qkv.bias", l.bq, Layout::Vector);
+          call(p + "qkv.weight", l.wq, Layout::Matrix, Role::weight);
+          if (s.bias) call(p + "qkv.bias", l.bq, Layout::Vector, Role::bias);
         } else {
-          f(p + "q.weight", l.wq, Layout::Matrix);
-          f(p + "k.weight", l.wk, Layout::Matrix);
-          f(p + "v.weight", l.wv, Layout::Matrix);
+          call(p + "q.weight", l.wq, Layout::Matrix, Role::weight);
+          call(p + "k.weight", l.wk, Layout::Matrix, Role::weight);
+          call(p + "v.weight", l.wv, Layout::Matrix, Role::weight);
           if (s.bias) {
-            f(p + "q.bias", l.bq, Layout::Vector);
-            f(p + "k.bias", l.bk, Layout::Vector);
-            f(p + "v.bias", l.bv, Layout::Vector);
+            call(p + "q.bias", l.bq, Layout::Vector, Role::bias);
+            call(p + "k.bias", l.bk, Layout::Vector, Role::bias);
+            call(p + "v.bias", l.bv, Layout::Vector, Role::bias);
           }
         }
-        f(p + "o.weight", l.wo, Layout::Matrix);
-        if (s.bias) f(p + "o.bias", l.bo, Layout::Vector);
-        if (s.rpe == Rpe::lin || s.rpe == Rpe::log) f(p + "rpe.p", l.rpe, Layout::Vector);
-        if (s.rpe == Rpe::t5) f(p + "rpe.table", l.rpe, Layout::Matrix);
+        call(p + "o.weight", l.wo, Layout::Matrix, Role::weight);
+        if (s.bias) call(p + "o.bias", l.bo, Layout::Vector, Role::bias);
+        if (s.rpe == Rpe::lin || s.rpe == Rpe::log) call(p + "rpe.p", l.rpe, Layout::Vector, Role::rpe_slope);
+        if (s.rpe == Rpe::t5) call(p + "rpe.table", l.rpe, Layout::Matrix, Role::rpe_table);
         break;
       case LayerKind::feedforward:
-        f(p + "fc1.weight", l.w1, Layout::Matrix);
-        f(p + "fc1.bias", l.b1, Layout::Vector);
-        f(p + "fc2.weight", l.w2, Layout::Matrix);
-        f(p + "fc2.bias", l.b2, Layout::Vector);
+        call(p + "fc1.weight", l.w1, Layout::Matrix, Role::weight);
+        call(p + "fc1.bias", l.b1, Layout::Vector, Role::bias);
+        call(p + "fc2.weight", l.w2, Layout::Matrix, Role::weight);
+        call(p + "fc2.bias", l.b2, Layout::Vector, Role::bias);
         break;
       case LayerKind::layernorm:
-        f(p + "weight", l.norm_w, Layout::Vector);
-        f(p + "bias", l.norm_b, Layout::Vector);
+        call(p + "weight", l.norm_w, Layout::Vector, Role::norm_gain);
+        call(p + "bias", l.norm_b, Layout::Vector, Role::norm_bias);
         break;
     }
   }
-  if (a.readout > 0) f("readout.weight", net.readout_w, Layout::Matrix), f("readout.bias", net.readout_b, Layout::Vector);
+  if (a.readout > 0) {
+    call("readout.weight", net.readout_w, Layout::Matrix, Role::weight);
+    call("readout.bias", net.readout_b, Layout::Vector, Role::bias);
+  }
 }
 
 // Tensor shape as PyTorch sees it.

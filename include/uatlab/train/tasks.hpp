@@ -1,4 +1,4 @@
-// Built-in, seeded task generators for `uatlab train --task NAME` (recipes: ../shared/theory/).
+// Built-in, seeded task generators for `uatlab train --task NAME` (recipes: docs/training.md).
 //   memorize          Kajitsuka & Sato's family: N sequences of n distinct random tokens from |V| in R^d,
 //                     3 classes, a function of (token, vocabulary set); loss ce, readout 3
 //   random-labels     Mahdavi et al.'s: N sequences of n Gaussian tokens N(0, I/d) in R^d, a uniformly
@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "uatlab/io/dataset.hpp"
+#include "uatlab/train/backward.hpp"
 
 namespace uatlab {
 
@@ -42,17 +43,27 @@ struct TaskOptions {
   std::uint64_t seed = 1;
 };
 
-// The tasks make_task knows.
-const std::vector<std::string>& task_names();
+// A task's shapes: token ids (vocab > 0) or continuous tokens in R^d, and the readout size.
+struct TaskShape {
+  int vocab = 0, d = 0, outputs = 0;
+};
 
+// One row of the task table (ggml's op-table pattern): a new task is one row in tasks.cpp.
+struct TaskSpec {
+  const char* name;
+  Loss loss;
+  Dataset (*generate)(const TaskOptions&);
+  TaskShape (*shape)(const TaskOptions&);
+};
+const std::vector<TaskSpec>& tasks();
+const TaskSpec& task(const std::string& name);  // throws Error listing the known names
+std::string task_names();                       // "memorize, random-labels, ..."
+
+// The task's data (N, n >= 1 checked first).
 Dataset make_task(const std::string& name, const TaskOptions& o);
-// The loss and output size a task is trained with.
-std::string task_loss(const std::string& name);
-int task_outputs(const std::string& name, const TaskOptions& o);
-// Token-id tasks: the vocabulary size (0 for continuous input).
-int task_vocab(const std::string& name, const TaskOptions& o);
-// Continuous tasks: the token dimension (0 for token ids).
-int task_dim(const std::string& name, const TaskOptions& o);
+// The options of a task's validation set of N sequences: the held-out split (chars) or fresh
+// draws under another seed (the training seed + 1000003), the one rule for every caller.
+TaskOptions validation_options(const TaskOptions& o, int N);
 // The distinct characters of a corpus, sorted (the chars task's vocabulary).
 std::string corpus_alphabet(const std::string& text);
 
