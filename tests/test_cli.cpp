@@ -202,7 +202,8 @@ TEST(Cli, PolynomialProvesExactnessAndRejectsBadInput) {
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.out.find("unknown variable \"y\""), std::string::npos) << r.out;
   EXPECT_FALSE(fs::exists(d + "poly_bad.json"));
-  r = run("polynomial --fit \"sin(x1)\" --vars x1 --degree 3");
+  r = run("fang-fit \"sin(x1)\" --vars x1 --degree 3 --samples 200 --test 100");
   EXPECT_EQ(r.code, 0) << r.out;
-  EXPECT_EQ(run("polynomial --fit \"sin(\" --vars x1 --degree 3").code, 1);
+  EXPECT_EQ(run("fang-fit \"sin(\" --vars x1 --degree 3").code, 1);
+  EXPECT_EQ(run("fang-regression \"x1^2\" --vars x1 --sizes 20,x").code, 1);
 }

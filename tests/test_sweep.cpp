@@ -10,7 +10,7 @@
 #include "uatlab/io/report.hpp"
 #include "uatlab/model/scalar.hpp"
 #include "uatlab/model/init.hpp"
-#include "uatlab/train/sweep.hpp"
+#include "uatlab/experiment/sweep.hpp"
 #include "uatlab/train/tasks.hpp"
 #include "uatlab/train/trainer.hpp"
 

@@ -1,68 +1,29 @@
-// uatlab polynomial: Fang et al.'s zero-error polynomial blocks, proven exact in rationals;
-// --fit (universality: least-squares readout on a continuous function) and --regression (noisy
-// polynomial targets: no approximation-error floor).
-#include <Eigen/QR>
-#include <cmath>
+// uatlab polynomial | fang-fit | fang-regression: Fang et al.'s zero-error polynomial blocks
+// (construct/fang.hpp) and their two experiments (experiment/fang.hpp).
 #include <cstdio>
-#include <fstream>
-#include <iostream>
 #include <memory>
-#include <muParser.h>
-#include <sstream>
 
 #include "commands.hpp"
 #include "uatlab/construct/fang.hpp"
+#include "uatlab/experiment/fang.hpp"
+#include "uatlab/io/lists.hpp"
 #include "uatlab/io/model_file.hpp"
-#include "uatlab/model/init.hpp"
 
 namespace uatlab::cli {
 
 using nlohmann::json;
+namespace ex = uatlab::experiment;
 
 namespace {
 
-struct Opts {
-  std::string expr, vars = "x1", variant = "single-head", out, report, fit, regression, csv, sizes = "20,50,100,200,500,1000,2000";
-  std::string box = "1";
-  int degree = 0, samples = 2000, test = 2000, repeats = 20;
-  double noise = 0.1;
+struct PolynomialOpts {
+  std::string expr, vars = "x1", box = "1", variant = "single-head", out, report;
+  int degree = 0;
   std::uint64_t seed = 1;
 };
 
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> v;
-  std::stringstream ss(s);
-  for (std::string x; std::getline(ss, x, ',');)
-    if (!x.empty()) v.push_back(x);
-  return v;
-}
-
-// A seeded sample of the box; each point's pooled features (plus 1 for the bias).
-struct Design {
-  Mat<double> phi;  // m × (D + 1)
-  std::vector<std::vector<double>> x;
-};
-Design design(const fang::Layout& L, const Network<double>& features_net, double B, int m, Rng& rng) {
-  Design ds;
-  ds.phi.resize(m, L.D + 1);
-  for (int r = 0; r < m; ++r) {
-    std::vector<double> x(L.d);
-    for (auto& xi : x) xi = rng.uniform(-B, B);
-    ds.phi.row(r).head(L.D) = fang::features(features_net, L, x).transpose();
-    ds.phi(r, L.D) = 1;
-    ds.x.push_back(x);
-  }
-  return ds;
-}
-
-Network<double> feature_network(int d, int N, const Rational& B) {
-  Network<double> f = network_cast<double>(fang::build(d, N, B, fang::Variant::single_head));
-  f.arch.readout = 0;  // the pooled residual itself
-  return f;
-}
-
-int cmd_construct(const Opts& o) {
-  const auto vars = split(o.vars);
+int cmd_polynomial(const PolynomialOpts& o) {
+  const auto vars = parse_list(o.vars, "--vars");
   const Rational B = parse_rational(o.box);
   const fang::Polynomial p = fang::parse_polynomial(o.expr, vars);
   const int N = o.degree > 0 ? o.degree : std::max(1, fang::degree(p));
@@ -77,133 +38,113 @@ int cmd_construct(const Opts& o) {
   std::printf("            fixed block parameters %zu; readout (the only polynomial-dependent part) %d + 1\n",
               net.parameter_count() - static_cast<std::size_t>(L.D + 1), L.D);
   if (v == fang::Variant::single_head)
-    std::printf("gates       %s on the box [-%s, %s]^%d (largest |z|/C_b = %s)\n", pr.gates ? "proven in their linear regime" : "NOT proven",
-                o.box.c_str(), o.box.c_str(), L.d, pr.worst_gate_ratio.str().c_str());
-  std::printf("grid        network == polynomial exactly at all %zu points of the (N+1)^d grid: %s\n", pr.grid_points, pr.grid ? "yes" : "NO");
+    std::printf("gates       %s on the box [-%s, %s]^%d (largest |z|/C_b = %s)\n",
+                pr.gates ? "proven in their linear regime" : "NOT proven", o.box.c_str(), o.box.c_str(), L.d,
+                pr.worst_gate_ratio.str().c_str());
+  std::printf("grid        network == polynomial exactly at all %zu points of the (N+1)^d grid: %s\n", pr.grid_points,
+              pr.grid ? "yes" : "NO");
   std::printf("random      and at %zu random rational points: %s\n", pr.random_points, pr.random ? "yes" : "NO");
   std::printf("verdict     %s\n", pr.exact() ? "EXACT: zero error on the whole box, proven in GMP rationals" : "not proven exact");
   if (!o.out.empty()) save_network(net, o.out, "F64", "rational");
   if (!o.report.empty())
-    write_output(o.report, json({{"polynomial", fang::to_string(p, vars)}, {"blocks", N}, {"D", L.D}, {"variant", o.variant},
-                                 {"gates", pr.gates}, {"worst_gate_ratio", pr.worst_gate_ratio.str()}, {"grid_points", pr.grid_points},
-                                 {"grid", pr.grid}, {"random_points", pr.random_points}, {"random", pr.random}, {"exact", pr.exact()},
+    write_output(o.report, json({{"polynomial", fang::to_string(p, vars)},
+                                 {"blocks", N},
+                                 {"D", L.D},
+                                 {"variant", o.variant},
+                                 {"gates", pr.gates},
+                                 {"worst_gate_ratio", pr.worst_gate_ratio.str()},
+                                 {"grid_points", pr.grid_points},
+                                 {"grid", pr.grid},
+                                 {"random_points", pr.random_points},
+                                 {"random", pr.random},
+                                 {"exact", pr.exact()},
                                  {"parameters", net.parameter_count()}})
-                               .dump(1) + "\n");
+                                   .dump(1) +
+                               "\n");
   return pr.exact() ? 0 : 1;
 }
 
-int cmd_fit(const Opts& o) {
-  const auto vars = split(o.vars);
-  const int d = static_cast<int>(vars.size());
-  const double B = Scalar<Rational>::to_double(parse_rational(o.box));
-  if (o.degree < 1) throw Error("--fit needs --degree K (the largest number of blocks)");
-  std::vector<double> xs(d);
-  mu::Parser f;
-  try {
-    for (int i = 0; i < d; ++i) f.DefineVar(vars[i], &xs[i]);
-    f.SetExpr(o.fit);
-    f.Eval();
-  } catch (mu::Parser::exception_type& e) {
-    throw Error("function \"" + o.fit + "\": " + e.GetMsg());
-  }
-  auto target = [&](const std::vector<double>& x) {
-    for (int i = 0; i < d; ++i) xs[i] = x[i];
-    const double y = f.Eval();
-    if (!std::isfinite(y)) throw Error("function \"" + o.fit + "\" is not finite on the box");
-    return y;
-  };
-  std::string csv = "degree,readout_parameters,train_rmse,test_rmse,test_max_error\n";
+struct FitOpts {
+  ex::FitOptions fit;
+  std::string vars = "x1,x2", csv;
+  int degree = 8;
+};
+
+int cmd_fit(FitOpts& o) {
+  o.fit.vars = parse_list(o.vars, "--vars");
+  std::vector<json> results;
   std::printf("| degree | readout parameters | train RMSE | test RMSE | test max error |\n|---|---|---|---|---|\n");
   for (int N = 1; N <= o.degree; ++N) {
-    const fang::Layout L = fang::layout(d, N);
-    const Network<double> net = feature_network(d, N, parse_rational(o.box));
-    Rng rng(o.seed);
-    Design tr = design(L, net, B, o.samples, rng), te = design(L, net, B, o.test, rng);
-    Vec<double> y(o.samples), yt(o.test);
-    for (int r = 0; r < o.samples; ++r) y(r) = target(tr.x[r]);
-    for (int r = 0; r < o.test; ++r) yt(r) = target(te.x[r]);
-    const Vec<double> w = tr.phi.completeOrthogonalDecomposition().solve(y);  // minimum-norm least squares
-    const double train = std::sqrt((tr.phi * w - y).squaredNorm() / o.samples);
-    const Vec<double> e = te.phi * w - yt;
-    const double test = std::sqrt(e.squaredNorm() / o.test), mx = e.cwiseAbs().maxCoeff();
-    char line[256];
-    std::snprintf(line, sizeof line, "%d,%d,%.6g,%.6g,%.6g\n", N, L.D + 1, train, test, mx);
-    csv += line;
-    std::printf("| %d | %d | %.3g | %.3g | %.3g |\n", N, L.D + 1, train, test, mx);
+    const json r = ex::fit_degree(o.fit, N);
+    std::printf("| %d | %d | %.3g | %.3g | %.3g |\n", N, r["readout_parameters"].get<int>(), r["train_rmse"].get<double>(),
+                r["test_rmse"].get<double>(), r["test_max_error"].get<double>());
+    results.push_back(r);
   }
-  if (!o.csv.empty()) write_output(o.csv, csv);
+  if (!o.csv.empty()) write_output(o.csv, ex::fit_csv(results));
   return 0;
 }
 
-int cmd_regression(const Opts& o) {
-  const auto vars = split(o.vars);
-  const int d = static_cast<int>(vars.size());
-  const fang::Polynomial p = fang::parse_polynomial(o.regression, vars);
-  const int N = fang::degree(p);
-  if (N < 2) throw Error("--regression needs a polynomial of degree >= 2 (to compare N and N-1 blocks)");
-  const double B = Scalar<Rational>::to_double(parse_rational(o.box));
-  auto clean = [&](const std::vector<double>& x) {
-    std::vector<Rational> q;
-    for (double v : x) q.push_back(rational_of(v));
-    return Scalar<Rational>::to_double(fang::evaluate(p, q));
-  };
-  long monomials = 1;  // C(N + d, d)
-  for (int k = 1; k <= d; ++k) monomials = monomials * (N + k) / k;
-  std::string csv = "samples,blocks,test_mse,reference_sigma2_p_over_m\n";
-  std::printf("| m | test MSE, %d blocks | test MSE, %d blocks | sigma^2 p/m (p = %ld) |\n|---|---|---|---|\n", N, N - 1, monomials);
-  for (const std::string& ms : split(o.sizes)) {
-    const int m = std::stoi(ms);
-    double mse[2] = {0, 0};
-    for (int blocks : {N, N - 1}) {
-      const fang::Layout L = fang::layout(d, blocks);
-      const Network<double> net = feature_network(d, blocks, parse_rational(o.box));
-      Rng rng(o.seed * 7919 + static_cast<std::uint64_t>(m));
-      for (int rep = 0; rep < o.repeats; ++rep) {
-        Design tr = design(L, net, B, m, rng), te = design(L, net, B, 500, rng);
-        Vec<double> y(m), yt(500);
-        for (int r = 0; r < m; ++r) y(r) = clean(tr.x[r]) + o.noise * rng.gauss();
-        for (int r = 0; r < 500; ++r) yt(r) = clean(te.x[r]);
-        const Vec<double> w = tr.phi.completeOrthogonalDecomposition().solve(y);
-        mse[blocks == N ? 0 : 1] += (te.phi * w - yt).squaredNorm() / 500 / o.repeats;
-      }
-    }
-    const double ref = o.noise * o.noise * static_cast<double>(monomials) / m;
-    char line[256];
-    std::snprintf(line, sizeof line, "%d,%d,%.6g,%.6g\n%d,%d,%.6g,%.6g\n", m, N, mse[0], ref, m, N - 1, mse[1], ref);
-    csv += line;
-    std::printf("| %d | %.3g | %.3g | %.3g |\n", m, mse[0], mse[1], ref);
+struct RegressionOpts {
+  ex::RegressionOptions reg;
+  std::string vars = "x1,x2", csv, sizes = "20,50,100,200,500,1000,2000";
+};
+
+int cmd_regression(RegressionOpts& o) {
+  o.reg.vars = parse_list(o.vars, "--vars");
+  const int N = ex::regression_degree(o.reg);
+  const std::vector<int> sizes = parse_int_list(o.sizes, "--sizes", 2, 1 << 20);
+  std::vector<json> results;
+  std::printf("| m | test MSE, %d blocks | test MSE, %d blocks | sigma^2 p/m |\n|---|---|---|---|\n", N, N - 1);
+  for (int m : sizes) {
+    const json a = ex::regression_point(o.reg, m, N), b = ex::regression_point(o.reg, m, N - 1);
+    std::printf("| %d | %.3g | %.3g | %.3g |\n", m, a["test_mse"].get<double>(), b["test_mse"].get<double>(),
+                a["reference_sigma2_p_over_m"].get<double>());
+    results.push_back(a);
+    results.push_back(b);
   }
-  if (!o.csv.empty()) write_output(o.csv, csv);
+  if (!o.csv.empty()) write_output(o.csv, ex::regression_csv(results));
   return 0;
 }
 
 }  // namespace
 
 void add_fang_commands(CLI::App& app, Commands& commands) {
-  auto o = std::make_shared<Opts>();
+  auto o = std::make_shared<PolynomialOpts>();
   auto* c = app.add_subcommand("polynomial", "Fang et al.: compile a polynomial into attention blocks, proven exact in rationals");
-  c->add_option("expr", o->expr, "The polynomial, e.g. \"3*x1^2*x2 - x2/7 + 1/2\"");
+  c->add_option("expr", o->expr, "The polynomial, e.g. \"3*x1^2*x2 - x2/7 + 1/2\"")->required();
   c->add_option("--vars", o->vars, "Variables, comma separated")->capture_default_str();
   c->add_option("--box", o->box, "Domain [-B, B]^d (B exact)")->capture_default_str();
-  c->add_option("--variant", o->variant, "single-head (gated, the paper's claim) or multi-head (d heads, no gates)")->capture_default_str();
-  c->add_option("--degree", o->degree, "Blocks N (default: the polynomial's degree; with --fit: the largest N)");
+  c->add_option("--variant", o->variant, "single-head (gated, the paper's claim) or multi-head (d heads, no gates)")
+      ->capture_default_str();
+  c->add_option("--degree", o->degree, "Blocks N (default: the polynomial's degree)");
   c->add_option("--out,-o", o->out, "Write the network (lossless .json or safetensors)");
   c->add_option("--report", o->report, "Write the proof as JSON");
-  c->add_option("--fit", o->fit, "Universality: fit the readout to this function (muParser syntax) for N = 1..--degree");
-  c->add_option("--regression", o->regression, "Regression: this polynomial plus noise, test error against sample size");
-  c->add_option("--noise", o->noise, "Regression: label noise sigma")->capture_default_str();
-  c->add_option("--sizes", o->sizes, "Regression: sample sizes")->capture_default_str();
-  c->add_option("--repeats", o->repeats, "Regression: repetitions per size")->capture_default_str();
-  c->add_option("--samples", o->samples, "Fit: training samples")->capture_default_str();
-  c->add_option("--test", o->test, "Fit: test samples")->capture_default_str();
-  c->add_option("--seed", o->seed, "Seed")->capture_default_str();
-  c->add_option("--csv", o->csv, "Write the --fit / --regression table as CSV");
-  commands.push_back({c, [o] {
-                        if (!o->fit.empty()) return cmd_fit(*o);
-                        if (!o->regression.empty()) return cmd_regression(*o);
-                        if (o->expr.empty()) throw Error("give a polynomial, --fit FUNCTION or --regression POLYNOMIAL");
-                        return cmd_construct(*o);
-                      }});
+  c->add_option("--seed", o->seed, "Seed of the random rational points")->capture_default_str();
+  commands.push_back({c, [o] { return cmd_polynomial(*o); }});
+
+  auto f = std::make_shared<FitOpts>();
+  auto* fit = app.add_subcommand("fang-fit", "Fang et al. universality: fit the blocks' readout to a function, error vs blocks N");
+  fit->add_option("function", f->fit.function, "The function (muParser syntax)")->capture_default_str();
+  fit->add_option("--vars", f->vars, "Variables, comma separated")->capture_default_str();
+  fit->add_option("--box", f->fit.box, "Domain [-B, B]^d (B exact)")->capture_default_str();
+  fit->add_option("--degree", f->degree, "The largest number of blocks N")->capture_default_str()->check(CLI::Range(1, 16));
+  fit->add_option("--samples", f->fit.samples, "Training samples")->capture_default_str()->check(CLI::Range(2, 1 << 22));
+  fit->add_option("--test", f->fit.test, "Test samples")->capture_default_str()->check(CLI::Range(1, 1 << 22));
+  fit->add_option("--seed", f->fit.seed, "Seed")->capture_default_str();
+  fit->add_option("--csv", f->csv, "Write the table as CSV");
+  commands.push_back({fit, [f] { return cmd_fit(*f); }});
+
+  auto r = std::make_shared<RegressionOpts>();
+  auto* reg = app.add_subcommand("fang-regression", "Fang et al. regression: a noisy polynomial, test error vs sample size");
+  reg->add_option("polynomial", r->reg.polynomial, "The polynomial (degree >= 2)")->capture_default_str();
+  reg->add_option("--vars", r->vars, "Variables, comma separated")->capture_default_str();
+  reg->add_option("--box", r->reg.box, "Domain [-B, B]^d (B exact)")->capture_default_str();
+  reg->add_option("--noise", r->reg.noise, "Label noise sigma")->capture_default_str()->check(CLI::Range(0.0, 1e6));
+  reg->add_option("--sizes", r->sizes, "Sample sizes m, comma separated")->capture_default_str();
+  reg->add_option("--repeats", r->reg.repeats, "Repetitions per size")->capture_default_str()->check(CLI::Range(1, 100000));
+  reg->add_option("--seed", r->reg.seed, "Seed")->capture_default_str();
+  reg->add_option("--csv", r->csv, "Write the table as CSV");
+  commands.push_back({reg, [r] { return cmd_regression(*r); }});
 }
 
 }  // namespace uatlab::cli

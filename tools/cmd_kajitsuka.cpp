@@ -22,7 +22,19 @@ struct DemoSize {
   int N = 40, n = 4, d = 3, V = 10;
 };
 
-Dataset load_data(const std::string& data, const DemoSize& demo, std::uint64_t seed) {
+struct Opts {
+  std::string data, out, report, mode = "tuned", tolerance = "1e-6";
+  bool tied = false;
+  std::uint64_t seed = 1;
+  unsigned max_bits = 1u << 18;
+  int draws = 200;
+  DemoSize demo;
+};
+
+Dataset load_data(const Opts& o) {
+  const std::string& data = o.data;
+  const DemoSize& demo = o.demo;
+  const std::uint64_t seed = o.seed;
   if (data.empty() || data == "demo") {
     std::printf("data        embedded demo: N = %d sequences of n = %d distinct tokens from |V| = %d in R^%d (seed %llu), 3 classes\n",
                 demo.N, demo.n, demo.V, demo.d, static_cast<unsigned long long>(seed));
@@ -55,31 +67,38 @@ void print_contextual(const ks::Facts& f, const ks::Contextual& c) {
   std::printf("precision   certified with MPFI at %u bits; separation still certified down to %u bits\n", c.bits_used, c.min_bits);
 }
 
-int cmd_contextual(const std::string& data, const std::string& mode, bool tied, std::uint64_t seed, unsigned max_bits,
-                   const std::string& report, const std::string& out, const DemoSize& demo) {
-  const Dataset ds = load_data(data, demo, seed);
-  const ks::Facts f = ks::analyse(ds);
+ks::ContextualOptions contextual_options(const Opts& o) {
   ks::ContextualOptions opt;
-  opt.mode = ks::parse_mode(mode), opt.tied = tied, opt.seed = seed, opt.max_bits = max_bits;
+  opt.mode = ks::parse_mode(o.mode);
+  opt.tied = o.tied;
+  opt.seed = o.seed;
+  opt.max_bits = o.max_bits;
+  return opt;
+}
+
+int cmd_contextual(const Opts& o) {
+  const Dataset ds = load_data(o);
+  const ks::Facts f = ks::analyse(ds);
+  const ks::ContextualOptions opt = contextual_options(o);
   const ks::Contextual c = ks::build_contextual(f, opt);
   print_contextual(f, c);
-  if (!out.empty()) save_network(c.net, out, "F64", "rational");
-  if (!report.empty()) {
+  if (!o.out.empty()) save_network(c.net, o.out, "F64", "rational");
+  if (!o.report.empty()) {
     json r = c.report();
     r["N"] = f.tokens.size(), r["n"] = f.n, r["d"] = f.d, r["V"] = f.vocab.size();
     r["r_min"] = f.r_min, r["r_max"] = f.r_max, r["eps"] = f.eps;
-    write_output(report, r.dump(1) + "\n");
+    write_output(o.report, r.dump(1) + "\n");
   }
   return 0;
 }
 
-int cmd_memorize(const std::string& data, const std::string& out, const std::string& mode, bool tied, std::uint64_t seed,
-                 unsigned max_bits, const std::string& tolerance, const std::string& report, const DemoSize& demo) {
+int cmd_memorize(const Opts& o) {
+  const std::string &out = o.out, &tolerance = o.tolerance, &report = o.report;
   const auto start = std::chrono::steady_clock::now();
-  const Dataset ds = load_data(data, demo, seed);
+  const Dataset ds = load_data(o);
   ks::MemorizeOptions opt;
-  opt.contextual.mode = ks::parse_mode(mode), opt.contextual.tied = tied, opt.contextual.seed = seed;
-  opt.contextual.max_bits = max_bits, opt.tolerance = tolerance;
+  opt.contextual = contextual_options(o);
+  opt.tolerance = tolerance;
   const ks::Memorized m = ks::memorize(ds, opt);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   print_contextual(ks::analyse(ds, true), m.contextual);
@@ -119,29 +138,21 @@ int cmd_memorize(const std::string& data, const std::string& out, const std::str
   return 0;
 }
 
-int cmd_hardmax(int draws, std::uint64_t seed, const std::string& report) {
-  const ks::HardmaxCounterexample h = ks::hardmax_counterexample(draws, seed);
+int cmd_hardmax(const Opts& o) {
+  const ks::HardmaxCounterexample h = ks::hardmax_counterexample(o.draws, o.seed);
   std::printf("Theorem 1: tokens lambda*u, u = (3/5, 4/5); Lambda1 = {1,3,5,7}, Lambda2 = {1,2,6,7}\n");
   std::printf("           same min (1), max (7) and mean (4), different vocabularies\n");
   std::printf("hardmax    %d random one-layer attentions (1-4 heads, head size 1-2, with and without biases), exact rationals:\n", h.draws);
   std::printf("           output for token 1 identical in both sequences in %d of %d draws\n", h.identical, h.draws);
   std::printf("softmax    rank-1 construction (tuned): contexts %s, log10 delta = %s\n",
               h.softmax_separates ? "certified separated" : "NOT separated", h.log10_softmax_gap.c_str());
-  if (!report.empty()) write_output(report, h.report().dump(1) + "\n");
+  if (!o.report.empty()) write_output(o.report, h.report().dump(1) + "\n");
   return h.identical == h.draws && h.softmax_separates ? 0 : 1;
 }
 
 }  // namespace
 
 void add_kajitsuka_commands(CLI::App& app, Commands& commands) {
-  struct Opts {
-    std::string data, out, report, mode = "tuned", tolerance = "1e-6";
-    bool tied = false;
-    std::uint64_t seed = 1;
-    unsigned max_bits = 1u << 18;
-    int draws = 200;
-    DemoSize demo;
-  };
   auto o = std::make_shared<Opts>();
   auto demo_flags = [&](CLI::App* c) {
     c->add_option("--demo-N", o->demo.N, "Embedded demo: number of sequences")->capture_default_str();
@@ -162,21 +173,19 @@ void add_kajitsuka_commands(CLI::App& app, Commands& commands) {
   auto* ctx = app.add_subcommand("contextual", "Kajitsuka & Sato Thm 2: rank-1 attention as a contextual mapping, certified");
   common(ctx);
   ctx->add_option("--out,-o", o->out, "Write the attention layer (lossless .json or safetensors)");
-  commands.push_back({ctx, [o] { return cmd_contextual(o->data, o->mode, o->tied, o->seed, o->max_bits, o->report, o->out, o->demo); }});
+  commands.push_back({ctx, [o] { return cmd_contextual(*o); }});
 
   auto* mem = app.add_subcommand("memorize", "Compile a labelled dataset into a one-layer, one-head, rank-1 Transformer, certified");
   common(mem);
   mem->add_option("--out,-o", o->out, "Lossless model file (.json); F64 .safetensors beside it when float64 works")->required();
   mem->add_option("--tolerance", o->tolerance, "Every output within this of its label")->capture_default_str();
-  commands.push_back({mem, [o] {
-                        return cmd_memorize(o->data, o->out, o->mode, o->tied, o->seed, o->max_bits, o->tolerance, o->report, o->demo);
-                      }});
+  commands.push_back({mem, [o] { return cmd_memorize(*o); }});
 
   auto* hm = app.add_subcommand("hardmax-counterexample", "Kajitsuka & Sato Thm 1: one-layer hardmax attention cannot separate contexts");
   hm->add_option("--draws", o->draws, "Random hardmax layers to try")->capture_default_str();
   hm->add_option("--seed", o->seed, "Seed")->capture_default_str();
   hm->add_option("--report", o->report, "Write the report as JSON");
-  commands.push_back({hm, [o] { return cmd_hardmax(o->draws, o->seed, o->report); }});
+  commands.push_back({hm, [o] { return cmd_hardmax(*o); }});
 
   auto* mk = app.add_subcommand("make-data", "Write the memorization demo dataset family as JSONL (exact numbers)");
   demo_flags(mk);

@@ -3,7 +3,6 @@
 #include <cstdio>
 #include <iostream>
 #include <memory>
-#include <array>
 #include <sstream>
 #include <unistd.h>
 
@@ -22,9 +21,9 @@ using nlohmann::json;
 namespace {
 
 struct TrainOpts {
-  std::string data, val, task, arch, init_model, out, dtype = "float", loss, metrics, checkpoint, resume, config;
-  int d = 0, vocab = 0, max_len = 0, readout = 0, task_val_N = 0;
-  std::vector<std::string> layers;
+  std::string data, val, task, init_model, out, dtype = "float", loss, resume;
+  ArchitectureFlags arch;
+  int task_val_N = 0;
   double val_fraction = 0, gain = 1;
   std::uint64_t init_seed = 1;
   TaskOptions task_opt;
@@ -60,18 +59,9 @@ template <class S> int run_train(TrainOpts& o, const Dataset& data, const Datase
   };
   std::fprintf(stderr, "training %zu parameters (%s) on %zu sequences: %s\n", net.parameter_count(), Scalar<S>::name,
                data.sequences.size(), o.cfg.to_json().dump().c_str());
-  TrainReport r = train(net, data, val, o.cfg, o.resume, log);
+  const TrainReport r = train(net, data, val, o.cfg, o.resume, log);
   if (tty) std::fprintf(stderr, "\n");
-  json rep = {{"steps", r.steps}, {"loss", r.loss}, {"seconds", r.seconds}, {"stopped_early", r.stopped_early}};
-  if (r.accuracy >= 0) rep["accuracy"] = r.accuracy;
-  auto [full_loss, full_acc] = evaluate_loss(net, data, o.cfg.loss);
-  rep["train_loss"] = full_loss;
-  if (full_acc >= 0) rep["train_accuracy"] = full_acc;
-  if (val) {
-    auto [vl, va] = evaluate_loss(net, *val, o.cfg.loss);
-    rep["val_loss"] = vl;
-    if (va >= 0) rep["val_accuracy"] = va;
-  }
+  json rep = training_summary(net, data, val, o.cfg.loss, r);
   save_network(net, o.out, std::is_same_v<S, float> ? "F32" : "F64", Scalar<S>::name);
   rep["model"] = o.out;
   std::cout << rep.dump() << "\n";
@@ -87,11 +77,11 @@ int cmd_train(TrainOpts& o) {
     data = make_task(o.task, o.task_opt);
     if (o.task_val_N > 0) val = make_task(o.task, validation_options(o.task_opt, o.task_val_N));
     if (o.loss.empty()) o.loss = spec.loss == Loss::mse ? "mse" : "ce";
-    if (o.arch.empty() && o.init_model.empty()) {
+    if (o.arch.arch.empty() && o.init_model.empty()) {
       const TaskShape shape = spec.shape(o.task_opt);
-      if (o.readout == 0) o.readout = shape.outputs;
-      if (o.vocab == 0) o.vocab = shape.vocab;
-      if (o.d == 0) o.d = shape.d;
+      if (o.arch.readout == 0) o.arch.readout = shape.outputs;
+      if (o.arch.vocab == 0) o.arch.vocab = shape.vocab;
+      if (o.arch.d == 0) o.arch.d = shape.d;
     }
   } else {
     data = read_dataset(o.data);
@@ -111,22 +101,26 @@ int cmd_train(TrainOpts& o) {
     data.sequences.resize(data.sequences.size() - k);
   }
   Architecture arch;
-  if (o.init_model.empty()) arch = architecture_from_flags(o.arch, o.d, o.vocab, o.max_len, o.readout, o.layers);
+  if (o.init_model.empty()) arch = architecture_from_flags(o.arch);
   const Dataset* v = val.sequences.empty() ? nullptr : &val;
   if (o.dtype == "float") return run_train<float>(o, data, v, arch);
   if (o.dtype == "double") return run_train<double>(o, data, v, arch);
   throw Error("--dtype must be float or double");
 }
 
-int cmd_gradient(const std::string& model, const std::string& data, const std::string& loss, const std::string& out) {
-  const Network<double> net = load_network<double>(model);
-  const Dataset ds = read_dataset(data);
-  const Loss l = parse_loss(loss);
+struct GradientOpts {
+  std::string model, data, loss, out;
+};
+
+int cmd_gradient(const GradientOpts& o) {
+  const Network<double> net = load_network<double>(o.model);
+  const Dataset ds = read_dataset(o.data);
+  const Loss l = parse_loss(o.loss);
   std::vector<std::size_t> all(ds.sequences.size());
   for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
   Network<double> grad = zero_like(net);
   const double value = loss_and_gradient(net, make_batch<double>(ds, all, l, net.arch.out_dim()), l, grad);
-  save_network(grad, out, "F64", "gradient");
+  save_network(grad, o.out, "F64", "gradient");
   std::printf("{\"loss\": %.17g}\n", value);
   return 0;
 }
@@ -154,12 +148,7 @@ void add_train_commands(CLI::App& app, Commands& commands) {
   t->add_option("--task-seed", o->task_opt.seed, "Task data seed")->capture_default_str();
   t->add_option("--val", o->val, "Validation data (JSONL)");
   t->add_option("--val-fraction", o->val_fraction, "Hold out this fraction of the data (the last sequences)");
-  t->add_option("--arch", o->arch, "Architecture JSON (text or file)");
-  t->add_option("--d", o->d, "Token dimension");
-  t->add_option("--vocab", o->vocab, "Token-id input with this vocabulary");
-  t->add_option("--max-len", o->max_len, "Learned positional table up to this length");
-  t->add_option("--readout", o->readout, "Linear readout size (classes for ce)");
-  t->add_option("--layer", o->layers, "Sub-layer, e.g. attention:heads=2,head_size=4,causal=true (repeat)");
+  add_architecture_flags(t, o->arch);
   t->add_option("--init", o->init_model, "Start from this model file instead of a random one");
   t->add_option("--init-seed", o->init_seed, "Seed of the random initial weights")->capture_default_str();
   t->add_option("--gain", o->gain, "Initial linear weights ~ U(±gain/sqrt(fan_in))")->capture_default_str();
@@ -186,13 +175,13 @@ void add_train_commands(CLI::App& app, Commands& commands) {
   t->add_option("--out,-o", o->out, "Final model (safetensors; F32 for float, F64 for double)")->required();
   commands.push_back({t, [o] { return cmd_train(*o); }});
 
-  auto g = std::make_shared<std::array<std::string, 4>>();
+  auto g = std::make_shared<GradientOpts>();
   auto* gr = app.add_subcommand("gradient", "Write d(loss)/d(weights) over a whole dataset (double) as safetensors");
-  gr->add_option("model", (*g)[0], "Model file")->required();
-  gr->add_option("data", (*g)[1], "Labelled data (JSONL)")->required();
-  gr->add_option("--loss", (*g)[2], "mse or ce")->required();
-  gr->add_option("--out,-o", (*g)[3], "Gradient file (same tensor names)")->required();
-  commands.push_back({gr, [g] { return cmd_gradient((*g)[0], (*g)[1], (*g)[2], (*g)[3]); }});
+  gr->add_option("model", g->model, "Model file")->required();
+  gr->add_option("data", g->data, "Labelled data (JSONL)")->required();
+  gr->add_option("--loss", g->loss, "mse or ce")->required();
+  gr->add_option("--out,-o", g->out, "Gradient file (same tensor names)")->required();
+  commands.push_back({gr, [g] { return cmd_gradient(*g); }});
 }
 
 }  // namespace uatlab::cli

@@ -1,5 +1,5 @@
-// The CLI's command groups. Each group adds its subcommands to the app and, for each, the action
-// main() runs when that subcommand was parsed.
+// The CLI's command groups. Each group adds its subcommands to the app, with an options struct
+// per subcommand, and for each the action main() runs when that subcommand was parsed.
 #pragma once
 #include <CLI/CLI.hpp>
 #include <functional>
@@ -13,22 +13,24 @@ namespace uatlab::cli {
 
 using Commands = std::vector<std::pair<CLI::App*, std::function<int()>>>;
 
-void add_kajitsuka_commands(CLI::App& app, Commands& commands);
-void add_train_commands(CLI::App& app, Commands& commands);
-void add_fang_commands(CLI::App& app, Commands& commands);
-void add_reproduce_commands(CLI::App& app, Commands& commands);
-void add_sweep_commands(CLI::App& app, Commands& commands);
-void add_yun_commands(CLI::App& app, Commands& commands);
+void add_model_commands(CLI::App& app, Commands& commands);      // info, eval, convert, init, demo
+void add_kajitsuka_commands(CLI::App& app, Commands& commands);  // contextual, memorize, hardmax-counterexample, make-data
+void add_train_commands(CLI::App& app, Commands& commands);      // train, gradient
+void add_fang_commands(CLI::App& app, Commands& commands);       // polynomial, fang-fit, fang-regression
+void add_yun_commands(CLI::App& app, Commands& commands);        // approximate
+void add_reproduce_commands(CLI::App& app, Commands& commands);  // reproduce, sweep
 
 // An architecture from --arch (JSON text or file) or from --d/--vocab/--max-len/--readout and
 // repeated --layer "attention:heads=2,head_size=4" flags.
-Architecture architecture_from_flags(const std::string& arch_text, int d, int vocab, int max_len, int readout,
-                                     const std::vector<std::string>& layers);
+struct ArchitectureFlags {
+  std::string arch;
+  int d = 0, vocab = 0, max_len = 0, readout = 0;
+  std::vector<std::string> layers;
+};
+void add_architecture_flags(CLI::App* app, ArchitectureFlags& flags);
+Architecture architecture_from_flags(const ArchitectureFlags& flags);
 
 // Write text to a file atomically, or to standard output for "" and "-".
 void write_output(const std::string& path, const std::string& text);
-
-// Create a folder and its parents (no error if it exists); throws Error naming it.
-void make_dirs(const std::string& dir);
 
 }  // namespace uatlab::cli

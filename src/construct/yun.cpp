@@ -49,21 +49,24 @@ Mat<double> reverse(const Mat<double>& X) { return X.rowwise().reverse(); }
 
 }  // namespace
 
-const std::vector<std::string>& builtin_targets() {
-  static const std::vector<std::string> names = {"tokenwise-sin", "center", "attention", "max-pool", "prefix-mean", "reverse"};
-  return names;
+const std::vector<TargetSpec>& target_table() {
+  static const std::vector<TargetSpec> table = {
+      {"tokenwise-sin", true, tokenwise_sin}, {"center", true, center},           {"attention", true, attention},
+      {"max-pool", true, max_pool},           {"prefix-mean", false, prefix_mean}, {"reverse", false, reverse},
+  };
+  return table;
+}
+
+std::string target_names() {
+  std::string known;
+  for (const TargetSpec& t : target_table()) known += (known.empty() ? "" : ", ") + std::string(t.name);
+  return known;
 }
 
 Target builtin_target(const std::string& name) {
-  if (name == "tokenwise-sin") return {name, tokenwise_sin};
-  if (name == "center") return {name, center};
-  if (name == "attention") return {name, attention};
-  if (name == "max-pool") return {name, max_pool};
-  if (name == "prefix-mean") return {name, prefix_mean};
-  if (name == "reverse") return {name, reverse};
-  std::string known;
-  for (const auto& n : builtin_targets()) known += (known.empty() ? "" : ", ") + n;
-  throw Error("unknown target \"" + name + "\" (built-in: " + known + "; or give an expression)");
+  for (const TargetSpec& t : target_table())
+    if (name == t.name) return {name, t.f};
+  throw Error("unknown target \"" + name + "\" (built-in: " + target_names() + "; or give an expression)");
 }
 
 bool looks_equivariant(const Target& t, int d, int n, int trials, std::uint64_t seed) {

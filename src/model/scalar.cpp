@@ -6,6 +6,8 @@
 #include <mpfi.h>
 #include <mpfr.h>
 
+#include <mutex>
+
 namespace uatlab {
 
 namespace {
@@ -57,9 +59,21 @@ unsigned digits10_for(unsigned bits) {
 }
 }  // namespace
 
-MpfrPrecision::MpfrPrecision(unsigned bits)
-    : bits_(bits), saved_digits10_(Mpfr::default_precision()), saved_interval_digits10_(Mpfi::default_precision()) {
-  const unsigned d10 = digits10_for(bits);
+namespace {
+// Boost 1.74 keeps one process-wide default precision, so two threads with different scopes
+// would change each other's numbers: a scope holds this lock for its lifetime (recursively, so a
+// thread nests scopes freely). OpenMP workers of the holder compute at its precision unhindered.
+std::recursive_mutex& precision_lock() {
+  static std::recursive_mutex m;
+  return m;
+}
+}  // namespace
+
+MpfrPrecision::MpfrPrecision(unsigned bits) : bits_(bits) {
+  const unsigned d10 = digits10_for(bits);  // throws before taking the lock
+  precision_lock().lock();
+  saved_digits10_ = Mpfr::default_precision();
+  saved_interval_digits10_ = Mpfi::default_precision();
   Mpfr::default_precision(d10);
   Mpfi::default_precision(d10);
 }
@@ -67,6 +81,7 @@ MpfrPrecision::MpfrPrecision(unsigned bits)
 MpfrPrecision::~MpfrPrecision() {
   Mpfr::default_precision(saved_digits10_);
   Mpfi::default_precision(saved_interval_digits10_);
+  precision_lock().unlock();
 }
 
 unsigned MpfrPrecision::carried() const { return mpfr_carried_bits(bits_); }

@@ -297,6 +297,39 @@ template <class S> TrainReport train(Network<S>& net, const Dataset& data, const
   return rep;
 }
 
+template <class S>
+json training_summary(const Network<S>& net, const Dataset& data, const Dataset* validation, Loss loss, const TrainReport& r) {
+  json out = {{"parameters", net.parameter_count()},
+              {"steps", r.steps},
+              {"seconds", r.seconds},
+              {"stopped_early", r.stopped_early},
+              {"loss", r.loss}};
+  if (r.accuracy >= 0) out["accuracy"] = r.accuracy;
+  const auto [train_loss, train_accuracy] = evaluate_loss(net, data, loss);
+  out["train_loss"] = train_loss;
+  if (train_accuracy >= 0) out["train_accuracy"] = train_accuracy;
+  if (!validation) return out;
+  const auto [val_loss, val_accuracy] = evaluate_loss(net, *validation, loss);
+  out["val_loss"] = val_loss;
+  if (val_accuracy >= 0) out["val_accuracy"] = val_accuracy;
+  if (loss == Loss::mse) {  // normalised by the variance of the scored targets
+    double s = 0, s2 = 0, k = 0;
+    for (const Sequence& q : validation->sequences)
+      for (Eigen::Index c = 0; c < q.y.cols(); ++c)
+        if (q.mask.empty() || q.mask[c])
+          for (Eigen::Index i = 0; i < q.y.rows(); ++i) {
+            const double y = Scalar<double>::from(q.y(i, c));
+            s += y;
+            s2 += y * y;
+            k += 1;
+          }
+    out["val_nmse"] = val_loss / (s2 / k - (s / k) * (s / k));
+  }
+  return out;
+}
+
+template json training_summary<float>(const Network<float>&, const Dataset&, const Dataset*, Loss, const TrainReport&);
+template json training_summary<double>(const Network<double>&, const Dataset&, const Dataset*, Loss, const TrainReport&);
 template double batch_gradient<float>(const Network<float>&, const Batch<float>&, Loss, Network<float>&, Workspace<float>&);
 template double batch_gradient<double>(const Network<double>&, const Batch<double>&, Loss, Network<double>&, Workspace<double>&);
 template struct AdamW<float>;

@@ -1,5 +1,5 @@
 // Yun et al. (ICLR 2020): a continuous sequence-to-sequence function compiled into a Transformer by
-// the universal-approximation proof. Theory, constants and their status: ../shared/theory/yun.md;
+// the universal-approximation proof. Theory, constants and their status: docs/theory/yun.md;
 // what the command reports: docs/yun.md.
 //
 // The pipeline, one function per stage (δ = 1/K):
@@ -30,8 +30,15 @@ struct Target {
   std::string name;
   std::function<Mat<double>(const Mat<double>&)> f;
 };
-const std::vector<std::string>& builtin_targets();  // the first four are permutation equivariant
-Target builtin_target(const std::string& name);
+// The built-in targets, one row each (name, whether f(XP) = f(X)P, f).
+struct TargetSpec {
+  const char* name;
+  bool equivariant;
+  Mat<double> (*f)(const Mat<double>&);
+};
+const std::vector<TargetSpec>& target_table();
+std::string target_names();  // "tokenwise-sin, center, ..."
+Target builtin_target(const std::string& name);  // throws Error listing the names
 // Whether f(XP) = f(X)P on `trials` seeded random inputs and permutations (to 1e-9).
 bool looks_equivariant(const Target& t, int d, int n, int trials, std::uint64_t seed);
 

@@ -22,6 +22,8 @@ struct Series {
 };
 
 struct LinePlot {
+  LinePlot() = default;
+  LinePlot(std::string t, std::string x, std::string y) : title(std::move(t)), xlabel(std::move(x)), ylabel(std::move(y)) {}
   std::string title, xlabel, ylabel;
   bool logx = false, logy = false;
   std::vector<Series> series;

@@ -38,7 +38,10 @@ struct Error : std::runtime_error {
 // precision in decimal digits, so MPFR carries mpfr_carried_bits(bits): the smallest
 // digit-derived precision >= bits (at most 4 bits more; 53 -> 55, 256 -> 257). uatlab reports
 // the bits asked for; a precision that MPFR carries exactly (carried(b) == b) round-trips.
-// The setting is process-wide (Boost keeps one atomic default): every OpenMP thread sees it.
+// The setting is process-wide (Boost keeps one default), so a scope also holds a process-wide
+// recursive lock: scopes on different threads (the cells of a sweep) take turns, scopes nest
+// freely on one thread, and the OpenMP workers of the holder compute at its precision. Never
+// open a scope inside an OpenMP region run under another scope's holder (it would wait forever).
 class MpfrPrecision {
  public:
   explicit MpfrPrecision(unsigned bits);  // throws Error below 2 bits

@@ -74,4 +74,12 @@ template <class S> TrainReport train(Network<S>& net, const Dataset& data, const
 // Mean loss and accuracy (cross-entropy; -1 otherwise) over a whole dataset.
 template <class S> std::pair<double, double> evaluate_loss(const Network<S>& net, const Dataset& data, Loss loss);
 
+// The result of a training as JSON, the one format of `uatlab train` and the experiments:
+// parameters, steps, seconds, stopped_early, loss (+ accuracy: the last logged), train_loss
+// (+ train_accuracy for ce) over the whole training set, and with a validation set val_loss
+// (+ val_accuracy; mse: val_nmse = val MSE / variance of the scored validation targets).
+template <class S>
+nlohmann::json training_summary(const Network<S>& net, const Dataset& data, const Dataset* validation, Loss loss,
+                                const TrainReport& report);
+
 }  // namespace uatlab

@@ -1,4 +1,4 @@
-#include "uatlab/train/sweep.hpp"
+#include "uatlab/experiment/sweep.hpp"
 
 #include <omp.h>
 

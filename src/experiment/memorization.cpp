@@ -1,24 +1,21 @@
 // Memorization experiments: `uatlab sweep CONFIG` (a grid of independent trainings, each to 100%
 // training accuracy or a step cap; summary CSV and heat maps) and `uatlab reproduce
 // kajitsuka-memorization` (the rank-1 experiment of Kajitsuka & Sato, with the reviewers' variant).
+#include "uatlab/experiment/memorization.hpp"
+
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
-#include <iostream>
+#include <filesystem>
 #include <map>
-#include <memory>
 #include <set>
 
-#include "commands.hpp"
-#include "reproduce.hpp"
 #include "uatlab/construct/kajitsuka.hpp"
+#include "uatlab/experiment/sweep.hpp"
+#include "uatlab/experiment/table.hpp"
 #include "uatlab/io/json.hpp"
 #include "uatlab/model/init.hpp"
-#include "uatlab/train/sweep.hpp"
 
-namespace uatlab::cli {
-
-namespace {
+namespace uatlab::experiment {
 
 // ---- one memorization run ----------------------------------------------------------------------
 
@@ -67,6 +64,8 @@ json train_memorization(const json& cell) {
 
 // ---- uatlab sweep -------------------------------------------------------------------------------
 
+namespace {
+
 const char* kMahdavi = R"({
   "comment": "Mahdavi et al. (ICLR 2024): heads x N, random Gaussian inputs and random labels, one attention layer and a linear classifier on the first token",
   "task": "random-labels", "d": 16, "n": 8, "classes": 2,
@@ -94,6 +93,20 @@ std::vector<int> int_list(const json& j, const std::string& key, std::vector<int
   else throw Error("sweep config: \"" + key + "\" must be an integer or a list of integers");
   if (out.empty()) throw Error("sweep config: \"" + key + "\" is empty");
   return out;
+}
+
+}  // namespace
+
+const std::vector<std::pair<std::string, std::string>>& sweep_presets() {
+  static const std::vector<std::pair<std::string, std::string>> table = {{"mahdavi-grid", kMahdavi}, {"small", kSmall}};
+  return table;
+}
+
+json sweep_config(const std::string& text) {
+  for (const auto& [name, preset] : sweep_presets())
+    if (text == name) return json::parse(preset);
+  if (!text.empty() && text.front() == '{') return parse_json(text, "sweep config");
+  return parse_json(read_file(text), "sweep config " + text);
 }
 
 std::vector<json> sweep_cells(const json& cfg) {
@@ -129,61 +142,57 @@ std::vector<json> sweep_cells(const json& cfg) {
   return cells;
 }
 
-struct SweepOpts {
-  std::string config, out_dir;
-  int threads = 0;
-};
-
 std::string config_key(const json& c) {
   return "N=" + std::to_string(c["N"].get<int>()) + " n=" + std::to_string(c["n"].get<int>()) + " H=" +
          std::to_string(c["H"].get<int>()) + " s=" + std::to_string(c["s"].get<int>()) + " m=" + std::to_string(c["m"].get<int>());
 }
 
-// The summary CSV (one row per configuration, over seeds), the heat map of accuracy over
-// (parameters × N) and the smallest memorizing model against N.
-std::string summarise(const std::vector<json>& lines, const std::string& dir) {
-  struct Agg {
-    json cell;
-    std::vector<double> acc, steps;
-    int memorized = 0;
-    long params = 0;
+std::string summarise_sweep(const std::vector<json>& lines, const std::string& dir) {
+  // One row per configuration (its seeds grouped), through the one aggregation (group).
+  auto all = [](const json&) { return std::string("runs"); };
+  auto metric = [&](const char* key) {
+    return group(lines, config_key, all, [key](const json& r) { return r[key].get<double>(); });
   };
-  std::map<std::string, Agg> by;
-  std::vector<std::string> order;
-  for (const json& l : lines) {
-    const std::string k = config_key(l["cell"]);
-    if (!by.count(k)) order.push_back(k), by[k].cell = l["cell"];
-    Agg& a = by[k];
-    a.acc.push_back(l["result"]["accuracy"]), a.steps.push_back(l["result"]["steps"]);
-    a.memorized += l["result"]["memorized"].get<bool>(), a.params = l["result"]["parameters"];
-  }
+  const Grouped acc = metric("accuracy"), steps = metric("steps"), params = metric("parameters");
+  const Grouped mem = group(lines, config_key, all, [](const json& r) { return r["memorized"].get<bool>() ? 1.0 : 0.0; });
+  std::map<std::string, json> cell_of;
+  for (const json& l : lines) cell_of.emplace(config_key(l["cell"]), l["cell"]);
+  struct Config {
+    json cell;
+    long params;
+    double accuracy;
+    bool memorized;  // every seed at 100% training accuracy
+  };
+  std::vector<Config> configs;
   std::vector<Row> rows;
-  std::set<long> params;
-  std::set<int> Ns;
-  for (const auto& k : order) {
-    const Agg& a = by[k];
-    rows.push_back({std::to_string(a.cell["N"].get<int>()), std::to_string(a.cell["n"].get<int>()), std::to_string(a.cell["H"].get<int>()),
-                    std::to_string(a.cell["s"].get<int>()), std::to_string(a.cell["m"].get<int>()), std::to_string(a.params),
-                    std::to_string(a.acc.size()), fixed(mean(a.acc), 6), fixed(sd(a.acc), 3),
-                    fixed(static_cast<double>(a.memorized) / static_cast<double>(a.acc.size()), 3), fixed(mean(a.steps), 5)});
-    params.insert(a.params), Ns.insert(a.cell["N"].get<int>());
+  std::set<long> param_set;
+  std::set<int> n_set;
+  for (std::size_t r = 0; r < acc.rows.size(); ++r) {
+    const json& c = cell_of.at(acc.rows[r]);
+    const std::vector<double>& a = acc.values[r][0];
+    const long p = static_cast<long>(params.values[r][0].back());
+    configs.push_back({c, p, mean(a), mean(mem.values[r][0]) == 1.0});
+    auto num = [&](const char* k) { return std::to_string(c[k].get<int>()); };
+    rows.push_back({num("N"), num("n"), num("H"), num("s"), num("m"), std::to_string(p), std::to_string(a.size()),
+                    fixed(mean(a), 6), fixed(sd(a), 3), fixed(mean(mem.values[r][0]), 3), fixed(mean(steps.values[r][0]), 5)});
+    param_set.insert(p);
+    n_set.insert(c["N"].get<int>());
   }
   const Row header = {"N", "n", "H", "s", "m", "parameters", "runs", "accuracy", "accuracy_sd", "memorized_fraction", "steps"};
   write_file_atomic(dir + "/summary.csv", csv_text(header, rows));
 
-  const std::vector<long> P(params.begin(), params.end());
-  const std::vector<int> N(Ns.begin(), Ns.end());
+  const std::vector<long> P(param_set.begin(), param_set.end());
+  const std::vector<int> N(n_set.begin(), n_set.end());
   HeatMap h{"Training accuracy (mean over seeds)", "N (sequences)", "parameters", "accuracy", {}, {}, {}, {}};
   for (int x : N) h.xtics.push_back(std::to_string(x));
   for (long p : P) h.ytics.push_back(std::to_string(p));
   h.values.assign(P.size(), std::vector<double>(N.size(), std::nan("")));
   std::vector<std::vector<int>> count(P.size(), std::vector<int>(N.size(), 0));
-  for (const auto& k : order) {  // configurations with equal parameter counts are averaged
-    const Agg& a = by[k];
-    const std::size_t r = std::lower_bound(P.begin(), P.end(), a.params) - P.begin();
-    const std::size_t c = std::lower_bound(N.begin(), N.end(), a.cell["N"].get<int>()) - N.begin();
+  for (const Config& k : configs) {  // configurations with equal parameter counts are averaged
+    const std::size_t r = std::lower_bound(P.begin(), P.end(), k.params) - P.begin();
+    const std::size_t c = std::lower_bound(N.begin(), N.end(), k.cell["N"].get<int>()) - N.begin();
     double& v = h.values[r][c];
-    v = (std::isnan(v) ? 0 : v * count[r][c]) + mean(a.acc);
+    v = (std::isnan(v) ? 0 : v * count[r][c]) + k.accuracy;
     v /= ++count[r][c];
   }
   plot_png(dir + "/accuracy_heatmap.png", h);
@@ -194,10 +203,8 @@ std::string summarise(const std::vector<json>& lines, const std::string& dir) {
   std::vector<Row> md;
   for (int x : N) {
     long best = -1;
-    for (const auto& k : order) {
-      const Agg& a = by[k];
-      if (a.cell["N"].get<int>() == x && a.memorized == static_cast<int>(a.acc.size()) && (best < 0 || a.params < best)) best = a.params;
-    }
+    for (const Config& k : configs)
+      if (k.cell["N"].get<int>() == x && k.memorized && (best < 0 || k.params < best)) best = k.params;
     md.push_back({std::to_string(x), best < 0 ? "none in the grid" : std::to_string(best)});
     if (best > 0) s.x.push_back(x), s.y.push_back(static_cast<double>(best));
   }
@@ -208,36 +215,28 @@ std::string summarise(const std::vector<json>& lines, const std::string& dir) {
   return markdown_table({"N", "smallest memorizing parameters"}, md);
 }
 
-int cmd_sweep(const SweepOpts& o) {
-  json cfg;
-  if (o.config == "mahdavi-grid") cfg = json::parse(kMahdavi);
-  else if (o.config == "small") cfg = json::parse(kSmall);
-  else cfg = parse_json(o.config.front() == '{' ? o.config : read_file(o.config), "sweep config");
+std::string run_memorization_sweep(const json& cfg, const RunOptions& o) {
   const std::vector<json> cells = sweep_cells(cfg);
-  make_dirs(o.out_dir);
+  std::error_code ec;
+  std::filesystem::create_directories(o.out_dir, ec);
+  if (ec) throw Error("cannot create the folder " + o.out_dir + ": " + ec.message());
   if (sweep_writer()) write_file_atomic(o.out_dir + "/config.json", cfg.dump(2) + "\n");
   SweepOptions so;
   so.results = o.out_dir + "/runs.jsonl";
   so.threads = o.threads;
-  so.on_result = [](std::size_t done, std::size_t total, const json& line) {
-    std::fprintf(stderr, "[rank %d: %zu/%zu] %s: accuracy %.4g in %ld steps\n", sweep_rank(), done, total,
-                 config_key(line["cell"]).c_str(), line["result"]["accuracy"].get<double>(), line["result"]["steps"].get<long>());
-  };
-  if (sweep_writer())
-    std::fprintf(stderr, "sweep: %zu runs over %d rank(s), results appended to %s\n", cells.size(), sweep_ranks(), so.results.c_str());
+  so.on_result = o.on_result;
   const auto lines = run_sweep(cells, train_memorization, so);
-  if (!sweep_writer()) return 0;
-  std::cout << summarise(lines, o.out_dir);
-  return 0;
+  if (!sweep_writer()) return "";
+  return summarise_sweep(lines, o.out_dir);
 }
 
 // ---- reproduce kajitsuka-memorization -----------------------------------------------------------
 
-Experiment kajitsuka_memorization() {
+Experiment kajitsuka_memorization_experiment() {
   Experiment e;
   e.name = "kajitsuka-memorization";
   e.summary = "Kajitsuka & Sato: one tied rank-1 head + ReLU FF memorizes (N x FF width), and the reviewers' fixed-v variant";
-  e.cells = [](const ReproduceContext& c) {
+  e.cells = [](const Context& c) {
     std::vector<json> cells;
     const std::vector<int> Ns = c.pick({10}, {25, 50, 100, 200}, {25, 50, 100, 200, 400, 800});
     const std::vector<int> ms = c.pick({8}, {16, 64, 256, 1024}, {16, 64, 256, 1024, 4096});
@@ -251,8 +250,8 @@ Experiment kajitsuka_memorization() {
                              {"tied", true}, {"fixed_v", fixed_v}, {"seed", seed}, {"steps", steps}, {"batch", 64}, {"lr", 0.01}});
     return cells;
   };
-  e.run = [](const json& cell, const ReproduceContext&) { return train_memorization(cell); };
-  e.report = [](const std::vector<json>& lines, const Outputs& out, const ReproduceContext&) {
+  e.run = [](const json& cell, const Context&) { return train_memorization(cell); };
+  e.report = [](const std::vector<json>& lines, const Outputs& out, const Context&) {
     auto row = [](const json& c) { return std::string(c["fixed_v"].get<bool>() ? "fixed v, " : "trained, ") + "N=" + std::to_string(c["N"].get<int>()); };
     Grouped g = group(lines, row, [](const json& c) { return "m=" + std::to_string(c["m"].get<int>()); },
                       [](const json& r) { return r["accuracy"].get<double>(); });
@@ -288,17 +287,5 @@ Experiment kajitsuka_memorization() {
   return e;
 }
 
-}  // namespace
 
-std::vector<Experiment> kajitsuka_experiments() { return {kajitsuka_memorization()}; }
-
-void add_sweep_commands(CLI::App& app, Commands& commands) {
-  auto o = std::make_shared<SweepOpts>();
-  auto* s = app.add_subcommand("sweep", "Train a grid of memorization models in parallel (resumable; mpirun shards it); summary CSV + heat maps");
-  s->add_option("config", o->config, "Config JSON (file or text), or a preset: mahdavi-grid, small")->required();
-  s->add_option("--out-dir", o->out_dir, "Output folder: runs.jsonl (resume), summary.csv, accuracy_heatmap.png, min_parameters.png")->required();
-  s->add_option("--threads", o->threads, "Runs at once per process (default: all cores)");
-  commands.push_back({s, [o] { return cmd_sweep(*o); }});
-}
-
-}  // namespace uatlab::cli
+}  // namespace uatlab::experiment

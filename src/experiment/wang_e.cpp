@@ -1,12 +1,13 @@
-// Wang & E (NeurIPS 2024): one experiment per insight, with uatlab's recipe from
-// ../shared/theory/wang-e.md §7 (the paper's own settings and numbers are not available).
+// Wang & E (NeurIPS 2024): one experiment per insight, with uatlab's recipe (docs/theory/wang-e.md;
+// the paper's own settings and numbers are not available).
 #include <cmath>
 
-#include "reproduce.hpp"
+#include "uatlab/experiment/experiment.hpp"
+#include "uatlab/experiment/table.hpp"
 #include "uatlab/io/json.hpp"
 #include "uatlab/model/network.hpp"
 
-namespace uatlab::cli {
+namespace uatlab::experiment {
 
 namespace {
 
@@ -37,9 +38,9 @@ void spread_rates(Network<double>& net, double lo, double hi) {
 }
 
 // Every experiment trains 60 / 3,000 / 10,000 steps in smoke / quick / full mode (or --steps).
-long steps(const ReproduceContext& c) { return c.step_count(60, 3000, 10000); }
+long steps(const Context& c) { return c.step_count(60, 3000, 10000); }
 
-TrainConfig config(const ReproduceContext& c, double lr, Loss loss, std::uint64_t seed) {
+TrainConfig config(const Context& c, double lr, Loss loss, std::uint64_t seed) {
   TrainConfig t;
   t.loss = loss;
   t.steps = steps(c);
@@ -48,16 +49,14 @@ TrainConfig config(const ReproduceContext& c, double lr, Loss loss, std::uint64_
   return t;
 }
 
-std::string str(const json& j) { return j.is_string() ? j.get<std::string>() : j.dump(); }
-
 // ---- language modelling (Tables 2 and 7) -------------------------------------------------------
 
 struct LmShape {
   int d, n, head_size, m;
 };
-LmShape lm_shape(const ReproduceContext& c) { return c.mode == "smoke" ? LmShape{16, 16, 4, 32} : c.mode == "quick" ? LmShape{32, 64, 8, 128} : LmShape{64, 128, 16, 256}; }
+LmShape lm_shape(const Context& c) { return c.pick(LmShape{16, 16, 4, 32}, LmShape{32, 64, 8, 128}, LmShape{64, 128, 16, 256}); }
 
-json train_lm(const json& cell, const ReproduceContext& c, const std::vector<LayerSpec>& layers, bool positional) {
+json train_lm(const json& cell, const Context& c, const std::vector<LayerSpec>& layers, bool positional) {
   const LmShape s = lm_shape(c);
   TaskTraining t;
   t.task = "chars";
@@ -76,10 +75,10 @@ Experiment table_1a() {
   Experiment e;
   e.name = "wang-e-1a";
   e.summary = "Insight 1a (Table 2): depth L vs heads H at equal parameters: language modelling, Type I and Type II memories";
-  e.cells = [](const ReproduceContext& c) {
+  e.cells = [](const Context& c) {
     std::vector<json> cells;
-    const std::vector<std::pair<int, int>> shapes = c.mode == "full" ? std::vector<std::pair<int, int>>{{1, 8}, {2, 4}, {4, 2}, {8, 1}}
-                                                                     : std::vector<std::pair<int, int>>{{1, 4}, {2, 2}, {4, 1}};
+    using Shapes = std::vector<std::pair<int, int>>;
+    const Shapes shapes = c.pick(Shapes{{1, 4}, {2, 2}, {4, 1}}, Shapes{{1, 4}, {2, 2}, {4, 1}}, Shapes{{1, 8}, {2, 4}, {4, 2}, {8, 1}});
     // Language modelling (no "task" key), and the mechanism behind the insight on synthetic data:
     // Type I adaptive memory (one look-up) and Type II (a nested look-up, which needs depth).
     for (int seed = 1; seed <= c.seed_count(); ++seed)
@@ -91,7 +90,7 @@ Experiment table_1a() {
         }
     return cells;
   };
-  e.run = [](const json& cell, const ReproduceContext& c) {
+  e.run = [](const json& cell, const Context& c) {
     const LmShape s = lm_shape(c);
     const int L = cell["L"], H = cell["H"], Hmax = L * H;
     // Parameter budget of one layer with Hmax heads and width s.m, spread over L layers: each
@@ -117,8 +116,8 @@ Experiment table_1a() {
     r["m"] = m;
     return r;
   };
-  e.report = [](const std::vector<json>& lines, const Outputs& out, const ReproduceContext&) {
-    auto model = [](const json& c) { return "L=" + str(c["L"]) + ", H=" + str(c["H"]); };
+  e.report = [](const std::vector<json>& lines, const Outputs& out, const Context&) {
+    auto model = [](const json& c) { return "L=" + label(c["L"]) + ", H=" + label(c["H"]); };
     auto task = [](const json& c) {
       return c.contains("task") ? std::string(c["task"] == "adaptive-1" ? "Type I memory" : "Type II memory") : std::string("language modelling");
     };
@@ -148,7 +147,7 @@ Experiment table_3b() {
   Experiment e;
   e.name = "wang-e-3b";
   e.summary = "Insight 3b (Table 7): DP vs DP-free attention (with RPE), character-level language modelling";
-  e.cells = [](const ReproduceContext& c) {
+  e.cells = [](const Context& c) {
     std::vector<json> cells;
     for (int seed = 1; seed <= c.seed_count(); ++seed)
       for (std::string rpe : {"lin", "log"})
@@ -156,16 +155,16 @@ Experiment table_3b() {
           cells.push_back({{"dp", dp}, {"rpe", rpe}, {"seed", seed}, {"steps", steps(c)}});
     return cells;
   };
-  e.run = [](const json& cell, const ReproduceContext& c) {
+  e.run = [](const json& cell, const Context& c) {
     const LmShape s = lm_shape(c);
     const Rpe rpe = cell["rpe"] == "lin" ? Rpe::lin : Rpe::log;
     std::vector<LayerSpec> layers;
     for (int l = 0; l < 2; ++l) layers.push_back(attention(4, s.head_size, !cell["dp"].get<bool>(), rpe, true)), layers.push_back(feedforward(s.m, true));
     return train_lm(cell, c, layers, false);
   };
-  e.report = [](const std::vector<json>& lines, const Outputs& out, const ReproduceContext&) {
+  e.report = [](const std::vector<json>& lines, const Outputs& out, const Context&) {
     Grouped g = group(lines, [](const json& c) { return std::string(c["dp"].get<bool>() ? "DP + RPE" : "DP-free (RPE only)"); },
-                      [](const json& c) { return str(c["rpe"]) + "-type RPE"; }, [](const json& r) { return r["val_loss"].get<double>(); });
+                      [](const json& c) { return label(c["rpe"]) + "-type RPE"; }, [](const json& r) { return r["val_loss"].get<double>(); });
     const std::string md = write_grouped(g, "attention (2 layers, 4 heads)", out);
     LinePlot plot{"Wang & E Insight 3b: DP vs DP-free on language modelling", "RPE type", "validation cross-entropy"};
     plot.xtics = g.cols;
@@ -188,7 +187,7 @@ struct GridSpec {
 Experiment hm_grid(const GridSpec& spec) {
   Experiment e;
   e.name = spec.name, e.summary = spec.summary;
-  e.cells = [spec](const ReproduceContext& c) {
+  e.cells = [spec](const Context& c) {
     std::vector<json> cells;
     const std::vector<int> Hs = spec.with_dp ? c.pick({1, 2}, {1, 4}, {1, 2, 4, 8}) : c.pick({1, 2}, {1, 2, 4, 8}, {1, 2, 4, 8, 16});
     const std::vector<int> ms = spec.with_dp ? c.pick({8}, {16, 64}, {8, 32, 128, 512}) : c.pick({8, 16}, {8, 32, 128}, {8, 32, 128, 512});
@@ -202,7 +201,7 @@ Experiment hm_grid(const GridSpec& spec) {
           }
     return cells;
   };
-  e.run = [spec](const json& cell, const ReproduceContext& c) {
+  e.run = [spec](const json& cell, const Context& c) {
     TaskTraining t;
     t.task = spec.task;
     t.data.lags = spec.lags, t.data.n = 32, t.data.N = c.pick(256, 4000, 8000), t.data.seed = cell["seed"].get<int>();
@@ -218,18 +217,18 @@ Experiment hm_grid(const GridSpec& spec) {
     t.adjust = [](Network<double>& net) { spread_rates(net, 0.05, 2.0); };
     return train_task(t);
   };
-  e.report = [spec](const std::vector<json>& lines, const Outputs& out, const ReproduceContext&) {
+  e.report = [spec](const std::vector<json>& lines, const Outputs& out, const Context&) {
     const bool ce = task(spec.task).loss == Loss::cross_entropy;
-    auto row = [spec](const json& c) { return (spec.with_dp ? std::string(c["dp"].get<bool>() ? "DP, " : "DP-free, ") : std::string()) + "H=" + str(c["H"]); };
+    auto row = [spec](const json& c) { return (spec.with_dp ? std::string(c["dp"].get<bool>() ? "DP, " : "DP-free, ") : std::string()) + "H=" + label(c["H"]); };
     auto value = [ce](const json& r) { return r[ce ? "val_loss" : "val_nmse"].get<double>(); };
-    Grouped g = group(lines, row, [](const json& c) { return "m=" + str(c["m"]); }, value);
+    Grouped g = group(lines, row, [](const json& c) { return "m=" + label(c["m"]); }, value);
     std::string md = write_grouped(g, ce ? "validation loss" : "validation MSE / Var(y)", out);
     LinePlot plot{spec.title, "FFN width m", ce ? "validation cross-entropy" : "validation MSE / Var(y)"};
     plot.logx = true, plot.logy = !ce;
     plot.series = row_series(g, 2);
     plot_png(out.path(".png"), plot);
     if (ce) {  // accuracy beside the loss
-      Grouped a = group(lines, row, [](const json& c) { return "m=" + str(c["m"]); },
+      Grouped a = group(lines, row, [](const json& c) { return "m=" + label(c["m"]); },
                         [](const json& r) { return r["val_accuracy"].get<double>(); });
       md += "\nValidation accuracy:\n\n" + grouped_markdown(a, "accuracy", 3);
       write_file_atomic(out.path(".md"), md);
@@ -245,7 +244,7 @@ Experiment table_4a() {
   Experiment e;
   e.name = "wang-e-4a";
   e.summary = "Insight 4a (Table 8): log vs lin RPE, H heads, single-layer FFN-free DP-free, heavy and light-tailed kernels";
-  e.cells = [](const ReproduceContext& c) {
+  e.cells = [](const Context& c) {
     std::vector<json> cells;
     for (int seed = 1; seed <= c.seed_count(); ++seed)
       for (std::string tail : {"heavy", "light"})
@@ -255,7 +254,7 @@ Experiment table_4a() {
                              {"steps", steps(c)}});
     return cells;
   };
-  e.run = [](const json& cell, const ReproduceContext& c) {
+  e.run = [](const json& cell, const Context& c) {
     TaskTraining t;
     t.task = "kernel-" + cell["tail"].get<std::string>();
     t.data.n = c.pick(32, 64, 128), t.data.N = c.pick(256, 2000, 4000), t.data.seed = cell["seed"].get<int>();
@@ -273,9 +272,9 @@ Experiment table_4a() {
     t.adjust = [log](Network<double>& net) { log ? spread_rates(net, 0.25, 4.0) : spread_rates(net, 0.02, 2.0); };
     return train_task(t);
   };
-  e.report = [](const std::vector<json>& lines, const Outputs& out, const ReproduceContext&) {
-    Grouped g = group(lines, [](const json& c) { return str(c["tail"]) + "-tailed, " + str(c["rpe"]) + "-type"; },
-                      [](const json& c) { return "H=" + str(c["H"]); }, [](const json& r) { return r["val_nmse"].get<double>(); });
+  e.report = [](const std::vector<json>& lines, const Outputs& out, const Context&) {
+    Grouped g = group(lines, [](const json& c) { return label(c["tail"]) + "-tailed, " + label(c["rpe"]) + "-type"; },
+                      [](const json& c) { return "H=" + label(c["H"]); }, [](const json& r) { return r["val_nmse"].get<double>(); });
     const std::string md = write_grouped(g, "validation MSE / Var(y)", out);
     LinePlot plot{"Wang & E Insight 4a: memory kernels, log vs lin RPE", "heads H", "validation MSE / Var(y)"};
     plot.logx = plot.logy = true;
@@ -300,4 +299,4 @@ std::vector<Experiment> wang_e_experiments() {
           table_4a()};
 }
 
-}  // namespace uatlab::cli
+}  // namespace uatlab::experiment

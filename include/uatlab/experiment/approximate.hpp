@@ -1,0 +1,39 @@
+// The Yun et al. pipeline as one call (Tracr's thin orchestrator): plan → build (Yun's modified
+// network, or Kajitsuka's Proposition 1) → exact check → standardize → d_p measured by Monte
+// Carlo; and the δ-sweep over several K = 1/δ (CSV + plots). `uatlab approximate` parses flags
+// and calls these.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "uatlab/construct/yun.hpp"
+#include "uatlab/experiment/experiment.hpp"
+
+namespace uatlab::experiment {
+
+struct ApproximateOptions {
+  std::string construction = "yun";  // or "kajitsuka" (Proposition 1)
+  int d = 1, n = 2;
+  bool pe = false, check = true;
+  long samples = 20000, samples_standard = 2000, check_limit = 200000, max_layers = 20000;
+  std::string lambda, eta;      // exact; empty: the defaults (default_lambda, δ·2^-40)
+  std::vector<int> ps = {1, 2};  // exponents of d_p (one or two)
+  std::uint64_t seed = 1;
+  std::string out, standard_out;  // optional safetensors of the two networks
+};
+
+struct Approximation {
+  json report;  // construction facts, exact check, standard network, d_p (value, ci95, samples)
+  std::vector<yun::Distance> modified, standard;  // one per exponent
+};
+// Refuses a target that is not permutation equivariant without pe (20 seeded random trials).
+Approximation approximate(const yun::Target& f, int K, const ApproximateOptions& o);
+
+// For each K: approximate, then out_dir/sweep.csv, error_vs_delta.png and size_vs_delta.png;
+// returns the Markdown table. `progress` is told each K before it starts.
+std::string sweep_delta(const yun::Target& f, const std::vector<int>& Ks, const ApproximateOptions& o,
+                        const std::string& out_dir, const std::function<void(int K)>& progress = {});
+
+}  // namespace uatlab::experiment

@@ -1,0 +1,87 @@
+// An experiment: a paper's claim as a grid of independent runs ("cells"), run as a resumable
+// sweep, then reported as tables (Markdown + CSV) and a plot (PNG). The library holds every
+// experiment (experiments()); `uatlab reproduce NAME` only parses flags and calls run_experiment.
+//
+//   cells(context)         the grid: JSON objects holding every parameter that changes the result
+//   run(cell, context)     one cell's result (JSON), deterministic given the cell
+//   report(lines, out, c)  the tables and plot from the sweep's lines {"cell", "result"}; returns
+//                          the Markdown it wrote
+#pragma once
+
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "uatlab/model/architecture.hpp"
+#include "uatlab/model/network.hpp"
+#include "uatlab/train/tasks.hpp"
+#include "uatlab/train/trainer.hpp"
+
+namespace uatlab::experiment {
+
+using nlohmann::json;
+
+// smoke: seconds (tests); quick: minutes; full: the paper-sized grid (hours).
+enum class Mode { smoke, quick, full };
+Mode parse_mode(const std::string& text);  // throws Error naming the text
+const char* to_string(Mode m);
+
+struct Context {
+  Mode mode = Mode::quick;
+  std::string corpus;  // text corpus of the language-modelling experiments
+  int seeds = 0;       // > 0: overrides the mode's number of seeds
+  long steps = 0;      // > 0: overrides the mode's training steps
+  template <class T> T pick(T smoke, T quick, T full) const {
+    return mode == Mode::smoke ? smoke : mode == Mode::quick ? quick : full;
+  }
+  std::vector<int> pick(std::vector<int> smoke, std::vector<int> quick, std::vector<int> full) const {
+    return pick<std::vector<int>>(std::move(smoke), std::move(quick), std::move(full));
+  }
+  int seed_count() const { return seeds > 0 ? seeds : pick(1, 2, 3); }
+  long step_count(long smoke, long quick, long full) const { return steps > 0 ? steps : pick(smoke, quick, full); }
+};
+
+struct Outputs {
+  std::string dir, name;  // files are dir/name.{md,csv,png}
+  std::string path(const std::string& ext) const { return dir + "/" + name + ext; }
+};
+
+struct Experiment {
+  std::string name, summary;
+  std::function<std::vector<json>(const Context&)> cells;
+  std::function<json(const json& cell, const Context&)> run;
+  std::function<std::string(const std::vector<json>& lines, const Outputs&, const Context&)> report;
+};
+
+// The registry: every experiment of the library, in listing order.
+const std::vector<Experiment>& experiments();
+const Experiment& find_experiment(const std::string& name);  // throws Error naming the known ones
+
+struct RunOptions {
+  std::string out_dir;  // runs.jsonl (resume), NAME.md, NAME.csv, NAME.png
+  int threads = 0;      // runs at once (0: all cores)
+  std::function<void(std::size_t done, std::size_t total, const json& line)> on_result;
+};
+// Run the cells not yet in out_dir/runs.jsonl, then report. Returns the Markdown on the writing
+// process ("" on other MPI ranks).
+std::string run_experiment(const Experiment& e, const Context& c, const RunOptions& o);
+
+// One training on a built-in task, the common core of the training experiments.
+struct TaskTraining {
+  std::string task;
+  TaskOptions data;
+  int val_N = 0;  // > 0: a validation set (validation_options)
+  Architecture arch;
+  TrainConfig cfg;
+  std::uint64_t init_seed = 1;
+  std::function<void(Network<double>&)> adjust;  // after the random initialisation
+};
+json train_task(const TaskTraining& t);  // training_summary of the trained float network
+
+// Per-experiment lists, gathered by experiments().
+std::vector<Experiment> wang_e_experiments();
+std::vector<Experiment> kajitsuka_experiments();
+std::vector<Experiment> fang_experiments();
+
+}  // namespace uatlab::experiment

@@ -1,0 +1,35 @@
+// Memorization experiments: `uatlab sweep CONFIG` (a grid of independent trainings, each to 100%
+// training accuracy or a step cap: summary CSV, accuracy heat map, smallest memorizing model) and
+// the kajitsuka-memorization experiment (docs/memorization.md).
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "uatlab/experiment/experiment.hpp"
+
+namespace uatlab::experiment {
+
+// One training of a cell: task (memorize | random-labels), N, n, d, V, classes, m (FF width, 0:
+// none), H, s (head size), tied, seed, steps, batch, lr, fixed_v (tied only: the Q=K=V row fixed
+// to Lemma 3's projection and frozen). Result: accuracy, loss, memorized, steps, parameters, seconds.
+json train_memorization(const json& cell);
+
+// The presets (name, JSON text) and a config from a preset name, JSON text or a file.
+const std::vector<std::pair<std::string, std::string>>& sweep_presets();
+json sweep_config(const std::string& text);
+// The grid of a config (strictly validated: unknown keys, bad types and ranges are errors).
+std::vector<json> sweep_cells(const json& config);
+std::string config_key(const json& cell);  // "N=.. n=.. H=.. s=.. m=.."
+
+// summary.csv, accuracy_heatmap.png, min_parameters.png in dir; returns the Markdown table of the
+// smallest memorizing model per N.
+std::string summarise_sweep(const std::vector<json>& lines, const std::string& dir);
+// One tied rank-1 head + ReLU FF over (N, FF width), with the reviewers' fixed-v variant.
+Experiment kajitsuka_memorization_experiment();
+
+// config.json, runs.jsonl (resume) and the summary; "" on non-writing MPI ranks.
+std::string run_memorization_sweep(const json& config, const RunOptions& o);
+
+}  // namespace uatlab::experiment

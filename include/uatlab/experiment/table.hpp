@@ -1,0 +1,34 @@
+// The one aggregation of sweep lines: a metric grouped by (row, column) keys of the cells, one
+// value per seed in each slot; its Markdown (mean ± sd), CSV (mean, sd, runs) and plot series.
+#pragma once
+
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "uatlab/experiment/experiment.hpp"
+#include "uatlab/io/report.hpp"
+
+namespace uatlab::experiment {
+
+struct Grouped {
+  std::vector<std::string> rows, cols;                    // in first-seen order
+  std::vector<std::vector<std::vector<double>>> values;  // [row][col] -> one value per run
+};
+Grouped group(const std::vector<json>& lines, const std::function<std::string(const json& cell)>& row,
+              const std::function<std::string(const json& cell)>& col,
+              const std::function<double(const json& result)>& value);
+// One plot series per row (mean, sd as the error bar): x is the number after `prefix`
+// characters of each column label ("m=32" with prefix 2), or the column's index when prefix < 0
+// (categorical; set the plot's xtics to g.cols).
+std::vector<Series> row_series(const Grouped& g, int prefix);
+// The Markdown of a grouped table: mean ± sd per cell.
+std::string grouped_markdown(const Grouped& g, const std::string& corner, int digits);
+// Writes the Markdown and CSV (row, column, mean, sd, runs) of a grouped table; returns the Markdown.
+std::string write_grouped(const Grouped& g, const std::string& corner, const Outputs& out, int digits = 4);
+
+// The text of a JSON value for a label: strings without quotes, numbers as JSON writes them.
+std::string label(const json& j);
+
+}  // namespace uatlab::experiment

@@ -1,0 +1,23 @@
+// User-given functions as muParser expressions: the one home of expression parsing for targets.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "uatlab/construct/yun.hpp"
+
+namespace uatlab::experiment {
+
+// f: R^k -> R in the named variables ("exp(x1)*sin(3*x2)" over x1, x2). Checked once on
+// parsing; the callable throws Error where f is not finite. Each call has its own parser state,
+// so the callable may run on several threads.
+std::function<double(const std::vector<double>&)> scalar_expression(const std::string& expr,
+                                                                    const std::vector<std::string>& vars);
+
+// A Yun target: a built-in name (yun::target_table) or an expression for entry (i, j) of f(X) in
+// x (that entry), i, j (1-based), d, n, mean / max / min (of row i over the tokens) and every
+// entry as x<i>_<j>.
+yun::Target yun_target(const std::string& name_or_expression, int d, int n);
+
+}  // namespace uatlab::experiment

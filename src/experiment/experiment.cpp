@@ -1,0 +1,73 @@
+#include "uatlab/experiment/experiment.hpp"
+
+#include <filesystem>
+
+#include "uatlab/experiment/sweep.hpp"
+#include "uatlab/io/json.hpp"
+#include "uatlab/model/init.hpp"
+
+namespace uatlab::experiment {
+
+Mode parse_mode(const std::string& text) {
+  if (text == "smoke") return Mode::smoke;
+  if (text == "quick") return Mode::quick;
+  if (text == "full") return Mode::full;
+  throw Error("mode \"" + text + "\": expected smoke, quick or full");
+}
+
+const char* to_string(Mode m) {
+  switch (m) {
+    case Mode::smoke: return "smoke";
+    case Mode::quick: return "quick";
+    case Mode::full: return "full";
+  }
+  return "?";
+}
+
+const std::vector<Experiment>& experiments() {
+  static const std::vector<Experiment> all = [] {
+    std::vector<Experiment> v;
+    for (auto list : {wang_e_experiments, kajitsuka_experiments, fang_experiments})
+      for (Experiment& e : list()) v.push_back(std::move(e));
+    return v;
+  }();
+  return all;
+}
+
+const Experiment& find_experiment(const std::string& name) {
+  std::string known;
+  for (const Experiment& e : experiments()) {
+    if (e.name == name) return e;
+    known += (known.empty() ? "" : ", ") + e.name;
+  }
+  throw Error("unknown experiment \"" + name + "\" (" + known + ")");
+}
+
+std::string run_experiment(const Experiment& e, const Context& c, const RunOptions& o) {
+  if (o.out_dir.empty()) throw Error("an experiment needs an output folder");
+  std::error_code ec;
+  std::filesystem::create_directories(o.out_dir, ec);
+  if (ec) throw Error("cannot create the folder " + o.out_dir + ": " + ec.message());
+  const std::vector<json> cells = e.cells(c);
+  SweepOptions so;
+  so.results = o.out_dir + "/runs.jsonl";
+  so.threads = o.threads;
+  so.on_result = o.on_result;
+  const std::vector<json> lines = run_sweep(cells, [&](const json& cell) { return e.run(cell, c); }, so);
+  if (!sweep_writer()) return "";
+  return e.report(lines, {o.out_dir, e.name}, c);
+}
+
+json train_task(const TaskTraining& t) {
+  const Dataset data = make_task(t.task, t.data);
+  Dataset val;
+  if (t.val_N > 0) val = make_task(t.task, validation_options(t.data, t.val_N));
+  Network<double> nd(t.arch);
+  init_random(nd, t.init_seed, 1.0);
+  if (t.adjust) t.adjust(nd);
+  Network<float> net = network_cast<float>(nd);
+  const TrainReport r = train(net, data, t.val_N > 0 ? &val : nullptr, t.cfg);
+  return training_summary(net, data, t.val_N > 0 ? &val : nullptr, t.cfg.loss, r);
+}
+
+}  // namespace uatlab::experiment

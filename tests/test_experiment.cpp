@@ -1,0 +1,204 @@
+// The experiment layer: the registry, grouping over seeds, the memorization summary, Fang's fit and
+// regression, Kajitsuka's δ, the Yun pipeline, and run_experiment's resume. Numbers are checked
+// against hand computations and against the rows stored in docs/ (the runs are seeded).
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "uatlab/experiment/approximate.hpp"
+#include "uatlab/experiment/experiment.hpp"
+#include "uatlab/experiment/fang.hpp"
+#include "uatlab/experiment/memorization.hpp"
+#include "uatlab/experiment/table.hpp"
+#include "uatlab/experiment/targets.hpp"
+#include "uatlab/io/json.hpp"
+
+using namespace uatlab;
+using namespace uatlab::experiment;
+using nlohmann::json;
+
+namespace {
+
+std::string fresh_dir(const std::string& name) {
+  const std::string dir = std::string(UATLAB_TEST_TMP) + "/" + name;
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+json line(json cell, json result) { return {{"cell", std::move(cell)}, {"result", std::move(result)}}; }
+
+}  // namespace
+
+TEST(Experiment, RegistryListsEveryExperimentOnce) {
+  std::vector<std::string> names;
+  for (const Experiment& e : experiments()) {
+    EXPECT_TRUE(e.cells && e.run && e.report) << e.name;
+    EXPECT_FALSE(e.summary.empty()) << e.name;
+    for (const std::string& n : names) EXPECT_NE(n, e.name);
+    names.push_back(e.name);
+  }
+  EXPECT_EQ(names.size(), 10u);
+  EXPECT_EQ(&find_experiment("fang-fit"), &experiments()[find_experiment("fang-fit").name == names[0] ? 0 : 8]);
+  EXPECT_THROW(find_experiment("nope"), Error);
+  EXPECT_EQ(parse_mode("smoke"), Mode::smoke);
+  EXPECT_THROW(parse_mode("fast"), Error);
+  Context c;
+  c.mode = Mode::full;
+  EXPECT_EQ(c.seed_count(), 3);
+  c.steps = 7;
+  EXPECT_EQ(c.step_count(1, 2, 3), 7);
+}
+
+TEST(Experiment, GroupAggregatesSeedsIntoMeanAndSd) {
+  const std::vector<json> lines = {line({{"H", 1}, {"m", 8}, {"seed", 1}}, {{"loss", 1.0}}),
+                                   line({{"H", 1}, {"m", 8}, {"seed", 2}}, {{"loss", 3.0}}),
+                                   line({{"H", 2}, {"m", 8}, {"seed", 1}}, {{"loss", 0.5}}),
+                                   line({{"H", 1}, {"m", 32}, {"seed", 1}}, {{"loss", 0.25}})};
+  const Grouped g = group(
+      lines, [](const json& c) { return "H=" + label(c["H"]); }, [](const json& c) { return "m=" + label(c["m"]); },
+      [](const json& r) { return r["loss"].get<double>(); });
+  ASSERT_EQ(g.rows, (std::vector<std::string>{"H=1", "H=2"}));
+  ASSERT_EQ(g.cols, (std::vector<std::string>{"m=8", "m=32"}));
+  EXPECT_EQ(g.values[0][0], (std::vector<double>{1.0, 3.0}));
+  EXPECT_TRUE(g.values[1][1].empty());
+  EXPECT_EQ(grouped_markdown(g, "loss", 3), "| loss | m=8 | m=32 |\n|---|---|---|\n| H=1 | 2 ± 1.4 | 0.25 |\n| H=2 | 0.5 |  |\n");
+  const std::vector<Series> s = row_series(g, 2);
+  EXPECT_EQ(s[0].x, (std::vector<double>{8, 32}));
+  EXPECT_DOUBLE_EQ(s[0].y[0], 2.0);
+  EXPECT_DOUBLE_EQ(s[0].err[0], std::sqrt(2.0));
+  const std::string dir = fresh_dir("grouped");
+  write_grouped(g, "loss", {dir, "t"});
+  EXPECT_EQ(read_file(dir + "/t.csv"),
+            "row,column,mean,sd,runs\nH=1,m=8,2,1.41421356,2\nH=1,m=32,0.25,0,1\nH=2,m=8,0.5,0,1\n");
+}
+
+TEST(Experiment, MemorizationSummaryCountsSeedsAndFindsTheSmallestModel) {
+  auto cell = [](int N, int m, int seed) {
+    return json{{"N", N}, {"n", 4}, {"H", 1}, {"s", 1}, {"m", m}, {"seed", seed}};
+  };
+  auto result = [](double acc, int params, int steps) {
+    return json{{"accuracy", acc}, {"memorized", acc == 1.0}, {"parameters", params}, {"steps", steps}};
+  };
+  const std::vector<json> lines = {line(cell(8, 4, 1), result(1.0, 50, 100)),  line(cell(8, 4, 2), result(0.75, 50, 200)),
+                                   line(cell(8, 16, 1), result(1.0, 90, 40)),  line(cell(8, 16, 2), result(1.0, 90, 60)),
+                                   line(cell(16, 16, 1), result(0.5, 90, 200)), line(cell(16, 16, 2), result(0.5, 90, 200))};
+  const std::string dir = fresh_dir("summary");
+  const std::string md = summarise_sweep(lines, dir);
+  EXPECT_EQ(md, "| N | smallest memorizing parameters |\n|---|---|\n| 8 | 90 |\n| 16 | none in the grid |\n");
+  EXPECT_EQ(read_file(dir + "/summary.csv"),
+            "N,n,H,s,m,parameters,runs,accuracy,accuracy_sd,memorized_fraction,steps\n"
+            "8,4,1,1,4,50,2,0.875,0.177,0.5,150\n"
+            "8,4,1,1,16,90,2,1,0,1,50\n"
+            "16,4,1,1,16,90,2,0.5,0,0,200\n");
+  EXPECT_TRUE(std::filesystem::exists(dir + "/accuracy_heatmap.png"));
+  EXPECT_TRUE(std::filesystem::exists(dir + "/min_parameters.png"));
+}
+
+TEST(Experiment, SweepConfigsAreValidatedAndPresetsExpand) {
+  EXPECT_EQ(sweep_cells(sweep_config("small")).size(), 4u);
+  EXPECT_EQ(sweep_cells(sweep_config("mahdavi-grid")).size(), 80u);
+  EXPECT_THROW(sweep_cells(json::parse(R"({"N": [8], "bogus": 1})")), Error);
+  EXPECT_THROW(sweep_cells(json::parse(R"({"N": [0]})")), Error);
+  EXPECT_THROW(sweep_config("{not json"), Error);
+}
+
+TEST(Experiment, FangFitAndRegressionReproduceTheStoredRows) {
+  // docs/fang-fit.csv and docs/fang-regression.csv (seed 1, the experiments' defaults).
+  const json fit = fit_degree(FitOptions{}, 2);
+  EXPECT_EQ(fit["readout_parameters"], 12);
+  EXPECT_EQ(fixed(fit["train_rmse"], 6), "0.544943");
+  EXPECT_EQ(fixed(fit["test_rmse"], 6), "0.539726");
+  EXPECT_EQ(fixed(fit["test_max_error"], 6), "1.7817");
+  const json reg = regression_point(RegressionOptions{}, 20, 3);
+  EXPECT_EQ(fixed(reg["test_mse"], 6), "0.0692376");
+  EXPECT_EQ(fixed(reg["reference_sigma2_p_over_m"], 6), "0.005");  // 0.1^2 * C(5, 2) / 20
+  EXPECT_EQ(fit_csv({fit}), "degree,readout_parameters,train_rmse,test_rmse,test_max_error\n2,12,0.544943,0.539726,1.7817\n");
+  RegressionOptions linear;
+  linear.polynomial = "x1 + x2";
+  EXPECT_THROW(regression_degree(linear), Error);
+  FitOptions bad;
+  bad.function = "sin(";
+  EXPECT_THROW(fit_degree(bad, 1), Error);
+}
+
+TEST(Experiment, ExpressionsAreParsedOnceAndCheckedForFiniteness) {
+  const auto f = scalar_expression("x1^2 + 3*x2", {"x1", "x2"});
+  EXPECT_DOUBLE_EQ(f({2, 1}), 7);
+  const auto g = scalar_expression("1/x1", {"x1"});
+  EXPECT_THROW(g({0}), Error);
+  const yun::Target t = yun_target("x - mean", 1, 2);
+  Mat<double> X(1, 2);
+  X << 0.25, 0.75;
+  EXPECT_DOUBLE_EQ(t.f(X)(0, 0), -0.25);
+  EXPECT_EQ(yun_target("center", 1, 2).name, "center");
+  for (const yun::TargetSpec& s : yun::target_table())  // the table's flag is what a check finds
+    EXPECT_EQ(yun::looks_equivariant(yun::builtin_target(s.name), 2, 3, 10, 1), s.equivariant) << s.name;
+}
+
+TEST(Experiment, KajitsukaDeltaReproducesTheStoredTunedRow) {
+  Context c;
+  c.mode = Mode::smoke;
+  const json r = find_experiment("kajitsuka-delta").run({{"V", 4}, {"mode", "tuned"}}, c);
+  // docs/kajitsuka-delta.csv: V = 4, tuned
+  EXPECT_EQ(r["bits_used"], 71);
+  EXPECT_EQ(r["min_bits"], 15);
+  EXPECT_NEAR(r["log10_delta"].get<double>(), -2.4333778376557125, 1e-12);
+  EXPECT_NEAR(r["log10_delta_bound"].get<double>(), -8792.264620029417, 1e-9);
+}
+
+TEST(Experiment, ApproximatePipelineMeasuresAndRefusesWhatItMust) {
+  ApproximateOptions o;
+  o.samples = 2000, o.samples_standard = 200, o.ps = {1};
+  const Approximation a = approximate(yun::builtin_target("center"), 4, o);
+  EXPECT_TRUE(a.report["lemma6"]["ok"].get<bool>());
+  ASSERT_EQ(a.modified.size(), 1u);
+  EXPECT_LT(a.modified[0].value, 0.2);
+  EXPECT_LT(a.modified[0].lo, a.modified[0].value);
+  EXPECT_NEAR(a.standard[0].value, a.modified[0].value, 0.05);
+  EXPECT_THROW(approximate(yun::builtin_target("prefix-mean"), 4, o), Error);  // not equivariant, no PE
+  const std::string dir = fresh_dir("sweep-delta");
+  const std::string md = sweep_delta(yun::builtin_target("center"), {2, 4}, o, dir);
+  EXPECT_NE(md.find("| 4 | 0.25 |"), std::string::npos) << md;
+  EXPECT_TRUE(std::filesystem::exists(dir + "/sweep.csv"));
+  EXPECT_TRUE(std::filesystem::exists(dir + "/error_vs_delta.png"));
+}
+
+TEST(Experiment, RunExperimentWritesTablesAndResumesWithoutRunning) {
+  const std::string dir = fresh_dir("fang-fit");
+  Context c;
+  c.mode = Mode::smoke;
+  RunOptions o;
+  o.out_dir = dir;
+  std::atomic<int> ran{0};
+  o.on_result = [&](std::size_t, std::size_t, const json&) { ++ran; };
+  const std::string md = run_experiment(find_experiment("fang-fit"), c, o);
+  EXPECT_EQ(ran.load(), 3);
+  for (const char* ext : {".md", ".csv", ".png"}) EXPECT_TRUE(std::filesystem::exists(dir + "/fang-fit" + ext)) << ext;
+  EXPECT_EQ(read_file(dir + "/fang-fit.csv").substr(0, 14), "degree,readout");
+  ran = 0;
+  EXPECT_EQ(run_experiment(find_experiment("fang-fit"), c, o), md);
+  EXPECT_EQ(ran.load(), 0);
+}
+
+TEST(Experiment, PrecisionScopesOnTwoThreadsDoNotMix) {
+  // Sweep cells run on several threads; each one's MPFR numbers must carry its own precision.
+  std::atomic<int> wrong{0};
+  auto worker = [&](unsigned bits) {
+    for (int k = 0; k < 300; ++k) {
+      const MpfrPrecision p(bits);
+      Mpfr x(1);
+      for (int i = 0; i < 50; ++i) {
+        x = mp::sqrt(x + 2);  // work between setting the precision and making the checked number
+        if (bits_of(x) != p.carried()) ++wrong;
+      }
+    }
+  };
+  std::thread a(worker, 100), b(worker, 3000);
+  a.join();
+  b.join();
+  EXPECT_EQ(wrong.load(), 0);
+}
