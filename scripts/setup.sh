@@ -16,7 +16,6 @@ PACKAGES=(
   libgtest-dev libgmock-dev             # unit tests
   libbenchmark-dev                      # benchmarks
   python3-torch python3-numpy           # PyTorch interop module, oracle tests, baseline benchmark
-  python3-matplotlib                    # plots of the Python experiment scripts
   gnuplot-nox                           # plots written by uatlab reproduce / sweep
   libopenmpi-dev openmpi-bin            # mpirun -n K uatlab sweep: a sweep over several processes/machines
 )
