@@ -21,7 +21,7 @@ std::string error_of(const Dataset& ds, bool labels) {
   return "";
 }
 
-// d = 2, |V| = 4 fixed tokens, every 3-subset as a sequence (the note's toy, §3.4).
+// d = 2, |V| = 4 fixed tokens, every 3-subset as a sequence (the toy example of docs/theory/kajitsuka-sato.md).
 Dataset toy() {
   const char* v[4][2] = {{"1", "1/2"}, {"-3/4", "1"}, {"1/5", "-6/5"}, {"-1", "-1/2"}};
   Dataset ds;

@@ -12,7 +12,7 @@ using namespace uatlab;
 namespace fs = std::filesystem;
 
 TEST(Yun, PlanMatchesTheTheoryNotesTable) {
-  const yun::Plan p = yun::plan(2, 2, 4, false);  // yun.md §5, row d = 2, n = 2, K = 4
+  const yun::Plan p = yun::plan(2, 2, 4, false);  // docs/theory/yun.md, sizes: d = 2, n = 2, K = 4
   EXPECT_EQ(p.J, Rational(256));
   EXPECT_EQ(p.c, Rational(4096));
   EXPECT_EQ(p.t_l, Rational(245760));
@@ -23,7 +23,7 @@ TEST(Yun, PlanMatchesTheTheoryNotesTable) {
 }
 
 TEST(Yun, LayerCountsFollowTheFormulasAndTheClassesOfTheProof) {
-  // (d, n, K) -> quantization, attention, value-map layers (yun.md §5)
+  // (d, n, K) -> quantization, attention, value-map layers (docs/theory/yun.md, sizes)
   const std::vector<std::array<int, 6>> rows = {{1, 2, 4, 5, 5, 14}, {1, 3, 4, 5, 5, 14}, {2, 2, 2, 6, 5, 15}, {2, 2, 4, 10, 17, 243}};
   for (const auto& r : rows) {
     const yun::Modified m = yun::build_modified(yun::builtin_target("center"), r[0], r[1], r[2], false);

@@ -96,8 +96,8 @@ Plan plan(int d, int n, int K, bool pe) {
   for (int i = 0; i < d; ++i) p.u(i) = power(K, i), su += p.u(i);
   // IDs of grid columns lie in [0, R) with R = K^e: non-PE R = δ^{-d+1}; PE (column j adds j to
   // every entry) the smallest power of K above n·Σu. The selective shift multiplies by s = R/δ,
-  // so a shifted column lands above every window and is never shifted twice (yun.md §3.5); the
-  // non-PE constants of §3.6 written in s (s = δ^{-d} there) then hold for PE as well:
+  // so a shifted column lands above every window and is never shifted twice (docs/theory/yun.md, positional encoding); the
+  // non-PE constants written in s (s = δ^{-d} there) then hold for PE as well:
   // J = s^n, c = s^{n+1}, t_l = s^{2n}(s − 1)δ, t_r = s^{2n+2}δ + s^{n+1}δ.
   long e = d - 1;
   if (pe)
@@ -113,7 +113,7 @@ Plan plan(int d, int n, int K, bool pe) {
   p.c = sn * s;
   p.t_l = sn * sn * (s - 1) * p.delta;
   p.t_r = p.c * p.c * p.delta + p.c * p.delta;
-  // M bounds every entry of g_c on G_δ^+ (yun.md §3.8): sentinel IDs ≥ −A0, each column is shifted
+  // M bounds every entry of g_c on G_δ^+ (docs/theory/yun.md, value map): sentinel IDs ≥ −A0, each column is shifted
   // at most once by at most shift·(max − min), then the global shift multiplies by c.
   const Rational A0 = p.J * su, R0 = s * p.delta;
   Rational grow(1);

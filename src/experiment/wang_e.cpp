@@ -259,7 +259,7 @@ Experiment table_4a() {
     t.task = "kernel-" + cell["tail"].get<std::string>();
     t.data.n = c.pick(32, 64, 128), t.data.N = c.pick(256, 2000, 4000), t.data.seed = cell["seed"].get<int>();
     // Every scored position sees the same window of T = n/2 lags, in the target and in the heads,
-    // so a head's softmax normalises over the same lags everywhere (theory note §3.3).
+    // so a head's softmax normalises over the same lags everywhere (docs/theory/wang-e.md, kernels).
     t.data.beta = 0.5, t.data.window = t.data.n / 2, t.data.mask_before = t.data.n / 2;
     t.val_N = c.pick(64, 256, 512);
     t.data.d = 2;  // row 0 carries x_t, row 1 is free for the heads' output, which the readout reads

@@ -1,6 +1,6 @@
 // Fang, Ouyang, Zhou & Cheng (2022): attention blocks generate any polynomial with zero error.
 // The paper's block equations are not available; this is uatlab's own construction from
-// ../shared/theory/fang.md §3, and every use of it is proven exact by computation (prove()).
+// docs/theory/fang.md, and every use of it is proven exact by computation (prove()).
 //
 // Layout: x ∈ R^d becomes n = d tokens in a residual stream of width
 // D = 1 + 2d + Σ_{b=1..N} d^b, slots [one | x_1..x_d | pos_1..pos_d | R_1 | … | R_N]. Token i holds
@@ -57,7 +57,7 @@ struct Proof {
   bool random = false;             // and at random rational points of the box
   bool exact() const { return gates && grid && random; }
 };
-// §3.9 of the note: (1) the gate precondition by exact bound propagation over the box, which
+// The proof of docs/theory/fang.md: (1) the gate precondition by exact bound propagation over the box, which
 // makes the network a polynomial of degree ≤ N there; (2) equality with p on a product grid
 // of (N+1)^d points, which then proves equality as polynomials on the whole box; (3) random
 // rational points, reported separately.

@@ -1,7 +1,7 @@
 // Kajitsuka & Sato (ICLR 2024): one layer, one head, rank-1 softmax attention is a contextual
 // mapping (Theorem 2), and with Zhang et al.'s feed-forward layer a one-layer Transformer
 // memorizes any consistently labelled, tokenwise separated dataset. Theory and constants:
-// ../shared/theory/kajitsuka-sato.md; what the commands report: docs/kajitsuka-sato.md.
+// docs/theory/kajitsuka-sato.md; what the commands report: docs/kajitsuka-sato.md.
 //
 // The pipeline, one function per stage:
 //   analyse            check Theorem 2's hypotheses, measure r_min, r_max, ε, |V|
