@@ -129,14 +129,17 @@ TEST(Agreement, ValidateOwnsTheMaskingInvariants) {
   a.layers = {s};
   EXPECT_THROW(a.validate(), Error);
   EXPECT_THROW(Network<double>{a}, Error);
-  a.layers[0].window = 0, a.layers[0].strict_past = true;
+  a.layers[0].window = 0;
+  a.layers[0].strict_past = true;
   EXPECT_THROW(Network<double>{a}, Error);
   a.layers[0].causal = true;
   EXPECT_NO_THROW(Network<double>{a});
-  a.layers[0].heads = 1 << 20, a.layers[0].head_size = 1 << 20;  // 2^40 weights: refused before allocating
+  a.layers[0].heads = 1 << 20;
+  a.layers[0].head_size = 1 << 20;  // 2^40 weights: refused before allocating
   EXPECT_THROW(Network<double>{a}, Error);
   a.layers[0] = LayerSpec{};
-  a.layers[0].kind = LayerKind::layernorm, a.layers[0].pre_norm = true;
+  a.layers[0].kind = LayerKind::layernorm;
+  a.layers[0].pre_norm = true;
   EXPECT_THROW(a.validate(), Error);
 }
 

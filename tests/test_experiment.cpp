@@ -152,7 +152,9 @@ TEST(Experiment, KajitsukaDeltaReproducesTheStoredTunedRow) {
 
 TEST(Experiment, ApproximatePipelineMeasuresAndRefusesWhatItMust) {
   ApproximateOptions o;
-  o.samples = 2000, o.samples_standard = 200, o.ps = {1};
+  o.samples = 2000;
+  o.samples_standard = 200;
+  o.ps = {1};
   const Approximation a = approximate(yun::builtin_target("center"), 4, o);
   EXPECT_TRUE(a.report["lemma6"]["ok"].get<bool>());
   ASSERT_EQ(a.modified.size(), 1u);

@@ -31,7 +31,11 @@ Dataset toy() {
     s.x = Mat<Rational>(2, 3);
     int k = 0;
     for (int t = 0; t < 4; ++t)
-      if (t != skip) s.x(0, k) = parse_rational(v[t][0]), s.x(1, k) = parse_rational(v[t][1]), ++k;
+      if (t != skip) {
+        s.x(0, k) = parse_rational(v[t][0]);
+        s.x(1, k) = parse_rational(v[t][1]);
+        ++k;
+      }
     ds.sequences.push_back(s);
   }
   return ds;

@@ -127,7 +127,10 @@ TEST(Model, IntervalHardmaxRefusesUndecidedArgmax) {
   // Two keys whose scores are enclosures of 1/3 computed two different ways overlap.
   Network<Rational> net = network_cast<Rational>(random_net(R"({"d": 1, "layers": [
     {"type": "attention", "score": "hardmax", "heads": 1, "head_size": 1}]})", 1));
-  net.layers[0].wq(0, 0) = 1, net.layers[0].wk(0, 0) = Rational(1, 3), net.layers[0].wv(0, 0) = 1, net.layers[0].wo(0, 0) = 1;
+  net.layers[0].wq(0, 0) = 1;
+  net.layers[0].wk(0, 0) = Rational(1, 3);
+  net.layers[0].wv(0, 0) = 1;
+  net.layers[0].wo(0, 0) = 1;
   Mat<Rational> x(1, 2);
   x << 1, 1;  // equal keys: an exact tie, fine in rationals ...
   Mat<Rational> y = forward(net, x);
@@ -139,7 +142,10 @@ TEST(Model, IntervalHardmaxRefusesUndecidedArgmax) {
 TEST(Model, HardmaxTiesShareWeightExactly) {
   Network<Rational> net(Architecture::from_json(json::parse(R"({"d": 1, "layers": [
     {"type": "attention", "score": "hardmax", "heads": 1, "head_size": 1}]})")));
-  net.layers[0].wq(0, 0) = 1, net.layers[0].wk(0, 0) = 1, net.layers[0].wv(0, 0) = 1, net.layers[0].wo(0, 0) = 1;
+  net.layers[0].wq(0, 0) = 1;
+  net.layers[0].wk(0, 0) = 1;
+  net.layers[0].wv(0, 0) = 1;
+  net.layers[0].wo(0, 0) = 1;
   Mat<Rational> x(1, 4);
   x << 3, -1, 3, 2;  // query 3: keys 0 and 2 tie at score 9
   Mat<Rational> y = forward(net, x);
@@ -168,7 +174,8 @@ TEST(Model, CausalAttentionIgnoresTheFuture) {
 TEST(Model, PiecewiseActivationIsLeftClosedAndMayJump) {
   Network<Rational> net(Architecture::from_json(json::parse(R"({"d": 1, "layers": [{"type": "feedforward", "width": 1,
     "activation": {"type": "piecewise", "breakpoints": ["0", "1"], "pieces": [[0, 5], [-1, 0], [0, 0]]}}]})")));
-  net.layers[0].w1(0, 0) = 1, net.layers[0].w2(0, 0) = 1;
+  net.layers[0].w1(0, 0) = 1;
+  net.layers[0].w2(0, 0) = 1;
   Mat<Rational> x(1, 4);
   x << Rational(-1, 2), 0, Rational(1, 2), 1;
   Mat<Rational> y = forward(net, x);

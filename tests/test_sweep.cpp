@@ -94,7 +94,10 @@ TEST(Sweep, FailuresStopTheSweepAndKeepFinishedCells) {
 // A training inside a sweep's thread (no nested team) must see its whole batch, as outside one.
 TEST(Sweep, TrainingInsideASweepMatchesTrainingAlone) {
   TaskOptions o;
-  o.N = 64, o.n = 12, o.lags = {1, 3}, o.seed = 4;
+  o.N = 64;
+  o.n = 12;
+  o.lags = {1, 3};
+  o.seed = 4;
   const Dataset data = make_task("sparse-boolean", o);
   auto run = [&](const json& cell) {
     const Architecture a = Architecture::from_json(json::parse(R"({"d":4,"vocab":2,"readout":2,"layers":[
@@ -102,7 +105,11 @@ TEST(Sweep, TrainingInsideASweepMatchesTrainingAlone) {
     Network<double> net(a);
     init_random(net, cell["seed"].get<std::uint64_t>());
     TrainConfig c;
-    c.loss = Loss::cross_entropy, c.steps = 30, c.batch = 16, c.lr = 1e-2, c.log_every = 10;
+    c.loss = Loss::cross_entropy;
+    c.steps = 30;
+    c.batch = 16;
+    c.lr = 1e-2;
+    c.log_every = 10;
     const TrainReport r = train(net, data, nullptr, c);
     return json{{"loss", r.loss}, {"accuracy", r.accuracy}};
   };

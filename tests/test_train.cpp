@@ -24,7 +24,11 @@ Network<double> small_net(std::uint64_t seed) {
 
 TaskOptions memo() {
   TaskOptions o;
-  o.N = 12, o.n = 4, o.d = 3, o.V = 8, o.seed = 3;
+  o.N = 12;
+  o.n = 4;
+  o.d = 3;
+  o.V = 8;
+  o.seed = 3;
   return o;
 }
 
@@ -38,7 +42,10 @@ std::vector<double> flat(const Network<double>& n) {
 
 TEST(Train, WarmupThenCosine) {
   TrainConfig c;
-  c.lr = 1, c.min_lr = 0.1, c.warmup = 4, c.steps = 14;
+  c.lr = 1;
+  c.min_lr = 0.1;
+  c.warmup = 4;
+  c.steps = 14;
   EXPECT_DOUBLE_EQ(learning_rate(c, 0), 0.25);
   EXPECT_DOUBLE_EQ(learning_rate(c, 3), 1.0);
   EXPECT_DOUBLE_EQ(learning_rate(c, 4), 1.0);
@@ -49,7 +56,12 @@ TEST(Train, WarmupThenCosine) {
 TEST(Train, MemorizesASmallTaskAndIsReproducible) {
   const Dataset data = make_task("memorize", memo());
   TrainConfig c;
-  c.loss = Loss::cross_entropy, c.steps = 3000, c.batch = 6, c.lr = 2e-2, c.warmup = 50, c.seed = 5;
+  c.loss = Loss::cross_entropy;
+  c.steps = 3000;
+  c.batch = 6;
+  c.lr = 2e-2;
+  c.warmup = 50;
+  c.seed = 5;
   Network<double> a = small_net(1), b = small_net(1);
   TrainReport ra = train(a, data, nullptr, c);
   train(b, data, nullptr, c);
@@ -61,14 +73,22 @@ TEST(Train, ResumeContinuesExactly) {
   const Dataset data = make_task("memorize", memo());
   const std::string ck = (std::filesystem::temp_directory_path() / "uatlab_resume_test.safetensors").string();
   TrainConfig c;
-  c.loss = Loss::cross_entropy, c.steps = 40, c.batch = 5, c.lr = 1e-2, c.warmup = 3, c.weight_decay = 0.01, c.clip = 1;
+  c.loss = Loss::cross_entropy;
+  c.steps = 40;
+  c.batch = 5;
+  c.lr = 1e-2;
+  c.warmup = 3;
+  c.weight_decay = 0.01;
+  c.clip = 1;
   Network<double> straight = small_net(2);
   train(straight, data, nullptr, c);
   // Interrupt a run of the same 40-step schedule after its step-17 checkpoint is on disk.
   struct Stop {};
   Network<double> interrupted = small_net(2);
   TrainConfig cut = c;
-  cut.checkpoint = ck, cut.checkpoint_every = 17, cut.log_every = 1;
+  cut.checkpoint = ck;
+  cut.checkpoint_every = 17;
+  cut.log_every = 1;
   EXPECT_THROW(train(interrupted, data, nullptr, cut, "", [](const Progress& p) {
                  if (p.step == 18) throw Stop{};
                }),
@@ -82,7 +102,10 @@ TEST(Train, ResumeContinuesExactly) {
 TEST(Train, FrozenTensorsDoNotMove) {
   const Dataset data = make_task("memorize", memo());
   TrainConfig c;
-  c.loss = Loss::cross_entropy, c.steps = 20, c.batch = 4, c.freeze = {"layers.0.*"};
+  c.loss = Loss::cross_entropy;
+  c.steps = 20;
+  c.batch = 4;
+  c.freeze = {"layers.0.*"};
   Network<double> net = small_net(4);
   const Mat<double> qkv = net.layers[0].wq, wk = net.layers[0].wk, wo = net.layers[0].wo, w1 = net.layers[1].w1;
   train(net, data, nullptr, c);
@@ -96,7 +119,10 @@ TEST(Train, FrozenTensorsDoNotMove) {
 
 TEST(Train, TasksAreSeededAndWellFormed) {
   TaskOptions o;
-  o.N = 5, o.n = 12, o.lags = {1, 3, 5}, o.seed = 7;
+  o.N = 5;
+  o.n = 12;
+  o.lags = {1, 3, 5};
+  o.seed = 7;
   Dataset a = make_task("sparse-boolean", o), b = make_task("sparse-boolean", o);
   ASSERT_EQ(a.sequences.size(), 5u);
   EXPECT_EQ(a.sequences[2].tokens, b.sequences[2].tokens);
@@ -115,7 +141,10 @@ TEST(Train, TasksAreSeededAndWellFormed) {
 
 TEST(Train, AdaptiveMemoryTasksFollowTheirLagRules) {
   TaskOptions o;
-  o.N = 20, o.n = 40, o.lags = {1, 3, 7}, o.seed = 3;
+  o.N = 20;
+  o.n = 40;
+  o.lags = {1, 3, 7};
+  o.seed = 3;
   for (bool nested : {false, true}) {
     const Dataset ds = make_task(nested ? "adaptive-2" : "adaptive-1", o);
     int scored = 0;
@@ -137,7 +166,12 @@ TEST(Train, AdaptiveMemoryTasksFollowTheirLagRules) {
 
 TEST(Train, ComplexReadoutAndKernelsPadTheValueIntoRowZero) {
   TaskOptions o;
-  o.N = 3, o.n = 10, o.lags = {1, 2}, o.d = 3, o.omega = 2, o.seed = 5;
+  o.N = 3;
+  o.n = 10;
+  o.lags = {1, 2};
+  o.d = 3;
+  o.omega = 2;
+  o.seed = 5;
   const Dataset c = make_task("complex-readout", o);
   ASSERT_EQ(c.d, 3);
   for (const auto& s : c.sequences) {
@@ -149,7 +183,8 @@ TEST(Train, ComplexReadoutAndKernelsPadTheValueIntoRowZero) {
     EXPECT_EQ(s.mask[1], 0);
   }
   EXPECT_EQ(make_task("kernel-light", o).sequences[0].x.rows(), 3);
-  o.window = 2, o.beta = 1;
+  o.window = 2;
+  o.beta = 1;
   const Dataset w = make_task("kernel-light", o);  // ρ(s) = (1 − e^{−1}) e^{−(s−1)}, cut at s = 2
   const double r1 = 1 - std::exp(-1.0), r2 = r1 * std::exp(-1.0);
   for (int t = 2; t < 10; ++t) {
@@ -168,7 +203,10 @@ TEST(Train, CharsTaskSplitsTheCorpusAndPredictsTheNextCharacter) {
   for (int i = 0; i < 100; ++i) text += "cd";    // the last 10%: only c and d
   { std::ofstream(path) << text; }
   TaskOptions o;
-  o.corpus = path, o.N = 50, o.n = 16, o.seed = 2;
+  o.corpus = path;
+  o.N = 50;
+  o.n = 16;
+  o.seed = 2;
   EXPECT_EQ(task("chars").shape(o).outputs, 4);
   EXPECT_EQ(task("chars").shape(o).vocab, 4);
   EXPECT_EQ(validation_options(o, 7).seed, o.seed + 1000003);
@@ -197,7 +235,11 @@ TEST(Train, EveryTaskOfTheTableMatchesItsShape) {
   for (const TaskSpec& t : tasks()) {
     SCOPED_TRACE(t.name);
     TaskOptions o;
-    o.N = 6, o.n = 12, o.d = 3, o.corpus = path, o.lags = {1, 2};
+    o.N = 6;
+    o.n = 12;
+    o.d = 3;
+    o.corpus = path;
+    o.lags = {1, 2};
     const Dataset ds = make_task(t.name, o);
     const TaskShape sh = t.shape(o);
     ASSERT_EQ(ds.sequences.size(), 6u);

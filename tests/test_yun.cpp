@@ -94,11 +94,15 @@ TEST(Yun, FourReluReplacementEqualsPhiOutsideItsRamps) {
     Architecture a;
     a.d = 1;
     LayerSpec s;
-    s.kind = LayerKind::feedforward, s.width = 1, s.piecewise = true;
-    s.activation.breakpoints = {c1.str(), c2.str()}, s.activation.pieces = pieces;
+    s.kind = LayerKind::feedforward;
+    s.width = 1;
+    s.piecewise = true;
+    s.activation.breakpoints = {c1.str(), c2.str()};
+    s.activation.pieces = pieces;
     a.layers = {s};
     Network<Rational> net(a);
-    net.layers[0].w1(0, 0) = 1, net.layers[0].w2(0, 0) = 1;
+    net.layers[0].w1(0, 0) = 1;
+    net.layers[0].w2(0, 0) = 1;
     const Rational eta(1, 64);
     const Network<Rational> g = yun::standardize(net, Rational(1), eta);
     EXPECT_LE(g.arch.layers[0].width, 4);
@@ -131,7 +135,8 @@ TEST(Yun, KajitsukaPropositionOneIsThreeSubLayersAndHitsTheGrid) {
   EXPECT_EQ(s1.arch.layers[0].width, 4 * 4);  // 4 ReLUs per unit: φ jumps at 0 and at δ
   for (int k = 0; k < 40; ++k) {
     Mat<Rational> x(1, 2);
-    x(0, 0) = Rational(k, 40), x(0, 1) = Rational(39 - k, 41);
+    x(0, 0) = Rational(k, 40);
+    x(0, 1) = Rational(39 - k, 41);
     const Mat<Rational> y = forward(s1, x);
     for (int j = 0; j < 2; ++j) EXPECT_EQ(y(0, j), Rational(static_cast<long>(Scalar<Rational>::to_double(x(0, j)) * 4), 4) + Rational(1, 8)) << k;
   }

@@ -30,7 +30,9 @@ int cmd_reproduce(const ReproduceOpts& o) {
   const ex::Experiment& e = ex::find_experiment(o.name);
   ex::Context c;
   c.mode = ex::parse_mode(o.mode);
-  c.corpus = o.corpus, c.seeds = o.seeds, c.steps = o.steps;
+  c.corpus = o.corpus;
+  c.seeds = o.seeds;
+  c.steps = o.steps;
   ex::RunOptions run;
   run.out_dir = o.out_dir.empty() ? "results/" + e.name + "-" + o.mode : o.out_dir;
   run.threads = o.threads;
@@ -51,7 +53,8 @@ struct SweepOpts {
 int cmd_sweep(const SweepOpts& o) {
   const json cfg = ex::sweep_config(o.config);
   ex::RunOptions run;
-  run.out_dir = o.out_dir, run.threads = o.threads;
+  run.out_dir = o.out_dir;
+  run.threads = o.threads;
   run.on_result = [](std::size_t done, std::size_t total, const json& line) {
     std::fprintf(stderr, "[rank %d: %zu/%zu] %s: accuracy %.4g in %ld steps\n", sweep_rank(), done, total,
                  ex::config_key(line["cell"]).c_str(), line["result"]["accuracy"].get<double>(),

@@ -149,10 +149,17 @@ class Parser {
 Layout layout(int d, int N) {
   if (d < 1 || N < 1) throw Error("the polynomial construction needs d >= 1 variables and N >= 1 blocks");
   Layout L;
-  L.d = d, L.N = N, L.one = 0, L.x0 = 1, L.pos0 = 1 + d;
+  L.d = d;
+  L.N = N;
+  L.one = 0;
+  L.x0 = 1;
+  L.pos0 = 1 + d;
   L.region.assign(N + 1, 0);
   int at = 1 + 2 * d;
-  for (int b = 1; b <= N; ++b) L.region[b] = at, at += static_cast<int>(ipow(d, b));
+  for (int b = 1; b <= N; ++b) {
+    L.region[b] = at;
+    at += static_cast<int>(ipow(d, b));
+  }
   if (at > 200000) throw Error("residual width " + std::to_string(at) + " is too large (d^N grows fast)");
   L.D = at;
   return L;
@@ -168,22 +175,36 @@ Network<Rational> build(int d, int N, const Rational& B, Variant v) {
   if (B <= 0) throw Error("the domain bound B must be positive");
   const Layout L = layout(d, N);
   Architecture a;
-  a.d = L.D, a.max_len = d, a.readout = 1, a.pool = true;
+  a.d = L.D;
+  a.max_len = d;
+  a.readout = 1;
+  a.pool = true;
   for (int b = 1; b <= N; ++b) {
     LayerSpec att;
-    att.kind = LayerKind::attention, att.score = Score::linear;
+    att.kind = LayerKind::attention;
+    att.score = Score::linear;
     const int value = static_cast<int>(ipow(d, b - 1));
-    if (v == Variant::single_head) att.heads = 1, att.head_size = std::max(d, value);
-    else att.heads = d, att.head_size = value;
+    if (v == Variant::single_head) {
+      att.heads = 1;
+      att.head_size = std::max(d, value);
+    }
+    else {
+      att.heads = d;
+      att.head_size = value;
+    }
     a.layers.push_back(att);
     if (v == Variant::single_head) {
       LayerSpec ff;
-      ff.kind = LayerKind::feedforward, ff.width = 2 * static_cast<int>(ipow(d, b));
+      ff.kind = LayerKind::feedforward;
+      ff.width = 2 * static_cast<int>(ipow(d, b));
       a.layers.push_back(ff);
     }
   }
   Network<Rational> net(a);
-  for (int i = 0; i < d; ++i) net.pe(L.one, i) = 1, net.pe(L.pos0 + i, i) = 1;
+  for (int i = 0; i < d; ++i) {
+    net.pe(L.one, i) = 1;
+    net.pe(L.pos0 + i, i) = 1;
+  }
   const Rational inv_n = Rational(1, d);
   std::size_t li = 0;
   for (int b = 1; b <= N; ++b) {
@@ -198,7 +219,10 @@ Network<Rational> build(int d, int N, const Rational& B, Variant v) {
       for (int r = 0; r < value; ++r) A.wo(L.region[b] + p * value + r, head * s + r) = b == 1 ? inv_n : Rational(1);
     };
     if (v == Variant::single_head) {
-      for (int p = 0; p < d; ++p) A.wk(p, L.x0 + p) = 1, A.wq(p, L.pos0 + p) = 1;  // S_{j,i} = Σ_p x_p [i = p] = x_i
+      for (int p = 0; p < d; ++p) {  // S_{j,i} = Σ_p x_p [i = p] = x_i
+        A.wk(p, L.x0 + p) = 1;
+        A.wq(p, L.pos0 + p) = 1;
+      }
       set_value(0);
       for (int p = 0; p < d; ++p) set_output(0, p);
       // The gate: for slot a of super-block p, h± = ReLU(±z − C_b·pos_p), z ← z − h⁺ + h⁻.
@@ -208,13 +232,17 @@ Network<Rational> build(int d, int N, const Rational& B, Variant v) {
       const int size = static_cast<int>(ipow(d, b));
       for (int a_ = 0; a_ < size; ++a_) {
         const int slot = L.region[b] + a_, p = a_ / value;
-        F.w1(2 * a_, slot) = 1, F.w1(2 * a_, L.pos0 + p) = -C;
-        F.w1(2 * a_ + 1, slot) = -1, F.w1(2 * a_ + 1, L.pos0 + p) = -C;
-        F.w2(slot, 2 * a_) = -1, F.w2(slot, 2 * a_ + 1) = 1;
+        F.w1(2 * a_, slot) = 1;
+        F.w1(2 * a_, L.pos0 + p) = -C;
+        F.w1(2 * a_ + 1, slot) = -1;
+        F.w1(2 * a_ + 1, L.pos0 + p) = -C;
+        F.w2(slot, 2 * a_) = -1;
+        F.w2(slot, 2 * a_ + 1) = 1;
       }
     } else {
       for (int p = 0; p < d; ++p) {  // head p: score x_p [i = p], writes super-block p only
-        A.wk(p * s, L.x0 + p) = 1, A.wq(p * s, L.pos0 + p) = 1;
+        A.wk(p * s, L.x0 + p) = 1;
+        A.wq(p * s, L.pos0 + p) = 1;
         set_value(p);
         set_output(p, p);
       }
@@ -338,7 +366,10 @@ bool gates_hold(const Network<Rational>& net, const Layout& L, const Rational& B
           const Rational& u = layer.w1(k, c);
           if (u == 0) continue;
           if (u == 1 && a < 0) a = static_cast<int>(c);
-          else if (u < 0 && c >= L.pos0 && c < L.pos0 + L.d && q < 0) q = static_cast<int>(c), C = -u;
+          else if (u < 0 && c >= L.pos0 && c < L.pos0 + L.d && q < 0) {
+            q = static_cast<int>(c);
+            C = -u;
+          }
           else return false;
         }
         if (a < 0 || q < 0) return false;

@@ -80,7 +80,10 @@ Network<Rational> attention_network(const Facts& f, const Vec<Rational>& v, cons
   a.d = f.d;
   LayerSpec s;
   s.kind = LayerKind::attention;
-  s.heads = 1, s.head_size = 1, s.score = Score::softmax, s.tied_qkv = tied;
+  s.heads = 1;
+  s.head_size = 1;
+  s.score = Score::softmax;
+  s.tied_qkv = tied;
   a.layers.push_back(s);
   a.validate();
   Network<Rational> net(a);
@@ -135,7 +138,10 @@ Facts analyse(const Dataset& ds, bool require_labels) {
     std::vector<int> set = toks;
     std::sort(set.begin(), set.end());
     auto [it, fresh] = set_index.emplace(set, static_cast<int>(f.sets.size()));
-    if (fresh) f.sets.push_back(set), f.first_with_set.push_back(static_cast<int>(i));
+    if (fresh) {
+      f.sets.push_back(set);
+      f.first_with_set.push_back(static_cast<int>(i));
+    }
     f.tokens.push_back(std::move(toks));
     f.set_of.push_back(it->second);
   }
@@ -163,13 +169,16 @@ Facts analyse(const Dataset& ds, bool require_labels) {
   f.r_min_sq = f.r_max_sq = f.vocab[0].squaredNorm();
   for (auto& x : f.vocab) {
     Rational q = x.squaredNorm();
-    f.r_min_sq = std::min(f.r_min_sq, q), f.r_max_sq = std::max(f.r_max_sq, q);
+    f.r_min_sq = std::min(f.r_min_sq, q);
+    f.r_max_sq = std::max(f.r_max_sq, q);
   }
   f.eps_sq = (f.vocab[0] - f.vocab[1]).squaredNorm();
   for (std::size_t i = 0; i < f.vocab.size(); ++i)
     for (std::size_t j = i + 1; j < f.vocab.size(); ++j) f.eps_sq = std::min(f.eps_sq, Rational((f.vocab[i] - f.vocab[j]).squaredNorm()));
   auto root = [](const Rational& q) { return std::sqrt(Scalar<Rational>::to_double(q)); };
-  f.r_min = root(f.r_min_sq), f.r_max = root(f.r_max_sq), f.eps = root(f.eps_sq);
+  f.r_min = root(f.r_min_sq);
+  f.r_max = root(f.r_max_sq);
+  f.eps = root(f.eps_sq);
   return f;
 }
 
@@ -223,7 +232,8 @@ Separation certify_separation(const Network<Rational>& attention, const Facts& f
       Mpfi sq(0), nz(0);
       for (int i = 0; i < f.d; ++i) {
         Mpfi diff = z[s](i, k) - Scalar<Mpfi>::from(f.vocab[t](i));
-        sq += diff * diff, nz += z[s](i, k) * z[s](i, k);
+        sq += diff * diff;
+        nz += z[s](i, k) * z[s](i, k);
       }
       t_max = std::max(t_max, upper(mp::sqrt(sq)));
       r = std::max(r, Scalar<Mpfr>::to_double(mp::sqrt(upper(nz))));
@@ -267,7 +277,8 @@ Separation certify_separation(const Network<Rational>& attention, const Facts& f
 
 Contextual build_contextual(const Facts& f, const ContextualOptions& opt) {
   Contextual out;
-  out.mode = opt.mode, out.tied = opt.tied;
+  out.mode = opt.mode;
+  out.tied = opt.tied;
   out.projection = find_projection(f, opt.seed);
   const Vec<double> v = to_double(out.projection.v);
   std::vector<double> alpha;
@@ -303,7 +314,11 @@ Contextual build_contextual(const Facts& f, const ContextualOptions& opt) {
       const double ck = std::max(std::ldexp(out.c_gap, -k), c_floor);
       if (k > 0 && ck == c_floor && std::ldexp(out.c_gap, -k + 1) <= c_floor) break;
       const double delta = same_token_delta_double(attention_network(f, out.projection.v, rational_of(ck), wo_scale, opt.tied), f);
-      if (delta > best * (1 + 1e-9)) best = delta, c = ck, since = 0;
+      if (delta > best * (1 + 1e-9)) {
+        best = delta;
+        c = ck;
+        since = 0;
+      }
       else if (best > 0) ++since;  // stop 8 halvings past the best, once anything separates
     }
   }
@@ -419,8 +434,14 @@ bool zhang_layer(const Facts& f, const Dataset& ds, const Network<Rational>& att
     bq[i] = Scalar<Mpfr>::to_rational(b[i]);
     b[i] = Scalar<Mpfr>::from(bq[i]);
   }
-  ff.w1 = Mat<Rational>(q, f.d), ff.b1 = Mat<Rational>(q, 1), ff.w2 = Mat<Rational>::Zero(f.d, q), ff.b2 = Mat<Rational>::Zero(f.d, 1);
-  for (std::size_t j = 0; j < q; ++j) ff.w1.row(j) = a.transpose(), ff.b1(j, 0) = -bq[j];
+  ff.w1 = Mat<Rational>(q, f.d);
+  ff.b1 = Mat<Rational>(q, 1);
+  ff.w2 = Mat<Rational>::Zero(f.d, q);
+  ff.b2 = Mat<Rational>::Zero(f.d, 1);
+  for (std::size_t j = 0; j < q; ++j) {
+    ff.w1.row(j) = a.transpose();
+    ff.b1(j, 0) = -bq[j];
+  }
   // Row r of W2: Σ_{j≤i} w_j (t_i − b_j) = T_{r,i}; with S = Σ w_j and P = Σ w_j b_j over j < i,
   // w_i = (T_{r,i} − (t_i S − P)) / (t_i − b_i).
   const int k_out = f.label_dim;
@@ -473,7 +494,10 @@ Memorized memorize(const Dataset& ds, const MemorizeOptions& opt) {
       a.validate();
       Network<Rational> net(a);
       net.layers[0] = m.contextual.net.layers[0];
-      net.layers[1].w1 = ff.w1, net.layers[1].b1 = ff.b1, net.layers[1].w2 = ff.w2, net.layers[1].b2 = ff.b2;
+      net.layers[1].w1 = ff.w1;
+      net.layers[1].b1 = ff.b1;
+      net.layers[1].w2 = ff.w2;
+      net.layers[1].b2 = ff.b2;
       if (k < d) {
         net.readout_w = Mat<Rational>::Zero(k, d);
         for (int i = 0; i < k; ++i) net.readout_w(i, i) = 1;
@@ -548,7 +572,10 @@ HardmaxCounterexample hardmax_counterexample(int draws, std::uint64_t seed) {
   for (const auto* L : {&L1, &L2}) {
     Sequence s;
     s.x = Mat<Rational>(2, 4);
-    for (int k = 0; k < 4; ++k) s.x(0, k) = u0 * (*L)[k], s.x(1, k) = u1 * (*L)[k];
+    for (int k = 0; k < 4; ++k) {
+      s.x(0, k) = u0 * (*L)[k];
+      s.x(1, k) = u1 * (*L)[k];
+    }
     h.data.sequences.push_back(s);
   }
   const std::vector<int> heads = {1, 2, 3, 4}, sizes = {1, 2};
@@ -559,7 +586,8 @@ HardmaxCounterexample hardmax_counterexample(int draws, std::uint64_t seed) {
     LayerSpec s;
     s.kind = LayerKind::attention;
     s.score = Score::hardmax;
-    s.heads = heads[i % heads.size()], s.head_size = sizes[(i / heads.size()) % sizes.size()];
+    s.heads = heads[i % heads.size()];
+    s.head_size = sizes[(i / heads.size()) % sizes.size()];
     s.bias = i % 3 == 2;
     a.layers.push_back(s);
     a.validate();
@@ -605,7 +633,8 @@ Dataset demo_dataset(int N, int n, int d, int V, std::uint64_t seed) {
     if (fresh) vocab.push_back(x);
   }
   Dataset ds;
-  ds.d = d, ds.label_dim = 1;
+  ds.d = d;
+  ds.label_dim = 1;
   for (int i = 0; i < N; ++i) {
     std::vector<int> idx(V);
     for (int j = 0; j < V; ++j) idx[j] = j;

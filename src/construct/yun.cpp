@@ -89,11 +89,17 @@ bool looks_equivariant(const Target& t, int d, int n, int trials, std::uint64_t 
 Plan plan(int d, int n, int K, bool pe) {
   if (d < 1 || n < 1 || K < 2) throw Error("Yun et al.'s construction needs d >= 1, n >= 1 and K = 1/delta >= 2");
   Plan p;
-  p.d = d, p.n = n, p.K = K, p.pe = pe;
+  p.d = d;
+  p.n = n;
+  p.K = K;
+  p.pe = pe;
   p.delta = Rational(1, K);
   p.u.resize(d);
   Rational su(0);  // Σ u_i
-  for (int i = 0; i < d; ++i) p.u(i) = power(K, i), su += p.u(i);
+  for (int i = 0; i < d; ++i) {
+    p.u(i) = power(K, i);
+    su += p.u(i);
+  }
   // IDs of grid columns lie in [0, R) with R = K^e: non-PE R = δ^{-d+1}; PE (column j adds j to
   // every entry) the smallest power of K above n·Σu. The selective shift multiplies by s = R/δ,
   // so a shifted column lands above every window and is never shifted twice (docs/theory/yun.md, positional encoding); the
@@ -126,7 +132,9 @@ namespace {
 
 LayerSpec phi_layer(const std::vector<Rational>& breaks, const std::vector<std::pair<Rational, Rational>>& pieces) {
   LayerSpec f;
-  f.kind = LayerKind::feedforward, f.width = 1, f.piecewise = true;
+  f.kind = LayerKind::feedforward;
+  f.width = 1;
+  f.piecewise = true;
   for (const auto& b : breaks) f.activation.breakpoints.push_back(text(b));
   for (const auto& [s, c] : pieces) f.activation.pieces.push_back({text(s), text(c)});
   return f;
@@ -134,7 +142,11 @@ LayerSpec phi_layer(const std::vector<Rational>& breaks, const std::vector<std::
 
 LayerSpec shift_layer(int heads) {
   LayerSpec a;
-  a.kind = LayerKind::attention, a.heads = heads, a.head_size = 1, a.score = Score::hardmax, a.bias = true;
+  a.kind = LayerKind::attention;
+  a.heads = heads;
+  a.head_size = 1;
+  a.score = Score::hardmax;
+  a.bias = true;
   return a;
 }
 
@@ -162,12 +174,15 @@ void add_quantization(Builder& b, const Plan& p) {
   const Rational J = p.J;
   for (int i = 0; i < d; ++i)
     b.add(phi_layer({0, range}, {{-1, -J}, {0, 0}, {-1, -J}}), [=](Layer<Rational>& L) {
-      L.w1 = unit(d, i).transpose(), L.w2 = unit(d, i);
+      L.w1 = unit(d, i).transpose();
+      L.w2 = unit(d, i);
     });
   for (int i = 0; i < d; ++i)
     for (int k = 0; k < range * p.K; ++k)
       b.add(phi_layer({0, p.delta}, {{0, 0}, {-1, 0}, {0, 0}}), [=](Layer<Rational>& L) {
-        L.w1 = unit(d, i).transpose(), L.w2 = unit(d, i), L.b1(0, 0) = -Rational(k, p.K);
+        L.w1 = unit(d, i).transpose();
+        L.w2 = unit(d, i);
+        L.b1(0, 0) = -Rational(k, p.K);
       });
 }
 
@@ -181,7 +196,11 @@ void add_centre_quantization(Builder& b, const Plan& p) {
   b.add(s, [=](Layer<Rational>& L) {
     L.w1.setZero(), L.w2.setZero();
     for (int i = 0; i < d; ++i)
-      for (int k = 0; k < K; ++k) L.w1(i * K + k, i) = 1, L.w2(i, i * K + k) = 1, L.b1(i * K + k, 0) = -Rational(k, K);
+      for (int k = 0; k < K; ++k) {
+        L.w1(i * K + k, i) = 1;
+        L.w2(i, i * K + k) = 1;
+        L.b1(i * K + k, 0) = -Rational(k, K);
+      }
   });
 }
 
@@ -193,9 +212,11 @@ void add_contextual(Builder& b, const Plan& p) {
       L.wq = L.wk = L.wv = Mat<Rational>(2, d);
       L.wq << ut, ut;
       L.wk = L.wv = L.wq;
-      L.bq(0, 0) = -(w - p.delta / 2), L.bq(1, 0) = -(w + p.delta / 2);
+      L.bq(0, 0) = -(w - p.delta / 2);
+      L.bq(1, 0) = -(w + p.delta / 2);
       L.wo = Mat<Rational>::Zero(d, 2);
-      L.wo(0, 0) = p.shift, L.wo(0, 1) = -p.shift;
+      L.wo(0, 0) = p.shift;
+      L.wo(0, 1) = -p.shift;
     });
   b.add(shift_layer(1), [=](Layer<Rational>& L) {  // global shift: Z + c·Ψ(Z; 0)
     L.wq = L.wk = L.wv = ut;
@@ -211,7 +232,10 @@ std::vector<Mat<Rational>> grid_inputs(const Plan& p) {
   for (int i = 0; i < d; ++i) cols *= K;
   auto column = [&](long code) {
     Vec<Rational> c(d);
-    for (int i = 0; i < d; ++i) c(i) = Rational(code % K, K), code /= K;
+    for (int i = 0; i < d; ++i) {
+      c(i) = Rational(code % K, K);
+      code /= K;
+    }
     return c;
   };
   std::vector<Mat<Rational>> out;
@@ -252,9 +276,14 @@ Network<Rational> truncated(const Network<Rational>& net, std::size_t first, std
   part.arch = net.arch;
   part.arch.layers.assign(net.arch.layers.begin() + first, net.arch.layers.begin() + last);
   part.layers.assign(net.layers.begin() + first, net.layers.begin() + last);
-  part.embed = net.embed, part.readout_w = net.readout_w, part.readout_b = net.readout_b;
+  part.embed = net.embed;
+  part.readout_w = net.readout_w;
+  part.readout_b = net.readout_b;
   if (keep_pe) part.pe = net.pe;
-  else part.arch.max_len = 0, part.pe.resize(net.arch.d, 0);
+  else {
+    part.arch.max_len = 0;
+    part.pe.resize(net.arch.d, 0);
+  }
   return part;
 }
 
@@ -326,14 +355,17 @@ Modified build_modified(const Target& f, int d, int n, int K, bool pe, long max_
   const Mat<Rational> ut = p.u.transpose();
   const Rational M1 = p.M + 1, half = p.delta / 2, tr = p.t_r + half;
   b.add(phi_layer({p.t_l, tr}, {{0, 1}, {0, 0}, {0, 1}}), [=](Layer<Rational>& L) {  // outside [t_l, t_r]: −(M+1)
-    L.w1 = ut, L.w2 = Mat<Rational>::Constant(d, 1, -M1);
+    L.w1 = ut;
+    L.w2 = Mat<Rational>::Constant(d, 1, -M1);
   });
   for (int i = 0; i < d; ++i)  // negative entries ↦ 0
     b.add(phi_layer({0}, {{-1, 0}, {0, 0}}), [=](Layer<Rational>& L) { L.w1 = unit(d, i).transpose(), L.w2 = unit(d, i); });
   for (const auto& [v, cols] : value_of) {
     const Mat<Rational> w2 = cols.second - cols.first;
     b.add(phi_layer({-half, half}, {{0, 0}, {0, 1}, {0, 0}}), [=](Layer<Rational>& L) {
-      L.w1 = ut, L.b1(0, 0) = -v, L.w2 = w2;
+      L.w1 = ut;
+      L.b1(0, 0) = -v;
+      L.w2 = w2;
     });
   }
   m.net = b.make();
@@ -358,7 +390,8 @@ Modified build_kajitsuka(const Target& f, int d, int n, int K, long max_sequence
     throw Error("Proposition 1 on this grid memorizes " + std::to_string(binomial(Kd, n)) + " sequences, over the limit of " +
                 std::to_string(max_sequences) + " (--max-layers)");
   Dataset ds;
-  ds.d = d, ds.label_dim = d;
+  ds.d = d;
+  ds.label_dim = d;
   for (const Mat<Rational>& L0 : grid_inputs(p)) {
     Sequence s;
     s.x = L0.unaryExpr([&](const Rational& x) { return Rational(x + p.delta / 2); });
@@ -378,13 +411,18 @@ Modified build_kajitsuka(const Target& f, int d, int n, int K, long max_sequence
   m.net = Network<Rational>(arch);
   for (std::size_t i = 0; i < q.layers.size(); ++i) m.net.layers[i] = q.layers[i];
   for (std::size_t i = 0; i < mem.net.layers.size(); ++i) m.net.layers[q.layers.size() + i] = mem.net.layers[i];
-  m.net.readout_w = mem.net.readout_w, m.net.readout_b = mem.net.readout_b;
+  m.net.readout_w = mem.net.readout_w;
+  m.net.readout_b = mem.net.readout_b;
   m.contexts = mem.hidden;
   m.counts.quantization = static_cast<int>(q.layers.size());
-  m.counts.attention = 1, m.counts.value_map = static_cast<int>(mem.net.layers.size()) - 1;
-  m.counts.formula_quantization = 1, m.counts.formula_attention = 1, m.counts.formula_value_map = 1;
+  m.counts.attention = 1;
+  m.counts.value_map = static_cast<int>(mem.net.layers.size()) - 1;
+  m.counts.formula_quantization = 1;
+  m.counts.formula_attention = 1;
+  m.counts.formula_value_map = 1;
   m.counts.parameters = m.net.parameter_count();
-  m.float64_ok = mem.float64_works, m.bits = mem.bits_used;
+  m.float64_ok = mem.float64_works;
+  m.bits = mem.bits_used;
   m.extra = mem.report();
   return m;
 }
@@ -426,7 +464,10 @@ Network<Rational> standardize(const Network<Rational>& g, const Rational& lambda
   for (std::size_t li = 0; li < g.layers.size(); ++li) {
     LayerSpec& s = arch.layers[li];
     if (s.kind == LayerKind::attention) {
-      if (s.score == Score::hardmax) s.score = Score::softmax, s.scale = lambda.str();  // softmax layers stay as built
+      if (s.score == Score::hardmax) {  // softmax layers stay as built
+        s.score = Score::softmax;
+        s.scale = lambda.str();
+      }
       continue;
     }
     if (s.kind != LayerKind::feedforward || !s.piecewise) continue;
@@ -456,20 +497,34 @@ Network<Rational> standardize(const Network<Rational>& g, const Rational& lambda
       r.sign.push_back(k >= 2 * flat ? 1 : -1);  // t_k right of the constant piece (which spans [t_{2flat−1}, t_{2flat}))
     }
     // Every hidden unit shares the activation, so each becomes the same set of ReLUs.
-    s.piecewise = false, s.activation = {}, s.width = s.width * static_cast<int>(std::max<std::size_t>(1, r.units.size()));
+    s.piecewise = false;
+    s.activation = {};
+    s.width = s.width * static_cast<int>(std::max<std::size_t>(1, r.units.size()));
     relus[li] = r;
   }
   Network<Rational> out(arch);
-  out.embed = g.embed, out.pe = g.pe, out.readout_w = g.readout_w, out.readout_b = g.readout_b;
+  out.embed = g.embed;
+  out.pe = g.pe;
+  out.readout_w = g.readout_w;
+  out.readout_b = g.readout_b;
   for (std::size_t li = 0; li < g.layers.size(); ++li) {
     const Layer<Rational>& a = g.layers[li];
     Layer<Rational>& b = out.layers[li];
     if (arch.layers[li].kind == LayerKind::attention) {
-      b.wq = a.wq, b.wk = a.wk, b.wv = a.wv, b.wo = a.wo, b.bq = a.bq, b.bk = a.bk, b.bv = a.bv, b.bo = a.bo, b.rpe = a.rpe;
+      b.wq = a.wq;
+      b.wk = a.wk;
+      b.wv = a.wv;
+      b.wo = a.wo;
+      b.bq = a.bq;
+      b.bk = a.bk;
+      b.bv = a.bv;
+      b.bo = a.bo;
+      b.rpe = a.rpe;
       continue;
     }
     if (!g.arch.layers[li].piecewise) {
-      b = a, b.spec = arch.layers[li];
+      b = a;
+      b.spec = arch.layers[li];
       continue;
     }
     const Relu& r = relus[li];
@@ -532,7 +587,10 @@ Lemma6 check_lemma6(const Modified& m, const Target& f, long limit, std::uint64_
     for (int j = 0; j < n; ++j)
       for (int i = 0; i < d; ++i) {
         const long k = next_digit(code, per_entry, r.exhaustive, rng);
-        if (k == K) L(i, j) = -p.J, sentinel = true;
+        if (k == K) {
+          L(i, j) = -p.J;
+          sentinel = true;
+        }
         else L(i, j) = Rational(k, K) + (p.pe ? Rational(j) : Rational(0));
       }
     ++r.inputs;
@@ -564,7 +622,9 @@ Lemma6 check_lemma6(const Modified& m, const Target& f, long limit, std::uint64_
       auto [it, fresh] = owner.emplace(q(0, a), key);
       p2 &= fresh || it->second == key;
     }
-    r.violations[0] += !p1, r.violations[1] += !p2, r.violations[2] += !p3;
+    r.violations[0] += !p1;
+    r.violations[1] += !p2;
+    r.violations[2] += !p3;
   }
   // ḡ = f̄ on grid cubes: at the corner and at a random interior point of each.
   const long cubes_total = static_cast<long>(std::pow(static_cast<double>(K), d * n));
@@ -638,7 +698,8 @@ template <class S> Distance distance(const Network<S>& g, const Target& f, int d
   Distance r;
   r.samples = samples;
   r.value = std::pow(mean, 1.0 / p);
-  r.lo = std::pow(std::max(0.0, mean - 1.96 * se), 1.0 / p), r.hi = std::pow(mean + 1.96 * se, 1.0 / p);
+  r.lo = std::pow(std::max(0.0, mean - 1.96 * se), 1.0 / p);
+  r.hi = std::pow(mean + 1.96 * se, 1.0 / p);
   return r;
 }
 

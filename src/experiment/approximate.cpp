@@ -76,7 +76,11 @@ std::string sweep_delta(const yun::Target& f, const std::vector<int>& Ks, const 
     Row row = {std::to_string(K), fixed(delta, 6), std::to_string(total), std::to_string(formula), std::to_string(j["parameters"].get<long>()),
                std::to_string(j["standard"]["parameters"].get<long>())};
     for (std::size_t k = 0; k < ps.size(); ++k) {
-      for (const auto* x : {&r.modified[k], &r.standard[k]}) row.push_back(fixed(x->value, 6)), row.push_back(fixed(x->lo, 6)), row.push_back(fixed(x->hi, 6));
+      for (const auto* x : {&r.modified[k], &r.standard[k]}) {
+        row.push_back(fixed(x->value, 6));
+        row.push_back(fixed(x->lo, 6));
+        row.push_back(fixed(x->hi, 6));
+      }
       err_mod[k].x.push_back(delta), err_mod[k].y.push_back(r.modified[k].value), err_mod[k].err.push_back((r.modified[k].hi - r.modified[k].lo) / 2);
       err_std[k].x.push_back(delta), err_std[k].y.push_back(r.standard[k].value), err_std[k].err.push_back((r.standard[k].hi - r.standard[k].lo) / 2);
     }
@@ -106,7 +110,10 @@ std::string sweep_delta(const yun::Target& f, const std::vector<int>& Ks, const 
     // The proof's rate: d_p(f, f̄) = O(δ) for Lipschitz f, plus O(δ^{d/p}) from repeated columns.
     Series rate{"rate delta^{min(1, d/p)} (scaled)", {}, {}, {}};
     const double expo = std::min(1.0, static_cast<double>(o.d) / ps[k]);
-    for (double dl : deltas) rate.x.push_back(dl), rate.y.push_back(err_mod[k].y.front() * std::pow(dl / deltas.front(), expo));
+    for (double dl : deltas) {
+      rate.x.push_back(dl);
+      rate.y.push_back(err_mod[k].y.front() * std::pow(dl / deltas.front(), expo));
+    }
     rate.label = "d_" + std::to_string(ps[k]) + " proof's rate delta^" + fixed(expo, 2);
     e.series.push_back(rate);
   }

@@ -63,7 +63,10 @@ Experiment delta_experiment() {
       md.push_back({r["V"].dump(), r["N"].dump(), label(r["mode"]), fixed(r["c"], 4), fixed(r["log10_delta"], 4),
                     fixed(r["log10_delta_bound"], 4), r["bits_used"].dump(), r["min_bits"].dump()});
       const double V = r["V"];
-      if (bound_seen.insert(r["V"].get<int>()).second) bound.x.push_back(V), bound.y.push_back(-r["log10_delta_bound"].get<double>());
+      if (bound_seen.insert(r["V"].get<int>()).second) {
+        bound.x.push_back(V);
+        bound.y.push_back(-r["log10_delta_bound"].get<double>());
+      }
       Series& s = r["mode"] == "faithful" ? faithful : tuned;
       s.x.push_back(V), s.y.push_back(-r["log10_delta"].get<double>());
     }

@@ -25,30 +25,46 @@ namespace uatlab::experiment {
 json train_memorization(const json& cell) {
   TaskOptions o;
   const std::string task = cell["task"];
-  o.N = cell["N"], o.n = cell["n"], o.d = cell["d"], o.V = cell.value("V", 64), o.classes = cell.value("classes", 2);
+  o.N = cell["N"];
+  o.n = cell["n"];
+  o.d = cell["d"];
+  o.V = cell.value("V", 64);
+  o.classes = cell.value("classes", 2);
   o.seed = cell["seed"].get<std::uint64_t>();
   const Dataset data = make_task(task, o);
   Architecture arch;
-  arch.d = o.d, arch.readout = uatlab::task(task).shape(o).outputs;
+  arch.d = o.d;
+  arch.readout = uatlab::task(task).shape(o).outputs;
   LayerSpec a;
-  a.heads = cell["H"], a.head_size = cell["s"], a.tied_qkv = cell.value("tied", false);
+  a.heads = cell["H"];
+  a.head_size = cell["s"];
+  a.tied_qkv = cell.value("tied", false);
   arch.layers.push_back(a);
   if (cell["m"].get<int>() > 0) {
     LayerSpec f;
-    f.kind = LayerKind::feedforward, f.width = cell["m"];
+    f.kind = LayerKind::feedforward;
+    f.width = cell["m"];
     arch.layers.push_back(f);
   }
   Network<double> nd(arch);
   init_random(nd, o.seed);
   TrainConfig c;
-  c.loss = Loss::cross_entropy, c.steps = cell["steps"], c.batch = std::min<int>(cell["batch"].get<int>(), o.N);
-  c.lr = cell["lr"], c.min_lr = c.lr / 10, c.warmup = std::min<long>(100, c.steps / 10), c.seed = o.seed;
-  c.stop_at_full_accuracy = true, c.log_every = 25;
+  c.loss = Loss::cross_entropy;
+  c.steps = cell["steps"];
+  c.batch = std::min<int>(cell["batch"].get<int>(), o.N);
+  c.lr = cell["lr"];
+  c.min_lr = c.lr / 10;
+  c.warmup = std::min<long>(100, c.steps / 10);
+  c.seed = o.seed;
+  c.stop_at_full_accuracy = true;
+  c.log_every = 25;
   json out;
   if (cell.value("fixed_v", false)) {
     if (!a.tied_qkv || a.heads != 1 || a.head_size != 1) throw Error("fixed_v needs one tied head of size 1");
     kajitsuka::ContextualOptions co;
-    co.tied = true, co.search_min_bits = false, co.seed = o.seed;
+    co.tied = true;
+    co.search_min_bits = false;
+    co.seed = o.seed;
     const kajitsuka::Contextual k = kajitsuka::build_contextual(kajitsuka::analyse(data), co);
     nd.layers[0].wq = matrix_cast<double>(k.net.layers[0].wq);
     c.freeze = {"layers.0.qkv.weight"};
@@ -206,7 +222,10 @@ std::string summarise_sweep(const std::vector<json>& lines, const std::string& d
     for (const Config& k : configs)
       if (k.cell["N"].get<int>() == x && k.memorized && (best < 0 || k.params < best)) best = k.params;
     md.push_back({std::to_string(x), best < 0 ? "none in the grid" : std::to_string(best)});
-    if (best > 0) s.x.push_back(x), s.y.push_back(static_cast<double>(best));
+    if (best > 0) {
+      s.x.push_back(x);
+      s.y.push_back(static_cast<double>(best));
+    }
   }
   if (!s.x.empty()) {
     mp.series.push_back(s);
@@ -266,7 +285,11 @@ Experiment kajitsuka_memorization_experiment() {
       const json& c = l["cell"];
       if (!seen.insert({c["N"].get<int>(), c["seed"].get<int>()}).second) continue;
       TaskOptions o;
-      o.N = c["N"], o.n = c["n"], o.d = c["d"], o.V = c["V"], o.seed = c["seed"].get<std::uint64_t>();
+      o.N = c["N"];
+      o.n = c["n"];
+      o.d = c["d"];
+      o.V = c["V"];
+      o.seed = c["seed"].get<std::uint64_t>();
       const kajitsuka::Facts f = kajitsuka::analyse(make_task("memorize", o));
       std::size_t q = 0;
       for (const auto& s : f.sets) q += s.size();

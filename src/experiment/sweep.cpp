@@ -149,7 +149,10 @@ std::vector<json> run_sweep(const std::vector<json>& cells, const std::function<
     for (;;) {
       int flag = 0;
       MPI_Status st;
-      if (block) MPI_Probe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &st), flag = 1;
+      if (block) {
+        MPI_Probe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &st);
+        flag = 1;
+      }
       else MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &flag, &st);
       if (!flag) return;
       int len = 0;

@@ -46,9 +46,13 @@ yun::Target expression_target(const std::string& expr, int d, int n) {
       p.SetExpr(expr);
       Mat<double> Y(d, n);
       for (int r = 0; r < d; ++r) {
-        mean = X.row(r).mean(), mx = X.row(r).maxCoeff(), mn = X.row(r).minCoeff();
+        mean = X.row(r).mean();
+        mx = X.row(r).maxCoeff();
+        mn = X.row(r).minCoeff();
         for (int c = 0; c < n; ++c) {
-          x = X(r, c), i = r + 1, j = c + 1;
+          x = X(r, c);
+          i = r + 1;
+          j = c + 1;
           Y(r, c) = p.Eval();
           if (!std::isfinite(Y(r, c))) throw Error("target \"" + expr + "\" is not finite at a point of [0,1]^{d×n}");
         }

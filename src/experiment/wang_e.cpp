@@ -14,7 +14,12 @@ namespace {
 LayerSpec attention(int heads, int head_size, bool dp_free, Rpe rpe, bool pre_norm = false) {
   LayerSpec a;
   a.kind = LayerKind::attention;
-  a.heads = heads, a.head_size = head_size, a.dp_free = dp_free, a.rpe = rpe, a.causal = true, a.pre_norm = pre_norm;
+  a.heads = heads;
+  a.head_size = head_size;
+  a.dp_free = dp_free;
+  a.rpe = rpe;
+  a.causal = true;
+  a.pre_norm = pre_norm;
   a.strict_past = dp_free;  // the recipe's DP-free heads read the strict past; x_t arrives through the residual
   a.sqrt_scaling = !dp_free;
   return a;
@@ -23,7 +28,8 @@ LayerSpec attention(int heads, int head_size, bool dp_free, Rpe rpe, bool pre_no
 LayerSpec feedforward(int width, bool pre_norm = false) {
   LayerSpec f;
   f.kind = LayerKind::feedforward;
-  f.width = width, f.pre_norm = pre_norm;
+  f.width = width;
+  f.pre_norm = pre_norm;
   return f;
 }
 
@@ -44,8 +50,13 @@ TrainConfig config(const Context& c, double lr, Loss loss, std::uint64_t seed) {
   TrainConfig t;
   t.loss = loss;
   t.steps = steps(c);
-  t.batch = 32, t.lr = lr, t.min_lr = lr / 10, t.warmup = std::min<long>(100, t.steps / 10), t.clip = 1;
-  t.seed = seed, t.log_every = t.steps;
+  t.batch = 32;
+  t.lr = lr;
+  t.min_lr = lr / 10;
+  t.warmup = std::min<long>(100, t.steps / 10);
+  t.clip = 1;
+  t.seed = seed;
+  t.log_every = t.steps;
   return t;
 }
 
@@ -60,9 +71,14 @@ json train_lm(const json& cell, const Context& c, const std::vector<LayerSpec>& 
   const LmShape s = lm_shape(c);
   TaskTraining t;
   t.task = "chars";
-  t.data.corpus = c.corpus, t.data.n = s.n, t.data.N = c.pick(64, 8000, 20000), t.data.seed = cell["seed"].get<int>();
+  t.data.corpus = c.corpus;
+  t.data.n = s.n;
+  t.data.N = c.pick(64, 8000, 20000);
+  t.data.seed = cell["seed"].get<int>();
   t.val_N = c.pick(16, 256, 1024);
-  t.arch.vocab = task("chars").shape(t.data).outputs, t.arch.readout = t.arch.vocab, t.arch.d = s.d;
+  t.arch.vocab = task("chars").shape(t.data).outputs;
+  t.arch.readout = t.arch.vocab;
+  t.arch.d = s.d;
   t.arch.max_len = positional ? s.n : 0;
   t.arch.layers = layers;
   t.cfg = config(c, 3e-3, Loss::cross_entropy, t.data.seed);
@@ -99,15 +115,24 @@ Experiment table_1a() {
     const int budget = Hmax * attn + (2 * s.d + 1) * s.m + s.d + norms;
     const int m = std::max(4, (budget / L - H * attn - s.d - norms) / (2 * s.d + 1));
     std::vector<LayerSpec> layers;
-    for (int l = 0; l < L; ++l) layers.push_back(attention(H, s.head_size, false, Rpe::none, true)), layers.push_back(feedforward(m, true));
+    for (int l = 0; l < L; ++l) {
+      layers.push_back(attention(H, s.head_size, false, Rpe::none, true));
+      layers.push_back(feedforward(m, true));
+    }
     json r;
     if (!cell.contains("task")) r = train_lm(cell, c, layers, true);
     else {  // token 2c + b with lags (1, 3, 7), learned positions
       TaskTraining t;
       t.task = cell["task"];
-      t.data.lags = {1, 3, 7}, t.data.n = c.pick(16, 32, 64), t.data.N = c.pick(128, 4000, 8000), t.data.seed = cell["seed"].get<int>();
+      t.data.lags = {1, 3, 7};
+      t.data.n = c.pick(16, 32, 64);
+      t.data.N = c.pick(128, 4000, 8000);
+      t.data.seed = cell["seed"].get<int>();
       t.val_N = c.pick(32, 512, 1024);
-      t.arch.vocab = task(t.task).shape(t.data).vocab, t.arch.readout = 2, t.arch.d = s.d, t.arch.max_len = t.data.n;
+      t.arch.vocab = task(t.task).shape(t.data).vocab;
+      t.arch.readout = 2;
+      t.arch.d = s.d;
+      t.arch.max_len = t.data.n;
       t.arch.layers = layers;
       t.cfg = config(c, 3e-3, Loss::cross_entropy, t.data.seed);
       t.init_seed = t.data.seed;
@@ -136,7 +161,9 @@ Experiment table_1a() {
     write_file_atomic(out.path(".md"), md);
     Grouped t = group(lines, task, model, [](const json& r) { return r["val_loss"].get<double>(); });
     LinePlot plot{"Wang & E Insight 1a: depth vs heads at equal parameters", "model", "validation cross-entropy"};
-    plot.logy = true, plot.xtics = t.cols, plot.series = row_series(t, -1);
+    plot.logy = true;
+    plot.xtics = t.cols;
+    plot.series = row_series(t, -1);
     plot_png(out.path(".png"), plot);
     return md;
   };
@@ -159,7 +186,10 @@ Experiment table_3b() {
     const LmShape s = lm_shape(c);
     const Rpe rpe = cell["rpe"] == "lin" ? Rpe::lin : Rpe::log;
     std::vector<LayerSpec> layers;
-    for (int l = 0; l < 2; ++l) layers.push_back(attention(4, s.head_size, !cell["dp"].get<bool>(), rpe, true)), layers.push_back(feedforward(s.m, true));
+    for (int l = 0; l < 2; ++l) {
+      layers.push_back(attention(4, s.head_size, !cell["dp"].get<bool>(), rpe, true));
+      layers.push_back(feedforward(s.m, true));
+    }
     return train_lm(cell, c, layers, false);
   };
   e.report = [](const std::vector<json>& lines, const Outputs& out, const Context&) {
@@ -186,7 +216,8 @@ struct GridSpec {
 
 Experiment hm_grid(const GridSpec& spec) {
   Experiment e;
-  e.name = spec.name, e.summary = spec.summary;
+  e.name = spec.name;
+  e.summary = spec.summary;
   e.cells = [spec](const Context& c) {
     std::vector<json> cells;
     const std::vector<int> Hs = spec.with_dp ? c.pick({1, 2}, {1, 4}, {1, 2, 4, 8}) : c.pick({1, 2}, {1, 2, 4, 8}, {1, 2, 4, 8, 16});
@@ -204,12 +235,18 @@ Experiment hm_grid(const GridSpec& spec) {
   e.run = [spec](const json& cell, const Context& c) {
     TaskTraining t;
     t.task = spec.task;
-    t.data.lags = spec.lags, t.data.n = 32, t.data.N = c.pick(256, 4000, 8000), t.data.seed = cell["seed"].get<int>();
-    t.data.boolean = "majority", t.data.omega = spec.omega, t.data.d = 8;
+    t.data.lags = spec.lags;
+    t.data.n = 32;
+    t.data.N = c.pick(256, 4000, 8000);
+    t.data.seed = cell["seed"].get<int>();
+    t.data.boolean = "majority";
+    t.data.omega = spec.omega;
+    t.data.d = 8;
     t.val_N = c.pick(64, 512, 1024);
     const bool dp = cell.value("dp", false);
     const Loss loss = task(spec.task).loss;
-    t.arch.vocab = task(spec.task).shape(t.data).vocab, t.arch.d = t.arch.vocab > 0 ? 16 : task(spec.task).shape(t.data).d;
+    t.arch.vocab = task(spec.task).shape(t.data).vocab;
+    t.arch.d = t.arch.vocab > 0 ? 16 : task(spec.task).shape(t.data).d;
     t.arch.readout = task(spec.task).shape(t.data).outputs;
     t.arch.layers = {attention(cell["H"], 4, !dp, Rpe::lin), feedforward(cell["m"])};
     t.cfg = config(c, 3e-3, loss, t.data.seed);
@@ -224,7 +261,8 @@ Experiment hm_grid(const GridSpec& spec) {
     Grouped g = group(lines, row, [](const json& c) { return "m=" + label(c["m"]); }, value);
     std::string md = write_grouped(g, ce ? "validation loss" : "validation MSE / Var(y)", out);
     LinePlot plot{spec.title, "FFN width m", ce ? "validation cross-entropy" : "validation MSE / Var(y)"};
-    plot.logx = true, plot.logy = !ce;
+    plot.logx = true;
+    plot.logy = !ce;
     plot.series = row_series(g, 2);
     plot_png(out.path(".png"), plot);
     if (ce) {  // accuracy beside the loss
@@ -257,13 +295,18 @@ Experiment table_4a() {
   e.run = [](const json& cell, const Context& c) {
     TaskTraining t;
     t.task = "kernel-" + cell["tail"].get<std::string>();
-    t.data.n = c.pick(32, 64, 128), t.data.N = c.pick(256, 2000, 4000), t.data.seed = cell["seed"].get<int>();
+    t.data.n = c.pick(32, 64, 128);
+    t.data.N = c.pick(256, 2000, 4000);
+    t.data.seed = cell["seed"].get<int>();
     // Every scored position sees the same window of T = n/2 lags, in the target and in the heads,
     // so a head's softmax normalises over the same lags everywhere (docs/theory/wang-e.md, kernels).
-    t.data.beta = 0.5, t.data.window = t.data.n / 2, t.data.mask_before = t.data.n / 2;
+    t.data.beta = 0.5;
+    t.data.window = t.data.n / 2;
+    t.data.mask_before = t.data.n / 2;
     t.val_N = c.pick(64, 256, 512);
     t.data.d = 2;  // row 0 carries x_t, row 1 is free for the heads' output, which the readout reads
-    t.arch.d = 2, t.arch.readout = 1;
+    t.arch.d = 2;
+    t.arch.readout = 1;
     const bool log = cell["rpe"] == "log";
     t.arch.layers = {attention(cell["H"], 1, true, log ? Rpe::log : Rpe::lin)};
     t.arch.layers[0].window = t.data.window;

@@ -179,7 +179,10 @@ json Architecture::to_json() const {
              {"tied_qkv", l.tied_qkv},      {"bias", l.bias}};
         if (l.strict_past) j["strict_past"] = true;  // written only when set: older readers keep working
         if (l.window > 0) j["window"] = l.window;
-        if (l.rpe == Rpe::t5) j["t5_buckets"] = l.t5_buckets, j["t5_max_distance"] = l.t5_max_distance;
+        if (l.rpe == Rpe::t5) {
+          j["t5_buckets"] = l.t5_buckets;
+          j["t5_max_distance"] = l.t5_max_distance;
+        }
         break;
       case LayerKind::feedforward:
         j = {{"type", "feedforward"}, {"width", l.width}};

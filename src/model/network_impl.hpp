@@ -30,7 +30,10 @@ template <class S> Network<S>::Network(Architecture a) : arch(std::move(a)) {
   auto zeros = [](Eigen::Index r, Eigen::Index c) { return Mat<S>(Mat<S>::Zero(r, c)); };
   if (arch.vocab > 0) embed = zeros(d, arch.vocab);
   if (arch.max_len > 0) pe = zeros(d, arch.max_len);
-  if (arch.readout > 0) readout_w = zeros(arch.readout, d), readout_b = zeros(arch.readout, 1);
+  if (arch.readout > 0) {
+    readout_w = zeros(arch.readout, d);
+    readout_b = zeros(arch.readout, 1);
+  }
   for (const LayerSpec& s : arch.layers) {
     Layer<S> l;
     l.spec = s;
@@ -42,11 +45,17 @@ template <class S> Network<S>::Network(Architecture a) : arch(std::move(a)) {
     if (s.kind == LayerKind::attention) {
       const int hs = s.heads * s.head_size;
       l.wq = zeros(hs, d);
-      if (!s.tied_qkv) l.wk = zeros(hs, d), l.wv = zeros(hs, d);
+      if (!s.tied_qkv) {
+        l.wk = zeros(hs, d);
+        l.wv = zeros(hs, d);
+      }
       l.wo = zeros(d, hs);
       if (s.bias) {
         l.bq = zeros(hs, 1);
-        if (!s.tied_qkv) l.bk = zeros(hs, 1), l.bv = zeros(hs, 1);
+        if (!s.tied_qkv) {
+          l.bk = zeros(hs, 1);
+          l.bv = zeros(hs, 1);
+        }
         l.bo = zeros(d, 1);
       }
       if (s.rpe == Rpe::lin || s.rpe == Rpe::log) l.rpe = zeros(s.heads, 1);
@@ -55,7 +64,10 @@ template <class S> Network<S>::Network(Architecture a) : arch(std::move(a)) {
       if constexpr (Scalar<S>::transcendental)
         if (s.sqrt_scaling) l.score_scale = l.score_scale / Scalar<S>::sqrt(S(s.head_size));
     } else if (s.kind == LayerKind::feedforward) {
-      l.w1 = zeros(s.width, d), l.b1 = zeros(s.width, 1), l.w2 = zeros(d, s.width), l.b2 = zeros(d, 1);
+      l.w1 = zeros(s.width, d);
+      l.b1 = zeros(s.width, 1);
+      l.w2 = zeros(d, s.width);
+      l.b2 = zeros(d, 1);
       for (auto& b : s.activation.breakpoints) l.breakpoints.push_back(constant<S>(b));
       for (auto& [slope, icpt] : s.activation.pieces) l.pieces.emplace_back(constant<S>(slope), constant<S>(icpt));
     }
@@ -121,7 +133,10 @@ template <class S> void normalise_columns(Mat<S>& A, const LayerSpec& spec, cons
         const KeyRange r = attended_keys(spec, k, n);
         A.col(k).head(r.first).setConstant(kMasked);
         A.col(k).tail(n - r.end).setConstant(kMasked);
-        if (r.first == r.end) empty.push_back(k), A(0, k) = S(0);  // keeps the column finite; zeroed below
+        if (r.first == r.end) {  // keeps the column finite; zeroed below
+          empty.push_back(k);
+          A(0, k) = S(0);
+        }
       }
       const Eigen::Matrix<S, 1, Eigen::Dynamic> mx = A.colwise().maxCoeff();
       A.rowwise() -= mx;
@@ -231,8 +246,12 @@ template <class S> void attention(const Layer<S>& L, const Mat<S>& X, Mat<S>& Z,
   if (s.bias) V.colwise() += bv.col(0);
   Mat<S> Q, K;
   if (!s.dp_free) {
-    Q = L.wq * X, K = wk * X;
-    if (s.bias) Q.colwise() += L.bq.col(0), K.colwise() += bk.col(0);
+    Q = L.wq * X;
+    K = wk * X;
+    if (s.bias) {
+      Q.colwise() += L.bq.col(0);
+      K.colwise() += bk.col(0);
+    }
   }
   for (int h = 0; h < s.heads; ++h) {
     if (s.dp_free) A = Mat<S>::Zero(n, n);

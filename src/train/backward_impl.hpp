@@ -61,8 +61,12 @@ template <class S> void attention_forward(const Layer<S>& L, const Mat<S>& in, c
     t.v.noalias() = L.wv * in;
     if (s.bias) add_bias(t.v, L.bv);
     if (!s.dp_free) {
-      t.q.noalias() = L.wq * in, t.k.noalias() = L.wk * in;
-      if (s.bias) add_bias(t.q, L.bq), add_bias(t.k, L.bk);
+      t.q.noalias() = L.wq * in;
+      t.k.noalias() = L.wk * in;
+      if (s.bias) {
+        add_bias(t.q, L.bq);
+        add_bias(t.k, L.bk);
+      }
     }
   }
   const Mat<S>& Q = t.q;
@@ -163,7 +167,10 @@ template <class S> Mat<S> attention_backward(const Layer<S>& L, Layer<S>& G, con
     G.wk.noalias() += dK * in.transpose();
     din.noalias() += L.wq.transpose() * dQ;
     din.noalias() += L.wk.transpose() * dK;
-    if (s.bias) G.bq.col(0) += dQ.rowwise().sum(), G.bk.col(0) += dK.rowwise().sum();
+    if (s.bias) {
+      G.bq.col(0) += dQ.rowwise().sum();
+      G.bk.col(0) += dK.rowwise().sum();
+    }
   }
   return din;
 }

@@ -30,7 +30,10 @@ Dataset sparse_boolean(const TaskOptions& o) {
   for (auto& v : table) v = rng.uniform() < 0.5;
   auto f = [&](const std::vector<int>& bits) {
     int ones = 0, code = 0;
-    for (int i = 0; i < M; ++i) ones += bits[i], code |= bits[i] << i;
+    for (int i = 0; i < M; ++i) {
+      ones += bits[i];
+      code |= bits[i] << i;
+    }
     if (o.boolean == "parity") return ones % 2;
     if (o.boolean == "majority") return 2 * ones > M ? 1 : 0;
     if (o.boolean == "and") return ones == M ? 1 : 0;
@@ -39,7 +42,8 @@ Dataset sparse_boolean(const TaskOptions& o) {
     throw Error("boolean function \"" + o.boolean + "\": expected parity, majority, and, product or table");
   };
   Dataset ds;
-  ds.token_input = true, ds.label_dim = 1;
+  ds.token_input = true;
+  ds.label_dim = 1;
   for (int i = 0; i < o.N; ++i) {
     Sequence s;
     for (int t = 0; t < o.n; ++t) s.tokens.push_back(rng.uniform() < 0.5);
@@ -61,7 +65,8 @@ Dataset complex_readout(const TaskOptions& o) {
   Rng rng(o.seed);
   if (o.d < 1) throw Error("complex-readout needs d >= 1");
   Dataset ds;
-  ds.d = o.d, ds.label_dim = 1;
+  ds.d = o.d;
+  ds.label_dim = 1;
   for (int i = 0; i < o.N; ++i) {
     std::vector<double> x(o.n);
     for (auto& v : x) v = rng.uniform(-1, 1);
@@ -87,7 +92,8 @@ Dataset random_labels(const TaskOptions& o) {
   if (o.d < 1 || o.classes < 2) throw Error("random-labels needs d >= 1 and at least 2 classes");
   Rng rng(o.seed);
   Dataset ds;
-  ds.d = o.d, ds.label_dim = 1;
+  ds.d = o.d;
+  ds.label_dim = 1;
   const double scale = 1 / std::sqrt(static_cast<double>(o.d));
   for (int i = 0; i < o.N; ++i) {
     Sequence s;
@@ -109,7 +115,8 @@ Dataset adaptive(const TaskOptions& o, bool nested) {
   const int C = static_cast<int>(o.lags.size());
   Rng rng(o.seed);
   Dataset ds;
-  ds.token_input = true, ds.label_dim = 1;
+  ds.token_input = true;
+  ds.label_dim = 1;
   for (int i = 0; i < o.N; ++i) {
     Sequence s;
     std::vector<int> b(o.n), c(o.n);
@@ -163,7 +170,8 @@ Dataset chars(const TaskOptions& o) {
     throw Error("the corpus split has " + std::to_string(end - begin) + " characters, fewer than n + 1 = " + std::to_string(o.n + 1));
   Rng rng(o.seed);
   Dataset ds;
-  ds.token_input = true, ds.label_dim = 1;
+  ds.token_input = true;
+  ds.label_dim = 1;
   for (int i = 0; i < o.N; ++i) {
     const std::size_t start = begin + static_cast<std::size_t>(rng.uniform() * static_cast<double>(end - begin - o.n));
     Sequence s;
@@ -188,7 +196,8 @@ Dataset kernel(const TaskOptions& o, bool heavy) {
     rho[s] = heavy ? std::pow(s, -(1 + o.beta)) / zeta : (1 - std::exp(-o.beta)) * std::exp(-o.beta * (s - 1));
   Rng rng(o.seed);
   Dataset ds;
-  ds.d = o.d, ds.label_dim = 1;
+  ds.d = o.d;
+  ds.label_dim = 1;
   for (int i = 0; i < o.N; ++i) {
     std::vector<double> x(o.n);
     for (auto& v : x) v = rng.gauss();
@@ -252,7 +261,9 @@ Dataset make_task(const std::string& name, const TaskOptions& o) {
 
 TaskOptions validation_options(const TaskOptions& o, int N) {
   TaskOptions v = o;
-  v.N = N, v.validation = true, v.seed = o.seed + 1000003;
+  v.N = N;
+  v.validation = true;
+  v.seed = o.seed + 1000003;
   return v;
 }
 

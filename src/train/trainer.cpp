@@ -70,7 +70,8 @@ template <class S> double accuracy_of(const Trace<S>& t, const Batch<S>& b) {
     if (!b.mask[c]) continue;
     Eigen::Index best;
     t.y.col(c).maxCoeff(&best);
-    right += best == b.label[c], ++counted;
+    right += best == b.label[c];
+    ++counted;
   }
   return counted ? static_cast<double>(right) / static_cast<double>(counted) : 0;
 }
@@ -113,7 +114,8 @@ template <class S> double batch_gradient(const Network<S>& net, const Batch<S>& 
   const int P = omp_in_parallel() ? 1 : std::max(1, std::min(omp_get_max_threads(), B));
   if (P == 1) {
     ws.parts.clear(), ws.traces.resize(1);
-    ws.traces[0].part_of_batch = false, ws.traces[0].normaliser = 0;
+    ws.traces[0].part_of_batch = false;
+    ws.traces[0].normaliser = 0;
     const double l = static_cast<double>(forward_train(net, batch, loss, ws.traces[0]));
     backward(net, batch, loss, ws.traces[0], grad);
     return l;

@@ -24,7 +24,10 @@ template <class S> std::vector<Mat<S>> forward_dataset(const Network<S>& net, co
       out[i] = ds.token_input ? forward_tokens(net, s.tokens, opt) : forward(net, matrix_cast<S>(s.x), opt);
     } catch (...) {
 #pragma omp critical
-      if (i < first_at) first_at = i, first = std::current_exception();
+      if (i < first_at) {
+        first_at = i;
+        first = std::current_exception();
+      }
     }
   }
   if (first) {

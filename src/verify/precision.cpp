@@ -14,8 +14,14 @@ Precision Precision::parse(const std::string& text) {
   if (text == "float") p.kind = Kind::Float;
   else if (text == "double") p.kind = Kind::Double;
   else if (text == "rational") p.kind = Kind::Rational;
-  else if (text.rfind("interval:", 0) == 0) p.kind = Kind::Interval, p.bits = bits_of_text(text.substr(9));
-  else p.kind = Kind::Mpfr, p.bits = bits_of_text(text);
+  else if (text.rfind("interval:", 0) == 0) {
+    p.kind = Kind::Interval;
+    p.bits = bits_of_text(text.substr(9));
+  }
+  else {
+    p.kind = Kind::Mpfr;
+    p.bits = bits_of_text(text);
+  }
   return p;
 }
 
