@@ -14,7 +14,8 @@ struct Config {
   const char* name;
   int B, n, d, H, m;
 };
-constexpr Config kConfigs[] = {{"tiny", 64, 16, 8, 1, 32}, {"small", 64, 32, 32, 4, 128}, {"medium", 32, 64, 128, 4, 512}};
+constexpr Config kConfigs[] = {
+    {"tiny", 64, 16, 8, 1, 32}, {"small", 64, 32, 32, 4, 128}, {"medium", 32, 64, 128, 4, 512}};
 
 // Multiply-adds per step: forward + backward ≈ 3 × forward.
 double flops_per_step(const Config& c) {
@@ -26,7 +27,11 @@ double flops_per_step(const Config& c) {
 void train_step(benchmark::State& state, Config c) {
   nlohmann::json aj = {{"d", c.d},
                        {"layers",
-                        {{{"type", "attention"}, {"heads", c.H}, {"head_size", c.d / c.H}, {"bias", true}, {"sqrt_scaling", true}},
+                        {{{"type", "attention"},
+                          {"heads", c.H},
+                          {"head_size", c.d / c.H},
+                          {"bias", true},
+                          {"sqrt_scaling", true}},
                          {{"type", "feedforward"}, {"width", c.m}}}}};
   Network<double> nd(Architecture::from_json(aj));
   init_random(nd, 1);
@@ -34,8 +39,10 @@ void train_step(benchmark::State& state, Config c) {
   Rng rng(2);
   Batch<float> b;
   b.x = Mat<float>(c.d, c.B * c.n).unaryExpr([&](float) { return static_cast<float>(rng.uniform(-1, 1)); });
-  b.target = Mat<float>(c.d, c.B * c.n).unaryExpr([&](float) { return static_cast<float>(rng.uniform(-1, 1)); });
-  for (int i = 0; i <= c.B; ++i) b.start.push_back(static_cast<Eigen::Index>(i) * c.n);
+  b.target =
+      Mat<float>(c.d, c.B * c.n).unaryExpr([&](float) { return static_cast<float>(rng.uniform(-1, 1)); });
+  for (int i = 0; i <= c.B; ++i)
+    b.start.push_back(static_cast<Eigen::Index>(i) * c.n);
   b.mask.assign(static_cast<std::size_t>(c.B) * c.n, 1);
   TrainConfig cfg;
   cfg.lr = 1e-4;
@@ -48,7 +55,8 @@ void train_step(benchmark::State& state, Config c) {
     opt.update(net, grad, cfg, cfg.lr);
     benchmark::DoNotOptimize(loss);
   }
-  state.counters["GFLOPs"] = benchmark::Counter(flops_per_step(c) * static_cast<double>(state.iterations()) / 1e9, benchmark::Counter::kIsRate);
+  state.counters["GFLOPs"] = benchmark::Counter(
+      flops_per_step(c) * static_cast<double>(state.iterations()) / 1e9, benchmark::Counter::kIsRate);
 }
 
 void sgemm_peak(benchmark::State& state) {
@@ -58,13 +66,15 @@ void sgemm_peak(benchmark::State& state) {
     c.noalias() = a * b;
     benchmark::DoNotOptimize(c.data());
   }
-  state.counters["GFLOPs"] = benchmark::Counter(2.0 * n * n * n * static_cast<double>(state.iterations()) / 1e9, benchmark::Counter::kIsRate);
+  state.counters["GFLOPs"] = benchmark::Counter(
+      2.0 * n * n * n * static_cast<double>(state.iterations()) / 1e9, benchmark::Counter::kIsRate);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  for (const Config& c : kConfigs) benchmark::RegisterBenchmark((std::string("train_step/") + c.name).c_str(), train_step, c)->UseRealTime();
+  for (const Config& c : kConfigs)
+    benchmark::RegisterBenchmark((std::string("train_step/") + c.name).c_str(), train_step, c)->UseRealTime();
   benchmark::RegisterBenchmark("sgemm_peak", sgemm_peak)->UseRealTime();
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();

@@ -23,12 +23,14 @@ struct Masking {
 Mat<Rational> input(int d, int n, std::uint64_t seed) {
   Rng rng(seed);
   Mat<Rational> x(d, n);
-  for (Eigen::Index i = 0; i < x.size(); ++i) x(i) = Rational(static_cast<long>(rng.uniform() * 32) - 16, 16);
+  for (Eigen::Index i = 0; i < x.size(); ++i)
+    x(i) = Rational(static_cast<long>(rng.uniform() * 32) - 16, 16);
   return x;
 }
 
 // max |a - ref| / max(1, max |ref|), with a converted exactly.
-template <class S> double relative_error(const Mat<S>& a, const Mat<Mpfr>& ref) {
+template <class S>
+double relative_error(const Mat<S>& a, const Mat<Mpfr>& ref) {
   double e = 0, scale = 1;
   for (Eigen::Index i = 0; i < ref.size(); ++i) {
     scale = std::max(scale, std::abs(Scalar<Mpfr>::to_double(ref(i))));
@@ -38,7 +40,8 @@ template <class S> double relative_error(const Mat<S>& a, const Mat<Mpfr>& ref) 
 }
 
 // Evaluate at `bits` and bring the result back as exact rationals (interval: both bounds).
-template <class S> std::vector<Rational> at_bits(const Network<Rational>& exact, const Mat<Rational>& x, unsigned bits) {
+template <class S>
+std::vector<Rational> at_bits(const Network<Rational>& exact, const Mat<Rational>& x, unsigned bits) {
   const MpfrPrecision precision(bits);
   const Mat<S> y = forward(network_cast<S>(exact), matrix_cast<S>(x));
   std::vector<Rational> out;
@@ -56,8 +59,10 @@ template <class S> std::vector<Rational> at_bits(const Network<Rational>& exact,
 }  // namespace
 
 TEST(Agreement, EveryAttentionOptionInEveryArithmetic) {
-  const Masking maskings[] = {{"none", false, false, 0},        {"causal", true, false, 0},
-                              {"strict past", true, true, 0},   {"window 2", true, false, 2},
+  const Masking maskings[] = {{"none", false, false, 0},
+                              {"causal", true, false, 0},
+                              {"strict past", true, true, 0},
+                              {"window 2", true, false, 2},
                               {"strict past, window 2", true, true, 2}};
   const int d = 3, n = 6;
   const Mat<Rational> x = input(d, n, 5);
@@ -70,13 +75,13 @@ TEST(Agreement, EveryAttentionOptionInEveryArithmetic) {
             for (bool bias : {false, true})
               for (bool pre_norm : {false, true}) {
                 if (dp_free && std::string(rpe) == "none") continue;  // validate() refuses it
-                json layer = {{"type", "attention"}, {"heads", 2},          {"head_size", 2},
-                              {"score", score},      {"scale", "3/4"},      {"rpe", rpe},
-                              {"dp_free", dp_free},  {"causal", m.causal},  {"strict_past", m.strict_past},
-                              {"window", m.window},  {"tied_qkv", tied},    {"bias", bias},
+                json layer = {{"type", "attention"},  {"heads", 2},         {"head_size", 2},
+                              {"score", score},       {"scale", "3/4"},     {"rpe", rpe},
+                              {"dp_free", dp_free},   {"causal", m.causal}, {"strict_past", m.strict_past},
+                              {"window", m.window},   {"tied_qkv", tied},   {"bias", bias},
                               {"pre_norm", pre_norm}, {"t5_buckets", 4},    {"t5_max_distance", 8}};
-                const Architecture arch =
-                    Architecture::from_json({{"d", d}, {"layers", {layer, {{"type", "feedforward"}, {"width", 4}}}}});
+                const Architecture arch = Architecture::from_json(
+                    {{"d", d}, {"layers", {layer, {{"type", "feedforward"}, {"width", 4}}}}});
                 Network<double> base(arch);
                 init_random(base, 1000 + static_cast<std::uint64_t>(combos));
                 const Network<Rational> exact = network_cast<Rational>(base);
@@ -100,7 +105,8 @@ TEST(Agreement, EveryAttentionOptionInEveryArithmetic) {
                           hardmax ? 1e-2 : 1e-4);
                 const std::vector<Rational> y128 = at_bits<Mpfr>(exact, x, 128);
                 Mat<Mpfr> m128(ref.rows(), ref.cols());
-                for (Eigen::Index i = 0; i < ref.size(); ++i) m128(i) = Scalar<Mpfr>::from(y128[i]);
+                for (Eigen::Index i = 0; i < ref.size(); ++i)
+                  m128(i) = Scalar<Mpfr>::from(y128[i]);
                 EXPECT_LT(relative_error(m128, ref), 1e-30);
                 try {
                   const std::vector<Rational> yi = at_bits<Mpfi>(exact, x, 128);

@@ -19,13 +19,15 @@ Dataset data(bool tokens, int d, int vocab, int out, Loss loss, std::uint64_t se
   for (int n : {3, 4}) {
     Sequence s;
     if (tokens)
-      for (int k = 0; k < n; ++k) s.tokens.push_back(static_cast<int>(rng.uniform() * vocab));
+      for (int k = 0; k < n; ++k)
+        s.tokens.push_back(static_cast<int>(rng.uniform() * vocab));
     else
       s.x = Mat<Rational>(d, n).unaryExpr([&](const Rational&) { return rational_of(rng.uniform(-1, 1)); });
     s.y = Mat<Rational>(ds.label_dim, n);
     for (int k = 0; k < n; ++k)
       for (int r = 0; r < ds.label_dim; ++r)
-        s.y(r, k) = loss == Loss::mse ? rational_of(rng.uniform(-1, 1)) : Rational(static_cast<long>(rng.uniform() * out));
+        s.y(r, k) = loss == Loss::mse ? rational_of(rng.uniform(-1, 1))
+                                      : Rational(static_cast<long>(rng.uniform() * out));
     if (n == 4) s.mask = {1, 0, 1, 1};
     ds.sequences.push_back(s);
   }
@@ -63,8 +65,8 @@ void check(const std::string& arch_json, Loss loss, std::uint64_t seed) {
       p = keep;
       const Mpfr fd = (up - down) / (2 * h);
       const Mpfr g = grads[t]->data()[i];
-      EXPECT_LT(mp::abs(fd - g), Mpfr("1e-35") * (1 + mp::abs(g))) << names[t] << "[" << i << "]: backward " << g.str(20)
-                                                                    << " finite difference " << fd.str(20);
+      EXPECT_LT(mp::abs(fd - g), Mpfr("1e-35") * (1 + mp::abs(g)))
+          << names[t] << "[" << i << "]: backward " << g.str(20) << " finite difference " << fd.str(20);
       ++checked;
     }
   EXPECT_GT(checked, 0);
@@ -75,32 +77,37 @@ void check(const std::string& arch_json, Loss loss, std::uint64_t seed) {
 TEST(Backward, SoftmaxHeadsBiasScaleFeedForwardReadoutMse) {
   check(R"({"d":4,"readout":2,"layers":[
     {"type":"attention","heads":2,"head_size":2,"bias":true,"scale":"7/10","sqrt_scaling":true},
-    {"type":"feedforward","width":6}]})", Loss::mse, 1);
+    {"type":"feedforward","width":6}]})",
+        Loss::mse, 1);
 }
 
 TEST(Backward, CausalLinRpePreNormTokensPositionsCrossEntropy) {
   check(R"({"d":4,"vocab":5,"max_len":6,"readout":3,"layers":[
     {"type":"attention","heads":2,"head_size":1,"causal":true,"rpe":"lin","pre_norm":true},
-    {"type":"feedforward","width":5,"pre_norm":true}]})", Loss::cross_entropy, 2);
+    {"type":"feedforward","width":5,"pre_norm":true}]})",
+        Loss::cross_entropy, 2);
 }
 
 TEST(Backward, TiedQkvLogRpeLayerNormSubLayer) {
   check(R"({"d":3,"layers":[
     {"type":"attention","heads":1,"head_size":1,"tied_qkv":true,"rpe":"log","bias":true},
     {"type":"layernorm"},
-    {"type":"attention","heads":2,"head_size":2,"tied_qkv":true}]})", Loss::mse, 3);
+    {"type":"attention","heads":2,"head_size":2,"tied_qkv":true}]})",
+        Loss::mse, 3);
 }
 
 TEST(Backward, DpFreeT5CausalAndBidirectional) {
   check(R"({"d":4,"readout":1,"layers":[
     {"type":"attention","heads":2,"head_size":2,"dp_free":true,"rpe":"t5","t5_buckets":4,"t5_max_distance":8,"causal":true},
-    {"type":"attention","heads":1,"head_size":3,"rpe":"t5","t5_buckets":6,"t5_max_distance":8,"bias":true}]})", Loss::mse, 4);
+    {"type":"attention","heads":1,"head_size":3,"rpe":"t5","t5_buckets":6,"t5_max_distance":8,"bias":true}]})",
+        Loss::mse, 4);
 }
 
 TEST(Backward, LinearAttentionCausal) {
   check(R"({"d":3,"readout":2,"layers":[
     {"type":"attention","heads":2,"head_size":2,"score":"linear","causal":true},
-    {"type":"feedforward","width":4}]})", Loss::cross_entropy, 5);
+    {"type":"feedforward","width":4}]})",
+        Loss::cross_entropy, 5);
 }
 
 TEST(Backward, StrictPastDpFreeLogAndLinearScores) {
@@ -108,16 +115,19 @@ TEST(Backward, StrictPastDpFreeLogAndLinearScores) {
     {"type":"attention","heads":2,"head_size":1,"dp_free":true,"rpe":"log","causal":true,"strict_past":true},
     {"type":"attention","heads":1,"head_size":2,"score":"linear","rpe":"lin","causal":true,"strict_past":true,"window":2},
     {"type":"attention","heads":2,"head_size":1,"rpe":"log","causal":true,"window":1},
-    {"type":"feedforward","width":3}]})", Loss::mse, 6);
+    {"type":"feedforward","width":3}]})",
+        Loss::mse, 6);
 }
 
 TEST(Backward, RefusesHardmaxAndAllMaskedBatches) {
-  const Architecture arch = Architecture::from_json(json::parse(R"({"d":2,"layers":[{"type":"attention","score":"hardmax"}]})"));
+  const Architecture arch =
+      Architecture::from_json(json::parse(R"({"d":2,"layers":[{"type":"attention","score":"hardmax"}]})"));
   Network<double> net(arch);
   Dataset ds = data(false, 2, 0, 2, Loss::mse, 1);
   Trace<double> tr;
   EXPECT_THROW(forward_train(net, make_batch<double>(ds, {0}, Loss::mse, 2), Loss::mse, tr), Error);
-  const Architecture ok = Architecture::from_json(json::parse(R"({"d":2,"layers":[{"type":"feedforward","width":2}]})"));
+  const Architecture ok =
+      Architecture::from_json(json::parse(R"({"d":2,"layers":[{"type":"feedforward","width":2}]})"));
   Network<double> n2(ok);
   ds.sequences[0].mask = {0, 0, 0};
   EXPECT_THROW(forward_train(n2, make_batch<double>(ds, {0}, Loss::mse, 2), Loss::mse, tr), Error);

@@ -4,9 +4,9 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "uatlab/version.hpp"
-#include <fstream>
 #include <sys/wait.h>
+#include <fstream>
+#include "uatlab/version.hpp"
 
 #include "uatlab/io/json.hpp"
 
@@ -25,7 +25,8 @@ Result run(const std::string& args) {
   FILE* p = popen(cmd.c_str(), "r");
   std::string out;
   char buf[4096];
-  while (std::size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+  while (std::size_t n = fread(buf, 1, sizeof buf, p))
+    out.append(buf, n);
   int status = pclose(p);
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
 }
@@ -36,16 +37,20 @@ std::string dir() {
   return d.string() + "/";
 }
 
-void write(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
+void write(const std::string& path, const std::string& text) {
+  std::ofstream(path) << text;
+}
 
 std::vector<json> lines(const std::string& path) {
   std::ifstream in(path);
   std::vector<json> v;
-  for (std::string l; std::getline(in, l);) v.push_back(json::parse(l));
+  for (std::string l; std::getline(in, l);)
+    v.push_back(json::parse(l));
   return v;
 }
 
-const std::string kData = "{\"x\": [[0.5, -0.25], [1, 0.125], [-0.75, 0.5]]}\n{\"x\": [[0.25, 0.25], [\"1/3\", 2]]}\n";
+const std::string kData =
+    "{\"x\": [[0.5, -0.25], [1, 0.125], [-0.75, 0.5]]}\n{\"x\": [[0.25, 0.25], [\"1/3\", 2]]}\n";
 
 }  // namespace
 
@@ -59,12 +64,17 @@ TEST(Cli, InfoNamesVersionAndArithmetics) {
 TEST(Cli, InitEvalInEveryPrecision) {
   const std::string d = dir();
   write(d + "data.jsonl", kData);
-  ASSERT_EQ(run("init --d 2 --layer attention:heads=2,head_size=1,score=hardmax --layer ff:width=3 --seed 4 -o " + d + "hard.safetensors").code, 0);
+  ASSERT_EQ(
+      run("init --d 2 --layer attention:heads=2,head_size=1,score=hardmax --layer ff:width=3 --seed 4 -o " +
+          d + "hard.safetensors")
+          .code,
+      0);
   Result info = run("info " + d + "hard.safetensors");
   EXPECT_NE(info.out.find("exact       yes"), std::string::npos) << info.out;
   for (const char* p : {"float", "double", "200", "interval:100", "rational"}) {
     fs::remove(d + "y.jsonl");
-    Result r = run("eval " + d + "hard.safetensors " + d + "data.jsonl --precision " + p + " --out " + d + "y.jsonl");
+    Result r = run("eval " + d + "hard.safetensors " + d + "data.jsonl --precision " + p + " --out " + d +
+                   "y.jsonl");
     ASSERT_EQ(r.code, 0) << p << ": " << r.out;
     auto ys = lines(d + "y.jsonl");
     ASSERT_EQ(ys.size(), 2u);
@@ -77,7 +87,8 @@ TEST(Cli, InitEvalInEveryPrecision) {
       json yd = json::parse(dr.out.substr(0, dr.out.find('\n')));
       std::string q = ys[0]["y"][0][0];
       EXPECT_NE(q.find('/'), std::string::npos);
-      EXPECT_NEAR(yd["y"][0][0].get<double>(), std::stod(q.substr(0, q.find('/'))) / std::stod(q.substr(q.find('/') + 1)), 1e-12);
+      EXPECT_NEAR(yd["y"][0][0].get<double>(),
+                  std::stod(q.substr(0, q.find('/'))) / std::stod(q.substr(q.find('/') + 1)), 1e-12);
     }
   }
 }
@@ -85,7 +96,11 @@ TEST(Cli, InitEvalInEveryPrecision) {
 TEST(Cli, ConvertRoundTripsThroughLosslessJson) {
   const std::string d = dir();
   write(d + "data.jsonl", kData);
-  ASSERT_EQ(run("init --d 2 --max-len 4 --readout 1 --layer attention:heads=1,head_size=2,rpe=log --layer ln --seed 9 -o " + d + "a.safetensors").code, 0);
+  ASSERT_EQ(run("init --d 2 --max-len 4 --readout 1 --layer attention:heads=1,head_size=2,rpe=log --layer ln "
+                "--seed 9 -o " +
+                d + "a.safetensors")
+                .code,
+            0);
   ASSERT_EQ(run("convert " + d + "a.safetensors " + d + "a.json").code, 0);
   ASSERT_EQ(run("convert " + d + "a.json " + d + "b.safetensors").code, 0);
   Result a = run("eval " + d + "a.safetensors " + d + "data.jsonl -p 300");
@@ -108,8 +123,10 @@ TEST(Cli, BadInputFailsClearlyAndLeavesNoOutput) {
   } cases[] = {
       {"eval " + d + "soft.safetensors " + d + "nan.jsonl", "not a number: \"nan\""},
       {"eval " + d + "soft.safetensors " + d + "wide.jsonl", "3 rows per token, the network expects d = 2"},
-      {"eval " + d + "soft.safetensors " + d + "good.jsonl -p rational", "rational arithmetic cannot evaluate layer 0"},
-      {"eval " + d + "soft.safetensors " + d + "good.jsonl -p interval:x", "expected float, double, rational, BITS or interval:BITS"},
+      {"eval " + d + "soft.safetensors " + d + "good.jsonl -p rational",
+       "rational arithmetic cannot evaluate layer 0"},
+      {"eval " + d + "soft.safetensors " + d + "good.jsonl -p interval:x",
+       "expected float, double, rational, BITS or interval:BITS"},
       {"eval " + d + "garbage.safetensors " + d + "good.jsonl", "invalid safetensors file"},
       {"eval " + d + "soft.safetensors " + d + "missing.jsonl", "cannot open"},
   };
@@ -158,12 +175,15 @@ TEST(Cli, MemorizeWritesACertifiedModelAndItsF64Twin) {
   }
   EXPECT_EQ(i, 40u);
   // The lossless model evaluates in intervals too.
-  EXPECT_EQ(run("eval " + d + "mem.json " + d + "mem_data.jsonl -p interval:128 --out " + d + "mem_yi.jsonl").code, 0);
+  EXPECT_EQ(
+      run("eval " + d + "mem.json " + d + "mem_data.jsonl -p interval:128 --out " + d + "mem_yi.jsonl").code,
+      0);
 }
 
 TEST(Cli, MemorizeRefusesInconsistentLabelsWithoutOutput) {
   const std::string d = dir();
-  write(d + "bad_labels.jsonl", "{\"x\": [[1,0],[0,1]], \"y\": [1, 2]}\n{\"x\": [[0,1],[1,0]], \"y\": [2, 5]}\n");
+  write(d + "bad_labels.jsonl",
+        "{\"x\": [[1,0],[0,1]], \"y\": [1, 2]}\n{\"x\": [[0,1],[1,0]], \"y\": [2, 5]}\n");
   fs::remove(d + "never.json");
   Result r = run("memorize " + d + "bad_labels.jsonl --out " + d + "never.json");
   EXPECT_EQ(r.code, 1);
@@ -177,7 +197,8 @@ TEST(Cli, MemorizeRefusesInconsistentLabelsWithoutOutput) {
 
 TEST(Cli, ContextualReportsBothModesAndHardmaxCounterexamplePasses) {
   const std::string d = dir();
-  Result r = run("contextual --mode faithful --demo-N 4 --demo-n 2 --demo-d 2 --demo-V 3 --report " + d + "ctx.json");
+  Result r = run("contextual --mode faithful --demo-N 4 --demo-n 2 --demo-d 2 --demo-V 3 --report " + d +
+                 "ctx.json");
   ASSERT_EQ(r.code, 0) << r.out;
   json rep = json::parse(std::ifstream(d + "ctx.json"));
   EXPECT_TRUE(rep["certified"].get<bool>());
@@ -191,7 +212,8 @@ TEST(Cli, ContextualReportsBothModesAndHardmaxCounterexamplePasses) {
 
 TEST(Cli, PolynomialProvesExactnessAndRejectsBadInput) {
   const std::string d = dir();
-  Result r = run("polynomial \"x1^2 - x1*x2/3 + 1\" --vars x1,x2 --out " + d + "poly.json --report " + d + "poly_report.json");
+  Result r = run("polynomial \"x1^2 - x1*x2/3 + 1\" --vars x1,x2 --out " + d + "poly.json --report " + d +
+                 "poly_report.json");
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("EXACT"), std::string::npos) << r.out;
   EXPECT_TRUE(json::parse(std::ifstream(d + "poly_report.json"))["exact"].get<bool>());

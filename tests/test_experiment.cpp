@@ -29,7 +29,9 @@ std::string fresh_dir(const std::string& name) {
   return dir;
 }
 
-json line(json cell, json result) { return {{"cell", std::move(cell)}, {"result", std::move(result)}}; }
+json line(json cell, json result) {
+  return {{"cell", std::move(cell)}, {"result", std::move(result)}};
+}
 
 }  // namespace
 
@@ -38,11 +40,13 @@ TEST(Experiment, RegistryListsEveryExperimentOnce) {
   for (const Experiment& e : experiments()) {
     EXPECT_TRUE(e.cells && e.run && e.report) << e.name;
     EXPECT_FALSE(e.summary.empty()) << e.name;
-    for (const std::string& n : names) EXPECT_NE(n, e.name);
+    for (const std::string& n : names)
+      EXPECT_NE(n, e.name);
     names.push_back(e.name);
   }
   EXPECT_EQ(names.size(), 10u);
-  EXPECT_EQ(&find_experiment("fang-fit"), &experiments()[find_experiment("fang-fit").name == names[0] ? 0 : 8]);
+  EXPECT_EQ(&find_experiment("fang-fit"),
+            &experiments()[find_experiment("fang-fit").name == names[0] ? 0 : 8]);
   EXPECT_THROW(find_experiment("nope"), Error);
   EXPECT_EQ(parse_mode("smoke"), Mode::smoke);
   EXPECT_THROW(parse_mode("fast"), Error);
@@ -59,13 +63,15 @@ TEST(Experiment, GroupAggregatesSeedsIntoMeanAndSd) {
                                    line({{"H", 2}, {"m", 8}, {"seed", 1}}, {{"loss", 0.5}}),
                                    line({{"H", 1}, {"m", 32}, {"seed", 1}}, {{"loss", 0.25}})};
   const Grouped g = group(
-      lines, [](const json& c) { return "H=" + label(c["H"]); }, [](const json& c) { return "m=" + label(c["m"]); },
+      lines, [](const json& c) { return "H=" + label(c["H"]); },
+      [](const json& c) { return "m=" + label(c["m"]); },
       [](const json& r) { return r["loss"].get<double>(); });
   ASSERT_EQ(g.rows, (std::vector<std::string>{"H=1", "H=2"}));
   ASSERT_EQ(g.cols, (std::vector<std::string>{"m=8", "m=32"}));
   EXPECT_EQ(g.values[0][0], (std::vector<double>{1.0, 3.0}));
   EXPECT_TRUE(g.values[1][1].empty());
-  EXPECT_EQ(grouped_markdown(g, "loss", 3), "| loss | m=8 | m=32 |\n|---|---|---|\n| H=1 | 2 ± 1.4 | 0.25 |\n| H=2 | 0.5 |  |\n");
+  EXPECT_EQ(grouped_markdown(g, "loss", 3),
+            "| loss | m=8 | m=32 |\n|---|---|---|\n| H=1 | 2 ± 1.4 | 0.25 |\n| H=2 | 0.5 |  |\n");
   const std::vector<Series> s = row_series(g, 2);
   EXPECT_EQ(s[0].x, (std::vector<double>{8, 32}));
   EXPECT_DOUBLE_EQ(s[0].y[0], 2.0);
@@ -83,9 +89,10 @@ TEST(Experiment, MemorizationSummaryCountsSeedsAndFindsTheSmallestModel) {
   auto result = [](double acc, int params, int steps) {
     return json{{"accuracy", acc}, {"memorized", acc == 1.0}, {"parameters", params}, {"steps", steps}};
   };
-  const std::vector<json> lines = {line(cell(8, 4, 1), result(1.0, 50, 100)),  line(cell(8, 4, 2), result(0.75, 50, 200)),
-                                   line(cell(8, 16, 1), result(1.0, 90, 40)),  line(cell(8, 16, 2), result(1.0, 90, 60)),
-                                   line(cell(16, 16, 1), result(0.5, 90, 200)), line(cell(16, 16, 2), result(0.5, 90, 200))};
+  const std::vector<json> lines = {
+      line(cell(8, 4, 1), result(1.0, 50, 100)),   line(cell(8, 4, 2), result(0.75, 50, 200)),
+      line(cell(8, 16, 1), result(1.0, 90, 40)),   line(cell(8, 16, 2), result(1.0, 90, 60)),
+      line(cell(16, 16, 1), result(0.5, 90, 200)), line(cell(16, 16, 2), result(0.5, 90, 200))};
   const std::string dir = fresh_dir("summary");
   const std::string md = summarise_sweep(lines, dir);
   EXPECT_EQ(md, "| N | smallest memorizing parameters |\n|---|---|\n| 8 | 90 |\n| 16 | none in the grid |\n");
@@ -116,7 +123,8 @@ TEST(Experiment, FangFitAndRegressionReproduceTheStoredRows) {
   const json reg = regression_point(RegressionOptions{}, 20, 3);
   EXPECT_EQ(fixed(reg["test_mse"], 6), "0.0692376");
   EXPECT_EQ(fixed(reg["reference_sigma2_p_over_m"], 6), "0.005");  // 0.1^2 * C(5, 2) / 20
-  EXPECT_EQ(fit_csv({fit}), "degree,readout_parameters,train_rmse,test_rmse,test_max_error\n2,12,0.544943,0.539726,1.7817\n");
+  EXPECT_EQ(fit_csv({fit}),
+            "degree,readout_parameters,train_rmse,test_rmse,test_max_error\n2,12,0.544943,0.539726,1.7817\n");
   RegressionOptions linear;
   linear.polynomial = "x1 + x2";
   EXPECT_THROW(regression_degree(linear), Error);
@@ -179,7 +187,8 @@ TEST(Experiment, RunExperimentWritesTablesAndResumesWithoutRunning) {
   o.on_result = [&](std::size_t, std::size_t, const json&) { ++ran; };
   const std::string md = run_experiment(find_experiment("fang-fit"), c, o);
   EXPECT_EQ(ran.load(), 3);
-  for (const char* ext : {".md", ".csv", ".png"}) EXPECT_TRUE(std::filesystem::exists(dir + "/fang-fit" + ext)) << ext;
+  for (const char* ext : {".md", ".csv", ".png"})
+    EXPECT_TRUE(std::filesystem::exists(dir + "/fang-fit" + ext)) << ext;
   EXPECT_EQ(read_file(dir + "/fang-fit.csv").substr(0, 14), "degree,readout");
   ran = 0;
   EXPECT_EQ(run_experiment(find_experiment("fang-fit"), c, o), md);

@@ -16,7 +16,8 @@ TEST(Fang, ParsesPolynomialsExactly) {
   EXPECT_EQ((p[{1, 1}]), Rational(1, 2));
   EXPECT_EQ(fg::degree(p), 2);
   EXPECT_EQ(fg::evaluate(p, {Rational(2), Rational(-1)}), Rational(5));
-  for (const char* bad : {"x +", "z*x", "x/y", "x^", "(x", "2 $ x"}) EXPECT_THROW(fg::parse_polynomial(bad, v), Error) << bad;
+  for (const char* bad : {"x +", "z*x", "x/y", "x^", "(x", "2 $ x"})
+    EXPECT_THROW(fg::parse_polynomial(bad, v), Error) << bad;
 }
 
 TEST(Fang, PooledRegionsAreTensorPowers) {
@@ -29,7 +30,8 @@ TEST(Fang, PooledRegionsAreTensorPowers) {
     Mat<Rational> g = forward(net, fg::input(L, x));
     // G^{(2)} = x ⊗ x, index (i1, i2) at i1*d + i2.
     for (int i = 0; i < 2; ++i)
-      for (int j = 0; j < 2; ++j) EXPECT_EQ(g(L.region[2] + 2 * i + j, 0), x[i] * x[j]);
+      for (int j = 0; j < 2; ++j)
+        EXPECT_EQ(g(L.region[2] + 2 * i + j, 0), x[i] * x[j]);
     EXPECT_EQ(g(L.region[3] + 4 * 1 + 2 * 0 + 1, 0), x[1] * x[0] * x[1]);
   }
 }
@@ -40,8 +42,9 @@ TEST(Fang, ProvesZeroErrorForEveryShape) {
     std::vector<std::string> vars;
     const char* box;
   };
-  for (const Case& c : {Case{"x1^4 - 2*x1 + 1/9", {"x1"}, "1"}, Case{"3*x1^2*x2 - x2/7 + (x1 + 1/2)^3", {"x1", "x2"}, "1"},
-                        Case{"x1*x2*x3 - x3^2", {"x1", "x2", "x3"}, "2"}, Case{"7", {"x1", "x2"}, "1"}}) {
+  for (const Case& c :
+       {Case{"x1^4 - 2*x1 + 1/9", {"x1"}, "1"}, Case{"3*x1^2*x2 - x2/7 + (x1 + 1/2)^3", {"x1", "x2"}, "1"},
+        Case{"x1*x2*x3 - x3^2", {"x1", "x2", "x3"}, "2"}, Case{"7", {"x1", "x2"}, "1"}}) {
     for (auto variant : {fg::Variant::single_head, fg::Variant::multi_head}) {
       const fg::Polynomial p = fg::parse_polynomial(c.expr, c.vars);
       const int N = std::max(1, fg::degree(p));

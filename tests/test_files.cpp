@@ -54,7 +54,8 @@ TEST(ModelFile, SafetensorsF64RoundTripIsExact) {
   net.for_each_tensor([&](const std::string&, const Mat<double>& m, Layout) { a.push_back(m); });
   back.for_each_tensor([&](const std::string&, const Mat<double>& m, Layout) { b.push_back(m); });
   ASSERT_EQ(a.size(), b.size());
-  for (std::size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(a[i] == b[i]) << i;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    EXPECT_TRUE(a[i] == b[i]) << i;
   // PyTorch layouts: Linear weights (out, in); embedding (vocab, d).
   Safetensors st = Safetensors::parse(read_file(p.string()), "m");
   EXPECT_EQ(st.metadata.at("format"), "pt");
@@ -67,7 +68,8 @@ TEST(ModelFile, SafetensorsF64RoundTripIsExact) {
 
 TEST(ModelFile, SafetensorsF32RoundsOnce) {
   Network<Rational> net = network_cast<Rational>(sample());
-  net.layers[0].wq(0, 0) = Rational(1) + Rational(1, mp::mpz_int(1) << 24);  // a binary32 tie: rounds to even, 1
+  net.layers[0].wq(0, 0) =
+      Rational(1) + Rational(1, mp::mpz_int(1) << 24);  // a binary32 tie: rounds to even, 1
   auto p = tmp("m32.safetensors");
   save_network(net, p.string(), "F32");
   EXPECT_EQ(load_network<double>(p.string()).layers[0].wq(0, 0), 1.0);
@@ -93,7 +95,8 @@ TEST(ModelFile, JsonIsLosslessForRationalsAndMpfr) {
 TEST(ModelFile, RejectsInconsistentFilesAndWritesNothingOnError) {
   auto p = tmp("bad.safetensors");
   Safetensors st;
-  st.metadata = {{"format", "pt"}, {"uatlab", R"({"d": 2, "layers": [{"type": "feedforward", "width": 3}]})"}};
+  st.metadata = {{"format", "pt"},
+                 {"uatlab", R"({"d": 2, "layers": [{"type": "feedforward", "width": 3}]})"}};
   st.tensors["layers.0.fc1.weight"] = Tensor::f64({3, 2}, std::vector<double>(6, 0.5));
   st.tensors["layers.0.fc1.bias"] = Tensor::f64({3}, std::vector<double>(3, 0.5));
   st.tensors["layers.0.fc2.weight"] = Tensor::f64({2, 3}, std::vector<double>(6, 0.5));
@@ -113,7 +116,8 @@ TEST(ModelFile, RejectsInconsistentFilesAndWritesNothingOnError) {
   st.metadata.erase("uatlab");
   write_file_atomic(p.string(), st.serialize());
   expect_error([&] { load_network<double>(p.string()); }, "no \"uatlab\" architecture");
-  expect_error([&] { load_network<double>((fs::path(UATLAB_TEST_TMP) / "missing.safetensors").string()); }, "cannot open");
+  expect_error([&] { load_network<double>((fs::path(UATLAB_TEST_TMP) / "missing.safetensors").string()); },
+               "cannot open");
 
   // A value that overflows binary32: error, and no file appears.
   Network<Rational> big = network_cast<Rational>(sample());
@@ -124,8 +128,10 @@ TEST(ModelFile, RejectsInconsistentFilesAndWritesNothingOnError) {
 }
 
 TEST(Dataset, ParsesExactNumbersTokensAndLabels) {
-  Dataset ds = parse_dataset("{\"x\": [[0.1, \"1/3\"], [2, \"0.1e-400\"]], \"y\": [1, \"-1/2\"]}\n\n"
-                             "{\"x\": [[1, 2]], \"y\": [0]}\n", "d");
+  Dataset ds = parse_dataset(
+      "{\"x\": [[0.1, \"1/3\"], [2, \"0.1e-400\"]], \"y\": [1, \"-1/2\"]}\n\n"
+      "{\"x\": [[1, 2]], \"y\": [0]}\n",
+      "d");
   ASSERT_EQ(ds.sequences.size(), 2u);
   EXPECT_EQ(ds.d, 2);
   EXPECT_EQ(ds.label_dim, 1);
@@ -140,12 +146,15 @@ TEST(Dataset, ParsesExactNumbersTokensAndLabels) {
 }
 
 TEST(Dataset, ErrorsNameLineAndProblem) {
-  expect_error([] { parse_dataset("{\"x\": [[1, 2]]}\n{\"x\": [[1, 2]]", "d.jsonl"); }, "d.jsonl line 2: JSON: invalid JSON");
+  expect_error([] { parse_dataset("{\"x\": [[1, 2]]}\n{\"x\": [[1, 2]]", "d.jsonl"); },
+               "d.jsonl line 2: JSON: invalid JSON");
   expect_error([] { parse_dataset(R"({"x": [[1, 2], [3]]})", "d"); }, "entry 1 has 1 values, entry 0 has 2");
-  expect_error([] { parse_dataset("{\"x\": [[1, 2]]}\n{\"x\": [[1, 2, 3]]}", "d"); }, "line 2: tokens have 3 numbers, earlier lines have d = 2");
+  expect_error([] { parse_dataset("{\"x\": [[1, 2]]}\n{\"x\": [[1, 2, 3]]}", "d"); },
+               "line 2: tokens have 3 numbers, earlier lines have d = 2");
   expect_error([] { parse_dataset("{\"x\": [[1]]}\n{\"tokens\": [1]}", "d"); }, "mixes \"x\" and \"tokens\"");
   expect_error([] { parse_dataset(R"({"x": [["nan"]]})", "d"); }, "not a number: \"nan\"");
-  expect_error([] { parse_dataset(R"({"x": [[1], [2]], "y": [1]})", "d"); }, "\"y\" has 1 labels for 2 tokens");
+  expect_error([] { parse_dataset(R"({"x": [[1], [2]], "y": [1]})", "d"); },
+               "\"y\" has 1 labels for 2 tokens");
   expect_error([] { parse_dataset(R"({"x": [[1]], "label": [1]})", "d"); }, "unknown field \"label\"");
   expect_error([] { parse_dataset(R"({"x": [[1]], "x": [[2]]})", "d"); }, "duplicate key \"x\"");
   expect_error([] { parse_dataset(R"({"tokens": [1, -2]})", "d"); }, "token id -2");

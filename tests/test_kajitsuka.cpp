@@ -10,7 +10,9 @@ namespace ks = uatlab::kajitsuka;
 
 namespace {
 
-Dataset parse(const std::string& text) { return parse_dataset(text, "test"); }
+Dataset parse(const std::string& text) {
+  return parse_dataset(text, "test");
+}
 
 std::string error_of(const Dataset& ds, bool labels) {
   try {
@@ -21,7 +23,8 @@ std::string error_of(const Dataset& ds, bool labels) {
   return "";
 }
 
-// d = 2, |V| = 4 fixed tokens, every 3-subset as a sequence (the toy example of docs/theory/kajitsuka-sato.md).
+// d = 2, |V| = 4 fixed tokens, every 3-subset as a sequence (the toy example of
+// docs/theory/kajitsuka-sato.md).
 Dataset toy() {
   const char* v[4][2] = {{"1", "1/2"}, {"-3/4", "1"}, {"1/5", "-6/5"}, {"-1", "-1/2"}};
   Dataset ds;
@@ -64,7 +67,9 @@ TEST(Kajitsuka, RejectsInconsistentLabelsListingThePair) {
       "{\"x\": [[0,1],[1,0]], \"y\": [2, 5]}\n");
   const std::string e = error_of(ds, true);
   EXPECT_NE(e.find("sequence 1 token 1 and sequence 2 token 2"), std::string::npos) << e;
-  EXPECT_EQ(error_of(parse("{\"x\": [[1,0],[0,1]], \"y\": [1, 2]}\n{\"x\": [[0,1],[1,0]], \"y\": [2, 1]}\n"), true), "");
+  EXPECT_EQ(
+      error_of(parse("{\"x\": [[1,0],[0,1]], \"y\": [1, 2]}\n{\"x\": [[0,1],[1,0]], \"y\": [2, 1]}\n"), true),
+      "");
   EXPECT_NE(error_of(parse("{\"x\": [[1,0],[0,1]]}\n"), true).find("no labels"), std::string::npos);
 }
 
@@ -72,9 +77,9 @@ TEST(Kajitsuka, MeasuresTheHypotheses) {
   ks::Facts f = ks::analyse(toy());
   EXPECT_EQ(f.vocab.size(), 4u);
   EXPECT_EQ(f.sets.size(), 4u);
-  EXPECT_EQ(f.r_min_sq, parse_rational("5/4"));          // (1, 1/2)
-  EXPECT_EQ(f.r_max_sq, parse_rational("25/16"));        // (-3/4, 1)
-  EXPECT_EQ(f.eps_sq, parse_rational("193/100"));        // (1/5, -6/5) − (-1, -1/2): 36/25 + 49/100
+  EXPECT_EQ(f.r_min_sq, parse_rational("5/4"));    // (1, 1/2)
+  EXPECT_EQ(f.r_max_sq, parse_rational("25/16"));  // (-3/4, 1)
+  EXPECT_EQ(f.eps_sq, parse_rational("193/100"));  // (1/5, -6/5) − (-1, -1/2): 36/25 + 49/100
 }
 
 TEST(Kajitsuka, ProjectionMeetsLemma3) {
@@ -93,7 +98,7 @@ TEST(Kajitsuka, FaithfulConstructionNeedsThousandsOfBitsAndBeatsTheBound) {
   ks::Contextual c = ks::build_contextual(f, opt);
   ASSERT_TRUE(c.separation.certified);
   EXPECT_GT(c.separation.log10_delta_lo, c.log10_delta_bound);  // Theorem 2's δ holds, loosely
-  EXPECT_LT(c.separation.log10_delta, -100);                     // and δ is astronomically small
+  EXPECT_LT(c.separation.log10_delta, -100);                    // and δ is astronomically small
   EXPECT_GT(c.min_bits, 300u);
   EXPECT_LE(c.min_bits, c.bits_used);
   EXPECT_LE(c.separation.r, c.r_bound + 1e-12);
@@ -133,7 +138,8 @@ TEST(Kajitsuka, MemorizesEveryLabelCheckedIndependentlyIn1000Bits) {
   const Network<Mpfr> net = network_cast<Mpfr>(m.net);
   for (const auto& s : ds.sequences) {
     Mat<Mpfr> y = forward(net, matrix_cast<Mpfr>(s.x));
-    for (Eigen::Index k = 0; k < y.cols(); ++k) EXPECT_LT(mp::abs(y(0, k) - Scalar<Mpfr>::from(s.y(0, k))), Mpfr(1e-6));
+    for (Eigen::Index k = 0; k < y.cols(); ++k)
+      EXPECT_LT(mp::abs(y(0, k) - Scalar<Mpfr>::from(s.y(0, k))), Mpfr(1e-6));
   }
   // At half the certified minimum the certificate fails.
   EXPECT_GT(ks::certified_max_error(m.net, ds, m.min_bits / 2), 1e-6);

@@ -18,11 +18,13 @@ Network<double> random_net(const std::string& arch, std::uint64_t seed) {
 Mat<Rational> random_input(int d, int n, std::uint64_t seed) {
   Rng rng(seed);
   Mat<Rational> x(d, n);
-  for (Eigen::Index i = 0; i < x.size(); ++i) x.data()[i] = Rational(static_cast<long>(rng.uniform() * 32) - 16, 16);
+  for (Eigen::Index i = 0; i < x.size(); ++i)
+    x.data()[i] = Rational(static_cast<long>(rng.uniform() * 32) - 16, 16);
   return x;
 }
 
-template <class S> double max_abs_diff(const Mat<S>& a, const Mat<Mpfr>& ref) {
+template <class S>
+double max_abs_diff(const Mat<S>& a, const Mat<Mpfr>& ref) {
   double e = 0;
   for (Eigen::Index i = 0; i < a.size(); ++i)
     e = std::max(e, std::abs(Scalar<Mpfr>::to_double(scalar_cast<Mpfr>(a.data()[i]) - ref.data()[i])));
@@ -59,7 +61,8 @@ TEST(Model, PermutationEquivariantWithoutPositionsExactly) {
 
 TEST(Model, PositionalEncodingBreaksEquivariance) {
   Network<Rational> net = network_cast<Rational>(random_net(R"({"d": 3, "max_len": 5, "layers": [
-    {"type": "attention", "score": "linear", "heads": 1, "head_size": 2}]})", 3));
+    {"type": "attention", "score": "linear", "heads": 1, "head_size": 2}]})",
+                                                            3));
   Mat<Rational> x = random_input(3, 5, 4);
   Eigen::PermutationMatrix<Eigen::Dynamic> P(5);
   P.indices() << 1, 0, 2, 3, 4;
@@ -98,7 +101,8 @@ TEST(Model, FloatDoubleMpfrAgreeWithinTheirPrecision) {
   }
   EXPECT_LT(max_abs_diff(matrix_cast<Mpfr>(y100), ref), 1e-27 * scale);
   EXPECT_GT(max_abs_diff(matrix_cast<Mpfr>(y100), ref), 0);  // 100 bits really were 100, not 400
-  EXPECT_GT(max_abs_diff(forward(network_cast<double>(exact), matrix_cast<double>(x)), ref), 0);  // not trivially equal
+  EXPECT_GT(max_abs_diff(forward(network_cast<double>(exact), matrix_cast<double>(x)), ref),
+            0);  // not trivially equal
 }
 
 TEST(Model, IntervalEnclosesTheThousandBitValue) {
@@ -126,7 +130,8 @@ TEST(Model, IntervalEnclosesTheThousandBitValue) {
 TEST(Model, IntervalHardmaxRefusesUndecidedArgmax) {
   // Two keys whose scores are enclosures of 1/3 computed two different ways overlap.
   Network<Rational> net = network_cast<Rational>(random_net(R"({"d": 1, "layers": [
-    {"type": "attention", "score": "hardmax", "heads": 1, "head_size": 1}]})", 1));
+    {"type": "attention", "score": "hardmax", "heads": 1, "head_size": 1}]})",
+                                                            1));
   net.layers[0].wq(0, 0) = 1;
   net.layers[0].wk(0, 0) = Rational(1, 3);
   net.layers[0].wv(0, 0) = 1;
@@ -136,7 +141,8 @@ TEST(Model, IntervalHardmaxRefusesUndecidedArgmax) {
   Mat<Rational> y = forward(net, x);
   EXPECT_EQ(y(0, 0), Rational(2));  // 1 + (1/2·1 + 1/2·1)
   const MpfrPrecision precision(64);
-  EXPECT_THROW(forward(network_cast<Mpfi>(net), matrix_cast<Mpfi>(x)), Error);  // ... undecidable on intervals
+  EXPECT_THROW(forward(network_cast<Mpfi>(net), matrix_cast<Mpfi>(x)),
+               Error);  // ... undecidable on intervals
 }
 
 TEST(Model, HardmaxTiesShareWeightExactly) {
@@ -163,7 +169,8 @@ TEST(Model, HardmaxTiesShareWeightExactly) {
 
 TEST(Model, CausalAttentionIgnoresTheFuture) {
   Network<double> net = random_net(R"({"d": 2, "layers": [
-    {"type": "attention", "heads": 2, "head_size": 2, "causal": true, "rpe": "lin"}, {"type": "feedforward", "width": 4}]})", 8);
+    {"type": "attention", "heads": 2, "head_size": 2, "causal": true, "rpe": "lin"}, {"type": "feedforward", "width": 4}]})",
+                                   8);
   Mat<double> x = matrix_cast<double>(random_input(2, 6, 9)), x2 = x;
   x2.col(5).setConstant(7.0);
   Mat<double> y = forward(net, x), y2 = forward(net, x2);
@@ -172,7 +179,8 @@ TEST(Model, CausalAttentionIgnoresTheFuture) {
 }
 
 TEST(Model, PiecewiseActivationIsLeftClosedAndMayJump) {
-  Network<Rational> net(Architecture::from_json(json::parse(R"({"d": 1, "layers": [{"type": "feedforward", "width": 1,
+  Network<Rational> net(
+      Architecture::from_json(json::parse(R"({"d": 1, "layers": [{"type": "feedforward", "width": 1,
     "activation": {"type": "piecewise", "breakpoints": ["0", "1"], "pieces": [[0, 5], [-1, 0], [0, 0]]}}]})")));
   net.layers[0].w1(0, 0) = 1;
   net.layers[0].w2(0, 0) = 1;
@@ -208,13 +216,21 @@ TEST(Model, RationalsRefuseTranscendentalNetworks) {
 TEST(Model, ArchitectureRoundTripsAndRejectsBadFields) {
   Architecture a = Architecture::from_json(json::parse(kSoftArch));
   EXPECT_EQ(Architecture::from_json(a.to_json()).to_json(), a.to_json());
-  EXPECT_THROW(Architecture::from_json(json::parse(R"({"d": 2, "layers": [{"type": "attention", "heds": 2}]})")), Error);
+  EXPECT_THROW(
+      Architecture::from_json(json::parse(R"({"d": 2, "layers": [{"type": "attention", "heds": 2}]})")),
+      Error);
   EXPECT_THROW(Architecture::from_json(json::parse(R"({"d": 0})")), Error);
-  EXPECT_THROW(Architecture::from_json(json::parse(R"({"d": 2, "layers": [{"type": "feedforward"}]})")), Error);
-  EXPECT_THROW(Architecture::from_json(json::parse(R"({"d": 2, "layers": [{"type": "attention", "score": "sparsemax"}]})")), Error);
-  EXPECT_THROW(Architecture::from_json(json::parse(R"({"d": 2, "layers": [{"type": "attention", "dp_free": true}]})")), Error);
+  EXPECT_THROW(Architecture::from_json(json::parse(R"({"d": 2, "layers": [{"type": "feedforward"}]})")),
+               Error);
+  EXPECT_THROW(Architecture::from_json(
+                   json::parse(R"({"d": 2, "layers": [{"type": "attention", "score": "sparsemax"}]})")),
+               Error);
+  EXPECT_THROW(
+      Architecture::from_json(json::parse(R"({"d": 2, "layers": [{"type": "attention", "dp_free": true}]})")),
+      Error);
   EXPECT_THROW(Architecture::from_json(json::parse(R"({"d": 2, "layers": [{"type": "feedforward", "width": 2,
-    "activation": {"type": "piecewise", "breakpoints": [1, 0], "pieces": [[0,0],[0,0],[0,0]]}}]})")), Error);
+    "activation": {"type": "piecewise", "breakpoints": [1, 0], "pieces": [[0,0],[0,0],[0,0]]}}]})")),
+               Error);
 }
 
 TEST(Model, InputErrorsNameTheProblem) {

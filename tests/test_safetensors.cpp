@@ -9,11 +9,14 @@ namespace {
 
 std::string le64(std::uint64_t n) {
   std::string s(8, '\0');
-  for (int i = 0; i < 8; ++i) s[i] = static_cast<char>((n >> (8 * i)) & 0xff);
+  for (int i = 0; i < 8; ++i)
+    s[i] = static_cast<char>((n >> (8 * i)) & 0xff);
   return s;
 }
 
-std::string file(const std::string& header, std::size_t data_bytes) { return le64(header.size()) + header + std::string(data_bytes, '\0'); }
+std::string file(const std::string& header, std::size_t data_bytes) {
+  return le64(header.size()) + header + std::string(data_bytes, '\0');
+}
 
 void expect_error(const std::string& bytes, const std::string& fragment) {
   try {
@@ -36,7 +39,8 @@ TEST(Safetensors, GoldenVectorF32) {
   std::string b = zero_to_five("attn.0", {1, 2, 3}).serialize();
   const std::string header = R"({"attn.0":{"dtype":"F32","shape":[1,2,3],"data_offsets":[0,24]}})";
   ASSERT_EQ(header.size(), 64u);
-  const unsigned char data[] = {0, 0, 0, 0, 0, 0, 0x80, 0x3f, 0, 0, 0, 0x40, 0, 0, 0x40, 0x40, 0, 0, 0x80, 0x40, 0, 0, 0xa0, 0x40};
+  const unsigned char data[] = {0, 0, 0,    0,    0, 0, 0x80, 0x3f, 0, 0, 0,    0x40,
+                                0, 0, 0x40, 0x40, 0, 0, 0x80, 0x40, 0, 0, 0xa0, 0x40};
   EXPECT_EQ(b, le64(64) + header + std::string(reinterpret_cast<const char*>(data), 24));
   EXPECT_EQ(b.size(), 96u);
 }
@@ -45,7 +49,8 @@ TEST(Safetensors, GoldenVectorPadding) {
   std::string b = zero_to_five("attn0", {1, 1, 2, 3}).serialize();
   EXPECT_EQ(b.size(), 104u);
   EXPECT_EQ(b.substr(0, 8), le64(72));
-  EXPECT_EQ(b.substr(8, 72), std::string(R"({"attn0":{"dtype":"F32","shape":[1,1,2,3],"data_offsets":[0,24]}})") + "       ");
+  EXPECT_EQ(b.substr(8, 72),
+            std::string(R"({"attn0":{"dtype":"F32","shape":[1,1,2,3],"data_offsets":[0,24]}})") + "       ");
 }
 
 TEST(Safetensors, GoldenVectorEmpty) {
@@ -79,25 +84,37 @@ TEST(Safetensors, RejectsEveryMalformedFile) {
   expect_error(le64(100) + "{}", "runs past the end");
   expect_error(file("{\"w\":", 0), "invalid JSON");
   expect_error(file("[1,2]", 0), "not a JSON object");
-  expect_error(file(R"({"w":{"dtype":"F64","shape":[1],"data_offsets":[0,8]},"w":{"dtype":"F64","shape":[1],"data_offsets":[8,16]}})", 16),
-               "duplicate key \"w\"");
+  expect_error(
+      file(
+          R"({"w":{"dtype":"F64","shape":[1],"data_offsets":[0,8]},"w":{"dtype":"F64","shape":[1],"data_offsets":[8,16]}})",
+          16),
+      "duplicate key \"w\"");
   expect_error(file(R"({"w":{"dtype":"F65","shape":[2],"data_offsets":[0,16]}})", 16), "unknown dtype");
   expect_error(file(R"({"w":{"dtype":"F64","shape":[2]}})", 16), "exactly dtype, shape and data_offsets");
-  expect_error(file(R"({"w":{"dtype":"F64","shape":[2],"data_offsets":[0,16],"x":1}})", 16), "exactly dtype, shape and data_offsets");
-  expect_error(file(R"({"w":{"dtype":"F64","shape":[-2],"data_offsets":[0,16]}})", 16), "not a non-negative integer");
+  expect_error(file(R"({"w":{"dtype":"F64","shape":[2],"data_offsets":[0,16],"x":1}})", 16),
+               "exactly dtype, shape and data_offsets");
+  expect_error(file(R"({"w":{"dtype":"F64","shape":[-2],"data_offsets":[0,16]}})", 16),
+               "not a non-negative integer");
   expect_error(file(R"({"w":{"dtype":"F64","shape":[2],"data_offsets":[16,0]}})", 16), "begin > end");
   expect_error(file(R"({"w":{"dtype":"F64","shape":[2],"data_offsets":[0,24]}})", 16), "out of range");
-  expect_error(file(R"({"w":{"dtype":"F64","shape":[3],"data_offsets":[0,16]}})", 16), "does not match shape and dtype");
-  expect_error(file(R"({"w":{"dtype":"F64","shape":[1],"data_offsets":[8,16]}})", 16), "gap before tensor \"w\"");
-  expect_error(file(R"({"a":{"dtype":"F64","shape":[2],"data_offsets":[0,16]},"b":{"dtype":"F64","shape":[1],"data_offsets":[8,16]}})", 16),
-               "overlaps");
+  expect_error(file(R"({"w":{"dtype":"F64","shape":[3],"data_offsets":[0,16]}})", 16),
+               "does not match shape and dtype");
+  expect_error(file(R"({"w":{"dtype":"F64","shape":[1],"data_offsets":[8,16]}})", 16),
+               "gap before tensor \"w\"");
+  expect_error(
+      file(
+          R"({"a":{"dtype":"F64","shape":[2],"data_offsets":[0,16]},"b":{"dtype":"F64","shape":[1],"data_offsets":[8,16]}})",
+          16),
+      "overlaps");
   expect_error(file(ok, 17), "1 trailing bytes");
   expect_error(file(R"({"__metadata__":{"format":1}})", 0), "is not a string");
   expect_error(file(R"({"__metadata__":[1]})", 0), "__metadata__ is not an object");
-  expect_error(file(R"({"w":{"dtype":"F64","shape":[2],"data_offsets":[0,"16"]}})", 16), "two non-negative integers");
+  expect_error(file(R"({"w":{"dtype":"F64","shape":[2],"data_offsets":[0,"16"]}})", 16),
+               "two non-negative integers");
 }
 
 TEST(Safetensors, OnlyF32AndF64CarryValues) {
-  Safetensors st = Safetensors::parse(file(R"({"w":{"dtype":"I32","shape":[1],"data_offsets":[0,4]}})", 4), "x");
+  Safetensors st =
+      Safetensors::parse(file(R"({"w":{"dtype":"I32","shape":[1],"data_offsets":[0,4]}})", 4), "x");
   EXPECT_THROW(st.tensors.at("w").values(), Error);
 }

@@ -10,13 +10,15 @@ TEST(Scalar, ParseRationalExact) {
   EXPECT_EQ(parse_rational("007/03"), Rational(7, 3));
   EXPECT_EQ(parse_rational("1.5E+3"), Rational(1500));
   EXPECT_EQ(parse_rational("+.25"), Rational(1, 4));
-  EXPECT_EQ(parse_rational("0.01703732508612577643"), Rational(mp::mpz_int("1703732508612577643"), mp::mpz_int(mp::pow(mp::mpz_int(10), 20))));
+  EXPECT_EQ(parse_rational("0.01703732508612577643"),
+            Rational(mp::mpz_int("1703732508612577643"), mp::mpz_int(mp::pow(mp::mpz_int(10), 20))));
   Rational tiny = parse_rational("0.1e-400");
   EXPECT_EQ(tiny * Rational(mp::mpz_int(mp::pow(mp::mpz_int(10), 401))), Rational(1));
 }
 
 TEST(Scalar, ParseRationalRejects) {
-  for (const char* bad : {"", "nan", "inf", "1/0", "1..2", "1e", "0x10", "1/2/3", "abc", "1e99999999999", "--1"}) {
+  for (const char* bad :
+       {"", "nan", "inf", "1/0", "1..2", "1e", "0x10", "1/2/3", "abc", "1e99999999999", "--1"}) {
     EXPECT_THROW(parse_rational(bad), Error) << bad;
   }
   try {
@@ -32,17 +34,20 @@ TEST(Scalar, RoundingIsCorrect) {
   EXPECT_EQ(Scalar<float>::from(Rational(1, 3)), 1.0f / 3.0f);
   EXPECT_EQ(Scalar<double>::from(parse_rational("0.1")), 0.1);
   // A value exactly halfway between two floats rounds to even (not through double).
-  Rational half_ulp = Rational(1) + Rational(1, mp::mpz_int(1) << 24);  // 1 + 2^-24: tie between 1 and 1+2^-23
+  Rational half_ulp =
+      Rational(1) + Rational(1, mp::mpz_int(1) << 24);  // 1 + 2^-24: tie between 1 and 1+2^-23
   EXPECT_EQ(Scalar<float>::from(half_ulp), 1.0f);
   EXPECT_EQ(rational_of(0.5), Rational(1, 2));
-  EXPECT_EQ(Scalar<double>::to_rational(0.1), Rational(mp::mpz_int("3602879701896397"), mp::mpz_int(1) << 55));
+  EXPECT_EQ(Scalar<double>::to_rational(0.1),
+            Rational(mp::mpz_int("3602879701896397"), mp::mpz_int(1) << 55));
 }
 
 TEST(Scalar, MpfrPrecisionAndTextRoundTrip) {
   for (unsigned bits = 2; bits < 5000; ++bits) {  // Boost's decimal-digit granularity: at most 4 bits more
     EXPECT_GE(mpfr_carried_bits(bits), bits);
     EXPECT_LE(mpfr_carried_bits(bits), bits + 4);
-    EXPECT_EQ(mpfr_carried_bits(mpfr_carried_bits(bits)), mpfr_carried_bits(bits));  // carried bits round-trip
+    EXPECT_EQ(mpfr_carried_bits(mpfr_carried_bits(bits)),
+              mpfr_carried_bits(bits));  // carried bits round-trip
   }
   EXPECT_EQ(mpfr_carried_bits(256), 257u);
   const unsigned before = mpfr_bits();

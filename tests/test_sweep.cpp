@@ -6,11 +6,11 @@
 #include <filesystem>
 #include <fstream>
 
+#include "uatlab/experiment/sweep.hpp"
 #include "uatlab/io/json.hpp"
 #include "uatlab/io/report.hpp"
-#include "uatlab/model/scalar.hpp"
 #include "uatlab/model/init.hpp"
-#include "uatlab/experiment/sweep.hpp"
+#include "uatlab/model/scalar.hpp"
 #include "uatlab/train/tasks.hpp"
 #include "uatlab/train/trainer.hpp"
 
@@ -28,7 +28,8 @@ std::string fresh(const std::string& name) {
 
 std::vector<json> grid(int k) {
   std::vector<json> cells;
-  for (int i = 0; i < k; ++i) cells.push_back({{"i", i}, {"name", "cell " + std::to_string(i)}});
+  for (int i = 0; i < k; ++i)
+    cells.push_back({{"i", i}, {"name", "cell " + std::to_string(i)}});
   return cells;
 }
 
@@ -83,7 +84,8 @@ TEST(Sweep, FailuresStopTheSweepAndKeepFinishedCells) {
   }
   std::ifstream in(o.results);
   int lines = 0;
-  for (std::string l; std::getline(in, l);) ++lines;
+  for (std::string l; std::getline(in, l);)
+    ++lines;
   EXPECT_EQ(lines, 3);  // cells 0, 1, 2 (one thread, in order)
   std::vector<json> twice = {json{{"i", 1}}, json{{"i", 1}}};
   EXPECT_THROW(run_sweep(twice, run, o), Error);
@@ -125,7 +127,8 @@ TEST(Sweep, TrainingInsideASweepMatchesTrainingAlone) {
 }
 
 TEST(Report, CsvMarkdownAndStatistics) {
-  EXPECT_EQ(csv_text({"a", "b"}, {{"1", "x,y"}, {"say \"hi\"", ""}}), "a,b\n1,\"x,y\"\n\"say \"\"hi\"\"\",\n");
+  EXPECT_EQ(csv_text({"a", "b"}, {{"1", "x,y"}, {"say \"hi\"", ""}}),
+            "a,b\n1,\"x,y\"\n\"say \"\"hi\"\"\",\n");
   EXPECT_EQ(markdown_table({"H", "m=8"}, {{"1", "0.5"}}), "| H | m=8 |\n|---|---|\n| 1 | 0.5 |\n");
   EXPECT_DOUBLE_EQ(mean({1, 2, 3}), 2);
   EXPECT_DOUBLE_EQ(sd({1, 2, 3}), 1);
@@ -139,7 +142,14 @@ TEST(Report, PlotsArePngFilesWrittenWhole) {
   p.logy = true;
   p.series.push_back({"a", {1, 2, 4}, {1, 0.1, 0.01}, {0.1, 0.01, 0.001}});
   plot_png(line, p);
-  HeatMap h{"heat", "N", "params", "accuracy", {"10", "20"}, {"a", "b", "c"}, {{1, 0.5}, {0.2, std::nan("")}, {0, 1}}, {}};
+  HeatMap h{"heat",
+            "N",
+            "params",
+            "accuracy",
+            {"10", "20"},
+            {"a", "b", "c"},
+            {{1, 0.5}, {0.2, std::nan("")}, {0, 1}},
+            {}};
   plot_png(heat, h);
   for (const auto& path : {line, heat}) {
     std::ifstream in(path, std::ios::binary);

@@ -34,7 +34,9 @@ TaskOptions memo() {
 
 std::vector<double> flat(const Network<double>& n) {
   std::vector<double> v;
-  n.for_each_tensor([&](const std::string&, const Mat<double>& m, Layout) { v.insert(v.end(), m.data(), m.data() + m.size()); });
+  n.for_each_tensor([&](const std::string&, const Mat<double>& m, Layout) {
+    v.insert(v.end(), m.data(), m.data() + m.size());
+  });
   return v;
 }
 
@@ -89,9 +91,10 @@ TEST(Train, ResumeContinuesExactly) {
   cut.checkpoint = ck;
   cut.checkpoint_every = 17;
   cut.log_every = 1;
-  EXPECT_THROW(train(interrupted, data, nullptr, cut, "", [](const Progress& p) {
-                 if (p.step == 18) throw Stop{};
-               }),
+  EXPECT_THROW(train(interrupted, data, nullptr, cut, "",
+                     [](const Progress& p) {
+                       if (p.step == 18) throw Stop{};
+                     }),
                Stop);
   Network<double> resumed = small_net(99);  // weights come from the checkpoint
   train(resumed, data, nullptr, c, ck);
@@ -107,7 +110,8 @@ TEST(Train, FrozenTensorsDoNotMove) {
   c.batch = 4;
   c.freeze = {"layers.0.*"};
   Network<double> net = small_net(4);
-  const Mat<double> qkv = net.layers[0].wq, wk = net.layers[0].wk, wo = net.layers[0].wo, w1 = net.layers[1].w1;
+  const Mat<double> qkv = net.layers[0].wq, wk = net.layers[0].wk, wo = net.layers[0].wo,
+                    w1 = net.layers[1].w1;
   train(net, data, nullptr, c);
   EXPECT_EQ(net.layers[0].wq, qkv);
   EXPECT_EQ(net.layers[0].wk, wk);
@@ -177,7 +181,8 @@ TEST(Train, ComplexReadoutAndKernelsPadTheValueIntoRowZero) {
   for (const auto& s : c.sequences) {
     EXPECT_EQ(s.x.row(1), Mat<Rational>::Zero(1, 10));
     for (int t = 2; t < 10; ++t) {
-      const double want = std::sin(2 * M_PI * Scalar<double>::from(s.x(0, t - 1))) * std::sin(2 * M_PI * Scalar<double>::from(s.x(0, t - 2)));
+      const double want = std::sin(2 * M_PI * Scalar<double>::from(s.x(0, t - 1))) *
+                          std::sin(2 * M_PI * Scalar<double>::from(s.x(0, t - 2)));
       EXPECT_NEAR(Scalar<double>::from(s.y(0, t)), want, 1e-15);
     }
     EXPECT_EQ(s.mask[1], 0);
@@ -199,8 +204,10 @@ TEST(Train, CharsTaskSplitsTheCorpusAndPredictsTheNextCharacter) {
   std::filesystem::create_directories(UATLAB_TEST_TMP);
   const std::string path = std::string(UATLAB_TEST_TMP) + "/corpus.txt";
   std::string text;
-  for (int i = 0; i < 900; ++i) text += "ab";    // the first 90%: only a and b
-  for (int i = 0; i < 100; ++i) text += "cd";    // the last 10%: only c and d
+  for (int i = 0; i < 900; ++i)
+    text += "ab";  // the first 90%: only a and b
+  for (int i = 0; i < 100; ++i)
+    text += "cd";  // the last 10%: only c and d
   { std::ofstream(path) << text; }
   TaskOptions o;
   o.corpus = path;
@@ -229,7 +236,8 @@ TEST(Train, EveryTaskOfTheTableMatchesItsShape) {
   std::filesystem::create_directories(UATLAB_TEST_TMP);
   const std::string path = std::string(UATLAB_TEST_TMP) + "/table-corpus.txt";
   std::string text;
-  for (int i = 0; i < 600; ++i) text += "abc ";
+  for (int i = 0; i < 600; ++i)
+    text += "abc ";
   { std::ofstream(path) << text; }
   ASSERT_EQ(tasks().size(), 9u);
   for (const TaskSpec& t : tasks()) {
@@ -247,7 +255,8 @@ TEST(Train, EveryTaskOfTheTableMatchesItsShape) {
     EXPECT_GE(sh.outputs, 1);
     for (const Sequence& s : ds.sequences) {
       if (ds.token_input)
-        for (int id : s.tokens) EXPECT_TRUE(id >= 0 && id < sh.vocab);
+        for (int id : s.tokens)
+          EXPECT_TRUE(id >= 0 && id < sh.vocab);
       else
         EXPECT_EQ(s.x.rows(), sh.d);
       for (Eigen::Index k = 0; k < s.y.cols(); ++k) {

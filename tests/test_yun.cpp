@@ -24,7 +24,8 @@ TEST(Yun, PlanMatchesTheTheoryNotesTable) {
 
 TEST(Yun, LayerCountsFollowTheFormulasAndTheClassesOfTheProof) {
   // (d, n, K) -> quantization, attention, value-map layers (docs/theory/yun.md, sizes)
-  const std::vector<std::array<int, 6>> rows = {{1, 2, 4, 5, 5, 14}, {1, 3, 4, 5, 5, 14}, {2, 2, 2, 6, 5, 15}, {2, 2, 4, 10, 17, 243}};
+  const std::vector<std::array<int, 6>> rows = {
+      {1, 2, 4, 5, 5, 14}, {1, 3, 4, 5, 5, 14}, {2, 2, 2, 6, 5, 15}, {2, 2, 4, 10, 17, 243}};
   for (const auto& r : rows) {
     const yun::Modified m = yun::build_modified(yun::builtin_target("center"), r[0], r[1], r[2], false);
     EXPECT_EQ(m.counts.quantization, r[3]);
@@ -51,8 +52,9 @@ TEST(Yun, Lemma6AndTheGridHoldExactly) {
     int d, n, K;
     bool pe;
   };
-  for (const Case& c : {Case{"tokenwise-sin", 1, 2, 4, false}, Case{"attention", 1, 3, 4, false}, Case{"center", 2, 2, 2, false},
-                        Case{"prefix-mean", 1, 2, 4, true}, Case{"reverse", 1, 3, 2, true}}) {
+  for (const Case& c :
+       {Case{"tokenwise-sin", 1, 2, 4, false}, Case{"attention", 1, 3, 4, false},
+        Case{"center", 2, 2, 2, false}, Case{"prefix-mean", 1, 2, 4, true}, Case{"reverse", 1, 3, 2, true}}) {
     const yun::Target f = yun::builtin_target(c.target);
     const yun::Modified m = yun::build_modified(f, c.d, c.n, c.K, c.pe);
     const yun::Lemma6 r = yun::check_lemma6(m, f, 100000, 1);
@@ -87,9 +89,11 @@ TEST(Yun, FourReluReplacementEqualsPhiOutsideItsRamps) {
   Rng rng(3);
   for (int trial = 0; trial < 200; ++trial) {
     // A random Φ: three pieces, the constant one at a random place.
-    const Rational c1(static_cast<long>(rng.uniform() * 20) - 10, 4), c2 = c1 + Rational(1 + static_cast<long>(rng.uniform() * 8), 4);
+    const Rational c1(static_cast<long>(rng.uniform() * 20) - 10, 4),
+        c2 = c1 + Rational(1 + static_cast<long>(rng.uniform() * 8), 4);
     auto r = [&] { return Rational(static_cast<long>(rng.uniform() * 21) - 10, 3); };
-    std::vector<std::pair<std::string, std::string>> pieces = {{r().str(), r().str()}, {r().str(), r().str()}, {r().str(), r().str()}};
+    std::vector<std::pair<std::string, std::string>> pieces = {
+        {r().str(), r().str()}, {r().str(), r().str()}, {r().str(), r().str()}};
     pieces[static_cast<std::size_t>(trial % 3)].first = "0";
     Architecture a;
     a.d = 1;
@@ -119,7 +123,7 @@ TEST(Yun, FourReluReplacementEqualsPhiOutsideItsRamps) {
 TEST(Yun, KajitsukaPropositionOneIsThreeSubLayersAndHitsTheGrid) {
   const yun::Target f = yun::builtin_target("center");
   const yun::Modified m = yun::build_kajitsuka(f, 1, 2, 4);
-  ASSERT_EQ(m.net.arch.layers.size(), 3u);  // FF ∘ rank-1 softmax attention ∘ FF
+  ASSERT_EQ(m.net.arch.layers.size(), 3u);   // FF ∘ rank-1 softmax attention ∘ FF
   EXPECT_EQ(m.net.arch.layers[0].width, 4);  // F1: one unit per grid cell and coordinate
   EXPECT_EQ(m.net.arch.layers[1].heads, 1);
   EXPECT_EQ(m.net.arch.layers[1].head_size, 1);
@@ -138,7 +142,10 @@ TEST(Yun, KajitsukaPropositionOneIsThreeSubLayersAndHitsTheGrid) {
     x(0, 0) = Rational(k, 40);
     x(0, 1) = Rational(39 - k, 41);
     const Mat<Rational> y = forward(s1, x);
-    for (int j = 0; j < 2; ++j) EXPECT_EQ(y(0, j), Rational(static_cast<long>(Scalar<Rational>::to_double(x(0, j)) * 4), 4) + Rational(1, 8)) << k;
+    for (int j = 0; j < 2; ++j)
+      EXPECT_EQ(y(0, j),
+                Rational(static_cast<long>(Scalar<Rational>::to_double(x(0, j)) * 4), 4) + Rational(1, 8))
+          << k;
   }
 }
 
@@ -151,7 +158,8 @@ TEST(Yun, DistancesAreSeededAndTheStandardNetworkTracksTheModifiedOne) {
   EXPECT_LT(a.lo, a.value);
   EXPECT_GT(a.hi, a.value);
   Rational eta(1, 4);
-  for (int k = 0; k < 40; ++k) eta /= 2;
+  for (int k = 0; k < 40; ++k)
+    eta /= 2;
   const Network<Rational> g = yun::standardize(m.net, yun::default_lambda(m.plan), eta);
   Network<Mpfr> gm;
   {
@@ -176,7 +184,8 @@ std::pair<int, std::string> cli(const std::string& args) {
   FILE* p = popen((std::string(UATLAB_BIN) + " " + args + " 2>&1").c_str(), "r");
   std::string out;
   char buf[4096];
-  while (std::size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+  while (std::size_t n = fread(buf, 1, sizeof buf, p))
+    out.append(buf, n);
   const int status = pclose(p);
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
 }
@@ -186,17 +195,24 @@ TEST(Yun, ApproximateCommand) {
   const fs::path dir = fs::path(UATLAB_TEST_TMP) / "yun";
   fs::remove_all(dir);
   fs::create_directories(dir);
-  auto [code, out] = cli("approximate \"x*x - mean\" --d 1 --n 2 --K 4 --samples 500 --samples-standard 100 --report " + (dir / "r.json").string());
+  auto [code, out] =
+      cli("approximate \"x*x - mean\" --d 1 --n 2 --K 4 --samples 500 --samples-standard 100 --report " +
+          (dir / "r.json").string());
   ASSERT_EQ(code, 0) << out;
   EXPECT_NE(out.find("\"ok\": true"), std::string::npos) << out;
   EXPECT_TRUE(fs::exists(dir / "r.json"));
-  std::tie(code, out) = cli("approximate prefix-mean --d 1 --n 2 --K 4 --out " + (dir / "g.safetensors").string());
+  std::tie(code, out) =
+      cli("approximate prefix-mean --d 1 --n 2 --K 4 --out " + (dir / "g.safetensors").string());
   EXPECT_NE(code, 0);
   EXPECT_NE(out.find("not permutation equivariant"), std::string::npos) << out;
   EXPECT_FALSE(fs::exists(dir / "g.safetensors"));
   std::tie(code, out) = cli("approximate \"x +\" --d 1 --n 2 --K 4");
   EXPECT_NE(code, 0);
-  std::tie(code, out) = cli("approximate reverse --pe --d 1 --n 2 --K 2 --samples 300 --samples-standard 50 --sweep-delta 2,4 --out-dir " + (dir / "sweep").string());
+  std::tie(code, out) =
+      cli("approximate reverse --pe --d 1 --n 2 --K 2 --samples 300 --samples-standard 50 --sweep-delta 2,4 "
+          "--out-dir " +
+          (dir / "sweep").string());
   ASSERT_EQ(code, 0) << out;
-  for (const char* f : {"sweep.csv", "error_vs_delta.png", "size_vs_delta.png"}) EXPECT_GT(fs::file_size(dir / "sweep" / f), 100u) << f;
+  for (const char* f : {"sweep.csv", "error_vs_delta.png", "size_vs_delta.png"})
+    EXPECT_GT(fs::file_size(dir / "sweep" / f), 100u) << f;
 }

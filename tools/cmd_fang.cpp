@@ -32,19 +32,24 @@ int cmd_polynomial(const PolynomialOpts& o) {
   Network<Rational> net = fang::build(L.d, N, B, v);
   fang::set_readout(net, L, p);
   const fang::Proof pr = fang::prove(net, L, p, B, v, o.seed);
-  std::printf("polynomial  %s  (degree %d in %d variables)\n", fang::to_string(p, vars).c_str(), fang::degree(p), L.d);
-  std::printf("network     %d blocks (%s), residual width D = %d, %d tokens, linear-score attention, pooled readout\n", N,
-              o.variant.c_str(), L.D, L.d);
+  std::printf("polynomial  %s  (degree %d in %d variables)\n", fang::to_string(p, vars).c_str(),
+              fang::degree(p), L.d);
+  std::printf(
+      "network     %d blocks (%s), residual width D = %d, %d tokens, linear-score attention, pooled "
+      "readout\n",
+      N, o.variant.c_str(), L.D, L.d);
   std::printf("            fixed block parameters %zu; readout (the only polynomial-dependent part) %d + 1\n",
               net.parameter_count() - static_cast<std::size_t>(L.D + 1), L.D);
   if (v == fang::Variant::single_head)
     std::printf("gates       %s on the box [-%s, %s]^%d (largest |z|/C_b = %s)\n",
                 pr.gates ? "proven in their linear regime" : "NOT proven", o.box.c_str(), o.box.c_str(), L.d,
                 pr.worst_gate_ratio.str().c_str());
-  std::printf("grid        network == polynomial exactly at all %zu points of the (N+1)^d grid: %s\n", pr.grid_points,
-              pr.grid ? "yes" : "NO");
-  std::printf("random      and at %zu random rational points: %s\n", pr.random_points, pr.random ? "yes" : "NO");
-  std::printf("verdict     %s\n", pr.exact() ? "EXACT: zero error on the whole box, proven in GMP rationals" : "not proven exact");
+  std::printf("grid        network == polynomial exactly at all %zu points of the (N+1)^d grid: %s\n",
+              pr.grid_points, pr.grid ? "yes" : "NO");
+  std::printf("random      and at %zu random rational points: %s\n", pr.random_points,
+              pr.random ? "yes" : "NO");
+  std::printf("verdict     %s\n", pr.exact() ? "EXACT: zero error on the whole box, proven in GMP rationals"
+                                             : "not proven exact");
   if (!o.out.empty()) save_network(net, o.out, "F64", "rational");
   if (!o.report.empty())
     write_output(o.report, json({{"polynomial", fang::to_string(p, vars)},
@@ -73,11 +78,13 @@ struct FitOpts {
 int cmd_fit(FitOpts& o) {
   o.fit.vars = parse_list(o.vars, "--vars");
   std::vector<json> results;
-  std::printf("| degree | readout parameters | train RMSE | test RMSE | test max error |\n|---|---|---|---|---|\n");
+  std::printf(
+      "| degree | readout parameters | train RMSE | test RMSE | test max error |\n|---|---|---|---|---|\n");
   for (int N = 1; N <= o.degree; ++N) {
     const json r = ex::fit_degree(o.fit, N);
-    std::printf("| %d | %d | %.3g | %.3g | %.3g |\n", N, r["readout_parameters"].get<int>(), r["train_rmse"].get<double>(),
-                r["test_rmse"].get<double>(), r["test_max_error"].get<double>());
+    std::printf("| %d | %d | %.3g | %.3g | %.3g |\n", N, r["readout_parameters"].get<int>(),
+                r["train_rmse"].get<double>(), r["test_rmse"].get<double>(),
+                r["test_max_error"].get<double>());
     results.push_back(r);
   }
   if (!o.csv.empty()) write_output(o.csv, ex::fit_csv(results));
@@ -94,7 +101,8 @@ int cmd_regression(RegressionOpts& o) {
   const int N = ex::regression_degree(o.reg);
   const std::vector<int> sizes = parse_int_list(o.sizes, "--sizes", 2, 1 << 20);
   std::vector<json> results;
-  std::printf("| m | test MSE, %d blocks | test MSE, %d blocks | sigma^2 p/m |\n|---|---|---|---|\n", N, N - 1);
+  std::printf("| m | test MSE, %d blocks | test MSE, %d blocks | sigma^2 p/m |\n|---|---|---|---|\n", N,
+              N - 1);
   for (int m : sizes) {
     const json a = ex::regression_point(o.reg, m, N), b = ex::regression_point(o.reg, m, N - 1);
     std::printf("| %d | %.3g | %.3g | %.3g |\n", m, a["test_mse"].get<double>(), b["test_mse"].get<double>(),
@@ -110,11 +118,13 @@ int cmd_regression(RegressionOpts& o) {
 
 void add_fang_commands(CLI::App& app, Commands& commands) {
   auto o = std::make_shared<PolynomialOpts>();
-  auto* c = app.add_subcommand("polynomial", "Fang et al.: compile a polynomial into attention blocks, proven exact in rationals");
+  auto* c = app.add_subcommand(
+      "polynomial", "Fang et al.: compile a polynomial into attention blocks, proven exact in rationals");
   c->add_option("expr", o->expr, "The polynomial, e.g. \"3*x1^2*x2 - x2/7 + 1/2\"")->required();
   c->add_option("--vars", o->vars, "Variables, comma separated")->capture_default_str();
   c->add_option("--box", o->box, "Domain [-B, B]^d (B exact)")->capture_default_str();
-  c->add_option("--variant", o->variant, "single-head (gated, the paper's claim) or multi-head (d heads, no gates)")
+  c->add_option("--variant", o->variant,
+                "single-head (gated, the paper's claim) or multi-head (d heads, no gates)")
       ->capture_default_str();
   c->add_option("--degree", o->degree, "Blocks N (default: the polynomial's degree)");
   c->add_option("--out,-o", o->out, "Write the network (lossless .json or safetensors)");
@@ -123,25 +133,37 @@ void add_fang_commands(CLI::App& app, Commands& commands) {
   commands.push_back({c, [o] { return cmd_polynomial(*o); }});
 
   auto f = std::make_shared<FitOpts>();
-  auto* fit = app.add_subcommand("fang-fit", "Fang et al. universality: fit the blocks' readout to a function, error vs blocks N");
+  auto* fit = app.add_subcommand(
+      "fang-fit", "Fang et al. universality: fit the blocks' readout to a function, error vs blocks N");
   fit->add_option("function", f->fit.function, "The function (muParser syntax)")->capture_default_str();
   fit->add_option("--vars", f->vars, "Variables, comma separated")->capture_default_str();
   fit->add_option("--box", f->fit.box, "Domain [-B, B]^d (B exact)")->capture_default_str();
-  fit->add_option("--degree", f->degree, "The largest number of blocks N")->capture_default_str()->check(CLI::Range(1, 16));
-  fit->add_option("--samples", f->fit.samples, "Training samples")->capture_default_str()->check(CLI::Range(2, 1 << 22));
-  fit->add_option("--test", f->fit.test, "Test samples")->capture_default_str()->check(CLI::Range(1, 1 << 22));
+  fit->add_option("--degree", f->degree, "The largest number of blocks N")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 16));
+  fit->add_option("--samples", f->fit.samples, "Training samples")
+      ->capture_default_str()
+      ->check(CLI::Range(2, 1 << 22));
+  fit->add_option("--test", f->fit.test, "Test samples")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 22));
   fit->add_option("--seed", f->fit.seed, "Seed")->capture_default_str();
   fit->add_option("--csv", f->csv, "Write the table as CSV");
   commands.push_back({fit, [f] { return cmd_fit(*f); }});
 
   auto r = std::make_shared<RegressionOpts>();
-  auto* reg = app.add_subcommand("fang-regression", "Fang et al. regression: a noisy polynomial, test error vs sample size");
+  auto* reg = app.add_subcommand("fang-regression",
+                                 "Fang et al. regression: a noisy polynomial, test error vs sample size");
   reg->add_option("polynomial", r->reg.polynomial, "The polynomial (degree >= 2)")->capture_default_str();
   reg->add_option("--vars", r->vars, "Variables, comma separated")->capture_default_str();
   reg->add_option("--box", r->reg.box, "Domain [-B, B]^d (B exact)")->capture_default_str();
-  reg->add_option("--noise", r->reg.noise, "Label noise sigma")->capture_default_str()->check(CLI::Range(0.0, 1e6));
+  reg->add_option("--noise", r->reg.noise, "Label noise sigma")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1e6));
   reg->add_option("--sizes", r->sizes, "Sample sizes m, comma separated")->capture_default_str();
-  reg->add_option("--repeats", r->reg.repeats, "Repetitions per size")->capture_default_str()->check(CLI::Range(1, 100000));
+  reg->add_option("--repeats", r->reg.repeats, "Repetitions per size")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100000));
   reg->add_option("--seed", r->reg.seed, "Seed")->capture_default_str();
   reg->add_option("--csv", r->csv, "Write the table as CSV");
   commands.push_back({reg, [r] { return cmd_regression(*r); }});

@@ -36,8 +36,10 @@ Dataset load_data(const Opts& o) {
   const DemoSize& demo = o.demo;
   const std::uint64_t seed = o.seed;
   if (data.empty() || data == "demo") {
-    std::printf("data        embedded demo: N = %d sequences of n = %d distinct tokens from |V| = %d in R^%d (seed %llu), 3 classes\n",
-                demo.N, demo.n, demo.V, demo.d, static_cast<unsigned long long>(seed));
+    std::printf(
+        "data        embedded demo: N = %d sequences of n = %d distinct tokens from |V| = %d in R^%d (seed "
+        "%llu), 3 classes\n",
+        demo.N, demo.n, demo.V, demo.d, static_cast<unsigned long long>(seed));
     return ks::demo_dataset(demo.N, demo.n, demo.d, demo.V, seed);
   }
   return read_dataset(data);
@@ -51,20 +53,28 @@ std::string log10_text(double x) {
 }
 
 void print_contextual(const ks::Facts& f, const ks::Contextual& c) {
-  std::printf("hypotheses  N = %zu sequences, n = %d, d = %d, |V| = %zu, vocabulary sets = %zu\n", f.tokens.size(), f.n, f.d,
-              f.vocab.size(), f.sets.size());
-  std::printf("            r_min = %.6g, r_max = %.6g, eps = %.6g (tokenwise separated, no duplicates)\n", f.r_min, f.r_max, f.eps);
-  std::printf("projection  Lemma 3 over V u {0}: achieved %.4g >= required %.4g (sqrt(8/(pi d))/(|V|+1)^2), %d tr%s\n",
-              c.projection.achieved, c.projection.required, c.projection.tries, c.projection.tries == 1 ? "y" : "ies");
-  std::printf("attention   mode %s%s: c = %.6g (theorem's c = %.6g, gap condition c = %.6g), W_O = eps/(4 r_max) v\n",
-              c.mode == ks::Mode::faithful ? "faithful" : "tuned", c.tied ? ", tied Q=K=V" : "", Scalar<Rational>::to_double(c.c),
-              c.c_theorem, c.c_gap);
-  std::printf("contexts    %zu context ids; r = %.6g (bound r_max + eps/4 = %.6g)\n", c.contexts, c.separation.r, c.r_bound);
+  std::printf("hypotheses  N = %zu sequences, n = %d, d = %d, |V| = %zu, vocabulary sets = %zu\n",
+              f.tokens.size(), f.n, f.d, f.vocab.size(), f.sets.size());
+  std::printf("            r_min = %.6g, r_max = %.6g, eps = %.6g (tokenwise separated, no duplicates)\n",
+              f.r_min, f.r_max, f.eps);
+  std::printf(
+      "projection  Lemma 3 over V u {0}: achieved %.4g >= required %.4g (sqrt(8/(pi d))/(|V|+1)^2), %d "
+      "tr%s\n",
+      c.projection.achieved, c.projection.required, c.projection.tries,
+      c.projection.tries == 1 ? "y" : "ies");
+  std::printf(
+      "attention   mode %s%s: c = %.6g (theorem's c = %.6g, gap condition c = %.6g), W_O = eps/(4 r_max) v\n",
+      c.mode == ks::Mode::faithful ? "faithful" : "tuned", c.tied ? ", tied Q=K=V" : "",
+      Scalar<Rational>::to_double(c.c), c.c_theorem, c.c_gap);
+  std::printf("contexts    %zu context ids; r = %.6g (bound r_max + eps/4 = %.6g)\n", c.contexts,
+              c.separation.r, c.r_bound);
   std::printf("separation  log10 delta measured = %s (certified >= %s), theorem's bound log10 delta = %s\n",
               log10_text(c.separation.log10_delta).c_str(), log10_text(c.separation.log10_delta_lo).c_str(),
               log10_text(c.log10_delta_bound).c_str());
-  std::printf("            contexts of different tokens >= %.4g apart (certified)\n", c.separation.cross_lower);
-  std::printf("precision   certified with MPFI at %u bits; separation still certified down to %u bits\n", c.bits_used, c.min_bits);
+  std::printf("            contexts of different tokens >= %.4g apart (certified)\n",
+              c.separation.cross_lower);
+  std::printf("precision   certified with MPFI at %u bits; separation still certified down to %u bits\n",
+              c.bits_used, c.min_bits);
 }
 
 ks::ContextualOptions contextual_options(const Opts& o) {
@@ -107,17 +117,25 @@ int cmd_memorize(const Opts& o) {
   const ks::Memorized m = ks::memorize(ds, opt);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   print_contextual(ks::analyse(ds, true), m.contextual);
-  std::printf("feedforward Zhang et al.: one direction, %zu interleaved biases, triangular solve (hidden width q = %zu)\n",
-              m.hidden, m.hidden);
-  std::printf("parameters  attention %zu, feed-forward %zu, total %zu stored; Zhang form (paper's count): %zu + %zu = %zu\n",
-              m.params_attention, m.params_ff, m.params_total, m.paper_attention, m.paper_ff, m.paper_total);
-  std::printf("certificate every output of all %zu sequences within %s of its label: max |y - label| <= %.3g (MPFI, %u bits)\n",
-              ds.sequences.size(), tolerance.c_str(), m.max_error, m.bits_used);
+  std::printf(
+      "feedforward Zhang et al.: one direction, %zu interleaved biases, triangular solve (hidden width q = "
+      "%zu)\n",
+      m.hidden, m.hidden);
+  std::printf(
+      "parameters  attention %zu, feed-forward %zu, total %zu stored; Zhang form (paper's count): %zu + %zu "
+      "= %zu\n",
+      m.params_attention, m.params_ff, m.params_total, m.paper_attention, m.paper_ff, m.paper_total);
+  std::printf(
+      "certificate every output of all %zu sequences within %s of its label: max |y - label| <= %.3g (MPFI, "
+      "%u bits)\n",
+      ds.sequences.size(), tolerance.c_str(), m.max_error, m.bits_used);
   std::printf("bits needed memorization still certified down to %u bits\n", m.min_bits);
-  std::printf("float64     %s (max |y - label| = %.3g with weights rounded to double)\n", m.float64_works ? "works" : "fails",
-              m.float64_max_error);
-  std::printf("time        %.2f s: attention + certificate %.2f s, construct + certify all %.2f s, min-bits search %.2f s\n", secs,
-              m.seconds_contextual, m.seconds_construct_certify, m.seconds_min_bits);
+  std::printf("float64     %s (max |y - label| = %.3g with weights rounded to double)\n",
+              m.float64_works ? "works" : "fails", m.float64_max_error);
+  std::printf(
+      "time        %.2f s: attention + certificate %.2f s, construct + certify all %.2f s, min-bits search "
+      "%.2f s\n",
+      secs, m.seconds_contextual, m.seconds_construct_certify, m.seconds_min_bits);
   // Lossless model; the F64 safetensors beside it only when float64 works, checked on the file itself.
   save_network(m.net, out, "F64", "rational");
   std::printf("wrote       %s (lossless)\n", out.c_str());
@@ -128,7 +146,8 @@ int cmd_memorize(const Opts& o) {
     const Network<double> back = load_network<double>(f64.string());
     double worst = 0;
     for (const auto& s : ds.sequences)
-      worst = std::max(worst, (forward(back, matrix_cast<double>(s.x)) - matrix_cast<double>(s.y)).cwiseAbs().maxCoeff());
+      worst = std::max(
+          worst, (forward(back, matrix_cast<double>(s.x)) - matrix_cast<double>(s.y)).cwiseAbs().maxCoeff());
     if (!(worst <= Scalar<Rational>::to_double(parse_rational(tolerance)))) {
       std::filesystem::remove(f64);
       throw Error("the F64 file failed re-evaluation (max error " + std::to_string(worst) + "); not written");
@@ -149,8 +168,12 @@ int cmd_hardmax(const Opts& o) {
   const ks::HardmaxCounterexample h = ks::hardmax_counterexample(o.draws, o.seed);
   std::printf("Theorem 1: tokens lambda*u, u = (3/5, 4/5); Lambda1 = {1,3,5,7}, Lambda2 = {1,2,6,7}\n");
   std::printf("           same min (1), max (7) and mean (4), different vocabularies\n");
-  std::printf("hardmax    %d random one-layer attentions (1-4 heads, head size 1-2, with and without biases), exact rationals:\n", h.draws);
-  std::printf("           output for token 1 identical in both sequences in %d of %d draws\n", h.identical, h.draws);
+  std::printf(
+      "hardmax    %d random one-layer attentions (1-4 heads, head size 1-2, with and without biases), exact "
+      "rationals:\n",
+      h.draws);
+  std::printf("           output for token 1 identical in both sequences in %d of %d draws\n", h.identical,
+              h.draws);
   std::printf("softmax    rank-1 construction (tuned): contexts %s, log10 delta = %s\n",
               h.softmax_separates ? "certified separated" : "NOT separated", h.log10_softmax_gap.c_str());
   if (!o.report.empty()) write_output(o.report, h.report().dump(1) + "\n");
@@ -168,38 +191,51 @@ void add_kajitsuka_commands(CLI::App& app, Commands& commands) {
     c->add_option("--demo-V", o->demo.V, "Embedded demo: vocabulary size")->capture_default_str();
   };
   auto common = [&](CLI::App* c) {
-    c->add_option("data", o->data, "Dataset (JSONL with \"x\"), or demo for the embedded one")->capture_default_str();
-    c->add_option("--mode", o->mode, "faithful (the paper's constants) or tuned (c from the measured separation)")->capture_default_str();
+    c->add_option("data", o->data, "Dataset (JSONL with \"x\"), or demo for the embedded one")
+        ->capture_default_str();
+    c->add_option("--mode", o->mode,
+                  "faithful (the paper's constants) or tuned (c from the measured separation)")
+        ->capture_default_str();
     c->add_flag("--tied", o->tied, "Tied W_Q = W_K = W_V");
-    c->add_option("--seed", o->seed, "Seed for the projection vector, directions and demo data")->capture_default_str();
+    c->add_option("--seed", o->seed, "Seed for the projection vector, directions and demo data")
+        ->capture_default_str();
     c->add_option("--max-bits", o->max_bits, "Give up above this MPFR precision")->capture_default_str();
     c->add_option("--report", o->report, "Write the report as JSON");
     demo_flags(c);
   };
 
-  auto* ctx = app.add_subcommand("contextual", "Kajitsuka & Sato Thm 2: rank-1 attention as a contextual mapping, certified");
+  auto* ctx = app.add_subcommand(
+      "contextual", "Kajitsuka & Sato Thm 2: rank-1 attention as a contextual mapping, certified");
   common(ctx);
   ctx->add_option("--out,-o", o->out, "Write the attention layer (lossless .json or safetensors)");
   commands.push_back({ctx, [o] { return cmd_contextual(*o); }});
 
-  auto* mem = app.add_subcommand("memorize", "Compile a labelled dataset into a one-layer, one-head, rank-1 Transformer, certified");
+  auto* mem = app.add_subcommand(
+      "memorize", "Compile a labelled dataset into a one-layer, one-head, rank-1 Transformer, certified");
   common(mem);
-  mem->add_option("--out,-o", o->out, "Lossless model file (.json); F64 .safetensors beside it when float64 works")->required();
-  mem->add_option("--tolerance", o->tolerance, "Every output within this of its label")->capture_default_str();
+  mem->add_option("--out,-o", o->out,
+                  "Lossless model file (.json); F64 .safetensors beside it when float64 works")
+      ->required();
+  mem->add_option("--tolerance", o->tolerance, "Every output within this of its label")
+      ->capture_default_str();
   commands.push_back({mem, [o] { return cmd_memorize(*o); }});
 
-  auto* hm = app.add_subcommand("hardmax-counterexample", "Kajitsuka & Sato Thm 1: one-layer hardmax attention cannot separate contexts");
+  auto* hm =
+      app.add_subcommand("hardmax-counterexample",
+                         "Kajitsuka & Sato Thm 1: one-layer hardmax attention cannot separate contexts");
   hm->add_option("--draws", o->draws, "Random hardmax layers to try")->capture_default_str();
   hm->add_option("--seed", o->seed, "Seed")->capture_default_str();
   hm->add_option("--report", o->report, "Write the report as JSON");
   commands.push_back({hm, [o] { return cmd_hardmax(*o); }});
 
-  auto* mk = app.add_subcommand("make-data", "Write the memorization demo dataset family as JSONL (exact numbers)");
+  auto* mk =
+      app.add_subcommand("make-data", "Write the memorization demo dataset family as JSONL (exact numbers)");
   demo_flags(mk);
   mk->add_option("--seed", o->seed, "Seed")->capture_default_str();
   mk->add_option("--out,-o", o->out, "Output JSONL")->required();
   commands.push_back({mk, [o] {
-                        write_output(o->out, format_dataset(ks::demo_dataset(o->demo.N, o->demo.n, o->demo.d, o->demo.V, o->seed)));
+                        write_output(o->out, format_dataset(ks::demo_dataset(o->demo.N, o->demo.n, o->demo.d,
+                                                                             o->demo.V, o->seed)));
                         return 0;
                       }});
 }

@@ -1,9 +1,9 @@
 // uatlab info | eval | convert | init | demo: models and their evaluation in every arithmetic.
-#include <Eigen/Core>
 #include <gmp.h>
 #include <mpfi.h>
 #include <mpfr.h>
 #include <omp.h>
+#include <Eigen/Core>
 
 #include <cstdio>
 #include <iostream>
@@ -27,9 +27,9 @@ namespace {
 
 // "attention:heads=2,head_size=3,score=hardmax" → {"type":"attention","heads":2,...}
 json layer_from_flag(const std::string& spec) {
-  static const std::map<std::string, std::string> alias = {{"attn", "attention"}, {"attention", "attention"},
-                                                           {"ff", "feedforward"},  {"feedforward", "feedforward"},
-                                                           {"ln", "layernorm"},    {"layernorm", "layernorm"}};
+  static const std::map<std::string, std::string> alias = {
+      {"attn", "attention"},          {"attention", "attention"}, {"ff", "feedforward"},
+      {"feedforward", "feedforward"}, {"ln", "layernorm"},        {"layernorm", "layernorm"}};
   const std::string what = "--layer \"" + spec + "\"";
   const std::size_t colon = spec.find(':');
   const std::string kind = spec.substr(0, colon);
@@ -40,16 +40,20 @@ json layer_from_flag(const std::string& spec) {
     const std::size_t eq = kv.find('=');
     if (eq == std::string::npos) throw Error(what + ": expected key=value, got \"" + kv + "\"");
     const std::string k = kv.substr(0, eq), v = kv.substr(eq + 1);
-    if (v == "true" || v == "false") j[k] = v == "true";
-    else if (!v.empty() && v.find_first_not_of("0123456789") == std::string::npos) j[k] = parse_int_list(v, what + " " + k, 0, 1 << 30)[0];
-    else j[k] = v;
+    if (v == "true" || v == "false")
+      j[k] = v == "true";
+    else if (!v.empty() && v.find_first_not_of("0123456789") == std::string::npos)
+      j[k] = parse_int_list(v, what + " " + k, 0, 1 << 30)[0];
+    else
+      j[k] = v;
   }
   return j;
 }
 
 std::string lines_text(const std::vector<json>& lines) {
   std::string out;
-  for (auto& l : lines) out += l.dump() + "\n";
+  for (auto& l : lines)
+    out += l.dump() + "\n";
   return out;
 }
 
@@ -58,22 +62,28 @@ int cmd_info(const std::string& model) {
     Network<Rational> net = load_network<Rational>(model);
     const Architecture& a = net.arch;
     std::cout << "model       " << model << "\n"
-              << "input       " << (a.vocab > 0 ? "token ids, vocab " + std::to_string(a.vocab) : "continuous") << ", d = " << a.d
+              << "input       "
+              << (a.vocab > 0 ? "token ids, vocab " + std::to_string(a.vocab) : "continuous")
+              << ", d = " << a.d
               << (a.max_len > 0 ? ", positional table up to n = " + std::to_string(a.max_len) : "") << "\n";
-    for (std::size_t i = 0; i < a.layers.size(); ++i) std::cout << "layer " << i << "     " << a.layers[i].describe() << "\n";
-    std::cout << "output      " << a.out_dim() << " per token" << (a.readout > 0 ? " (linear readout)" : "") << "\n"
+    for (std::size_t i = 0; i < a.layers.size(); ++i)
+      std::cout << "layer " << i << "     " << a.layers[i].describe() << "\n";
+    std::cout << "output      " << a.out_dim() << " per token" << (a.readout > 0 ? " (linear readout)" : "")
+              << "\n"
               << "parameters  " << net.parameter_count() << "\n"
               << "exact       "
-              << (a.needs_transcendental() ? "no (needs exp/log/sqrt: use MPFR or intervals)" : "yes (rationals evaluate it exactly)")
+              << (a.needs_transcendental() ? "no (needs exp/log/sqrt: use MPFR or intervals)"
+                                           : "yes (rationals evaluate it exactly)")
               << "\n";
     return 0;
   }
   std::cout << "uatlab " << UATLAB_VERSION << "\n"
-            << "scalars     float, double, mpfr (MPFR " << mpfr_get_version() << "), interval (MPFI " << mpfi_get_version()
-            << "), rational (GMP " << gmp_version << ")\n"
+            << "scalars     float, double, mpfr (MPFR " << mpfr_get_version() << "), interval (MPFI "
+            << mpfi_get_version() << "), rational (GMP " << gmp_version << ")\n"
             << "precision   float | double | BITS (MPFR) | interval:BITS (MPFI) | rational\n"
-            << "linear alg. Eigen " << EIGEN_WORLD_VERSION << "." << EIGEN_MAJOR_VERSION << "." << EIGEN_MINOR_VERSION
-            << ", Boost.Multiprecision " << BOOST_VERSION / 100000 << "." << BOOST_VERSION / 100 % 1000 << "\n"
+            << "linear alg. Eigen " << EIGEN_WORLD_VERSION << "." << EIGEN_MAJOR_VERSION << "."
+            << EIGEN_MINOR_VERSION << ", Boost.Multiprecision " << BOOST_VERSION / 100000 << "."
+            << BOOST_VERSION / 100 % 1000 << "\n"
             << "threads     " << omp_get_max_threads() << " (OpenMP)\n"
             << "formats     safetensors (F32, F64), uatlab lossless JSON (.json), JSONL datasets\n";
   return 0;
@@ -91,7 +101,8 @@ int cmd_eval(const EvalOpts& o) {
   opt.hardmax_tolerance = o.tolerance;
   write_output(o.out, lines_text(evaluate_file(o.model, ds, p, opt)));
   if (!o.out.empty() && o.out != "-")
-    std::cerr << "evaluated " << ds.sequences.size() << " sequences in " << p.name() << " arithmetic → " << o.out << "\n";
+    std::cerr << "evaluated " << ds.sequences.size() << " sequences in " << p.name() << " arithmetic → "
+              << o.out << "\n";
   return 0;
 }
 
@@ -107,14 +118,19 @@ int cmd_convert(const ConvertOpts& o) {
   }
   const Precision p = Precision::parse(o.precision);
   switch (p.kind) {
-    case Precision::Kind::Float: save_network(network_cast<float>(net), o.out, o.dtype, p.name()); break;
-    case Precision::Kind::Double: save_network(network_cast<double>(net), o.out, o.dtype, p.name()); break;
+    case Precision::Kind::Float:
+      save_network(network_cast<float>(net), o.out, o.dtype, p.name());
+      break;
+    case Precision::Kind::Double:
+      save_network(network_cast<double>(net), o.out, o.dtype, p.name());
+      break;
     case Precision::Kind::Mpfr: {
       const MpfrPrecision scope(p.bits);
       save_network(network_cast<Mpfr>(net), o.out, o.dtype, p.name());
       break;
     }
-    default: throw Error("convert: --precision must be float, double, BITS or rational");
+    default:
+      throw Error("convert: --precision must be float, double, BITS or rational");
   }
   return 0;
 }
@@ -138,28 +154,33 @@ int cmd_init(const InitOpts& o) {
 // (compare_arithmetics), and its hardmax twin evaluated exactly.
 int cmd_demo(std::uint64_t seed) {
   json aj = {{"d", 3},
-             {"layers", {{{"type", "attention"}, {"heads", 2}, {"head_size", 1}, {"score", "softmax"}, {"scale", "4"}},
-                         {{"type", "feedforward"}, {"width", 8}},
-                         {{"type", "attention"}, {"heads", 1}, {"head_size", 2}, {"score", "softmax"}, {"scale", "4"}},
-                         {{"type", "feedforward"}, {"width", 8}}}}};
+             {"layers",
+              {{{"type", "attention"}, {"heads", 2}, {"head_size", 1}, {"score", "softmax"}, {"scale", "4"}},
+               {{"type", "feedforward"}, {"width", 8}},
+               {{"type", "attention"}, {"heads", 1}, {"head_size", 2}, {"score", "softmax"}, {"scale", "4"}},
+               {{"type", "feedforward"}, {"width", 8}}}}};
   Network<double> base(Architecture::from_json(aj));
   init_random(base, seed);
   const Network<Rational> exact = network_cast<Rational>(base);
   Rng rng(seed + 1);
   Mat<Rational> x(3, 4);
-  for (Eigen::Index i = 0; i < x.size(); ++i) x(i) = Rational(static_cast<long>(rng.uniform() * 16), 16);
-  std::printf("uatlab demo: a seeded 4-sub-layer softmax network (d = 3, n = 4, seed %llu)\n", (unsigned long long)seed);
+  for (Eigen::Index i = 0; i < x.size(); ++i)
+    x(i) = Rational(static_cast<long>(rng.uniform() * 16), 16);
+  std::printf("uatlab demo: a seeded 4-sub-layer softmax network (d = 3, n = 4, seed %llu)\n",
+              (unsigned long long)seed);
   std::printf("             evaluated in each arithmetic against a 1000-bit MPFR reference\n\n");
   std::printf("  %-14s %-24s %s\n", "arithmetic", "max |y - y_ref|", "note");
   bool encloses = true;
   for (const ArithmeticCheck& c : compare_arithmetics(exact, x, 1000, {64, 128, 256}, 128)) {
     if (c.arithmetic == "float" || c.arithmetic == "double")
-      std::printf("  %-14s %-24.3e %s\n", c.arithmetic.c_str(), c.max_error, c.arithmetic == "float" ? "binary32" : "binary64");
+      std::printf("  %-14s %-24.3e %s\n", c.arithmetic.c_str(), c.max_error,
+                  c.arithmetic == "float" ? "binary32" : "binary64");
     else if (c.arithmetic.rfind("interval", 0) == 0)
       std::printf("  %-14s %-24s max width %.3e, MPFR carries %u bits\n", c.arithmetic.c_str(),
                   c.encloses ? "encloses y_ref" : "DOES NOT ENCLOSE y_ref", c.max_width, c.carried_bits);
     else
-      std::printf("  %-14s %-24.3e MPFR carries %u bits\n", c.arithmetic.c_str(), c.max_error, c.carried_bits);
+      std::printf("  %-14s %-24.3e MPFR carries %u bits\n", c.arithmetic.c_str(), c.max_error,
+                  c.carried_bits);
     encloses = encloses && c.encloses;
   }
   for (auto& l : aj["layers"])
@@ -170,11 +191,13 @@ int cmd_demo(std::uint64_t seed) {
   const Mat<Rational> yq = forward(hard, x);
   const Mat<double> yd = forward(network_cast<double>(hard), matrix_cast<double>(x));
   double diff = 0;
-  for (Eigen::Index i = 0; i < yq.size(); ++i) diff = std::max(diff, std::abs(Scalar<Rational>::to_double(yq(i)) - yd(i)));
+  for (Eigen::Index i = 0; i < yq.size(); ++i)
+    diff = std::max(diff, std::abs(Scalar<Rational>::to_double(yq(i)) - yd(i)));
   const Rational& y00 = yq(0, 0);
-  std::printf("\n  hardmax twin in exact rationals: y[0,0] = p/q with %zu-digit p and %zu-digit q (= %.17g)\n",
-              boost::multiprecision::numerator(y00).str().size(), boost::multiprecision::denominator(y00).str().size(),
-              Scalar<Rational>::to_double(y00));
+  std::printf(
+      "\n  hardmax twin in exact rationals: y[0,0] = p/q with %zu-digit p and %zu-digit q (= %.17g)\n",
+      boost::multiprecision::numerator(y00).str().size(),
+      boost::multiprecision::denominator(y00).str().size(), Scalar<Rational>::to_double(y00));
   std::printf("  double vs exact on the hardmax twin: max |diff| = %.3e\n", diff);
   return encloses ? 0 : 1;
 }
@@ -182,18 +205,24 @@ int cmd_demo(std::uint64_t seed) {
 }  // namespace
 
 void write_output(const std::string& path, const std::string& text) {
-  if (path.empty() || path == "-") std::cout << text << std::flush;
-  else write_file_atomic(path, text);
+  if (path.empty() || path == "-")
+    std::cout << text << std::flush;
+  else
+    write_file_atomic(path, text);
 }
 
 void add_architecture_flags(CLI::App* app, ArchitectureFlags& a) {
   app->add_option("--arch", a.arch, "Architecture as JSON text or a JSON file (docs/formats.md)");
   app->add_option("--d", a.d, "Token dimension")->check(CLI::Range(1, 1 << 30));
-  app->add_option("--vocab", a.vocab, "Token-id input with this vocabulary (0: continuous input)")->check(CLI::Range(0, 1 << 30));
-  app->add_option("--max-len", a.max_len, "Positional table for sequences up to this length (0: none)")->check(CLI::Range(0, 1 << 30));
-  app->add_option("--readout", a.readout, "Linear readout to this many outputs (0: none)")->check(CLI::Range(0, 1 << 30));
-  app->add_option("--layer", a.layers,
-                  "Sub-layer, e.g. attention:heads=2,head_size=4,score=hardmax or feedforward:width=16 (repeat)");
+  app->add_option("--vocab", a.vocab, "Token-id input with this vocabulary (0: continuous input)")
+      ->check(CLI::Range(0, 1 << 30));
+  app->add_option("--max-len", a.max_len, "Positional table for sequences up to this length (0: none)")
+      ->check(CLI::Range(0, 1 << 30));
+  app->add_option("--readout", a.readout, "Linear readout to this many outputs (0: none)")
+      ->check(CLI::Range(0, 1 << 30));
+  app->add_option(
+      "--layer", a.layers,
+      "Sub-layer, e.g. attention:heads=2,head_size=4,score=hardmax or feedforward:width=16 (repeat)");
 }
 
 Architecture architecture_from_flags(const ArchitectureFlags& a) {
@@ -202,8 +231,13 @@ Architecture architecture_from_flags(const ArchitectureFlags& a) {
     aj = parse_json(a.arch.front() == '{' ? a.arch : read_file(a.arch), "--arch", true);
   } else {
     if (a.d < 1) throw Error("give --arch or --d with --layer flags");
-    aj = {{"d", a.d}, {"vocab", a.vocab}, {"max_len", a.max_len}, {"readout", a.readout}, {"layers", json::array()}};
-    for (auto& l : a.layers) aj["layers"].push_back(layer_from_flag(l));
+    aj = {{"d", a.d},
+          {"vocab", a.vocab},
+          {"max_len", a.max_len},
+          {"readout", a.readout},
+          {"layers", json::array()}};
+    for (auto& l : a.layers)
+      aj["layers"].push_back(layer_from_flag(l));
   }
   return Architecture::from_json(aj);
 }
@@ -215,20 +249,25 @@ void add_model_commands(CLI::App& app, Commands& commands) {
   commands.push_back({i, [info] { return cmd_info(*info); }});
 
   auto ev = std::make_shared<EvalOpts>();
-  auto* e = app.add_subcommand("eval", "Evaluate MODEL on every sequence of DATA (JSONL); one JSON line per sequence");
+  auto* e = app.add_subcommand(
+      "eval", "Evaluate MODEL on every sequence of DATA (JSONL); one JSON line per sequence");
   e->add_option("model", ev->model, "Model file")->required();
   e->add_option("data", ev->data, "Dataset (JSONL)")->required();
-  e->add_option("--precision,-p", ev->precision, "float | double | BITS | interval:BITS | rational")->capture_default_str();
+  e->add_option("--precision,-p", ev->precision, "float | double | BITS | interval:BITS | rational")
+      ->capture_default_str();
   e->add_option("--out,-o", ev->out, "Output file (default: standard output)");
-  e->add_option("--hardmax-tol", ev->tolerance, "Hardmax tie tolerance in floating point")->capture_default_str();
+  e->add_option("--hardmax-tol", ev->tolerance, "Hardmax tie tolerance in floating point")
+      ->capture_default_str();
   commands.push_back({e, [ev] { return cmd_eval(*ev); }});
 
   auto cv = std::make_shared<ConvertOpts>();
-  auto* c = app.add_subcommand("convert", "Convert a model between formats (.json lossless, else safetensors) and precisions");
+  auto* c = app.add_subcommand(
+      "convert", "Convert a model between formats (.json lossless, else safetensors) and precisions");
   c->add_option("in", cv->in, "Input model")->required();
   c->add_option("out", cv->out, "Output model")->required();
   c->add_option("--dtype", cv->dtype, "Safetensors dtype: F64 or F32")->capture_default_str();
-  c->add_option("--precision,-p", cv->precision, "Round the weights to float | double | BITS first (default: keep exact)");
+  c->add_option("--precision,-p", cv->precision,
+                "Round the weights to float | double | BITS first (default: keep exact)");
   commands.push_back({c, [cv] { return cmd_convert(*cv); }});
 
   auto in = std::make_shared<InitOpts>();
@@ -241,7 +280,8 @@ void add_model_commands(CLI::App& app, Commands& commands) {
   commands.push_back({n, [in] { return cmd_init(*in); }});
 
   auto seed = std::make_shared<std::uint64_t>(1);
-  auto* d = app.add_subcommand("demo", "Evaluate an embedded network in every arithmetic against a 1000-bit reference");
+  auto* d = app.add_subcommand(
+      "demo", "Evaluate an embedded network in every arithmetic against a 1000-bit reference");
   d->add_option("--seed", *seed, "Random seed")->capture_default_str();
   commands.push_back({d, [seed] { return cmd_demo(*seed); }});
 }

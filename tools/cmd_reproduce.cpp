@@ -24,7 +24,8 @@ struct ReproduceOpts {
 
 int cmd_reproduce(const ReproduceOpts& o) {
   if (o.list || o.name.empty()) {
-    for (const ex::Experiment& e : ex::experiments()) std::printf("%-28s %s\n", e.name.c_str(), e.summary.c_str());
+    for (const ex::Experiment& e : ex::experiments())
+      std::printf("%-28s %s\n", e.name.c_str(), e.summary.c_str());
     return 0;
   }
   const ex::Experiment& e = ex::find_experiment(o.name);
@@ -37,10 +38,11 @@ int cmd_reproduce(const ReproduceOpts& o) {
   run.out_dir = o.out_dir.empty() ? "results/" + e.name + "-" + o.mode : o.out_dir;
   run.threads = o.threads;
   run.on_result = [](std::size_t done, std::size_t total, const json& line) {
-    std::fprintf(stderr, "[%zu/%zu] %s -> %s\n", done, total, line["cell"].dump().c_str(), line["result"].dump().c_str());
+    std::fprintf(stderr, "[%zu/%zu] %s -> %s\n", done, total, line["cell"].dump().c_str(),
+                 line["result"].dump().c_str());
   };
-  std::fprintf(stderr, "%s (%s mode): %zu runs, results in %s/runs.jsonl\n", e.name.c_str(), o.mode.c_str(), e.cells(c).size(),
-               run.out_dir.c_str());
+  std::fprintf(stderr, "%s (%s mode): %zu runs, results in %s/runs.jsonl\n", e.name.c_str(), o.mode.c_str(),
+               e.cells(c).size(), run.out_dir.c_str());
   std::cout << ex::run_experiment(e, c, run);
   return 0;
 }
@@ -61,8 +63,8 @@ int cmd_sweep(const SweepOpts& o) {
                  line["result"]["steps"].get<long>());
   };
   if (sweep_writer())
-    std::fprintf(stderr, "sweep: %zu runs over %d rank(s), results appended to %s/runs.jsonl\n", ex::sweep_cells(cfg).size(),
-                 sweep_ranks(), o.out_dir.c_str());
+    std::fprintf(stderr, "sweep: %zu runs over %d rank(s), results appended to %s/runs.jsonl\n",
+                 ex::sweep_cells(cfg).size(), sweep_ranks(), o.out_dir.c_str());
   std::cout << ex::run_memorization_sweep(cfg, run);
   return 0;
 }
@@ -71,25 +73,34 @@ int cmd_sweep(const SweepOpts& o) {
 
 void add_reproduce_commands(CLI::App& app, Commands& commands) {
   auto o = std::make_shared<ReproduceOpts>();
-  auto* r = app.add_subcommand("reproduce", "Run a paper's experiment: a resumable grid of runs, then a table (Markdown + CSV) and a plot");
+  auto* r = app.add_subcommand(
+      "reproduce",
+      "Run a paper's experiment: a resumable grid of runs, then a table (Markdown + CSV) and a plot");
   r->add_option("name", o->name, "Experiment (--list shows them)");
   r->add_flag("--list", o->list, "List the experiments");
   r->add_option("--mode", o->mode, "smoke (seconds), quick (minutes) or full")->capture_default_str();
   r->add_option("--corpus", o->corpus, "Text corpus for language modelling")->capture_default_str();
   r->add_option("--seeds", o->seeds, "Seeds per cell (default: the mode's)")->check(CLI::Range(1, 1000));
-  r->add_option("--steps", o->steps, "Training steps (default: the mode's)")->check(CLI::Range(1L, 100000000L));
+  r->add_option("--steps", o->steps, "Training steps (default: the mode's)")
+      ->check(CLI::Range(1L, 100000000L));
   r->add_option("--threads", o->threads, "Runs at once (default: all cores)")->check(CLI::Range(1, 4096));
-  r->add_option("--out-dir", o->out_dir, "Output folder (default results/NAME-MODE); runs.jsonl there makes a rerun resume");
+  r->add_option("--out-dir", o->out_dir,
+                "Output folder (default results/NAME-MODE); runs.jsonl there makes a rerun resume");
   commands.push_back({r, [o] { return cmd_reproduce(*o); }});
 
   auto s = std::make_shared<SweepOpts>();
   std::string presets;
-  for (const auto& [name, _] : ex::sweep_presets()) presets += (presets.empty() ? "" : ", ") + name;
-  auto* sw = app.add_subcommand("sweep", "Train a grid of memorization models in parallel (resumable; mpirun shards it); summary CSV + heat maps");
+  for (const auto& [name, _] : ex::sweep_presets())
+    presets += (presets.empty() ? "" : ", ") + name;
+  auto* sw = app.add_subcommand("sweep",
+                                "Train a grid of memorization models in parallel (resumable; mpirun shards "
+                                "it); summary CSV + heat maps");
   sw->add_option("config", s->config, "Config JSON (file or text), or a preset: " + presets)->required();
-  sw->add_option("--out-dir", s->out_dir, "Output folder: runs.jsonl (resume), summary.csv, accuracy_heatmap.png, min_parameters.png")
+  sw->add_option("--out-dir", s->out_dir,
+                 "Output folder: runs.jsonl (resume), summary.csv, accuracy_heatmap.png, min_parameters.png")
       ->required();
-  sw->add_option("--threads", s->threads, "Runs at once per process (default: all cores)")->check(CLI::Range(1, 4096));
+  sw->add_option("--threads", s->threads, "Runs at once per process (default: all cores)")
+      ->check(CLI::Range(1, 4096));
   commands.push_back({sw, [s] { return cmd_sweep(*s); }});
 }
 

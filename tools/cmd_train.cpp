@@ -1,10 +1,10 @@
 // uatlab train | gradient: the training engine from the command line.
+#include <unistd.h>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <memory>
 #include <sstream>
-#include <unistd.h>
 
 #include "commands.hpp"
 #include "uatlab/io/json.hpp"
@@ -35,14 +35,18 @@ std::string clock_text(double s) {
   char buf[32];
   if (!std::isfinite(s)) return "?";
   long t = static_cast<long>(s + 0.5);
-  if (t >= 3600) std::snprintf(buf, sizeof buf, "%ldh%02ldm", t / 3600, t / 60 % 60);
-  else std::snprintf(buf, sizeof buf, "%ldm%02lds", t / 60, t % 60);
+  if (t >= 3600)
+    std::snprintf(buf, sizeof buf, "%ldh%02ldm", t / 3600, t / 60 % 60);
+  else
+    std::snprintf(buf, sizeof buf, "%ldm%02lds", t / 60, t % 60);
   return buf;
 }
 
-template <class S> int run_train(TrainOpts& o, const Dataset& data, const Dataset* val, Architecture arch) {
+template <class S>
+int run_train(TrainOpts& o, const Dataset& data, const Dataset* val, Architecture arch) {
   Network<S> net;
-  if (!o.init_model.empty()) net = load_network<S>(o.init_model);
+  if (!o.init_model.empty())
+    net = load_network<S>(o.init_model);
   else {
     Network<double> nd(arch);
     init_random(nd, o.init_seed, o.gain);
@@ -51,14 +55,17 @@ template <class S> int run_train(TrainOpts& o, const Dataset& data, const Datase
   const bool tty = isatty(2);
   auto log = [&](const Progress& p) {
     char line[256];
-    std::snprintf(line, sizeof line, "step %ld/%ld  loss %.6g  lr %.3g  |g| %.3g  %.1f steps/s  ETA %s", p.step, p.steps, p.loss,
-                  p.lr, p.grad_norm, p.steps_per_second, clock_text(p.eta_seconds).c_str());
-    if (tty) std::fprintf(stderr, "\r%-100s", line);
-    else std::fprintf(stderr, "%s\n", line);
+    std::snprintf(line, sizeof line, "step %ld/%ld  loss %.6g  lr %.3g  |g| %.3g  %.1f steps/s  ETA %s",
+                  p.step, p.steps, p.loss, p.lr, p.grad_norm, p.steps_per_second,
+                  clock_text(p.eta_seconds).c_str());
+    if (tty)
+      std::fprintf(stderr, "\r%-100s", line);
+    else
+      std::fprintf(stderr, "%s\n", line);
     if (tty && p.step == p.steps) std::fprintf(stderr, "\n");
   };
-  std::fprintf(stderr, "training %zu parameters (%s) on %zu sequences: %s\n", net.parameter_count(), Scalar<S>::name,
-               data.sequences.size(), o.cfg.to_json().dump().c_str());
+  std::fprintf(stderr, "training %zu parameters (%s) on %zu sequences: %s\n", net.parameter_count(),
+               Scalar<S>::name, data.sequences.size(), o.cfg.to_json().dump().c_str());
   const TrainReport r = train(net, data, val, o.cfg, o.resume, log);
   if (tty) std::fprintf(stderr, "\n");
   json rep = training_summary(net, data, val, o.cfg.loss, r);
@@ -91,11 +98,12 @@ int cmd_train(TrainOpts& o) {
   if (!o.val.empty()) {
     if (!val.sequences.empty()) throw Error("give at most one of --val and --task-val-N");
     val = read_dataset(o.val);
-  }
-  else if (o.val_fraction > 0) {
+  } else if (o.val_fraction > 0) {
     if (!val.sequences.empty()) throw Error("give at most one of --val-fraction and --task-val-N");
-    const std::size_t k = static_cast<std::size_t>(o.val_fraction * static_cast<double>(data.sequences.size()));
-    if (k == 0 || k >= data.sequences.size()) throw Error("--val-fraction leaves no training or no validation sequences");
+    const std::size_t k =
+        static_cast<std::size_t>(o.val_fraction * static_cast<double>(data.sequences.size()));
+    if (k == 0 || k >= data.sequences.size())
+      throw Error("--val-fraction leaves no training or no validation sequences");
     val = data;
     val.sequences.assign(data.sequences.end() - static_cast<long>(k), data.sequences.end());
     data.sequences.resize(data.sequences.size() - k);
@@ -117,7 +125,8 @@ int cmd_gradient(const GradientOpts& o) {
   const Dataset ds = read_dataset(o.data);
   const Loss l = parse_loss(o.loss);
   std::vector<std::size_t> all(ds.sequences.size());
-  for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
+  for (std::size_t i = 0; i < all.size(); ++i)
+    all[i] = i;
   Network<double> grad = zero_like(net);
   const double value = loss_and_gradient(net, make_batch<double>(ds, all, l, net.arch.out_dim()), l, grad);
   save_network(grad, o.out, "F64", "gradient");
@@ -129,22 +138,33 @@ int cmd_gradient(const GradientOpts& o) {
 
 void add_train_commands(CLI::App& app, Commands& commands) {
   auto o = std::make_shared<TrainOpts>();
-  auto* t = app.add_subcommand("train", "Train a network (AdamW, hand-written backward) on JSONL data or a built-in task");
+  auto* t = app.add_subcommand(
+      "train", "Train a network (AdamW, hand-written backward) on JSONL data or a built-in task");
   t->add_option("--data", o->data, "Training data (JSONL with labels \"y\", optional \"mask\")");
   t->add_option("--task", o->task, "Built-in task: " + task_names() + " (docs/training.md)");
   t->add_option("--task-N", o->task_opt.N, "Task: sequences")->capture_default_str();
   t->add_option("--task-n", o->task_opt.n, "Task: sequence length")->capture_default_str();
-  t->add_option("--task-d", o->task_opt.d, "Tasks memorize, random-labels, complex-readout, kernel-*: token dimension")->capture_default_str();
+  t->add_option("--task-d", o->task_opt.d,
+                "Tasks memorize, random-labels, complex-readout, kernel-*: token dimension")
+      ->capture_default_str();
   t->add_option("--task-V", o->task_opt.V, "Task memorize: vocabulary size")->capture_default_str();
-  t->add_option("--task-lags", o->lags, "Tasks sparse-boolean, complex-readout: lags; adaptive-*: the lag table, e.g. 1,4,9");
-  t->add_option("--task-boolean", o->task_opt.boolean, "Task sparse-boolean: parity, majority, and, product, table")->capture_default_str();
+  t->add_option("--task-lags", o->lags,
+                "Tasks sparse-boolean, complex-readout: lags; adaptive-*: the lag table, e.g. 1,4,9");
+  t->add_option("--task-boolean", o->task_opt.boolean,
+                "Task sparse-boolean: parity, majority, and, product, table")
+      ->capture_default_str();
   t->add_option("--task-classes", o->task_opt.classes, "Task random-labels: classes")->capture_default_str();
   t->add_option("--task-omega", o->task_opt.omega, "Task complex-readout: frequency")->capture_default_str();
   t->add_option("--task-corpus", o->task_opt.corpus, "Task chars: text corpus");
-  t->add_option("--task-val-N", o->task_val_N, "Also make a validation set of this many sequences (chars: from the held-out 10%)");
-  t->add_option("--task-beta", o->task_opt.beta, "Task kernels: tail exponent / decay rate")->capture_default_str();
-  t->add_option("--task-mask-before", o->task_opt.mask_before, "Task kernels: do not score positions t < K")->capture_default_str();
-  t->add_option("--task-window", o->task_opt.window, "Task kernels: truncate the memory at s <= T (0: the whole past)")->capture_default_str();
+  t->add_option("--task-val-N", o->task_val_N,
+                "Also make a validation set of this many sequences (chars: from the held-out 10%)");
+  t->add_option("--task-beta", o->task_opt.beta, "Task kernels: tail exponent / decay rate")
+      ->capture_default_str();
+  t->add_option("--task-mask-before", o->task_opt.mask_before, "Task kernels: do not score positions t < K")
+      ->capture_default_str();
+  t->add_option("--task-window", o->task_opt.window,
+                "Task kernels: truncate the memory at s <= T (0: the whole past)")
+      ->capture_default_str();
   t->add_option("--task-seed", o->task_opt.seed, "Task data seed")->capture_default_str();
   t->add_option("--val", o->val, "Validation data (JSONL)");
   t->add_option("--val-fraction", o->val_fraction, "Hold out this fraction of the data (the last sequences)");
@@ -157,7 +177,8 @@ void add_train_commands(CLI::App& app, Commands& commands) {
   t->add_option("--steps", o->cfg.steps, "Optimizer steps")->capture_default_str();
   t->add_option("--batch", o->cfg.batch, "Sequences per step")->capture_default_str();
   t->add_option("--lr", o->cfg.lr, "Peak learning rate")->capture_default_str();
-  t->add_option("--min-lr", o->cfg.min_lr, "Final learning rate of the cosine schedule")->capture_default_str();
+  t->add_option("--min-lr", o->cfg.min_lr, "Final learning rate of the cosine schedule")
+      ->capture_default_str();
   t->add_option("--warmup", o->cfg.warmup, "Linear warm-up steps")->capture_default_str();
   t->add_option("--weight-decay", o->cfg.weight_decay, "AdamW decoupled weight decay")->capture_default_str();
   t->add_option("--beta1", o->cfg.beta1, "AdamW beta1")->capture_default_str();
@@ -167,16 +188,19 @@ void add_train_commands(CLI::App& app, Commands& commands) {
   t->add_option("--freeze", o->cfg.freeze, "Tensor names not to train; \"layers.0.*\" by prefix (repeat)");
   t->add_option("--log-every", o->cfg.log_every, "Progress and metrics every K steps")->capture_default_str();
   t->add_option("--eval-every", o->cfg.eval_every, "Validation every K steps")->capture_default_str();
-  t->add_flag("--stop-at-full-accuracy", o->cfg.stop_at_full_accuracy, "ce: stop once every training token is right");
+  t->add_flag("--stop-at-full-accuracy", o->cfg.stop_at_full_accuracy,
+              "ce: stop once every training token is right");
   t->add_option("--metrics", o->cfg.metrics, "Metrics CSV");
   t->add_option("--checkpoint", o->cfg.checkpoint, "Checkpoint file (weights + AdamW state)");
-  t->add_option("--checkpoint-every", o->cfg.checkpoint_every, "Checkpoint every K steps")->capture_default_str();
+  t->add_option("--checkpoint-every", o->cfg.checkpoint_every, "Checkpoint every K steps")
+      ->capture_default_str();
   t->add_option("--resume", o->resume, "Resume from this checkpoint");
   t->add_option("--out,-o", o->out, "Final model (safetensors; F32 for float, F64 for double)")->required();
   commands.push_back({t, [o] { return cmd_train(*o); }});
 
   auto g = std::make_shared<GradientOpts>();
-  auto* gr = app.add_subcommand("gradient", "Write d(loss)/d(weights) over a whole dataset (double) as safetensors");
+  auto* gr =
+      app.add_subcommand("gradient", "Write d(loss)/d(weights) over a whole dataset (double) as safetensors");
   gr->add_option("model", g->model, "Model file")->required();
   gr->add_option("data", g->data, "Labelled data (JSONL)")->required();
   gr->add_option("--loss", g->loss, "mse or ce")->required();

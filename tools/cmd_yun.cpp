@@ -31,13 +31,15 @@ int cmd_approximate(ApproximateOpts& o) {
   if (o.sweep.empty()) {
     const ex::Approximation r = ex::approximate(f, o.K, o.run);
     if (r.report.contains("lemma6") && !r.report["lemma6"]["ok"].get<bool>())
-      std::fprintf(stderr, "warning: the exact check found violations: %s\n", r.report["lemma6"].dump().c_str());
+      std::fprintf(stderr, "warning: the exact check found violations: %s\n",
+                   r.report["lemma6"].dump().c_str());
     if (!o.report.empty()) write_output(o.report, r.report.dump(2) + "\n");
     std::cout << r.report.dump(2) << "\n";
     return 0;
   }
   const std::vector<int> Ks = parse_int_list(o.sweep, "--sweep-delta", 2, 1 << 20);
-  std::cout << ex::sweep_delta(f, Ks, o.run, o.out_dir, [](int K) { std::fprintf(stderr, "K = %d ...\n", K); });
+  std::cout << ex::sweep_delta(f, Ks, o.run, o.out_dir,
+                               [](int K) { std::fprintf(stderr, "K = %d ...\n", K); });
   return 0;
 }
 
@@ -45,10 +47,12 @@ int cmd_approximate(ApproximateOpts& o) {
 
 void add_yun_commands(CLI::App& app, Commands& commands) {
   auto o = std::make_shared<ApproximateOpts>();
-  auto* a = app.add_subcommand("approximate",
-                               "Yun et al.: compile f: [0,1]^{d x n} -> R^{d x n} into a Transformer, check it exactly, measure d_p");
-  a->add_option("target", o->target,
-                "Built-in (" + yun::target_names() + ") or an expression in x, i, j, d, n, mean, max, min, x<i>_<j>")
+  auto* a = app.add_subcommand(
+      "approximate",
+      "Yun et al.: compile f: [0,1]^{d x n} -> R^{d x n} into a Transformer, check it exactly, measure d_p");
+  a->add_option(
+       "target", o->target,
+       "Built-in (" + yun::target_names() + ") or an expression in x, i, j, d, n, mean, max, min, x<i>_<j>")
       ->capture_default_str();
   a->add_option("--construction", o->run.construction,
                 "yun (Yun et al.'s proof) or kajitsuka (Proposition 1: FF, one rank-1 softmax head, FF)")
@@ -57,24 +61,34 @@ void add_yun_commands(CLI::App& app, Commands& commands) {
   a->add_option("--d", o->run.d, "Token dimension")->capture_default_str()->check(CLI::Range(1, 64));
   a->add_option("--n", o->run.n, "Sequence length")->capture_default_str()->check(CLI::Range(1, 64));
   a->add_option("--K", o->K, "Grid size: delta = 1/K")->capture_default_str()->check(CLI::Range(2, 1 << 20));
-  a->add_flag("--pe", o->run.pe, "Positional encoding (Theorem 3): targets need not be permutation equivariant");
+  a->add_flag("--pe", o->run.pe,
+              "Positional encoding (Theorem 3): targets need not be permutation equivariant");
   a->add_option("--p", o->ps, "Exponents of d_p (one or two)")->capture_default_str();
-  a->add_option("--samples", o->run.samples, "Monte Carlo samples for d_p")->capture_default_str()->check(CLI::Range(2L, 1L << 30));
-  a->add_option("--samples-standard", o->run.samples_standard, "Monte Carlo samples for the standard network (evaluated in MPFR)")
+  a->add_option("--samples", o->run.samples, "Monte Carlo samples for d_p")
       ->capture_default_str()
       ->check(CLI::Range(2L, 1L << 30));
-  a->add_option("--seed", o->run.seed, "Seed of the Monte Carlo samples and sampled checks")->capture_default_str();
-  a->add_option("--lambda", o->run.lambda, "Softmax scale of the standard network (default: from the grid's score gaps)");
+  a->add_option("--samples-standard", o->run.samples_standard,
+                "Monte Carlo samples for the standard network (evaluated in MPFR)")
+      ->capture_default_str()
+      ->check(CLI::Range(2L, 1L << 30));
+  a->add_option("--seed", o->run.seed, "Seed of the Monte Carlo samples and sampled checks")
+      ->capture_default_str();
+  a->add_option("--lambda", o->run.lambda,
+                "Softmax scale of the standard network (default: from the grid's score gaps)");
   a->add_option("--eta", o->run.eta, "Ramp width of the four-ReLU replacement (default: delta * 2^-40)");
-  a->add_option("--check-limit", o->run.check_limit, "Exact check: exhaustive up to this many inputs, else this many samples")
+  a->add_option("--check-limit", o->run.check_limit,
+                "Exact check: exhaustive up to this many inputs, else this many samples")
       ->capture_default_str()
       ->check(CLI::Range(1L, 1L << 40));
   a->add_flag("--no-check", o->no_check, "Skip the exact Lemma 6 / grid check");
-  a->add_option("--max-layers", o->run.max_layers, "Refuse constructions with more layers")->capture_default_str();
+  a->add_option("--max-layers", o->run.max_layers, "Refuse constructions with more layers")
+      ->capture_default_str();
   a->add_option("--out,-o", o->run.out, "Write the modified network (hardmax, Phi) as safetensors");
-  a->add_option("--standard-out", o->run.standard_out, "Write the standard network (softmax, ReLU) as safetensors");
+  a->add_option("--standard-out", o->run.standard_out,
+                "Write the standard network (softmax, ReLU) as safetensors");
   a->add_option("--report", o->report, "Write the JSON report here");
-  a->add_option("--sweep-delta", o->sweep, "Comma-separated K values: CSV + PNG of error and size against delta");
+  a->add_option("--sweep-delta", o->sweep,
+                "Comma-separated K values: CSV + PNG of error and size against delta");
   a->add_option("--out-dir", o->out_dir, "Folder of the sweep's CSV and plots")->capture_default_str();
   commands.push_back({a, [o] { return cmd_approximate(*o); }});
 }

@@ -13,8 +13,9 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string(UATLAB_VERSION));
   uatlab::cli::Commands commands;
-  for (auto add : {uatlab::cli::add_model_commands, uatlab::cli::add_kajitsuka_commands, uatlab::cli::add_train_commands,
-                   uatlab::cli::add_fang_commands, uatlab::cli::add_yun_commands, uatlab::cli::add_reproduce_commands})
+  for (auto add :
+       {uatlab::cli::add_model_commands, uatlab::cli::add_kajitsuka_commands, uatlab::cli::add_train_commands,
+        uatlab::cli::add_fang_commands, uatlab::cli::add_yun_commands, uatlab::cli::add_reproduce_commands})
     add(app, commands);
   CLI11_PARSE(app, argc, argv);
   try {

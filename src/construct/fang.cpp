@@ -11,18 +11,21 @@ namespace {
 
 long ipow(long b, int e) {
   long r = 1;
-  while (e-- > 0) r *= b;
+  while (e-- > 0)
+    r *= b;
   return r;
 }
 
 // ---- polynomial arithmetic ---------------------------------------------------------------------
 
 void prune(Polynomial& p) {
-  for (auto it = p.begin(); it != p.end();) it = it->second == 0 ? p.erase(it) : std::next(it);
+  for (auto it = p.begin(); it != p.end();)
+    it = it->second == 0 ? p.erase(it) : std::next(it);
 }
 
 Polynomial add(Polynomial a, const Polynomial& b, const Rational& sign) {
-  for (auto& [e, c] : b) a[e] += sign * c;
+  for (auto& [e, c] : b)
+    a[e] += sign * c;
   prune(a);
   return a;
 }
@@ -32,7 +35,8 @@ Polynomial mul(const Polynomial& a, const Polynomial& b) {
   for (auto& [ea, ca] : a)
     for (auto& [eb, cb] : b) {
       std::vector<int> e(ea.size());
-      for (std::size_t i = 0; i < e.size(); ++i) e[i] = ea[i] + eb[i];
+      for (std::size_t i = 0; i < e.size(); ++i)
+        e[i] = ea[i] + eb[i];
       r[e] += ca * cb;
     }
   prune(r);
@@ -54,7 +58,8 @@ class Parser {
     throw Error("polynomial \"" + s_ + "\": " + why + " at position " + std::to_string(i_ + 1));
   }
   void skip() {
-    while (i_ < s_.size() && std::isspace(static_cast<unsigned char>(s_[i_]))) ++i_;
+    while (i_ < s_.size() && std::isspace(static_cast<unsigned char>(s_[i_])))
+      ++i_;
   }
   bool eat(char c) {
     skip();
@@ -69,21 +74,26 @@ class Parser {
   Polynomial expr() {
     Polynomial p = term();
     for (;;) {
-      if (eat('+')) p = add(p, term(), 1);
-      else if (eat('-')) p = add(p, term(), -1);
-      else return p;
+      if (eat('+'))
+        p = add(p, term(), 1);
+      else if (eat('-'))
+        p = add(p, term(), -1);
+      else
+        return p;
     }
   }
   Polynomial term() {
     Polynomial p = unary();
     for (;;) {
-      if (eat('*')) p = mul(p, unary());
+      if (eat('*'))
+        p = mul(p, unary());
       else if (eat('/')) {
         Polynomial q = unary();
         const std::vector<int> zero(vars_.size(), 0);
         if (q.size() != 1 || q.begin()->first != zero) fail("division by a non-constant (or zero)");
         p = mul(p, constant(1 / q.begin()->second));
-      } else return p;
+      } else
+        return p;
     }
   }
   Polynomial unary() {
@@ -96,11 +106,13 @@ class Parser {
     if (!eat('^')) return base;
     skip();
     std::size_t start = i_;
-    while (i_ < s_.size() && std::isdigit(static_cast<unsigned char>(s_[i_]))) ++i_;
+    while (i_ < s_.size() && std::isdigit(static_cast<unsigned char>(s_[i_])))
+      ++i_;
     if (start == i_ || i_ - start > 3) fail("expected a small non-negative integer exponent");
     int e = std::stoi(s_.substr(start, i_ - start));
     Polynomial r = constant(1);
-    while (e-- > 0) r = mul(r, base);
+    while (e-- > 0)
+      r = mul(r, base);
     return r;
   }
   Polynomial atom() {
@@ -112,12 +124,14 @@ class Parser {
     }
     if (i_ < s_.size() && (std::isdigit(static_cast<unsigned char>(s_[i_])) || s_[i_] == '.')) {
       std::size_t start = i_;
-      while (i_ < s_.size() && (std::isdigit(static_cast<unsigned char>(s_[i_])) || s_[i_] == '.')) ++i_;
+      while (i_ < s_.size() && (std::isdigit(static_cast<unsigned char>(s_[i_])) || s_[i_] == '.'))
+        ++i_;
       if (i_ < s_.size() && (s_[i_] == 'e' || s_[i_] == 'E')) {
         std::size_t save = i_++;
         if (i_ < s_.size() && (s_[i_] == '+' || s_[i_] == '-')) ++i_;
         if (i_ < s_.size() && std::isdigit(static_cast<unsigned char>(s_[i_]))) {
-          while (i_ < s_.size() && std::isdigit(static_cast<unsigned char>(s_[i_]))) ++i_;
+          while (i_ < s_.size() && std::isdigit(static_cast<unsigned char>(s_[i_])))
+            ++i_;
         } else {
           i_ = save;
         }
@@ -126,7 +140,8 @@ class Parser {
     }
     if (i_ < s_.size() && (std::isalpha(static_cast<unsigned char>(s_[i_])) || s_[i_] == '_')) {
       std::size_t start = i_;
-      while (i_ < s_.size() && (std::isalnum(static_cast<unsigned char>(s_[i_])) || s_[i_] == '_')) ++i_;
+      while (i_ < s_.size() && (std::isalnum(static_cast<unsigned char>(s_[i_])) || s_[i_] == '_'))
+        ++i_;
       const std::string name = s_.substr(start, i_ - start);
       auto it = std::find(vars_.begin(), vars_.end(), name);
       if (it == vars_.end()) {
@@ -187,8 +202,7 @@ Network<Rational> build(int d, int N, const Rational& B, Variant v) {
     if (v == Variant::single_head) {
       att.heads = 1;
       att.head_size = std::max(d, value);
-    }
-    else {
+    } else {
       att.heads = d;
       att.head_size = value;
     }
@@ -212,11 +226,13 @@ Network<Rational> build(int d, int N, const Rational& B, Variant v) {
     const int s = A.spec.head_size, value = static_cast<int>(ipow(d, b - 1));
     // Values: slot one (b = 1) or region R_{b−1}.
     auto set_value = [&](int head) {
-      for (int r = 0; r < value; ++r) A.wv(head * s + r, b == 1 ? L.one : L.region[b - 1] + r) = 1;
+      for (int r = 0; r < value; ++r)
+        A.wv(head * s + r, b == 1 ? L.one : L.region[b - 1] + r) = 1;
     };
     // Output: the value into super-block p of R_b (1/n for b = 1 undoes Σ_j 1 = n).
     auto set_output = [&](int head, int p) {
-      for (int r = 0; r < value; ++r) A.wo(L.region[b] + p * value + r, head * s + r) = b == 1 ? inv_n : Rational(1);
+      for (int r = 0; r < value; ++r)
+        A.wo(L.region[b] + p * value + r, head * s + r) = b == 1 ? inv_n : Rational(1);
     };
     if (v == Variant::single_head) {
       for (int p = 0; p < d; ++p) {  // S_{j,i} = Σ_p x_p [i = p] = x_i
@@ -224,11 +240,13 @@ Network<Rational> build(int d, int N, const Rational& B, Variant v) {
         A.wq(p, L.pos0 + p) = 1;
       }
       set_value(0);
-      for (int p = 0; p < d; ++p) set_output(0, p);
+      for (int p = 0; p < d; ++p)
+        set_output(0, p);
       // The gate: for slot a of super-block p, h± = ReLU(±z − C_b·pos_p), z ← z − h⁺ + h⁻.
       Layer<Rational>& F = net.layers[li++];
       Rational C = 1;
-      for (int k = 0; k < b; ++k) C *= B;
+      for (int k = 0; k < b; ++k)
+        C *= B;
       const int size = static_cast<int>(ipow(d, b));
       for (int a_ = 0; a_ < size; ++a_) {
         const int slot = L.region[b] + a_, p = a_ / value;
@@ -251,11 +269,15 @@ Network<Rational> build(int d, int N, const Rational& B, Variant v) {
   return net;
 }
 
-template <class S> Mat<S> input(const Layout& L, const std::vector<S>& x) {
-  if (static_cast<int>(x.size()) != L.d) throw Error("the point has " + std::to_string(x.size()) + " coordinates, the network expects " + std::to_string(L.d));
+template <class S>
+Mat<S> input(const Layout& L, const std::vector<S>& x) {
+  if (static_cast<int>(x.size()) != L.d)
+    throw Error("the point has " + std::to_string(x.size()) + " coordinates, the network expects " +
+                std::to_string(L.d));
   Mat<S> X = Mat<S>::Zero(L.D, L.d);
   for (int i = 0; i < L.d; ++i)
-    for (int p = 0; p < L.d; ++p) X(L.x0 + p, i) = x[p];
+    for (int p = 0; p < L.d; ++p)
+      X(L.x0 + p, i) = x[p];
   return X;
 }
 template Mat<Rational> input<Rational>(const Layout&, const std::vector<Rational>&);
@@ -270,7 +292,8 @@ int degree(const Polynomial& p) {
   int deg = 0;
   for (auto& [e, c] : p) {
     int t = 0;
-    for (int k : e) t += k;
+    for (int k : e)
+      t += k;
     deg = std::max(deg, t);
   }
   return deg;
@@ -281,7 +304,8 @@ Rational evaluate(const Polynomial& p, const std::vector<Rational>& x) {
   for (auto& [e, c] : p) {
     Rational t = c;
     for (std::size_t i = 0; i < e.size(); ++i)
-      for (int k = 0; k < e[i]; ++k) t *= x[i];
+      for (int k = 0; k < e[i]; ++k)
+        t *= x[i];
     y += t;
   }
   return y;
@@ -299,27 +323,34 @@ std::string to_string(const Polynomial& p, const std::vector<std::string>& vars)
 
 void set_readout(Network<Rational>& net, const Layout& L, const Polynomial& p) {
   if (degree(p) > L.N)
-    throw Error("the polynomial has degree " + std::to_string(degree(p)) + ", the network has " + std::to_string(L.N) + " blocks");
+    throw Error("the polynomial has degree " + std::to_string(degree(p)) + ", the network has " +
+                std::to_string(L.N) + " blocks");
   net.readout_w.setZero();
   net.readout_b.setZero();
   for (auto& [e, c] : p) {
     std::vector<int> idx;  // sorted multi-index of the monomial
     for (int i = 0; i < L.d; ++i)
-      for (int k = 0; k < e[i]; ++k) idx.push_back(i);
+      for (int k = 0; k < e[i]; ++k)
+        idx.push_back(i);
     if (idx.empty()) {
       net.readout_b(0, 0) = c;
       continue;
     }
     long flat = 0;
-    for (int i : idx) flat = flat * L.d + i;  // i_1 outermost
+    for (int i : idx)
+      flat = flat * L.d + i;  // i_1 outermost
     net.readout_w(0, L.region[idx.size()] + flat) = c;
   }
 }
 
 namespace {
 
-Rational abs_q(const Rational& q) { return q < 0 ? Rational(-q) : q; }
-Mat<Rational> abs_m(const Mat<Rational>& m) { return m.unaryExpr([](const Rational& q) { return abs_q(q); }); }
+Rational abs_q(const Rational& q) {
+  return q < 0 ? Rational(-q) : q;
+}
+Mat<Rational> abs_m(const Mat<Rational>& m) {
+  return m.unaryExpr([](const Rational& q) { return abs_q(q); });
+}
 
 // Bound propagation (exact rationals) for the gate precondition; see prove().
 bool gates_hold(const Network<Rational>& net, const Layout& L, const Rational& B, Rational& worst) {
@@ -328,14 +359,17 @@ bool gates_hold(const Network<Rational>& net, const Layout& L, const Rational& B
   std::vector<Mat<Rational>> U(n);
   for (int i = 0; i < n; ++i) {
     U[i] = net.pe.col(i).unaryExpr([](const Rational& q) { return abs_q(q); });
-    for (int p = 0; p < L.d; ++p) U[i](L.x0 + p, 0) += B;
+    for (int p = 0; p < L.d; ++p)
+      U[i](L.x0 + p, 0) += B;
   }
   worst = 0;
   for (const Layer<Rational>& layer : net.layers) {
     const LayerSpec& s = layer.spec;
     if (s.kind == LayerKind::attention) {
-      if (s.score != Score::linear || s.bias || s.rpe != Rpe::none || s.dp_free || s.causal || s.tied_qkv) return false;
-      const Mat<Rational> aq = abs_m(layer.wq), ak = abs_m(layer.wk), av = abs_m(layer.wv), ao = abs_m(layer.wo);
+      if (s.score != Score::linear || s.bias || s.rpe != Rpe::none || s.dp_free || s.causal || s.tied_qkv)
+        return false;
+      const Mat<Rational> aq = abs_m(layer.wq), ak = abs_m(layer.wk), av = abs_m(layer.wv),
+                          ao = abs_m(layer.wo);
       for (int r = L.pos0; r < L.pos0 + L.d; ++r)
         if (ao.row(r).sum() != 0) return false;
       std::vector<Mat<Rational>> add(n, Mat<Rational>::Zero(L.D, 1));
@@ -345,12 +379,14 @@ bool gates_hold(const Network<Rational>& net, const Layout& L, const Rational& B
           Mat<Rational> acc = Mat<Rational>::Zero(hs, 1);
           const Mat<Rational> q = aq.middleRows(h * hs, hs) * U[i];
           for (int j = 0; j < n; ++j) {
-            const Rational score = (ak.middleRows(h * hs, hs) * U[j]).col(0).dot(q.col(0)) * abs_q(layer.score_scale);
+            const Rational score =
+                (ak.middleRows(h * hs, hs) * U[j]).col(0).dot(q.col(0)) * abs_q(layer.score_scale);
             acc += (av.middleRows(h * hs, hs) * U[j]) * score;
           }
           add[i] += ao.middleCols(h * hs, hs) * acc;
         }
-      for (int i = 0; i < n; ++i) U[i] += add[i];
+      for (int i = 0; i < n; ++i)
+        U[i] += add[i];
     } else if (s.kind == LayerKind::feedforward) {
       // Every hidden pair must be a gate h± = ReLU(±z_a − C·pos_q) feeding ∓1 back into slot a.
       if (s.width % 2 || s.piecewise) return false;
@@ -365,12 +401,13 @@ bool gates_hold(const Network<Rational>& net, const Layout& L, const Rational& B
         for (Eigen::Index c = 0; c < layer.w1.cols(); ++c) {
           const Rational& u = layer.w1(k, c);
           if (u == 0) continue;
-          if (u == 1 && a < 0) a = static_cast<int>(c);
+          if (u == 1 && a < 0)
+            a = static_cast<int>(c);
           else if (u < 0 && c >= L.pos0 && c < L.pos0 + L.d && q < 0) {
             q = static_cast<int>(c);
             C = -u;
-          }
-          else return false;
+          } else
+            return false;
         }
         if (a < 0 || q < 0) return false;
         for (Eigen::Index c = 0; c < layer.w1.cols(); ++c) {
@@ -382,11 +419,13 @@ bool gates_hold(const Network<Rational>& net, const Layout& L, const Rational& B
         }
         for (int i = 0; i < n; ++i) {
           const Rational pos = net.pe(q, i);  // exact: no layer writes the pos slots (checked above)
-          if (pos == 0) next[i](a, 0) = 0;   // −ReLU(z) + ReLU(−z) = −z: the slot is cleared for every z
-          else if (pos == 1) {               // kept exactly when |z| ≤ C
+          if (pos == 0)
+            next[i](a, 0) = 0;  // −ReLU(z) + ReLU(−z) = −z: the slot is cleared for every z
+          else if (pos == 1) {  // kept exactly when |z| ≤ C
             if (U[i](a, 0) > C) return false;
             worst = std::max(worst, Rational(U[i](a, 0) / C));
-          } else return false;
+          } else
+            return false;
         }
       }
       U = std::move(next);
@@ -399,7 +438,8 @@ bool gates_hold(const Network<Rational>& net, const Layout& L, const Rational& B
 
 }  // namespace
 
-Proof prove(const Network<Rational>& net, const Layout& L, const Polynomial& p, const Rational& B, Variant v, std::uint64_t seed) {
+Proof prove(const Network<Rational>& net, const Layout& L, const Polynomial& p, const Rational& B, Variant v,
+            std::uint64_t seed) {
   Proof pr;
   // (1) Gates. With them in their linear regime (or without gates), every sub-layer is a
   // polynomial map, so the output is a polynomial in x of total degree ≤ N on the box.
@@ -410,12 +450,14 @@ Proof prove(const Network<Rational>& net, const Layout& L, const Polynomial& p, 
   pr.grid = true;
   for (;;) {
     std::vector<Rational> x(L.d);
-    for (int i = 0; i < L.d; ++i) x[i] = -B + 2 * B * Rational(k[i], L.N);
+    for (int i = 0; i < L.d; ++i)
+      x[i] = -B + 2 * B * Rational(k[i], L.N);
     Mat<Rational> y = forward(net, input(L, x));
     pr.grid = pr.grid && y(0, 0) == evaluate(p, x);
     ++pr.grid_points;
     int i = 0;
-    while (i < L.d && ++k[i] > L.N) k[i++] = 0;
+    while (i < L.d && ++k[i] > L.N)
+      k[i++] = 0;
     if (i == L.d) break;
   }
   // (3) Random rational points of the box.
@@ -423,7 +465,8 @@ Proof prove(const Network<Rational>& net, const Layout& L, const Polynomial& p, 
   pr.random = true;
   for (int t = 0; t < 20; ++t) {
     std::vector<Rational> x(L.d);
-    for (auto& xi : x) xi = B * Rational(static_cast<long>(rng.uniform() * 2001) - 1000, 1000);
+    for (auto& xi : x)
+      xi = B * Rational(static_cast<long>(rng.uniform() * 2001) - 1000, 1000);
     pr.random = pr.random && forward(net, input(L, x))(0, 0) == evaluate(p, x);
     ++pr.random_points;
   }

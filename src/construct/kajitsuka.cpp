@@ -1,11 +1,11 @@
 #include "uatlab/construct/kajitsuka.hpp"
 
+#include <mpfr.h>
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <limits>
 #include <map>
-#include <mpfr.h>
 
 #include "uatlab/model/init.hpp"
 #include "uatlab/verify/evaluate.hpp"
@@ -25,7 +25,8 @@ Vec<double> to_double(const Vec<Rational>& x) {
 
 std::string listed(const std::vector<std::string>& items, std::size_t shown = 20) {
   std::string s;
-  for (std::size_t i = 0; i < items.size() && i < shown; ++i) s += "\n  " + items[i];
+  for (std::size_t i = 0; i < items.size() && i < shown; ++i)
+    s += "\n  " + items[i];
   if (items.size() > shown) s += "\n  ... and " + std::to_string(items.size() - shown) + " more";
   return s;
 }
@@ -36,17 +37,21 @@ double log10_of(const Mpfr& x) {
   return Scalar<Mpfr>::to_double(mp::log10(x));
 }
 
-double up(const Mpfr& x) { return mpfr_get_d(x.backend().data(), MPFR_RNDU); }
+double up(const Mpfr& x) {
+  return mpfr_get_d(x.backend().data(), MPFR_RNDU);
+}
 
 // Context ids F^SA(X)_{:,k} for one representative sequence of every vocabulary set, in S.
-template <class S> std::vector<Mat<S>> context_ids(const Network<Rational>& attention, const Facts& f) {
+template <class S>
+std::vector<Mat<S>> context_ids(const Network<Rational>& attention, const Facts& f) {
   const Network<S> net = network_cast<S>(attention);
   std::vector<Mat<S>> out(f.sets.size());
 #pragma omp parallel for schedule(dynamic)
   for (long s = 0; s < static_cast<long>(f.sets.size()); ++s) {
     const auto& toks = f.tokens[f.first_with_set[s]];
     Mat<S> x(f.d, f.n);
-    for (int k = 0; k < f.n; ++k) x.col(k) = f.vocab[toks[k]].unaryExpr([](const Rational& q) { return Scalar<S>::from(q); });
+    for (int k = 0; k < f.n; ++k)
+      x.col(k) = f.vocab[toks[k]].unaryExpr([](const Rational& q) { return Scalar<S>::from(q); });
     out[s] = forward(net, x);
   }
   return out;
@@ -57,7 +62,8 @@ std::vector<std::vector<std::pair<int, int>>> contexts_by_token(const Facts& f) 
   std::vector<std::vector<std::pair<int, int>>> by(f.vocab.size());
   for (std::size_t s = 0; s < f.sets.size(); ++s) {
     const auto& toks = f.tokens[f.first_with_set[s]];
-    for (int k = 0; k < f.n; ++k) by[toks[k]].push_back({static_cast<int>(s), k});
+    for (int k = 0; k < f.n; ++k)
+      by[toks[k]].push_back({static_cast<int>(s), k});
   }
   return by;
 }
@@ -70,12 +76,13 @@ double same_token_delta_double(const Network<Rational>& attention, const Facts& 
   for (auto& group : by)
     for (std::size_t a = 0; a < group.size(); ++a)
       for (std::size_t b = a + 1; b < group.size(); ++b)
-        best = std::min(best, (z[group[a].first].col(group[a].second) - z[group[b].first].col(group[b].second)).norm());
+        best = std::min(
+            best, (z[group[a].first].col(group[a].second) - z[group[b].first].col(group[b].second)).norm());
   return best;
 }
 
-Network<Rational> attention_network(const Facts& f, const Vec<Rational>& v, const Rational& c, const Rational& wo_scale,
-                                    bool tied) {
+Network<Rational> attention_network(const Facts& f, const Vec<Rational>& v, const Rational& c,
+                                    const Rational& wo_scale, bool tied) {
   Architecture a;
   a.d = f.d;
   LayerSpec s;
@@ -120,7 +127,8 @@ Facts analyse(const Dataset& ds, bool require_labels) {
     const Sequence& s = ds.sequences[i];
     const std::string seq = "sequence " + std::to_string(i + 1);
     if (static_cast<int>(s.n()) != f.n) {
-      bad.push_back(seq + " has " + std::to_string(s.n()) + " tokens, sequence 1 has " + std::to_string(f.n) + " (n must be equal)");
+      bad.push_back(seq + " has " + std::to_string(s.n()) + " tokens, sequence 1 has " + std::to_string(f.n) +
+                    " (n must be equal)");
       f.tokens.emplace_back(), f.set_of.push_back(-1);
       continue;
     }
@@ -131,8 +139,10 @@ Facts analyse(const Dataset& ds, bool require_labels) {
       if (fresh) f.vocab.push_back(s.x.col(k));
       for (int l = 0; l < k; ++l)
         if (toks[l] == it->second)
-          bad.push_back(seq + ": tokens " + std::to_string(l + 1) + " and " + std::to_string(k + 1) + " are equal (no duplicates allowed)");
-      if (s.x.col(k).squaredNorm() == 0) bad.push_back(seq + ", token " + std::to_string(k + 1) + ": the zero vector (r_min must be > 0)");
+          bad.push_back(seq + ": tokens " + std::to_string(l + 1) + " and " + std::to_string(k + 1) +
+                        " are equal (no duplicates allowed)");
+      if (s.x.col(k).squaredNorm() == 0)
+        bad.push_back(seq + ", token " + std::to_string(k + 1) + ": the zero vector (r_min must be > 0)");
       toks.push_back(it->second);
     }
     std::vector<int> set = toks;
@@ -147,7 +157,8 @@ Facts analyse(const Dataset& ds, bool require_labels) {
   }
   if (f.vocab.size() < 2) bad.push_back("the vocabulary has fewer than two distinct tokens");
   if (require_labels) {
-    if (ds.label_dim == 0) bad.push_back("the dataset has no labels (\"y\")");
+    if (ds.label_dim == 0)
+      bad.push_back("the dataset has no labels (\"y\")");
     else {
       // (token, set) -> first (sequence, position) carrying it
       std::map<std::pair<int, int>, std::pair<std::size_t, int>> seen;
@@ -156,16 +167,17 @@ Facts analyse(const Dataset& ds, bool require_labels) {
         for (int k = 0; k < f.n; ++k) {
           auto [it, fresh] = seen.emplace(std::make_pair(f.tokens[i][k], f.set_of[i]), std::make_pair(i, k));
           if (!fresh && ds.sequences[it->second.first].y.col(it->second.second) != ds.sequences[i].y.col(k))
-            bad.push_back("inconsistent labels: sequence " + std::to_string(it->second.first + 1) + " token " +
-                          std::to_string(it->second.second + 1) + " and sequence " + std::to_string(i + 1) + " token " +
-                          std::to_string(k + 1) + " are the same token with the same vocabulary set but different labels");
+            bad.push_back("inconsistent labels: sequence " + std::to_string(it->second.first + 1) +
+                          " token " + std::to_string(it->second.second + 1) + " and sequence " +
+                          std::to_string(i + 1) + " token " + std::to_string(k + 1) +
+                          " are the same token with the same vocabulary set but different labels");
         }
       }
     }
   }
   if (!bad.empty())
-    throw Error("the dataset violates the hypotheses of Kajitsuka & Sato's Theorem 2 (" + std::to_string(bad.size()) +
-                " problem" + (bad.size() > 1 ? "s" : "") + "):" + listed(bad));
+    throw Error("the dataset violates the hypotheses of Kajitsuka & Sato's Theorem 2 (" +
+                std::to_string(bad.size()) + " problem" + (bad.size() > 1 ? "s" : "") + "):" + listed(bad));
   f.r_min_sq = f.r_max_sq = f.vocab[0].squaredNorm();
   for (auto& x : f.vocab) {
     Rational q = x.squaredNorm();
@@ -174,7 +186,8 @@ Facts analyse(const Dataset& ds, bool require_labels) {
   }
   f.eps_sq = (f.vocab[0] - f.vocab[1]).squaredNorm();
   for (std::size_t i = 0; i < f.vocab.size(); ++i)
-    for (std::size_t j = i + 1; j < f.vocab.size(); ++j) f.eps_sq = std::min(f.eps_sq, Rational((f.vocab[i] - f.vocab[j]).squaredNorm()));
+    for (std::size_t j = i + 1; j < f.vocab.size(); ++j)
+      f.eps_sq = std::min(f.eps_sq, Rational((f.vocab[i] - f.vocab[j]).squaredNorm()));
   auto root = [](const Rational& q) { return std::sqrt(Scalar<Rational>::to_double(q)); };
   f.r_min = root(f.r_min_sq);
   f.r_max = root(f.r_max_sq);
@@ -186,7 +199,8 @@ Facts analyse(const Dataset& ds, bool require_labels) {
 
 Projection find_projection(const Facts& f, std::uint64_t seed, int max_tries) {
   std::vector<Vec<double>> pts;
-  for (auto& x : f.vocab) pts.push_back(to_double(x));
+  for (auto& x : f.vocab)
+    pts.push_back(to_double(x));
   pts.push_back(Vec<double>::Zero(f.d));
   const double N = static_cast<double>(f.vocab.size() + 1);
   Projection p;
@@ -194,7 +208,8 @@ Projection find_projection(const Facts& f, std::uint64_t seed, int max_tries) {
   Rng rng(seed);
   for (p.tries = 1; p.tries <= max_tries; ++p.tries) {
     Vec<double> v(f.d);
-    for (int i = 0; i < f.d; ++i) v(i) = rng.gauss();
+    for (int i = 0; i < f.d; ++i)
+      v(i) = rng.gauss();
     v /= v.norm();
     double worst = kInf;
     for (std::size_t i = 0; i < pts.size(); ++i)
@@ -208,7 +223,8 @@ Projection find_projection(const Facts& f, std::uint64_t seed, int max_tries) {
       return p;
     }
   }
-  throw Error("no projection vector met Lemma 3's inequality in " + std::to_string(max_tries) + " seeded tries");
+  throw Error("no projection vector met Lemma 3's inequality in " + std::to_string(max_tries) +
+              " seeded tries");
 }
 
 Mode parse_mode(const std::string& s) {
@@ -282,12 +298,15 @@ Contextual build_contextual(const Facts& f, const ContextualOptions& opt) {
   out.projection = find_projection(f, opt.seed);
   const Vec<double> v = to_double(out.projection.v);
   std::vector<double> alpha;
-  for (auto& x : f.vocab) alpha.push_back(v.dot(to_double(x)));
+  for (auto& x : f.vocab)
+    alpha.push_back(v.dot(to_double(x)));
   std::vector<double> sorted = alpha;
   std::sort(sorted.begin(), sorted.end());
   double gap = kInf, min_abs = kInf;
-  for (std::size_t i = 0; i + 1 < sorted.size(); ++i) gap = std::min(gap, sorted[i + 1] - sorted[i]);
-  for (double a : alpha) min_abs = std::min(min_abs, std::abs(a));
+  for (std::size_t i = 0; i + 1 < sorted.size(); ++i)
+    gap = std::min(gap, sorted[i + 1] - sorted[i]);
+  for (double a : alpha)
+    min_abs = std::min(min_abs, std::abs(a));
   const double range = sorted.back() - sorted.front();
   const double max_abs = std::max(std::abs(sorted.front()), std::abs(sorted.back()));
   const double n = f.n, V1 = static_cast<double>(f.vocab.size() + 1), d = f.d;
@@ -295,11 +314,13 @@ Contextual build_contextual(const Facts& f, const ContextualOptions& opt) {
   out.c_theorem = G * kPi * d * std::pow(V1, 4) / (8 * f.eps * f.r_min);
   out.c_gap = G / (min_abs * gap);
   out.r_bound = f.r_max + f.eps / 4;
-  // δ = [2 (log n)² ε² r_min / (r_max² (|V|+1)⁴ (2 log n + 3) π d)] · exp(−(|V|+1)⁴ (2 log n + 3) π d r_max² / (4 ε r_min))
-  out.log10_delta_bound =
-      f.n < 2 ? -kInf
-              : std::log10(2 * logn * logn * f.eps * f.eps * f.r_min / (f.r_max * f.r_max * std::pow(V1, 4) * G * kPi * d)) -
-                    std::pow(V1, 4) * G * kPi * d * f.r_max * f.r_max / (4 * f.eps * f.r_min) / std::log(10.0);
+  // δ = [2 (log n)² ε² r_min / (r_max² (|V|+1)⁴ (2 log n + 3) π d)] · exp(−(|V|+1)⁴ (2 log n + 3) π d r_max²
+  // / (4 ε r_min))
+  out.log10_delta_bound = f.n < 2 ? -kInf
+                                  : std::log10(2 * logn * logn * f.eps * f.eps * f.r_min /
+                                               (f.r_max * f.r_max * std::pow(V1, 4) * G * kPi * d)) -
+                                        std::pow(V1, 4) * G * kPi * d * f.r_max * f.r_max /
+                                            (4 * f.eps * f.r_min) / std::log(10.0);
   const Rational wo_scale = rational_of(f.eps / (4 * f.r_max) * (1 - 1e-15));  // ≤ ε/(4 r_max)
 
   double c = out.c_theorem * (1 + 1e-15);
@@ -313,41 +334,46 @@ Contextual build_contextual(const Facts& f, const ContextualOptions& opt) {
     for (int k = 0; k <= 80 && since < 8; ++k) {
       const double ck = std::max(std::ldexp(out.c_gap, -k), c_floor);
       if (k > 0 && ck == c_floor && std::ldexp(out.c_gap, -k + 1) <= c_floor) break;
-      const double delta = same_token_delta_double(attention_network(f, out.projection.v, rational_of(ck), wo_scale, opt.tied), f);
+      const double delta = same_token_delta_double(
+          attention_network(f, out.projection.v, rational_of(ck), wo_scale, opt.tied), f);
       if (delta > best * (1 + 1e-9)) {
         best = delta;
         c = ck;
         since = 0;
-      }
-      else if (best > 0) ++since;  // stop 8 halvings past the best, once anything separates
+      } else if (best > 0)
+        ++since;  // stop 8 halvings past the best, once anything separates
     }
   }
   out.net = attention_network(f, out.projection.v, rational_of(c), wo_scale, opt.tied);
   const Rational root = rational_of(std::sqrt(c));  // the tied form's √c, as attention_network rounds it
   out.c = opt.tied ? Rational(root * root) : rational_of(c);
   out.contexts = 0;
-  for (auto& s : f.sets) out.contexts += s.size();
+  for (auto& s : f.sets)
+    out.contexts += s.size();
 
   // Precision: the scores of one query span c·max|α|·range nats, and the information sits in
   // terms e^{-span} below the largest; start above that and double until certified.
   const double span = c * max_abs * range;
   const double guess = 64 + 1.25 * span / std::log(2.0) - std::log2(f.eps / (4 * f.r_max));
   if (guess > opt.max_bits)
-    throw Error("the " + std::string(opt.mode == Mode::faithful ? "faithful" : "tuned") + " construction needs about " +
-                std::to_string(static_cast<long>(guess)) + " bits (scores span " + std::to_string(span) +
-                " nats), more than --max-bits " + std::to_string(opt.max_bits));
+    throw Error("the " + std::string(opt.mode == Mode::faithful ? "faithful" : "tuned") +
+                " construction needs about " + std::to_string(static_cast<long>(guess)) +
+                " bits (scores span " + std::to_string(span) + " nats), more than --max-bits " +
+                std::to_string(opt.max_bits));
   unsigned bits = static_cast<unsigned>(guess);
   for (;;) {
     bits = mpfr_carried_bits(bits);
     out.separation = certify_separation(out.net, f, bits);
     if (out.separation.certified) break;
     if (bits >= opt.max_bits)
-      throw Error("context ids not certified separated at " + std::to_string(bits) + " bits (--max-bits); the data may have coinciding contexts");
+      throw Error("context ids not certified separated at " + std::to_string(bits) +
+                  " bits (--max-bits); the data may have coinciding contexts");
     bits = std::min(2 * bits, opt.max_bits);
   }
   out.bits_used = out.min_bits = bits;
   if (opt.search_min_bits)
-    out.min_bits = min_certified_bits(bits, [&](unsigned b) { return certify_separation(out.net, f, b).certified; });
+    out.min_bits =
+        min_certified_bits(bits, [&](unsigned b) { return certify_separation(out.net, f, b).certified; });
   return out;
 }
 
@@ -355,20 +381,36 @@ json Contextual::report() const {
   auto num = [](double x) { return std::isfinite(x) ? json(x) : json(nullptr); };
   return {{"mode", mode == Mode::faithful ? "faithful" : "tuned"},
           {"tied_qkv", tied},
-          {"projection", {{"v", [&] { json a = json::array(); for (int i = 0; i < projection.v.size(); ++i) a.push_back(Scalar<Rational>::to_double(projection.v(i))); return a; }()},
-                          {"achieved", projection.achieved}, {"lemma3_required", projection.required}, {"tries", projection.tries}}},
-          {"c", Scalar<Rational>::to_double(c)}, {"c_theorem", c_theorem}, {"c_gap_condition", c_gap},
+          {"projection",
+           {{"v",
+             [&] {
+               json a = json::array();
+               for (int i = 0; i < projection.v.size(); ++i)
+                 a.push_back(Scalar<Rational>::to_double(projection.v(i)));
+               return a;
+             }()},
+            {"achieved", projection.achieved},
+            {"lemma3_required", projection.required},
+            {"tries", projection.tries}}},
+          {"c", Scalar<Rational>::to_double(c)},
+          {"c_theorem", c_theorem},
+          {"c_gap_condition", c_gap},
           {"contexts", contexts},
-          {"r", separation.r}, {"r_bound", r_bound},
-          {"log10_delta", num(separation.log10_delta)}, {"log10_delta_certified_lower", num(separation.log10_delta_lo)},
+          {"r", separation.r},
+          {"r_bound", r_bound},
+          {"log10_delta", num(separation.log10_delta)},
+          {"log10_delta_certified_lower", num(separation.log10_delta_lo)},
           {"log10_delta_bound", num(log10_delta_bound)},
           {"cross_token_lower_bound", separation.cross_lower},
-          {"certified", separation.certified}, {"bits_used", bits_used}, {"min_bits", min_bits}};
+          {"certified", separation.certified},
+          {"bits_used", bits_used},
+          {"min_bits", min_bits}};
 }
 
 // ---- stage 4: Zhang's feed-forward layer and the certificate of memorization -----------------------
 
-double certified_max_error(const Network<Rational>& net, const Dataset& ds, unsigned bits, double stop_above) {
+double certified_max_error(const Network<Rational>& net, const Dataset& ds, unsigned bits,
+                           double stop_above) {
   const MpfrPrecision precision(bits);
   const Network<Mpfi> ni = network_cast<Mpfi>(net);
   std::vector<double> worst(ds.sequences.size(), 0);
@@ -402,8 +444,8 @@ namespace {
 // Zhang et al.'s interpolation on the context ids: W1 = 1 aᵀ, biases interleaving the sorted
 // projections t_i, W2 = T H⁻¹ by the O(q) recurrence of the triangular system. Returns false
 // when the projections are not certified distinct at this precision.
-bool zhang_layer(const Facts& f, const Dataset& ds, const Network<Rational>& attention, std::uint64_t seed, Layer<Rational>& ff,
-                 std::size_t& q) {
+bool zhang_layer(const Facts& f, const Dataset& ds, const Network<Rational>& attention, std::uint64_t seed,
+                 Layer<Rational>& ff, std::size_t& q) {
   const auto z = context_ids<Mpfi>(attention, f);
   // One context per (token, set); its label from a sequence holding that set.
   struct Ctx {
@@ -412,12 +454,15 @@ bool zhang_layer(const Facts& f, const Dataset& ds, const Network<Rational>& att
   };
   Rng rng(seed ^ 0x5a17ULL);
   Vec<Rational> a(f.d);
-  for (int i = 0; i < f.d; ++i) a(i) = rational_of(rng.gauss());
+  for (int i = 0; i < f.d; ++i)
+    a(i) = rational_of(rng.gauss());
   const Vec<Mpfi> ai = a.unaryExpr([](const Rational& x) { return Scalar<Mpfi>::from(x); });
   std::vector<Ctx> cs;
   for (std::size_t s = 0; s < f.sets.size(); ++s)
-    for (int k = 0; k < f.n; ++k) cs.push_back({Mpfi(ai.dot(z[s].col(k))), static_cast<int>(s), k});
-  std::sort(cs.begin(), cs.end(), [](const Ctx& x, const Ctx& y) { return mp::median(x.t) < mp::median(y.t); });
+    for (int k = 0; k < f.n; ++k)
+      cs.push_back({Mpfi(ai.dot(z[s].col(k))), static_cast<int>(s), k});
+  std::sort(cs.begin(), cs.end(),
+            [](const Ctx& x, const Ctx& y) { return mp::median(x.t) < mp::median(y.t); });
   q = cs.size();
   Mpfr g = -1;
   for (std::size_t i = 0; i + 1 < q; ++i) {
@@ -428,7 +473,8 @@ bool zhang_layer(const Facts& f, const Dataset& ds, const Network<Rational>& att
   if (g < 0) g = 1;
   std::vector<Mpfr> t(q), b(q);
   std::vector<Rational> bq(q);
-  for (std::size_t i = 0; i < q; ++i) t[i] = mp::median(cs[i].t);
+  for (std::size_t i = 0; i < q; ++i)
+    t[i] = mp::median(cs[i].t);
   for (std::size_t i = 0; i < q; ++i) {
     b[i] = i == 0 ? Mpfr(t[0] - g) : Mpfr((t[i - 1] + t[i]) / 2);
     bq[i] = Scalar<Mpfr>::to_rational(b[i]);
@@ -463,8 +509,8 @@ bool zhang_layer(const Facts& f, const Dataset& ds, const Network<Rational>& att
 Memorized memorize(const Dataset& ds, const MemorizeOptions& opt) {
   const Facts f = analyse(ds, true);
   if (f.label_dim > f.d)
-    throw Error("labels have " + std::to_string(f.label_dim) + " numbers per token but tokens have d = " + std::to_string(f.d) +
-                "; the residual stream carries at most d");
+    throw Error("labels have " + std::to_string(f.label_dim) + " numbers per token but tokens have d = " +
+                std::to_string(f.d) + "; the residual stream carries at most d");
   const Rational tol_q = parse_rational(opt.tolerance);
   if (tol_q <= 0) throw Error("tolerance must be positive, got " + opt.tolerance);
   Memorized m;
@@ -486,7 +532,8 @@ Memorized memorize(const Dataset& ds, const MemorizeOptions& opt) {
     const MpfrPrecision precision(bits);  // zhang_layer computes the contexts at it
     Layer<Rational> ff;
     bool ok = false;
-    for (int dir = 0; dir < 3 && !ok; ++dir) ok = zhang_layer(f, ds, m.contextual.net, opt.contextual.seed + dir, ff, m.hidden);
+    for (int dir = 0; dir < 3 && !ok; ++dir)
+      ok = zhang_layer(f, ds, m.contextual.net, opt.contextual.seed + dir, ff, m.hidden);
     if (ok) {
       ffs.width = static_cast<int>(m.hidden);
       Architecture a = arch;
@@ -500,7 +547,8 @@ Memorized memorize(const Dataset& ds, const MemorizeOptions& opt) {
       net.layers[1].b2 = ff.b2;
       if (k < d) {
         net.readout_w = Mat<Rational>::Zero(k, d);
-        for (int i = 0; i < k; ++i) net.readout_w(i, i) = 1;
+        for (int i = 0; i < k; ++i)
+          net.readout_w(i, i) = 1;
         net.readout_b = Mat<Rational>::Zero(k, 1);
       }
       const double tol = Scalar<Mpfr>::to_double(lower(Scalar<Mpfi>::from(tol_q)));
@@ -510,7 +558,8 @@ Memorized memorize(const Dataset& ds, const MemorizeOptions& opt) {
         const auto t1 = std::chrono::steady_clock::now();
         m.net = std::move(net);
         m.bits_used = m.min_bits = bits;
-        m.min_bits = min_certified_bits(bits, [&](unsigned b) { return certified_max_error(m.net, ds, b, tol) <= tol; });
+        m.min_bits = min_certified_bits(
+            bits, [&](unsigned b) { return certified_max_error(m.net, ds, b, tol) <= tol; });
         m.seconds_min_bits = since(t1);
         break;
       }
@@ -549,16 +598,21 @@ Memorized memorize(const Dataset& ds, const MemorizeOptions& opt) {
 }
 
 json Memorized::report() const {
-  return {{"contextual", contextual.report()},
-          {"hidden_width", hidden},
-          {"max_error_certified", max_error},
-          {"seconds", {{"contextual", seconds_contextual}, {"construct_and_certify", seconds_construct_certify}, {"min_bits_search", seconds_min_bits}}},
-          {"bits_used", bits_used},
-          {"min_bits", min_bits},
-          {"float64_works", float64_works},
-          {"float64_max_error", std::isfinite(float64_max_error) ? json(float64_max_error) : json(nullptr)},
-          {"parameters", {{"attention", params_attention}, {"feedforward", params_ff}, {"total", params_total}}},
-          {"parameters_zhang_form", {{"attention", paper_attention}, {"feedforward", paper_ff}, {"total", paper_total}}}};
+  return {
+      {"contextual", contextual.report()},
+      {"hidden_width", hidden},
+      {"max_error_certified", max_error},
+      {"seconds",
+       {{"contextual", seconds_contextual},
+        {"construct_and_certify", seconds_construct_certify},
+        {"min_bits_search", seconds_min_bits}}},
+      {"bits_used", bits_used},
+      {"min_bits", min_bits},
+      {"float64_works", float64_works},
+      {"float64_max_error", std::isfinite(float64_max_error) ? json(float64_max_error) : json(nullptr)},
+      {"parameters", {{"attention", params_attention}, {"feedforward", params_ff}, {"total", params_total}}},
+      {"parameters_zhang_form",
+       {{"attention", paper_attention}, {"feedforward", paper_ff}, {"total", paper_total}}}};
 }
 
 // ---- Theorem 1 ---------------------------------------------------------------------------------
@@ -625,11 +679,14 @@ Dataset demo_dataset(int N, int n, int d, int V, std::uint64_t seed) {
   std::vector<Vec<Rational>> vocab;
   while (static_cast<int>(vocab.size()) < V) {
     Vec<double> g(d);
-    for (int i = 0; i < d; ++i) g(i) = rng.gauss();
+    for (int i = 0; i < d; ++i)
+      g(i) = rng.gauss();
     g *= rng.uniform(1, 2) / g.norm();
-    Vec<Rational> x = g.unaryExpr([](double t) { return Rational(static_cast<long>(std::llround(t * 1000)), 1000); });
+    Vec<Rational> x =
+        g.unaryExpr([](double t) { return Rational(static_cast<long>(std::llround(t * 1000)), 1000); });
     bool fresh = x.squaredNorm() != 0;
-    for (auto& y : vocab) fresh = fresh && y != x;
+    for (auto& y : vocab)
+      fresh = fresh && y != x;
     if (fresh) vocab.push_back(x);
   }
   Dataset ds;
@@ -637,13 +694,16 @@ Dataset demo_dataset(int N, int n, int d, int V, std::uint64_t seed) {
   ds.label_dim = 1;
   for (int i = 0; i < N; ++i) {
     std::vector<int> idx(V);
-    for (int j = 0; j < V; ++j) idx[j] = j;
-    for (int j = 0; j < n; ++j) std::swap(idx[j], idx[j + static_cast<int>(rng.uniform() * (V - j))]);
+    for (int j = 0; j < V; ++j)
+      idx[j] = j;
+    for (int j = 0; j < n; ++j)
+      std::swap(idx[j], idx[j + static_cast<int>(rng.uniform() * (V - j))]);
     idx.resize(n);
     std::vector<int> set = idx;
     std::sort(set.begin(), set.end());
     std::uint64_t h = seed * 0x9E3779B97F4A7C15ULL;
-    for (int t : set) h = (h ^ static_cast<std::uint64_t>(t + 1)) * 0x100000001B3ULL;
+    for (int t : set)
+      h = (h ^ static_cast<std::uint64_t>(t + 1)) * 0x100000001B3ULL;
     Sequence s;
     s.x = Mat<Rational>(d, n);
     s.y = Mat<Rational>(1, n);

@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <optional>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "uatlab/construct/kajitsuka.hpp"
@@ -18,15 +18,22 @@ namespace {
 
 Rational power(long base, long e) {
   Rational r(1);
-  for (long i = 0; i < e; ++i) r *= base;
+  for (long i = 0; i < e; ++i)
+    r *= base;
   return r;
 }
-std::string text(const Rational& q) { return q.str(); }
+std::string text(const Rational& q) {
+  return q.str();
+}
 
 // ---- built-in targets --------------------------------------------------------------------------
 
-Mat<double> tokenwise_sin(const Mat<double>& X) { return (X * (2 * M_PI)).array().sin().matrix(); }
-Mat<double> center(const Mat<double>& X) { return X.colwise() - X.rowwise().mean(); }
+Mat<double> tokenwise_sin(const Mat<double>& X) {
+  return (X * (2 * M_PI)).array().sin().matrix();
+}
+Mat<double> center(const Mat<double>& X) {
+  return X.colwise() - X.rowwise().mean();
+}
 Mat<double> attention(const Mat<double>& X) {  // X · softmax(XᵀX), column-wise
   Mat<double> A = X.transpose() * X;
   for (Eigen::Index j = 0; j < A.cols(); ++j) {
@@ -37,29 +44,35 @@ Mat<double> attention(const Mat<double>& X) {  // X · softmax(XᵀX), column-wi
 }
 Mat<double> max_pool(const Mat<double>& X) {
   Mat<double> Y = X;
-  for (Eigen::Index i = 0; i < X.rows(); ++i) Y.row(i) *= X.row(i).maxCoeff();
+  for (Eigen::Index i = 0; i < X.rows(); ++i)
+    Y.row(i) *= X.row(i).maxCoeff();
   return Y;
 }
 Mat<double> prefix_mean(const Mat<double>& X) {
   Mat<double> Y = X;
-  for (Eigen::Index j = 1; j < X.cols(); ++j) Y.col(j) = (Y.col(j - 1) * double(j) + X.col(j)) / double(j + 1);
+  for (Eigen::Index j = 1; j < X.cols(); ++j)
+    Y.col(j) = (Y.col(j - 1) * double(j) + X.col(j)) / double(j + 1);
   return Y;
 }
-Mat<double> reverse(const Mat<double>& X) { return X.rowwise().reverse(); }
+Mat<double> reverse(const Mat<double>& X) {
+  return X.rowwise().reverse();
+}
 
 }  // namespace
 
 const std::vector<TargetSpec>& target_table() {
   static const std::vector<TargetSpec> table = {
-      {"tokenwise-sin", true, tokenwise_sin}, {"center", true, center},           {"attention", true, attention},
-      {"max-pool", true, max_pool},           {"prefix-mean", false, prefix_mean}, {"reverse", false, reverse},
+      {"tokenwise-sin", true, tokenwise_sin}, {"center", true, center},
+      {"attention", true, attention},         {"max-pool", true, max_pool},
+      {"prefix-mean", false, prefix_mean},    {"reverse", false, reverse},
   };
   return table;
 }
 
 std::string target_names() {
   std::string known;
-  for (const TargetSpec& t : target_table()) known += (known.empty() ? "" : ", ") + std::string(t.name);
+  for (const TargetSpec& t : target_table())
+    known += (known.empty() ? "" : ", ") + std::string(t.name);
   return known;
 }
 
@@ -73,12 +86,16 @@ bool looks_equivariant(const Target& t, int d, int n, int trials, std::uint64_t 
   Rng rng(seed);
   for (int k = 0; k < trials; ++k) {
     Mat<double> X(d, n);
-    for (Eigen::Index i = 0; i < X.size(); ++i) X(i) = rng.uniform();
+    for (Eigen::Index i = 0; i < X.size(); ++i)
+      X(i) = rng.uniform();
     std::vector<int> perm(n);
-    for (int j = 0; j < n; ++j) perm[j] = j;
-    for (int j = n - 1; j > 0; --j) std::swap(perm[j], perm[static_cast<int>(rng.uniform() * (j + 1)) % (j + 1)]);
+    for (int j = 0; j < n; ++j)
+      perm[j] = j;
+    for (int j = n - 1; j > 0; --j)
+      std::swap(perm[j], perm[static_cast<int>(rng.uniform() * (j + 1)) % (j + 1)]);
     Mat<double> XP(d, n), FX = t.f(X);
-    for (int j = 0; j < n; ++j) XP.col(j) = X.col(perm[j]);
+    for (int j = 0; j < n; ++j)
+      XP.col(j) = X.col(perm[j]);
     const Mat<double> FXP = t.f(XP);
     for (int j = 0; j < n; ++j)
       if ((FXP.col(j) - FX.col(perm[j])).cwiseAbs().maxCoeff() > 1e-9) return false;
@@ -87,7 +104,8 @@ bool looks_equivariant(const Target& t, int d, int n, int trials, std::uint64_t 
 }
 
 Plan plan(int d, int n, int K, bool pe) {
-  if (d < 1 || n < 1 || K < 2) throw Error("Yun et al.'s construction needs d >= 1, n >= 1 and K = 1/delta >= 2");
+  if (d < 1 || n < 1 || K < 2)
+    throw Error("Yun et al.'s construction needs d >= 1, n >= 1 and K = 1/delta >= 2");
   Plan p;
   p.d = d;
   p.n = n;
@@ -102,41 +120,48 @@ Plan plan(int d, int n, int K, bool pe) {
   }
   // IDs of grid columns lie in [0, R) with R = K^e: non-PE R = δ^{-d+1}; PE (column j adds j to
   // every entry) the smallest power of K above n·Σu. The selective shift multiplies by s = R/δ,
-  // so a shifted column lands above every window and is never shifted twice (docs/theory/yun.md, positional encoding); the
-  // non-PE constants written in s (s = δ^{-d} there) then hold for PE as well:
-  // J = s^n, c = s^{n+1}, t_l = s^{2n}(s − 1)δ, t_r = s^{2n+2}δ + s^{n+1}δ.
+  // so a shifted column lands above every window and is never shifted twice (docs/theory/yun.md, positional
+  // encoding); the non-PE constants written in s (s = δ^{-d} there) then hold for PE as well: J = s^n, c =
+  // s^{n+1}, t_l = s^{2n}(s − 1)δ, t_r = s^{2n+2}δ + s^{n+1}δ.
   long e = d - 1;
   if (pe)
-    while (power(K, e) < su * n) ++e;
+    while (power(K, e) < su * n)
+      ++e;
   const Rational s = power(K, e + 1);
   p.shift = s;
   const long Kd = static_cast<long>(std::llround(std::pow(K, d)));
   for (int j = 0; j < (pe ? n : 1); ++j)  // PE: column j's IDs start at δ_j = (j−1)·Σu
-    for (long k = 0; k < Kd; ++k) p.windows.push_back(su * j + Rational(k, K));
+    for (long k = 0; k < Kd; ++k)
+      p.windows.push_back(su * j + Rational(k, K));
   Rational sn(1);
-  for (int k = 0; k < n; ++k) sn *= s;
+  for (int k = 0; k < n; ++k)
+    sn *= s;
   p.J = sn;
   p.c = sn * s;
   p.t_l = sn * sn * (s - 1) * p.delta;
   p.t_r = p.c * p.c * p.delta + p.c * p.delta;
-  // M bounds every entry of g_c on G_δ^+ (docs/theory/yun.md, value map): sentinel IDs ≥ −A0, each column is shifted
-  // at most once by at most shift·(max − min), then the global shift multiplies by c.
+  // M bounds every entry of g_c on G_δ^+ (docs/theory/yun.md, value map): sentinel IDs ≥ −A0, each column is
+  // shifted at most once by at most shift·(max − min), then the global shift multiplies by c.
   const Rational A0 = p.J * su, R0 = s * p.delta;
   Rational grow(1);
-  for (int k = 0; k < n; ++k) grow *= 1 + p.shift;
+  for (int k = 0; k < n; ++k)
+    grow *= 1 + p.shift;
   p.M = (p.c + 1) * grow * (R0 + A0) + 2 * A0 + p.J;
   return p;
 }
 
 namespace {
 
-LayerSpec phi_layer(const std::vector<Rational>& breaks, const std::vector<std::pair<Rational, Rational>>& pieces) {
+LayerSpec phi_layer(const std::vector<Rational>& breaks,
+                    const std::vector<std::pair<Rational, Rational>>& pieces) {
   LayerSpec f;
   f.kind = LayerKind::feedforward;
   f.width = 1;
   f.piecewise = true;
-  for (const auto& b : breaks) f.activation.breakpoints.push_back(text(b));
-  for (const auto& [s, c] : pieces) f.activation.pieces.push_back({text(s), text(c)});
+  for (const auto& b : breaks)
+    f.activation.breakpoints.push_back(text(b));
+  for (const auto& [s, c] : pieces)
+    f.activation.pieces.push_back({text(s), text(c)});
   return f;
 }
 
@@ -154,10 +179,13 @@ LayerSpec shift_layer(int heads) {
 struct Builder {
   Architecture arch;
   std::vector<std::function<void(Layer<Rational>&)>> fill;
-  void add(const LayerSpec& s, std::function<void(Layer<Rational>&)> f) { arch.layers.push_back(s), fill.push_back(std::move(f)); }
+  void add(const LayerSpec& s, std::function<void(Layer<Rational>&)> f) {
+    arch.layers.push_back(s), fill.push_back(std::move(f));
+  }
   Network<Rational> make() const {
     Network<Rational> net(arch);
-    for (std::size_t i = 0; i < fill.size(); ++i) fill[i](net.layers[i]);
+    for (std::size_t i = 0; i < fill.size(); ++i)
+      fill[i](net.layers[i]);
     return net;
   }
 };
@@ -229,7 +257,8 @@ void add_contextual(Builder& b, const Plan& p) {
 std::vector<Mat<Rational>> grid_inputs(const Plan& p) {
   const int d = p.d, n = p.n, K = p.K;
   long cols = 1;
-  for (int i = 0; i < d; ++i) cols *= K;
+  for (int i = 0; i < d; ++i)
+    cols *= K;
   auto column = [&](long code) {
     Vec<Rational> c(d);
     for (int i = 0; i < d; ++i) {
@@ -242,24 +271,30 @@ std::vector<Mat<Rational>> grid_inputs(const Plan& p) {
   std::vector<long> idx(n, 0);
   if (!p.pe) {
     if (cols < n) return out;
-    for (int j = 0; j < n; ++j) idx[j] = j;
+    for (int j = 0; j < n; ++j)
+      idx[j] = j;
     for (;;) {  // combinations idx[0] < … < idx[n−1]
       Mat<Rational> L(d, n);
-      for (int j = 0; j < n; ++j) L.col(j) = column(idx[j]);
+      for (int j = 0; j < n; ++j)
+        L.col(j) = column(idx[j]);
       out.push_back(L);
       int j = n - 1;
-      while (j >= 0 && idx[j] == cols - n + j) --j;
+      while (j >= 0 && idx[j] == cols - n + j)
+        --j;
       if (j < 0) break;
       ++idx[j];
-      for (int k = j + 1; k < n; ++k) idx[k] = idx[k - 1] + 1;
+      for (int k = j + 1; k < n; ++k)
+        idx[k] = idx[k - 1] + 1;
     }
   } else {
     for (;;) {
       Mat<Rational> L(d, n);
-      for (int j = 0; j < n; ++j) L.col(j) = column(idx[j]);
+      for (int j = 0; j < n; ++j)
+        L.col(j) = column(idx[j]);
       out.push_back(L);
       int j = n - 1;
-      while (j >= 0 && idx[j] == cols - 1) idx[j--] = 0;
+      while (j >= 0 && idx[j] == cols - 1)
+        idx[j--] = 0;
       if (j < 0) break;
       ++idx[j];
     }
@@ -267,8 +302,12 @@ std::vector<Mat<Rational>> grid_inputs(const Plan& p) {
   return out;
 }
 
-Mat<double> to_double(const Mat<Rational>& m) { return matrix_cast<double>(m); }
-Mat<Rational> to_rational(const Mat<double>& m) { return m.unaryExpr([](double x) { return rational_of(x); }); }
+Mat<double> to_double(const Mat<Rational>& m) {
+  return matrix_cast<double>(m);
+}
+Mat<Rational> to_rational(const Mat<double>& m) {
+  return m.unaryExpr([](double x) { return rational_of(x); });
+}
 
 // Sub-layers [first, last) of a network (the others are not copied).
 Network<Rational> truncated(const Network<Rational>& net, std::size_t first, std::size_t last, bool keep_pe) {
@@ -279,7 +318,8 @@ Network<Rational> truncated(const Network<Rational>& net, std::size_t first, std
   part.embed = net.embed;
   part.readout_w = net.readout_w;
   part.readout_b = net.readout_b;
-  if (keep_pe) part.pe = net.pe;
+  if (keep_pe)
+    part.pe = net.pe;
   else {
     part.arch.max_len = 0;
     part.pe.resize(net.arch.d, 0);
@@ -287,7 +327,8 @@ Network<Rational> truncated(const Network<Rational>& net, std::size_t first, std
   return part;
 }
 
-template <class T> bool distinct_columns(const Mat<T>& L) {
+template <class T>
+bool distinct_columns(const Mat<T>& L) {
   for (Eigen::Index a = 0; a < L.cols(); ++a)
     for (Eigen::Index b = a + 1; b < L.cols(); ++b)
       if (L.col(a) == L.col(b)) return false;
@@ -305,7 +346,8 @@ long next_digit(long& code, long base, bool enumerate, Rng& rng) {
 long binomial(long a, long b) {
   if (b < 0 || b > a) return 0;
   long r = 1;
-  for (long i = 1; i <= b; ++i) r = r * (a - b + i) / i;
+  for (long i = 1; i <= b; ++i)
+    r = r * (a - b + i) / i;
   return r;
 }
 
@@ -316,17 +358,22 @@ Modified build_modified(const Target& f, int d, int n, int K, bool pe, long max_
   m.plan = plan(d, n, K, pe);
   const Plan& p = m.plan;
   long Kd = 1;
-  for (int i = 0; i < d; ++i) Kd *= K;
+  for (int i = 0; i < d; ++i)
+    Kd *= K;
   m.counts.formula_quantization = static_cast<long>(d) * K * (pe ? n : 1) + d;
   m.counts.formula_attention = (pe ? n : 1) * Kd + 1;
   long cubes = 1;
-  for (int j = 0; j < n; ++j) cubes *= Kd;
+  for (int j = 0; j < n; ++j)
+    cubes *= Kd;
   m.counts.formula_value_map = 1 + d + (pe ? static_cast<long>(n) * cubes : n * binomial(Kd, n));
   const long total = m.counts.formula_quantization + m.counts.formula_attention + m.counts.formula_value_map;
   if (total > max_layers)
-    throw Error("the construction for d = " + std::to_string(d) + ", n = " + std::to_string(n) + ", K = " + std::to_string(K) +
-                " needs " + std::to_string(total) + " layers, over the limit of " + std::to_string(max_layers) + " (--max-layers)");
-  if (!pe && Kd < n) throw Error("K^d = " + std::to_string(Kd) + " grid columns cannot fill n = " + std::to_string(n) + " distinct columns");
+    throw Error("the construction for d = " + std::to_string(d) + ", n = " + std::to_string(n) +
+                ", K = " + std::to_string(K) + " needs " + std::to_string(total) +
+                " layers, over the limit of " + std::to_string(max_layers) + " (--max-layers)");
+  if (!pe && Kd < n)
+    throw Error("K^d = " + std::to_string(Kd) + " grid columns cannot fill n = " + std::to_string(n) +
+                " distinct columns");
 
   Builder b;
   b.arch.d = d;
@@ -336,7 +383,8 @@ Modified build_modified(const Target& f, int d, int n, int K, bool pe, long max_
   const std::size_t before_value = b.arch.layers.size();
   Network<Rational> front = b.make();
   if (pe)
-    for (int j = 0; j < n; ++j) front.pe.col(j).setConstant(Rational(j));
+    for (int j = 0; j < n; ++j)
+      front.pe.col(j).setConstant(Rational(j));
 
   // The contextual values of every grid input, and what each must become.
   std::map<Rational, std::pair<Vec<Rational>, Vec<Rational>>> value_of;  // ID -> (g_c column, target column)
@@ -346,20 +394,26 @@ Modified build_modified(const Target& f, int d, int n, int K, bool pe, long max_
     const Mat<Rational> A = to_rational(f.f(centre));
     for (int j = 0; j < n; ++j) {
       const Rational v = (p.u.transpose() * Z.col(j))(0, 0);
-      auto [it, fresh] = value_of.emplace(v, std::make_pair(Vec<Rational>(Z.col(j)), Vec<Rational>(A.col(j))));
-      if (!fresh && (to_double(it->second.second) - to_double(Mat<Rational>(A.col(j)))).cwiseAbs().maxCoeff() > 1e-12 * (1 + to_double(Mat<Rational>(A.col(j))).cwiseAbs().maxCoeff()))
-        throw Error("contextual value " + v.str() + " is shared by two grid inputs with different targets: the contextual map failed" +
+      auto [it, fresh] =
+          value_of.emplace(v, std::make_pair(Vec<Rational>(Z.col(j)), Vec<Rational>(A.col(j))));
+      if (!fresh &&
+          (to_double(it->second.second) - to_double(Mat<Rational>(A.col(j)))).cwiseAbs().maxCoeff() >
+              1e-12 * (1 + to_double(Mat<Rational>(A.col(j))).cwiseAbs().maxCoeff()))
+        throw Error("contextual value " + v.str() +
+                    " is shared by two grid inputs with different targets: the contextual map failed" +
                     (pe ? "" : " (or the target is not permutation equivariant: use --pe)"));
     }
   }
   const Mat<Rational> ut = p.u.transpose();
   const Rational M1 = p.M + 1, half = p.delta / 2, tr = p.t_r + half;
-  b.add(phi_layer({p.t_l, tr}, {{0, 1}, {0, 0}, {0, 1}}), [=](Layer<Rational>& L) {  // outside [t_l, t_r]: −(M+1)
-    L.w1 = ut;
-    L.w2 = Mat<Rational>::Constant(d, 1, -M1);
-  });
+  b.add(phi_layer({p.t_l, tr}, {{0, 1}, {0, 0}, {0, 1}}),
+        [=](Layer<Rational>& L) {  // outside [t_l, t_r]: −(M+1)
+          L.w1 = ut;
+          L.w2 = Mat<Rational>::Constant(d, 1, -M1);
+        });
   for (int i = 0; i < d; ++i)  // negative entries ↦ 0
-    b.add(phi_layer({0}, {{-1, 0}, {0, 0}}), [=](Layer<Rational>& L) { L.w1 = unit(d, i).transpose(), L.w2 = unit(d, i); });
+    b.add(phi_layer({0}, {{-1, 0}, {0, 0}}),
+          [=](Layer<Rational>& L) { L.w1 = unit(d, i).transpose(), L.w2 = unit(d, i); });
   for (const auto& [v, cols] : value_of) {
     const Mat<Rational> w2 = cols.second - cols.first;
     b.add(phi_layer({-half, half}, {{0, 0}, {0, 1}, {0, 0}}), [=](Layer<Rational>& L) {
@@ -384,11 +438,14 @@ Modified build_kajitsuka(const Target& f, int d, int n, int K, long max_sequence
   m.plan = plan(d, n, K, false);
   const Plan& p = m.plan;
   long Kd = 1;
-  for (int i = 0; i < d; ++i) Kd *= K;
-  if (Kd < n) throw Error("K^d = " + std::to_string(Kd) + " grid columns cannot fill n = " + std::to_string(n) + " distinct columns");
+  for (int i = 0; i < d; ++i)
+    Kd *= K;
+  if (Kd < n)
+    throw Error("K^d = " + std::to_string(Kd) + " grid columns cannot fill n = " + std::to_string(n) +
+                " distinct columns");
   if (binomial(Kd, n) > max_sequences)
-    throw Error("Proposition 1 on this grid memorizes " + std::to_string(binomial(Kd, n)) + " sequences, over the limit of " +
-                std::to_string(max_sequences) + " (--max-layers)");
+    throw Error("Proposition 1 on this grid memorizes " + std::to_string(binomial(Kd, n)) +
+                " sequences, over the limit of " + std::to_string(max_sequences) + " (--max-layers)");
   Dataset ds;
   ds.d = d;
   ds.label_dim = d;
@@ -406,11 +463,14 @@ Modified build_kajitsuka(const Target& f, int d, int n, int K, long max_sequence
   add_centre_quantization(b, p);
   const Network<Rational> q = b.make();
   Architecture arch = q.arch;
-  for (const auto& s : mem.net.arch.layers) arch.layers.push_back(s);
+  for (const auto& s : mem.net.arch.layers)
+    arch.layers.push_back(s);
   arch.readout = mem.net.arch.readout;
   m.net = Network<Rational>(arch);
-  for (std::size_t i = 0; i < q.layers.size(); ++i) m.net.layers[i] = q.layers[i];
-  for (std::size_t i = 0; i < mem.net.layers.size(); ++i) m.net.layers[q.layers.size() + i] = mem.net.layers[i];
+  for (std::size_t i = 0; i < q.layers.size(); ++i)
+    m.net.layers[i] = q.layers[i];
+  for (std::size_t i = 0; i < mem.net.layers.size(); ++i)
+    m.net.layers[q.layers.size() + i] = mem.net.layers[i];
   m.net.readout_w = mem.net.readout_w;
   m.net.readout_b = mem.net.readout_b;
   m.contexts = mem.hidden;
@@ -431,25 +491,45 @@ json Modified::report() const {
   const Plan& p = plan;
   auto num = [](const Rational& q) { return Scalar<Rational>::to_double(q); };
   if (construction == "kajitsuka")
-    return {{"construction", "kajitsuka (Proposition 1)"}, {"d", p.d}, {"n", p.n}, {"K", p.K}, {"delta", p.delta.str()},
-            {"layers", {{"quantization", counts.quantization}, {"attention", counts.attention}, {"value_map", counts.value_map},
-                        {"total", counts.quantization + counts.attention + counts.value_map}}},
-            {"layers_formula", {{"quantization", counts.formula_quantization}, {"attention", 1}, {"value_map", 1}}},
-            {"parameters", counts.parameters}, {"contexts", contexts}, {"memorize", extra}};
+    return {{"construction", "kajitsuka (Proposition 1)"},
+            {"d", p.d},
+            {"n", p.n},
+            {"K", p.K},
+            {"delta", p.delta.str()},
+            {"layers",
+             {{"quantization", counts.quantization},
+              {"attention", counts.attention},
+              {"value_map", counts.value_map},
+              {"total", counts.quantization + counts.attention + counts.value_map}}},
+            {"layers_formula",
+             {{"quantization", counts.formula_quantization}, {"attention", 1}, {"value_map", 1}}},
+            {"parameters", counts.parameters},
+            {"contexts", contexts},
+            {"memorize", extra}};
   return {{"construction", "yun"},
           {"d", p.d},
           {"n", p.n},
           {"K", p.K},
           {"delta", p.delta.str()},
           {"positional_encoding", p.pe},
-          {"layers", {{"quantization", counts.quantization}, {"attention", counts.attention}, {"value_map", counts.value_map},
-                      {"total", counts.quantization + counts.attention + counts.value_map}}},
-          {"layers_formula", {{"quantization", counts.formula_quantization}, {"attention", counts.formula_attention},
-                              {"value_map", counts.formula_value_map}}},
+          {"layers",
+           {{"quantization", counts.quantization},
+            {"attention", counts.attention},
+            {"value_map", counts.value_map},
+            {"total", counts.quantization + counts.attention + counts.value_map}}},
+          {"layers_formula",
+           {{"quantization", counts.formula_quantization},
+            {"attention", counts.formula_attention},
+            {"value_map", counts.formula_value_map}}},
           {"parameters", counts.parameters},
           {"contexts", contexts},
-          {"constants", {{"J", num(p.J)}, {"c", num(p.c)}, {"t_l", num(p.t_l)}, {"t_r", num(p.t_r)}, {"M", num(p.M)},
-                         {"log2_t_r_over_delta", std::log2(num(p.t_r) * p.K)}}}};
+          {"constants",
+           {{"J", num(p.J)},
+            {"c", num(p.c)},
+            {"t_l", num(p.t_l)},
+            {"t_r", num(p.t_r)},
+            {"M", num(p.M)},
+            {"log2_t_r_over_delta", std::log2(num(p.t_r) * p.K)}}}};
 }
 
 Network<Rational> standardize(const Network<Rational>& g, const Rational& lambda, const Rational& eta) {
@@ -458,7 +538,7 @@ Network<Rational> standardize(const Network<Rational>& g, const Rational& lambda
   struct Relu {  // ψ = κ + Σ_k Δ_k ReLU(±(s − t_k))
     Rational kappa;
     std::vector<std::pair<Rational, Rational>> units;  // (t_k, Δ_k)
-    std::vector<int> sign;                              // +1: ReLU(s − t), −1: ReLU(t − s)
+    std::vector<int> sign;                             // +1: ReLU(s − t), −1: ReLU(t − s)
   };
   std::vector<Relu> relus(g.layers.size());
   for (std::size_t li = 0; li < g.layers.size(); ++li) {
@@ -471,12 +551,16 @@ Network<Rational> standardize(const Network<Rational>& g, const Rational& lambda
       continue;
     }
     if (s.kind != LayerKind::feedforward || !s.piecewise) continue;
-    if (!s.activation.in_yun_class()) throw Error("standardize: layer " + std::to_string(li) + " has an activation outside Φ");
+    if (!s.activation.in_yun_class())
+      throw Error("standardize: layer " + std::to_string(li) + " has an activation outside Φ");
     const auto& L = g.layers[li];
     const std::vector<Rational>& c = L.breakpoints;
-    auto value = [&](std::size_t piece, const Rational& x) { return L.pieces[piece].first * x + L.pieces[piece].second; };
+    auto value = [&](std::size_t piece, const Rational& x) {
+      return L.pieces[piece].first * x + L.pieces[piece].second;
+    };
     for (std::size_t i = 1; i < c.size(); ++i)
-      if (c[i] - c[i - 1] <= eta) throw Error("standardize: ramp width eta must be below the gap between breakpoints");
+      if (c[i] - c[i - 1] <= eta)
+        throw Error("standardize: ramp width eta must be below the gap between breakpoints");
     // ψ: breakpoints t (c_i − η, c_i for each i) and its slope on each of the 2k+1 intervals.
     std::vector<Rational> t, slope;
     slope.push_back(L.pieces[0].first);
@@ -487,14 +571,16 @@ Network<Rational> standardize(const Network<Rational>& g, const Rational& lambda
       slope.push_back(L.pieces[i + 1].first);
     }
     std::size_t flat = 0;  // the constant piece: every ReLU is off on it
-    while (L.pieces[flat].first != 0) ++flat;
+    while (L.pieces[flat].first != 0)
+      ++flat;
     Relu r;
     r.kappa = L.pieces[flat].second;
     for (std::size_t k = 0; k < t.size(); ++k) {
       const Rational delta = slope[k + 1] - slope[k];
       if (delta == 0) continue;
       r.units.push_back({t[k], delta});
-      r.sign.push_back(k >= 2 * flat ? 1 : -1);  // t_k right of the constant piece (which spans [t_{2flat−1}, t_{2flat}))
+      r.sign.push_back(
+          k >= 2 * flat ? 1 : -1);  // t_k right of the constant piece (which spans [t_{2flat−1}, t_{2flat}))
     }
     // Every hidden unit shares the activation, so each becomes the same set of ReLUs.
     s.piecewise = false;
@@ -547,34 +633,47 @@ Network<Rational> standardize(const Network<Rational>& g, const Rational& lambda
 Rational default_lambda(const Plan& p) {
   // Score gaps on grid inputs are ≥ δ²/2; the leak (n−1)e^{−λδ²/2} is amplified by values up to
   // t_r and by the shift multipliers; aim it at 1e-12 of δ.
-  const double td = Scalar<Rational>::to_double(p.t_r), sh = Scalar<Rational>::to_double(p.shift), dl = 1.0 / p.K;
+  const double td = Scalar<Rational>::to_double(p.t_r), sh = Scalar<Rational>::to_double(p.shift),
+               dl = 1.0 / p.K;
   const double need = std::log(p.n * td * sh * static_cast<double>(p.windows.size() + 1) / dl * 1e12);
   return Rational(static_cast<long>(std::ceil(2 * need / (dl * dl))));
 }
 
 bool Lemma6::ok() const {
-  return violations[0] == 0 && violations[1] == 0 && violations[2] == 0 && violations[3] == 0 && cubes_equal == cubes;
+  return violations[0] == 0 && violations[1] == 0 && violations[2] == 0 && violations[3] == 0 &&
+         cubes_equal == cubes;
 }
 
 json Lemma6::report() const {
-  return {{"inputs", inputs}, {"exhaustive", exhaustive}, {"with_sentinel", with_sentinel}, {"distinct_columns", distinct},
-          {"violations", {{"1_distinct_entries", violations[0]}, {"2_disjoint_contexts", violations[1]},
-                          {"3_inside_thresholds", violations[2]}, {"4_sentinel_outside", violations[3]}}},
+  return {{"inputs", inputs},
+          {"exhaustive", exhaustive},
+          {"with_sentinel", with_sentinel},
+          {"distinct_columns", distinct},
+          {"violations",
+           {{"1_distinct_entries", violations[0]},
+            {"2_disjoint_contexts", violations[1]},
+            {"3_inside_thresholds", violations[2]},
+            {"4_sentinel_outside", violations[3]}}},
           {"max_abs_gc", max_abs_gc},
-          {"cubes_distinct_columns", cubes}, {"cubes_equal_fbar", cubes_equal},
-          {"cubes_repeated_columns", repeated_cubes}, {"cubes_repeated_mapped_to_zero", repeated_zero}, {"ok", ok()}};
+          {"cubes_distinct_columns", cubes},
+          {"cubes_equal_fbar", cubes_equal},
+          {"cubes_repeated_columns", repeated_cubes},
+          {"cubes_repeated_mapped_to_zero", repeated_zero},
+          {"ok", ok()}};
 }
 
 Lemma6 check_lemma6(const Modified& m, const Target& f, long limit, std::uint64_t seed) {
   const Plan& p = m.plan;
   const int d = p.d, n = p.n, K = p.K;
-  const std::size_t q0 = static_cast<std::size_t>(m.counts.quantization), q1 = q0 + static_cast<std::size_t>(m.counts.attention);
+  const std::size_t q0 = static_cast<std::size_t>(m.counts.quantization),
+                    q1 = q0 + static_cast<std::size_t>(m.counts.attention);
   const Network<Rational> gc = truncated(m.net, q0, q1, false);
   Lemma6 r;
   // Entries of G_δ^+: the grid values of the column's position (PE: shifted by j) or the sentinel.
   const long per_entry = K + 1;
   double total = 1;
-  for (int i = 0; i < d * n; ++i) total *= per_entry;
+  for (int i = 0; i < d * n; ++i)
+    total *= per_entry;
   r.exhaustive = total <= static_cast<double>(limit);
   const long count = r.exhaustive ? static_cast<long>(total) : limit;
   Rng rng(seed);
@@ -590,17 +689,19 @@ Lemma6 check_lemma6(const Modified& m, const Target& f, long limit, std::uint64_
         if (k == K) {
           L(i, j) = -p.J;
           sentinel = true;
-        }
-        else L(i, j) = Rational(k, K) + (p.pe ? Rational(j) : Rational(0));
+        } else
+          L(i, j) = Rational(k, K) + (p.pe ? Rational(j) : Rational(0));
       }
     ++r.inputs;
     const Mat<Rational> Z = forward(gc, L);
-    for (Eigen::Index i = 0; i < Z.size(); ++i) r.max_abs_gc = std::max(r.max_abs_gc, std::abs(Scalar<Rational>::to_double(Z(i))));
+    for (Eigen::Index i = 0; i < Z.size(); ++i)
+      r.max_abs_gc = std::max(r.max_abs_gc, std::abs(Scalar<Rational>::to_double(Z(i))));
     const Mat<Rational> q = p.u.transpose() * Z;
     if (sentinel) {
       ++r.with_sentinel;
       bool bad = false;
-      for (int j = 0; j < n; ++j) bad |= q(0, j) >= lo && q(0, j) <= hi;
+      for (int j = 0; j < n; ++j)
+        bad |= q(0, j) >= lo && q(0, j) <= hi;
       r.violations[3] += bad;
       continue;
     }
@@ -609,16 +710,19 @@ Lemma6 check_lemma6(const Modified& m, const Target& f, long limit, std::uint64_
     std::vector<std::string> cols;  // canonical form: the multiset of columns (PE: the sequence)
     for (int j = 0; j < n; ++j) {
       std::string c;
-      for (int i = 0; i < d; ++i) c += L(i, j).str() + ",";
+      for (int i = 0; i < d; ++i)
+        c += L(i, j).str() + ",";
       cols.push_back(c);
     }
     if (!p.pe) std::sort(cols.begin(), cols.end());
     std::string key;
-    for (const auto& c : cols) key += c + ";";
+    for (const auto& c : cols)
+      key += c + ";";
     bool p1 = true, p2 = true, p3 = true;
     for (int a = 0; a < n; ++a) {
       p3 &= q(0, a) >= lo && q(0, a) <= hi;
-      for (int b = a + 1; b < n; ++b) p1 &= q(0, a) != q(0, b);
+      for (int b = a + 1; b < n; ++b)
+        p1 &= q(0, a) != q(0, b);
       auto [it, fresh] = owner.emplace(q(0, a), key);
       p2 &= fresh || it->second == key;
     }
@@ -632,17 +736,21 @@ Lemma6 check_lemma6(const Modified& m, const Target& f, long limit, std::uint64_
   for (long t = 0; t < (all_cubes ? cubes_total : limit); ++t) {
     Mat<Rational> L0(d, n);
     long code = t;
-    for (Eigen::Index i = 0; i < L0.size(); ++i) L0(i) = Rational(next_digit(code, K, all_cubes, rng), K);
+    for (Eigen::Index i = 0; i < L0.size(); ++i)
+      L0(i) = Rational(next_digit(code, K, all_cubes, rng), K);
     const bool distinct = p.pe || distinct_columns(L0);
     Mat<Rational> inner = L0;
-    for (Eigen::Index i = 0; i < inner.size(); ++i) inner(i) += Rational(static_cast<long>(rng.uniform() * 1000000), 1000000L * K);
+    for (Eigen::Index i = 0; i < inner.size(); ++i)
+      inner(i) += Rational(static_cast<long>(rng.uniform() * 1000000), 1000000L * K);
     const Mat<Rational> y0 = forward(m.net, L0), y1 = forward(m.net, inner);
     if (distinct) {
       ++r.cubes;
       const Mat<Rational> A = to_rational(f.f((to_double(L0).array() + 0.5 / K).matrix()));
-      // f is evaluated in double, so a permuted cube's f̄ may differ from its representative's in the last bits.
+      // f is evaluated in double, so a permuted cube's f̄ may differ from its representative's in the last
+      // bits.
       const double tol = 1e-12 * (1 + to_double(A).cwiseAbs().maxCoeff());
-      r.cubes_equal += (to_double(y0) - to_double(A)).cwiseAbs().maxCoeff() <= tol && (to_double(y1) - to_double(A)).cwiseAbs().maxCoeff() <= tol;
+      r.cubes_equal += (to_double(y0) - to_double(A)).cwiseAbs().maxCoeff() <= tol &&
+                       (to_double(y1) - to_double(A)).cwiseAbs().maxCoeff() <= tol;
     } else {
       ++r.repeated_cubes;
       r.repeated_zero += y0.isZero() && y1.isZero();
@@ -651,7 +759,8 @@ Lemma6 check_lemma6(const Modified& m, const Target& f, long limit, std::uint64_
   return r;
 }
 
-double grid_max_error(const Network<Mpfr>& g, const Plan& p, const Target& f, long limit, std::uint64_t seed) {
+double grid_max_error(const Network<Mpfr>& g, const Plan& p, const Target& f, long limit,
+                      std::uint64_t seed) {
   const MpfrPrecision precision(weight_bits(g));
   const int d = p.d, n = p.n, K = p.K;
   const double cubes = std::pow(static_cast<double>(K), d * n);
@@ -661,39 +770,49 @@ double grid_max_error(const Network<Mpfr>& g, const Plan& p, const Target& f, lo
   for (long t = 0; t < (all ? static_cast<long>(cubes) : limit); ++t) {
     Mat<double> L0(d, n);
     long code = t;
-    for (Eigen::Index i = 0; i < L0.size(); ++i) L0(i) = static_cast<double>(next_digit(code, K, all, rng)) / K;
+    for (Eigen::Index i = 0; i < L0.size(); ++i)
+      L0(i) = static_cast<double>(next_digit(code, K, all, rng)) / K;
     if (!p.pe && !distinct_columns(L0)) continue;
     const Mat<double> A = f.f((L0.array() + 0.5 / K).matrix());
     Mat<double> inner = L0;
-    for (Eigen::Index i = 0; i < inner.size(); ++i) inner(i) += rng.uniform() / K;
+    for (Eigen::Index i = 0; i < inner.size(); ++i)
+      inner(i) += rng.uniform() / K;
     for (const Mat<double>* x : {&L0, &inner})
-      worst = std::max(worst, (matrix_cast<double>(forward(g, matrix_cast<Mpfr>(*x))) - A).cwiseAbs().maxCoeff());
+      worst =
+          std::max(worst, (matrix_cast<double>(forward(g, matrix_cast<Mpfr>(*x))) - A).cwiseAbs().maxCoeff());
   }
   return worst;
 }
 
 unsigned standard_bits(const Plan& p, const Rational& eta) {
-  const double mag = std::log2(Scalar<Rational>::to_double(p.M) + 1), steep = -std::log2(Scalar<Rational>::to_double(eta));
+  const double mag = std::log2(Scalar<Rational>::to_double(p.M) + 1),
+               steep = -std::log2(Scalar<Rational>::to_double(eta));
   return static_cast<unsigned>(std::ceil(mag + std::max(0.0, steep) + 64));
 }
 
-template <class S> Distance distance(const Network<S>& g, const Target& f, int d, int n, int p, long samples, std::uint64_t seed) {
+template <class S>
+Distance distance(const Network<S>& g, const Target& f, int d, int n, int p, long samples,
+                  std::uint64_t seed) {
   if (p < 1 || samples < 2) throw Error("distance needs p >= 1 and at least 2 samples");
   std::vector<double> v(static_cast<std::size_t>(samples));
   std::optional<MpfrPrecision> precision;  // an MPFR network is evaluated at its own precision
   if constexpr (!std::is_floating_point_v<S>) precision.emplace(weight_bits(g));
 #pragma omp parallel for schedule(dynamic, 16)
   for (long s = 0; s < samples; ++s) {
-    Rng rng(seed * 0x9e3779b97f4a7c15ULL + static_cast<std::uint64_t>(s));  // per sample: independent of threads
+    Rng rng(seed * 0x9e3779b97f4a7c15ULL +
+            static_cast<std::uint64_t>(s));  // per sample: independent of threads
     Mat<double> X(d, n);
-    for (Eigen::Index i = 0; i < X.size(); ++i) X(i) = rng.uniform();
+    for (Eigen::Index i = 0; i < X.size(); ++i)
+      X(i) = rng.uniform();
     const Mat<double> y = matrix_cast<double>(forward(g, matrix_cast<S>(X)));
     v[static_cast<std::size_t>(s)] = (y - f.f(X)).array().abs().pow(p).sum();
   }
   double mean = 0, sq = 0;
-  for (double x : v) mean += x;
+  for (double x : v)
+    mean += x;
   mean /= static_cast<double>(samples);
-  for (double x : v) sq += (x - mean) * (x - mean);
+  for (double x : v)
+    sq += (x - mean) * (x - mean);
   const double se = std::sqrt(sq / static_cast<double>(samples - 1) / static_cast<double>(samples));
   Distance r;
   r.samples = samples;

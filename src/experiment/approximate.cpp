@@ -14,45 +14,59 @@ Approximation approximate(const yun::Target& f, int K, const ApproximateOptions&
   const std::vector<int>& ps = o.ps;
   if (ps.empty() || ps.size() > 2) throw Error("d_p takes one or two exponents, e.g. 1,2");
   if (!o.pe && !yun::looks_equivariant(f, o.d, o.n, 20, o.seed))
-    throw Error("target \"" + f.name + "\" is not permutation equivariant (f(XP) != f(X)P on a random input): use --pe (Theorem 3)");
+    throw Error("target \"" + f.name +
+                "\" is not permutation equivariant (f(XP) != f(X)P on a random input): use --pe (Theorem 3)");
   const bool kaj = o.construction == "kajitsuka";
-  if (kaj && o.pe) throw Error("--construction kajitsuka covers permutation-equivariant targets only (no --pe)");
-  yun::Modified m = kaj ? yun::build_kajitsuka(f, o.d, o.n, K, o.max_layers) : yun::build_modified(f, o.d, o.n, K, o.pe, o.max_layers);
+  if (kaj && o.pe)
+    throw Error("--construction kajitsuka covers permutation-equivariant targets only (no --pe)");
+  yun::Modified m = kaj ? yun::build_kajitsuka(f, o.d, o.n, K, o.max_layers)
+                        : yun::build_modified(f, o.d, o.n, K, o.pe, o.max_layers);
   Approximation r;
   r.report = m.report();
   r.report["target"] = f.name;
   if (kaj && o.check) {  // softmax inside: checked in MPFR at the certificate's precision
     const MpfrPrecision precision(std::max(m.bits, 64u));  // network_cast rounds the weights at it
-    r.report["grid_max_error"] = yun::grid_max_error(network_cast<Mpfr>(m.net), m.plan, f, o.check_limit, o.seed);
+    r.report["grid_max_error"] =
+        yun::grid_max_error(network_cast<Mpfr>(m.net), m.plan, f, o.check_limit, o.seed);
   }
   if (!kaj && o.check) {
     const yun::Lemma6 c = yun::check_lemma6(m, f, o.check_limit, o.seed);
     r.report["lemma6"] = c.report();
-    if (c.max_abs_gc > Scalar<Rational>::to_double(m.plan.M)) throw Error("an entry of g_c exceeds the bound M: the value map would be wrong");
+    if (c.max_abs_gc > Scalar<Rational>::to_double(m.plan.M))
+      throw Error("an entry of g_c exceeds the bound M: the value map would be wrong");
   }
   const Rational lambda = o.lambda.empty() ? yun::default_lambda(m.plan) : parse_rational(o.lambda);
   Rational eta = o.eta.empty() ? Rational(1, K) : parse_rational(o.eta);
   if (o.eta.empty())
-    for (int k = 0; k < 40; ++k) eta /= 2;  // δ·2^-40: the ramps' measure is negligible
+    for (int k = 0; k < 40; ++k)
+      eta /= 2;  // δ·2^-40: the ramps' measure is negligible
   const Network<Rational> g = yun::standardize(m.net, lambda, eta);
   const MpfrPrecision precision(std::max(m.bits + 64, yun::standard_bits(m.plan, eta)));
   const unsigned bits = precision.bits();
-  r.report["standard"] = {{"lambda", lambda.str()}, {"eta", eta.str()}, {"parameters", g.parameter_count()}, {"mpfr_bits", bits},
+  r.report["standard"] = {{"lambda", lambda.str()},
+                          {"eta", eta.str()},
+                          {"parameters", g.parameter_count()},
+                          {"mpfr_bits", bits},
                           {"max_ff_width", [&] {
                              int w = 0;
-                             for (const auto& s : g.arch.layers) w = std::max(w, s.width);
+                             for (const auto& s : g.arch.layers)
+                               w = std::max(w, s.width);
                              return w;
                            }()}};
   // The modified network in double where that reproduces it (Yun's always; Kajitsuka's when its
   // certificate says so), otherwise in MPFR.
   const Network<double> md = m.float64_ok ? network_cast<double>(m.net) : Network<double>();
-  const Network<Mpfr> gd = network_cast<Mpfr>(g), mm = m.float64_ok ? Network<Mpfr>() : network_cast<Mpfr>(m.net);
+  const Network<Mpfr> gd = network_cast<Mpfr>(g),
+                      mm = m.float64_ok ? Network<Mpfr>() : network_cast<Mpfr>(m.net);
   for (std::size_t k = 0; k < ps.size(); ++k) {
     r.modified.push_back(m.float64_ok ? yun::distance(md, f, o.d, o.n, ps[k], o.samples, o.seed)
                                       : yun::distance(mm, f, o.d, o.n, ps[k], o.samples_standard, o.seed));
     r.standard.push_back(yun::distance(gd, f, o.d, o.n, ps[k], o.samples_standard, o.seed));
-    auto js = [](const yun::Distance& x) { return json{{"value", x.value}, {"ci95", {x.lo, x.hi}}, {"samples", x.samples}}; };
-    r.report["d_" + std::to_string(ps[k])] = {{"modified", js(r.modified[k])}, {"standard", js(r.standard[k])}};
+    auto js = [](const yun::Distance& x) {
+      return json{{"value", x.value}, {"ci95", {x.lo, x.hi}}, {"samples", x.samples}};
+    };
+    r.report["d_" + std::to_string(ps[k])] = {{"modified", js(r.modified[k])},
+                                              {"standard", js(r.standard[k])}};
   }
   if (!o.out.empty()) save_network(m.net, o.out, "F64", "yun-modified");
   if (!o.standard_out.empty()) save_network(g, o.standard_out, "F64", "yun-standard");
@@ -64,16 +78,22 @@ std::string sweep_delta(const yun::Target& f, const std::vector<int>& Ks, const 
   const std::vector<int>& ps = o.ps;
   std::vector<Row> rows;
   std::vector<double> deltas;
-  Series err_mod[2], err_std[2], layers{"layers (measured)", {}, {}, {}}, params{"parameters (measured)", {}, {}, {}},
-      lay_formula{"layers (proof's formula)", {}, {}, {}};
+  Series err_mod[2], err_std[2], layers{"layers (measured)", {}, {}, {}},
+      params{"parameters (measured)", {}, {}, {}}, lay_formula{"layers (proof's formula)", {}, {}, {}};
   for (int K : Ks) {
     if (progress) progress(K);
     const Approximation r = approximate(f, K, o);
     const json& j = r.report;
     const double delta = 1.0 / K;
     const long total = j["layers"]["total"];
-    const long formula = j["layers_formula"]["quantization"].get<long>() + j["layers_formula"]["attention"].get<long>() + j["layers_formula"]["value_map"].get<long>();
-    Row row = {std::to_string(K), fixed(delta, 6), std::to_string(total), std::to_string(formula), std::to_string(j["parameters"].get<long>()),
+    const long formula = j["layers_formula"]["quantization"].get<long>() +
+                         j["layers_formula"]["attention"].get<long>() +
+                         j["layers_formula"]["value_map"].get<long>();
+    Row row = {std::to_string(K),
+               fixed(delta, 6),
+               std::to_string(total),
+               std::to_string(formula),
+               std::to_string(j["parameters"].get<long>()),
                std::to_string(j["standard"]["parameters"].get<long>())};
     for (std::size_t k = 0; k < ps.size(); ++k) {
       for (const auto* x : {&r.modified[k], &r.standard[k]}) {
@@ -81,8 +101,10 @@ std::string sweep_delta(const yun::Target& f, const std::vector<int>& Ks, const 
         row.push_back(fixed(x->lo, 6));
         row.push_back(fixed(x->hi, 6));
       }
-      err_mod[k].x.push_back(delta), err_mod[k].y.push_back(r.modified[k].value), err_mod[k].err.push_back((r.modified[k].hi - r.modified[k].lo) / 2);
-      err_std[k].x.push_back(delta), err_std[k].y.push_back(r.standard[k].value), err_std[k].err.push_back((r.standard[k].hi - r.standard[k].lo) / 2);
+      err_mod[k].x.push_back(delta), err_mod[k].y.push_back(r.modified[k].value),
+          err_mod[k].err.push_back((r.modified[k].hi - r.modified[k].lo) / 2);
+      err_std[k].x.push_back(delta), err_std[k].y.push_back(r.standard[k].value),
+          err_std[k].err.push_back((r.standard[k].hi - r.standard[k].lo) / 2);
     }
     if (j.contains("lemma6")) row.push_back(j["lemma6"]["ok"].get<bool>() ? "yes" : "NO");
     rows.push_back(row);
@@ -94,13 +116,15 @@ std::string sweep_delta(const yun::Target& f, const std::vector<int>& Ks, const 
   Row header = {"K", "delta", "layers", "layers_formula", "parameters_modified", "parameters_standard"};
   for (int p : ps)
     for (std::string w : {"modified", "standard"})
-      for (std::string s : {"", "_lo", "_hi"}) header.push_back("d" + std::to_string(p) + "_" + w + s);
+      for (std::string s : {"", "_lo", "_hi"})
+        header.push_back("d" + std::to_string(p) + "_" + w + s);
   if (o.check) header.push_back("exact_check_ok");
   std::error_code ec;
   std::filesystem::create_directories(out_dir, ec);
   if (ec) throw Error("cannot create the folder " + out_dir + ": " + ec.message());
   write_file_atomic(out_dir + "/sweep.csv", csv_text(header, rows));
-  LinePlot e{"Yun et al. on \"" + f.name + "\" (d = " + std::to_string(o.d) + ", n = " + std::to_string(o.n) + (o.pe ? ", PE" : "") + ")",
+  LinePlot e{"Yun et al. on \"" + f.name + "\" (d = " + std::to_string(o.d) + ", n = " + std::to_string(o.n) +
+                 (o.pe ? ", PE" : "") + ")",
              "delta = 1/K", "d_p(f, g) (Monte Carlo, 95% CI)"};
   e.logx = e.logy = true;
   for (std::size_t k = 0; k < ps.size(); ++k) {
@@ -124,6 +148,5 @@ std::string sweep_delta(const yun::Target& f, const std::vector<int>& Ks, const 
   plot_png(out_dir + "/size_vs_delta.png", s);
   return markdown_table(header, rows);
 }
-
 
 }  // namespace uatlab::experiment

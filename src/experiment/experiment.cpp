@@ -17,9 +17,12 @@ Mode parse_mode(const std::string& text) {
 
 const char* to_string(Mode m) {
   switch (m) {
-    case Mode::smoke: return "smoke";
-    case Mode::quick: return "quick";
-    case Mode::full: return "full";
+    case Mode::smoke:
+      return "smoke";
+    case Mode::quick:
+      return "quick";
+    case Mode::full:
+      return "full";
   }
   return "?";
 }
@@ -28,7 +31,8 @@ const std::vector<Experiment>& experiments() {
   static const std::vector<Experiment> all = [] {
     std::vector<Experiment> v;
     for (auto list : {wang_e_experiments, kajitsuka_experiments, fang_experiments})
-      for (Experiment& e : list()) v.push_back(std::move(e));
+      for (Experiment& e : list())
+        v.push_back(std::move(e));
     return v;
   }();
   return all;
@@ -53,7 +57,8 @@ std::string run_experiment(const Experiment& e, const Context& c, const RunOptio
   so.results = o.out_dir + "/runs.jsonl";
   so.threads = o.threads;
   so.on_result = o.on_result;
-  const std::vector<json> lines = run_sweep(cells, [&](const json& cell) { return e.run(cell, c); }, so);
+  const std::vector<json> lines = run_sweep(
+      cells, [&](const json& cell) { return e.run(cell, c); }, so);
   if (!sweep_writer()) return "";
   return e.report(lines, {o.out_dir, e.name}, c);
 }

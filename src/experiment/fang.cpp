@@ -22,7 +22,8 @@ Design design(const fang::Layout& L, const Network<double>& features_net, double
   ds.phi.resize(m, L.D + 1);
   for (int r = 0; r < m; ++r) {
     std::vector<double> x(L.d);
-    for (auto& xi : x) xi = rng.uniform(-B, B);
+    for (auto& xi : x)
+      xi = rng.uniform(-B, B);
     ds.phi.row(r).head(L.D) = fang::features(features_net, L, x).transpose();
     ds.phi(r, L.D) = 1;
     ds.x.push_back(x);
@@ -40,7 +41,8 @@ std::string csv_of(const std::vector<json>& results, const Row& header) {
   std::vector<Row> rows;
   for (const json& r : results) {
     Row row;
-    for (const std::string& k : header) row.push_back(r[k].is_number_integer() ? r[k].dump() : fixed(r[k].get<double>(), 6));
+    for (const std::string& k : header)
+      row.push_back(r[k].is_number_integer() ? r[k].dump() : fixed(r[k].get<double>(), 6));
     rows.push_back(row);
   }
   return csv_text(header, rows);
@@ -58,8 +60,10 @@ json fit_degree(const FitOptions& o, int N) {
   Rng rng(o.seed);
   const Design tr = design(L, net, B, o.samples, rng), te = design(L, net, B, o.test, rng);
   Vec<double> y(o.samples), yt(o.test);
-  for (int r = 0; r < o.samples; ++r) y(r) = target(tr.x[r]);
-  for (int r = 0; r < o.test; ++r) yt(r) = target(te.x[r]);
+  for (int r = 0; r < o.samples; ++r)
+    y(r) = target(tr.x[r]);
+  for (int r = 0; r < o.test; ++r)
+    yt(r) = target(te.x[r]);
   const Vec<double> w = tr.phi.completeOrthogonalDecomposition().solve(y);  // minimum-norm least squares
   const Vec<double> e = te.phi * w - yt;
   return {{"degree", N},
@@ -83,11 +87,13 @@ json regression_point(const RegressionOptions& o, int m, int blocks) {
   const double B = Scalar<Rational>::to_double(Bq);
   auto clean = [&](const std::vector<double>& x) {
     std::vector<Rational> q;
-    for (double v : x) q.push_back(rational_of(v));
+    for (double v : x)
+      q.push_back(rational_of(v));
     return Scalar<Rational>::to_double(fang::evaluate(p, q));
   };
   long monomials = 1;  // C(N + d, d): the parameters of a degree-N polynomial
-  for (int k = 1; k <= d; ++k) monomials = monomials * (N + k) / k;
+  for (int k = 1; k <= d; ++k)
+    monomials = monomials * (N + k) / k;
   const fang::Layout L = fang::layout(d, blocks);
   const Network<double> net = feature_network(d, blocks, Bq);
   Rng rng(o.seed * 7919 + static_cast<std::uint64_t>(m));
@@ -95,8 +101,10 @@ json regression_point(const RegressionOptions& o, int m, int blocks) {
   for (int rep = 0; rep < o.repeats; ++rep) {
     const Design tr = design(L, net, B, m, rng), te = design(L, net, B, o.test, rng);
     Vec<double> y(m), yt(o.test);
-    for (int r = 0; r < m; ++r) y(r) = clean(tr.x[r]) + o.noise * rng.gauss();
-    for (int r = 0; r < o.test; ++r) yt(r) = clean(te.x[r]);
+    for (int r = 0; r < m; ++r)
+      y(r) = clean(tr.x[r]) + o.noise * rng.gauss();
+    for (int r = 0; r < o.test; ++r)
+      yt(r) = clean(te.x[r]);
     const Vec<double> w = tr.phi.completeOrthogonalDecomposition().solve(y);
     mse += (te.phi * w - yt).squaredNorm() / o.test / o.repeats;
   }
@@ -117,17 +125,21 @@ namespace {
 
 std::vector<json> results_of(const std::vector<json>& lines) {
   std::vector<json> r;
-  for (const json& l : lines) r.push_back(l["result"]);
+  for (const json& l : lines)
+    r.push_back(l["result"]);
   return r;
 }
 
 Experiment fit_experiment() {
   Experiment e;
   e.name = "fang-fit";
-  e.summary = "Fang et al.: fixed polynomial blocks + least-squares readout fit exp(x1)sin(3x2) on [-1,1]^2, error vs blocks N";
+  e.summary =
+      "Fang et al.: fixed polynomial blocks + least-squares readout fit exp(x1)sin(3x2) on [-1,1]^2, error "
+      "vs blocks N";
   e.cells = [](const Context& c) {
     std::vector<json> cells;
-    for (int N = 1; N <= c.pick(3, 8, 8); ++N) cells.push_back({{"N", N}, {"samples", c.pick(200, 2000, 2000)}});
+    for (int N = 1; N <= c.pick(3, 8, 8); ++N)
+      cells.push_back({{"N", N}, {"samples", c.pick(200, 2000, 2000)}});
     return cells;
   };
   e.run = [](const json& cell, const Context&) {
@@ -141,16 +153,16 @@ Experiment fit_experiment() {
     std::vector<Row> md;
     Series rmse{"test RMSE", {}, {}, {}}, worst{"test max error", {}, {}, {}};
     for (const json& x : r) {
-      md.push_back({x["degree"].dump(), x["readout_parameters"].dump(), fixed(x["train_rmse"], 3), fixed(x["test_rmse"], 3),
-                    fixed(x["test_max_error"], 3)});
+      md.push_back({x["degree"].dump(), x["readout_parameters"].dump(), fixed(x["train_rmse"], 3),
+                    fixed(x["test_rmse"], 3), fixed(x["test_max_error"], 3)});
       rmse.x.push_back(x["degree"]), rmse.y.push_back(x["test_rmse"]);
       worst.x.push_back(x["degree"]), worst.y.push_back(x["test_max_error"]);
     }
     const std::string text =
         markdown_table({"degree", "readout parameters", "train RMSE", "test RMSE", "test max error"}, md);
     write_file_atomic(out.path(".md"), text);
-    LinePlot plot{"Fixed blocks + least-squares readout: f = exp(x1)*sin(3*x2) on [-1,1]^2", "blocks N (= polynomial degree)",
-                  "error"};
+    LinePlot plot{"Fixed blocks + least-squares readout: f = exp(x1)*sin(3*x2) on [-1,1]^2",
+                  "blocks N (= polynomial degree)", "error"};
     plot.logy = true;
     plot.series = {rmse, worst};
     plot_png(out.path(".png"), plot);
@@ -162,12 +174,15 @@ Experiment fit_experiment() {
 Experiment regression_experiment() {
   Experiment e;
   e.name = "fang-regression";
-  e.summary = "Fang et al.: noisy cubic x1^3 - 2x1x2 + x2^2/2 + 1/4 (sigma 0.1), test MSE vs samples m with 3 and 2 blocks";
+  e.summary =
+      "Fang et al.: noisy cubic x1^3 - 2x1x2 + x2^2/2 + 1/4 (sigma 0.1), test MSE vs samples m with 3 and 2 "
+      "blocks";
   e.cells = [](const Context& c) {
     std::vector<json> cells;
     const int N = regression_degree(RegressionOptions{});
     for (int m : c.pick({20, 100}, {20, 50, 100, 200, 500, 1000, 2000}, {20, 50, 100, 200, 500, 1000, 2000}))
-      for (int blocks : {N, N - 1}) cells.push_back({{"m", m}, {"blocks", blocks}, {"repeats", c.pick(4, 20, 20)}});
+      for (int blocks : {N, N - 1})
+        cells.push_back({{"m", m}, {"blocks", blocks}, {"repeats", c.pick(4, 20, 20)}});
     return cells;
   };
   e.run = [](const json& cell, const Context&) {
@@ -179,15 +194,16 @@ Experiment regression_experiment() {
     const std::vector<json> r = results_of(lines);
     write_file_atomic(out.path(".csv"), regression_csv(r));
     const int N = regression_degree(RegressionOptions{});
-    Series full{std::to_string(N) + " blocks (= degree)", {}, {}, {}}, fewer{std::to_string(N - 1) + " blocks", {}, {}, {}},
-        ref{"sigma^2 p / m", {}, {}, {}};
+    Series full{std::to_string(N) + " blocks (= degree)", {}, {}, {}},
+        fewer{std::to_string(N - 1) + " blocks", {}, {}, {}}, ref{"sigma^2 p / m", {}, {}, {}};
     std::vector<Row> md;
     for (const json& x : r) {
       Series& s = x["blocks"] == N ? full : fewer;
       s.x.push_back(x["samples"]), s.y.push_back(x["test_mse"]);
       if (x["blocks"] == N) {
         ref.x.push_back(x["samples"]), ref.y.push_back(x["reference_sigma2_p_over_m"]);
-        md.push_back({x["samples"].dump(), fixed(x["test_mse"], 3), "", fixed(x["reference_sigma2_p_over_m"], 3)});
+        md.push_back(
+            {x["samples"].dump(), fixed(x["test_mse"], 3), "", fixed(x["reference_sigma2_p_over_m"], 3)});
       } else if (!md.empty()) {
         md.back()[2] = fixed(x["test_mse"], 3);
       }
@@ -208,6 +224,8 @@ Experiment regression_experiment() {
 
 }  // namespace
 
-std::vector<Experiment> fang_experiments() { return {fit_experiment(), regression_experiment()}; }
+std::vector<Experiment> fang_experiments() {
+  return {fit_experiment(), regression_experiment()};
+}
 
 }  // namespace uatlab::experiment

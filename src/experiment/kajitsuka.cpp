@@ -18,7 +18,9 @@ namespace {
 Experiment delta_experiment() {
   Experiment e;
   e.name = "kajitsuka-delta";
-  e.summary = "Kajitsuka & Sato Thm 2: certified context-id separation delta vs the theorem's bound over |V| (faithful and tuned)";
+  e.summary =
+      "Kajitsuka & Sato Thm 2: certified context-id separation delta vs the theorem's bound over |V| "
+      "(faithful and tuned)";
   e.cells = [](const Context& c) {
     std::vector<json> cells;
     for (int V : c.pick({4, 8}, {4, 5, 6, 8, 12, 16, 24, 32, 48, 64}, {4, 5, 6, 8, 12, 16, 24, 32, 48, 64}))
@@ -50,18 +52,22 @@ Experiment delta_experiment() {
                 {"r_max", f.r_max}};
   };
   e.report = [](const std::vector<json>& lines, const Outputs& out, const Context&) {
-    const Row header = {"V", "N", "n", "d", "mode", "c", "c_theorem", "log10_delta", "log10_delta_bound",
-                        "bits_used", "min_bits", "eps", "r_min", "r_max"};
+    const Row header = {
+        "V",         "N",        "n",   "d",     "mode", "c", "c_theorem", "log10_delta", "log10_delta_bound",
+        "bits_used", "min_bits", "eps", "r_min", "r_max"};
     std::vector<Row> csv, md;
-    Series bound{"Theorem 2 bound", {}, {}, {}}, faithful{"measured, faithful", {}, {}, {}}, tuned{"measured, tuned", {}, {}, {}};
+    Series bound{"Theorem 2 bound", {}, {}, {}}, faithful{"measured, faithful", {}, {}, {}},
+        tuned{"measured, tuned", {}, {}, {}};
     std::set<int> bound_seen;
     for (const json& l : lines) {
       const json& r = l["result"];
       Row row;
-      for (const std::string& k : header) row.push_back(label(r[k]));
+      for (const std::string& k : header)
+        row.push_back(label(r[k]));
       csv.push_back(row);
-      md.push_back({r["V"].dump(), r["N"].dump(), label(r["mode"]), fixed(r["c"], 4), fixed(r["log10_delta"], 4),
-                    fixed(r["log10_delta_bound"], 4), r["bits_used"].dump(), r["min_bits"].dump()});
+      md.push_back({r["V"].dump(), r["N"].dump(), label(r["mode"]), fixed(r["c"], 4),
+                    fixed(r["log10_delta"], 4), fixed(r["log10_delta_bound"], 4), r["bits_used"].dump(),
+                    r["min_bits"].dump()});
       const double V = r["V"];
       if (bound_seen.insert(r["V"].get<int>()).second) {
         bound.x.push_back(V);
@@ -86,6 +92,8 @@ Experiment delta_experiment() {
 
 }  // namespace
 
-std::vector<Experiment> kajitsuka_experiments() { return {kajitsuka_memorization_experiment(), delta_experiment()}; }
+std::vector<Experiment> kajitsuka_experiments() {
+  return {kajitsuka_memorization_experiment(), delta_experiment()};
+}
 
 }  // namespace uatlab::experiment

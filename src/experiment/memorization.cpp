@@ -73,8 +73,12 @@ json train_memorization(const json& cell) {
   Network<float> net = network_cast<float>(nd);
   const TrainReport r = train(net, data, nullptr, c);
   const auto [loss, acc] = evaluate_loss(net, data, Loss::cross_entropy);
-  out.update({{"accuracy", acc}, {"loss", loss}, {"memorized", acc == 1.0}, {"steps", r.steps},
-              {"parameters", net.parameter_count()}, {"seconds", r.seconds}});
+  out.update({{"accuracy", acc},
+              {"loss", loss},
+              {"memorized", acc == 1.0},
+              {"steps", r.steps},
+              {"parameters", net.parameter_count()},
+              {"seconds", r.seconds}});
   return out;
 }
 
@@ -100,13 +104,15 @@ std::vector<int> int_list(const json& j, const std::string& key, std::vector<int
   if (!j.contains(key)) return fallback;
   const json& v = j[key];
   std::vector<int> out;
-  if (v.is_number_integer()) out.push_back(v);
+  if (v.is_number_integer())
+    out.push_back(v);
   else if (v.is_array())
     for (const auto& x : v) {
       if (!x.is_number_integer()) throw Error("sweep config: \"" + key + "\" must hold integers");
       out.push_back(x);
     }
-  else throw Error("sweep config: \"" + key + "\" must be an integer or a list of integers");
+  else
+    throw Error("sweep config: \"" + key + "\" must be an integer or a list of integers");
   if (out.empty()) throw Error("sweep config: \"" + key + "\" is empty");
   return out;
 }
@@ -114,7 +120,8 @@ std::vector<int> int_list(const json& j, const std::string& key, std::vector<int
 }  // namespace
 
 const std::vector<std::pair<std::string, std::string>>& sweep_presets() {
-  static const std::vector<std::pair<std::string, std::string>> table = {{"mahdavi-grid", kMahdavi}, {"small", kSmall}};
+  static const std::vector<std::pair<std::string, std::string>> table = {{"mahdavi-grid", kMahdavi},
+                                                                         {"small", kSmall}};
   return table;
 }
 
@@ -126,18 +133,21 @@ json sweep_config(const std::string& text) {
 }
 
 std::vector<json> sweep_cells(const json& cfg) {
-  static const std::set<std::string> known = {"comment", "task", "d", "n", "V", "classes", "N", "H", "s", "m", "seeds",
-                                               "tied", "steps", "batch", "lr"};
+  static const std::set<std::string> known = {"comment", "task", "d",     "n",     "V",
+                                              "classes", "N",    "H",     "s",     "m",
+                                              "seeds",   "tied", "steps", "batch", "lr"};
   if (!cfg.is_object()) throw Error("sweep config must be a JSON object");
   for (auto it = cfg.begin(); it != cfg.end(); ++it)
     if (!known.count(it.key())) throw Error("sweep config: unknown key \"" + it.key() + "\"");
   const std::string task = cfg.value("task", "memorize");
-  if (task != "memorize" && task != "random-labels") throw Error("sweep config: task must be memorize or random-labels");
+  if (task != "memorize" && task != "random-labels")
+    throw Error("sweep config: task must be memorize or random-labels");
   std::vector<int> seeds = int_list(cfg, "seeds", {1});
   if (cfg.contains("seeds") && cfg["seeds"].is_number_integer()) {  // a count
     const int k = seeds[0];
     seeds.clear();
-    for (int i = 1; i <= k; ++i) seeds.push_back(i);
+    for (int i = 1; i <= k; ++i)
+      seeds.push_back(i);
   }
   const int d = int_list(cfg, "d", {4})[0];
   std::vector<json> cells;
@@ -147,20 +157,33 @@ std::vector<json> sweep_cells(const json& cfg) {
         for (int s : int_list(cfg, "s", {1}))
           for (int m : int_list(cfg, "m", {0}))
             for (int seed : seeds) {
-              if (N < 1 || n < 1 || H < 1 || s < 1 || m < 0) throw Error("sweep config: N, n, H, s must be >= 1 and m >= 0");
-              json c = {{"task", task}, {"N", N}, {"n", n}, {"d", d}, {"H", H}, {"s", s}, {"m", m}, {"seed", seed},
-                        {"tied", cfg.value("tied", false)}, {"steps", cfg.value("steps", 2000)}, {"batch", cfg.value("batch", 64)},
+              if (N < 1 || n < 1 || H < 1 || s < 1 || m < 0)
+                throw Error("sweep config: N, n, H, s must be >= 1 and m >= 0");
+              json c = {{"task", task},
+                        {"N", N},
+                        {"n", n},
+                        {"d", d},
+                        {"H", H},
+                        {"s", s},
+                        {"m", m},
+                        {"seed", seed},
+                        {"tied", cfg.value("tied", false)},
+                        {"steps", cfg.value("steps", 2000)},
+                        {"batch", cfg.value("batch", 64)},
                         {"lr", cfg.value("lr", 0.01)}};
-              if (task == "memorize") c["V"] = cfg.value("V", 64);
-              else c["classes"] = cfg.value("classes", 2);
+              if (task == "memorize")
+                c["V"] = cfg.value("V", 64);
+              else
+                c["classes"] = cfg.value("classes", 2);
               cells.push_back(c);
             }
   return cells;
 }
 
 std::string config_key(const json& c) {
-  return "N=" + std::to_string(c["N"].get<int>()) + " n=" + std::to_string(c["n"].get<int>()) + " H=" +
-         std::to_string(c["H"].get<int>()) + " s=" + std::to_string(c["s"].get<int>()) + " m=" + std::to_string(c["m"].get<int>());
+  return "N=" + std::to_string(c["N"].get<int>()) + " n=" + std::to_string(c["n"].get<int>()) +
+         " H=" + std::to_string(c["H"].get<int>()) + " s=" + std::to_string(c["s"].get<int>()) +
+         " m=" + std::to_string(c["m"].get<int>());
 }
 
 std::string summarise_sweep(const std::vector<json>& lines, const std::string& dir) {
@@ -170,9 +193,11 @@ std::string summarise_sweep(const std::vector<json>& lines, const std::string& d
     return group(lines, config_key, all, [key](const json& r) { return r[key].get<double>(); });
   };
   const Grouped acc = metric("accuracy"), steps = metric("steps"), params = metric("parameters");
-  const Grouped mem = group(lines, config_key, all, [](const json& r) { return r["memorized"].get<bool>() ? 1.0 : 0.0; });
+  const Grouped mem =
+      group(lines, config_key, all, [](const json& r) { return r["memorized"].get<bool>() ? 1.0 : 0.0; });
   std::map<std::string, json> cell_of;
-  for (const json& l : lines) cell_of.emplace(config_key(l["cell"]), l["cell"]);
+  for (const json& l : lines)
+    cell_of.emplace(config_key(l["cell"]), l["cell"]);
   struct Config {
     json cell;
     long params;
@@ -189,19 +214,24 @@ std::string summarise_sweep(const std::vector<json>& lines, const std::string& d
     const long p = static_cast<long>(params.values[r][0].back());
     configs.push_back({c, p, mean(a), mean(mem.values[r][0]) == 1.0});
     auto num = [&](const char* k) { return std::to_string(c[k].get<int>()); };
-    rows.push_back({num("N"), num("n"), num("H"), num("s"), num("m"), std::to_string(p), std::to_string(a.size()),
-                    fixed(mean(a), 6), fixed(sd(a), 3), fixed(mean(mem.values[r][0]), 3), fixed(mean(steps.values[r][0]), 5)});
+    rows.push_back({num("N"), num("n"), num("H"), num("s"), num("m"), std::to_string(p),
+                    std::to_string(a.size()), fixed(mean(a), 6), fixed(sd(a), 3),
+                    fixed(mean(mem.values[r][0]), 3), fixed(mean(steps.values[r][0]), 5)});
     param_set.insert(p);
     n_set.insert(c["N"].get<int>());
   }
-  const Row header = {"N", "n", "H", "s", "m", "parameters", "runs", "accuracy", "accuracy_sd", "memorized_fraction", "steps"};
+  const Row header = {"N",          "n",    "H",        "s",           "m",
+                      "parameters", "runs", "accuracy", "accuracy_sd", "memorized_fraction",
+                      "steps"};
   write_file_atomic(dir + "/summary.csv", csv_text(header, rows));
 
   const std::vector<long> P(param_set.begin(), param_set.end());
   const std::vector<int> N(n_set.begin(), n_set.end());
   HeatMap h{"Training accuracy (mean over seeds)", "N (sequences)", "parameters", "accuracy", {}, {}, {}, {}};
-  for (int x : N) h.xtics.push_back(std::to_string(x));
-  for (long p : P) h.ytics.push_back(std::to_string(p));
+  for (int x : N)
+    h.xtics.push_back(std::to_string(x));
+  for (long p : P)
+    h.ytics.push_back(std::to_string(p));
   h.values.assign(P.size(), std::vector<double>(N.size(), std::nan("")));
   std::vector<std::vector<int>> count(P.size(), std::vector<int>(N.size(), 0));
   for (const Config& k : configs) {  // configurations with equal parameter counts are averaged
@@ -213,7 +243,8 @@ std::string summarise_sweep(const std::vector<json>& lines, const std::string& d
   }
   plot_png(dir + "/accuracy_heatmap.png", h);
 
-  LinePlot mp{"Smallest model that memorizes (every seed at 100% training accuracy)", "N (sequences)", "parameters"};
+  LinePlot mp{"Smallest model that memorizes (every seed at 100% training accuracy)", "N (sequences)",
+              "parameters"};
   mp.logx = mp.logy = true;
   Series s{"smallest memorizing model", {}, {}, {}};
   std::vector<Row> md;
@@ -254,7 +285,9 @@ std::string run_memorization_sweep(const json& cfg, const RunOptions& o) {
 Experiment kajitsuka_memorization_experiment() {
   Experiment e;
   e.name = "kajitsuka-memorization";
-  e.summary = "Kajitsuka & Sato: one tied rank-1 head + ReLU FF memorizes (N x FF width), and the reviewers' fixed-v variant";
+  e.summary =
+      "Kajitsuka & Sato: one tied rank-1 head + ReLU FF memorizes (N x FF width), and the reviewers' fixed-v "
+      "variant";
   e.cells = [](const Context& c) {
     std::vector<json> cells;
     const std::vector<int> Ns = c.pick({10}, {25, 50, 100, 200}, {25, 50, 100, 200, 400, 800});
@@ -265,19 +298,37 @@ Experiment kajitsuka_memorization_experiment() {
       for (bool fixed_v : {false, true})
         for (int N : Ns)
           for (int m : ms)
-            cells.push_back({{"task", "memorize"}, {"N", N}, {"n", 8}, {"d", 4}, {"V", 64}, {"H", 1}, {"s", 1}, {"m", m},
-                             {"tied", true}, {"fixed_v", fixed_v}, {"seed", seed}, {"steps", steps}, {"batch", 64}, {"lr", 0.01}});
+            cells.push_back({{"task", "memorize"},
+                             {"N", N},
+                             {"n", 8},
+                             {"d", 4},
+                             {"V", 64},
+                             {"H", 1},
+                             {"s", 1},
+                             {"m", m},
+                             {"tied", true},
+                             {"fixed_v", fixed_v},
+                             {"seed", seed},
+                             {"steps", steps},
+                             {"batch", 64},
+                             {"lr", 0.01}});
     return cells;
   };
   e.run = [](const json& cell, const Context&) { return train_memorization(cell); };
   e.report = [](const std::vector<json>& lines, const Outputs& out, const Context&) {
-    auto row = [](const json& c) { return std::string(c["fixed_v"].get<bool>() ? "fixed v, " : "trained, ") + "N=" + std::to_string(c["N"].get<int>()); };
-    Grouped g = group(lines, row, [](const json& c) { return "m=" + std::to_string(c["m"].get<int>()); },
-                      [](const json& r) { return r["accuracy"].get<double>(); });
+    auto row = [](const json& c) {
+      return std::string(c["fixed_v"].get<bool>() ? "fixed v, " : "trained, ") +
+             "N=" + std::to_string(c["N"].get<int>());
+    };
+    Grouped g = group(
+        lines, row, [](const json& c) { return "m=" + std::to_string(c["m"].get<int>()); },
+        [](const json& r) { return r["accuracy"].get<double>(); });
     std::string md = write_grouped(g, "training accuracy", out);
-    md += "\n" + grouped_markdown(group(lines, row, [](const json& c) { return "m=" + std::to_string(c["m"].get<int>()); },
-                                        [](const json& r) { return r["loss"].get<double>(); }),
-                                  "training loss", 3);
+    md += "\n" + grouped_markdown(
+                     group(
+                         lines, row, [](const json& c) { return "m=" + std::to_string(c["m"].get<int>()); },
+                         [](const json& r) { return r["loss"].get<double>(); }),
+                     "training loss", 3);
     // The construction's size for the same data (Zhang form, tied: 2d + d + q + dq with q contexts).
     std::vector<Row> cons;
     std::set<std::pair<int, int>> seen;
@@ -292,16 +343,19 @@ Experiment kajitsuka_memorization_experiment() {
       o.seed = c["seed"].get<std::uint64_t>();
       const kajitsuka::Facts f = kajitsuka::analyse(make_task("memorize", o));
       std::size_t q = 0;
-      for (const auto& s : f.sets) q += s.size();
+      for (const auto& s : f.sets)
+        q += s.size();
       const std::size_t d = static_cast<std::size_t>(o.d);
-      cons.push_back({std::to_string(o.N), std::to_string(c["seed"].get<int>()), std::to_string(q), std::to_string(2 * d + d + q + d * q)});
+      cons.push_back({std::to_string(o.N), std::to_string(c["seed"].get<int>()), std::to_string(q),
+                      std::to_string(2 * d + d + q + d * q)});
     }
     md += "\nThe construction for the same data (`uatlab memorize`, tied, Zhang form):\n\n" +
           markdown_table({"N", "seed", "contexts q", "construction parameters"}, cons);
-    md += "\nTrained model parameters: 2d (tied head and W_O) + FF (2dm + m + d) + readout (3d + 3), d = 4.\n";
+    md +=
+        "\nTrained model parameters: 2d (tied head and W_O) + FF (2dm + m + d) + readout (3d + 3), d = 4.\n";
     write_file_atomic(out.path(".md"), md);
-    LinePlot plot{"Kajitsuka & Sato memorization: one tied rank-1 head + ReLU FF (d = 4, n = 8)", "FF width m",
-                  "training accuracy"};
+    LinePlot plot{"Kajitsuka & Sato memorization: one tied rank-1 head + ReLU FF (d = 4, n = 8)",
+                  "FF width m", "training accuracy"};
     plot.logx = true;
     plot.series = row_series(g, 2);
     plot_png(out.path(".png"), plot);
@@ -309,6 +363,5 @@ Experiment kajitsuka_memorization_experiment() {
   };
   return e;
 }
-
 
 }  // namespace uatlab::experiment

@@ -35,7 +35,8 @@ struct Mpi {
     if (!ready) {
       int provided = 0;
       MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
-      if (provided < MPI_THREAD_SERIALIZED) throw Error("the MPI library does not support MPI_THREAD_SERIALIZED");
+      if (provided < MPI_THREAD_SERIALIZED)
+        throw Error("the MPI library does not support MPI_THREAD_SERIALIZED");
       owned = true;
     }
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -98,20 +99,32 @@ class Appender {
 
 }  // namespace
 
-bool sweep_writer() { return sweep_rank() == 0; }
+bool sweep_writer() {
+  return sweep_rank() == 0;
+}
 #ifdef UATLAB_MPI
-int sweep_rank() { return mpi().rank; }
-int sweep_ranks() { return mpi().size; }
+int sweep_rank() {
+  return mpi().rank;
+}
+int sweep_ranks() {
+  return mpi().size;
+}
 #else
-int sweep_rank() { return 0; }
-int sweep_ranks() { return 1; }
+int sweep_rank() {
+  return 0;
+}
+int sweep_ranks() {
+  return 1;
+}
 #endif
 
-std::vector<json> run_sweep(const std::vector<json>& cells, const std::function<json(const json&)>& run, const SweepOptions& o) {
+std::vector<json> run_sweep(const std::vector<json>& cells, const std::function<json(const json&)>& run,
+                            const SweepOptions& o) {
   if (o.results.empty()) throw Error("a sweep needs a results file");
   std::map<std::string, std::size_t> index;  // cell text -> position
   for (std::size_t i = 0; i < cells.size(); ++i)
-    if (!index.emplace(cells[i].dump(), i).second) throw Error("the sweep lists the cell " + cells[i].dump() + " twice");
+    if (!index.emplace(cells[i].dump(), i).second)
+      throw Error("the sweep lists the cell " + cells[i].dump() + " twice");
   const int rank = sweep_rank(), ranks = sweep_ranks();
 
   // Rank 0 reads the file and decides what is pending; the other ranks learn it from rank 0.
@@ -152,14 +165,15 @@ std::vector<json> run_sweep(const std::vector<json>& cells, const std::function<
       if (block) {
         MPI_Probe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &st);
         flag = 1;
-      }
-      else MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &flag, &st);
+      } else
+        MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &flag, &st);
       if (!flag) return;
       int len = 0;
       MPI_Get_count(&st, MPI_CHAR, &len);
       std::string text(static_cast<std::size_t>(len), '\0');
       MPI_Recv(text.data(), len, MPI_CHAR, st.MPI_SOURCE, st.MPI_TAG, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-      if (st.MPI_TAG == done_tag) ++finished_ranks;
+      if (st.MPI_TAG == done_tag)
+        ++finished_ranks;
       else {
         const json line = parse_json(text, "a sweep result from rank " + std::to_string(st.MPI_SOURCE));
         record(line, text, index.at(line["cell"].dump()));
@@ -198,7 +212,8 @@ std::vector<json> run_sweep(const std::vector<json>& cells, const std::function<
 #endif
         }
 #ifdef UATLAB_MPI
-        else MPI_Send(text.data(), static_cast<int>(text.size()), MPI_CHAR, 0, result_tag, MPI_COMM_WORLD);
+        else
+          MPI_Send(text.data(), static_cast<int>(text.size()), MPI_CHAR, 0, result_tag, MPI_COMM_WORLD);
 #endif
         ++done;
         if (o.on_result) o.on_result(done, mine.size(), line);
@@ -210,7 +225,8 @@ std::vector<json> run_sweep(const std::vector<json>& cells, const std::function<
 #ifdef UATLAB_MPI
   if (ranks > 1) {
     if (rank == 0)
-      while (finished_ranks < ranks - 1) receive(true, finished_ranks);
+      while (finished_ranks < ranks - 1)
+        receive(true, finished_ranks);
     else
       MPI_Send(nullptr, 0, MPI_CHAR, 0, done_tag, MPI_COMM_WORLD);
     int failed = !failure.empty(), any = 0;
@@ -218,7 +234,8 @@ std::vector<json> run_sweep(const std::vector<json>& cells, const std::function<
     if (any && failure.empty()) failure = "another rank failed (its message is above)";
   }
 #endif
-  if (!failure.empty()) throw Error("sweep stopped: " + failure + " (finished cells are kept in " + o.results + ")");
+  if (!failure.empty())
+    throw Error("sweep stopped: " + failure + " (finished cells are kept in " + o.results + ")");
   if (rank != 0) return {};
   return found;
 }

@@ -4,10 +4,13 @@
 
 namespace uatlab::experiment {
 
-std::string label(const json& j) { return j.is_string() ? j.get<std::string>() : j.dump(); }
+std::string label(const json& j) {
+  return j.is_string() ? j.get<std::string>() : j.dump();
+}
 
 Grouped group(const std::vector<json>& lines, const std::function<std::string(const json&)>& row,
-              const std::function<std::string(const json&)>& col, const std::function<double(const json&)>& value) {
+              const std::function<std::string(const json&)>& col,
+              const std::function<double(const json&)>& value) {
   Grouped g;
   auto slot = [](std::vector<std::string>& keys, const std::string& k) {
     for (std::size_t i = 0; i < keys.size(); ++i)
@@ -18,10 +21,12 @@ Grouped group(const std::vector<json>& lines, const std::function<std::string(co
   for (const json& l : lines) {
     const std::size_t r = slot(g.rows, row(l["cell"])), c = slot(g.cols, col(l["cell"]));
     if (g.values.size() <= r) g.values.resize(r + 1);
-    for (auto& v : g.values) v.resize(g.cols.size());
+    for (auto& v : g.values)
+      v.resize(g.cols.size());
     g.values[r][c].push_back(value(l["result"]));
   }
-  for (auto& v : g.values) v.resize(g.cols.size());
+  for (auto& v : g.values)
+    v.resize(g.cols.size());
   return g;
 }
 
@@ -42,11 +47,13 @@ std::vector<Series> row_series(const Grouped& g, int prefix) {
 
 std::string grouped_markdown(const Grouped& g, const std::string& corner, int digits) {
   Row header = {corner};
-  for (const auto& c : g.cols) header.push_back(c);
+  for (const auto& c : g.cols)
+    header.push_back(c);
   std::vector<Row> md;
   for (std::size_t r = 0; r < g.rows.size(); ++r) {
     Row line = {g.rows[r]};
-    for (const auto& v : g.values[r]) line.push_back(v.empty() ? "" : mean_sd(v, digits));
+    for (const auto& v : g.values[r])
+      line.push_back(v.empty() ? "" : mean_sd(v, digits));
     md.push_back(line);
   }
   return markdown_table(header, md);

@@ -12,7 +12,8 @@ std::function<double(const std::vector<double>&)> scalar_expression(const std::s
   auto make = [expr, vars](std::vector<double>& xs) {
     auto p = std::make_unique<mu::Parser>();
     try {
-      for (std::size_t i = 0; i < vars.size(); ++i) p->DefineVar(vars[i], &xs[i]);
+      for (std::size_t i = 0; i < vars.size(); ++i)
+        p->DefineVar(vars[i], &xs[i]);
       p->SetExpr(expr);
       p->Eval();
     } catch (mu::Parser::exception_type& e) {
@@ -39,10 +40,12 @@ yun::Target expression_target(const std::string& expr, int d, int n) {
     double x = 0, i = 0, j = 0, dd = d, nn = n, mean = 0, mx = 0, mn = 0;
     Mat<double> copy = X;
     try {
-      p.DefineVar("x", &x), p.DefineVar("i", &i), p.DefineVar("j", &j), p.DefineVar("d", &dd), p.DefineVar("n", &nn);
+      p.DefineVar("x", &x), p.DefineVar("i", &i), p.DefineVar("j", &j), p.DefineVar("d", &dd),
+          p.DefineVar("n", &nn);
       p.DefineVar("mean", &mean), p.DefineVar("max", &mx), p.DefineVar("min", &mn);
       for (int r = 0; r < d; ++r)
-        for (int c = 0; c < n; ++c) p.DefineVar("x" + std::to_string(r + 1) + "_" + std::to_string(c + 1), &copy(r, c));
+        for (int c = 0; c < n; ++c)
+          p.DefineVar("x" + std::to_string(r + 1) + "_" + std::to_string(c + 1), &copy(r, c));
       p.SetExpr(expr);
       Mat<double> Y(d, n);
       for (int r = 0; r < d; ++r) {
@@ -54,7 +57,8 @@ yun::Target expression_target(const std::string& expr, int d, int n) {
           i = r + 1;
           j = c + 1;
           Y(r, c) = p.Eval();
-          if (!std::isfinite(Y(r, c))) throw Error("target \"" + expr + "\" is not finite at a point of [0,1]^{d×n}");
+          if (!std::isfinite(Y(r, c)))
+            throw Error("target \"" + expr + "\" is not finite at a point of [0,1]^{d×n}");
         }
       }
       return Y;

@@ -20,7 +20,8 @@ LayerSpec attention(int heads, int head_size, bool dp_free, Rpe rpe, bool pre_no
   a.rpe = rpe;
   a.causal = true;
   a.pre_norm = pre_norm;
-  a.strict_past = dp_free;  // the recipe's DP-free heads read the strict past; x_t arrives through the residual
+  a.strict_past =
+      dp_free;  // the recipe's DP-free heads read the strict past; x_t arrives through the residual
   a.sqrt_scaling = !dp_free;
   return a;
 }
@@ -39,12 +40,15 @@ void spread_rates(Network<double>& net, double lo, double hi) {
   for (auto& L : net.layers) {
     if (L.spec.kind != LayerKind::attention || (L.spec.rpe != Rpe::lin && L.spec.rpe != Rpe::log)) continue;
     const int H = L.spec.heads;
-    for (int h = 0; h < H; ++h) L.rpe(h, 0) = std::exp(std::log(lo) + (h + 0.5) / H * (std::log(hi) - std::log(lo)));
+    for (int h = 0; h < H; ++h)
+      L.rpe(h, 0) = std::exp(std::log(lo) + (h + 0.5) / H * (std::log(hi) - std::log(lo)));
   }
 }
 
 // Every experiment trains 60 / 3,000 / 10,000 steps in smoke / quick / full mode (or --steps).
-long steps(const Context& c) { return c.step_count(60, 3000, 10000); }
+long steps(const Context& c) {
+  return c.step_count(60, 3000, 10000);
+}
 
 TrainConfig config(const Context& c, double lr, Loss loss, std::uint64_t seed) {
   TrainConfig t;
@@ -65,7 +69,9 @@ TrainConfig config(const Context& c, double lr, Loss loss, std::uint64_t seed) {
 struct LmShape {
   int d, n, head_size, m;
 };
-LmShape lm_shape(const Context& c) { return c.pick(LmShape{16, 16, 4, 32}, LmShape{32, 64, 8, 128}, LmShape{64, 128, 16, 256}); }
+LmShape lm_shape(const Context& c) {
+  return c.pick(LmShape{16, 16, 4, 32}, LmShape{32, 64, 8, 128}, LmShape{64, 128, 16, 256});
+}
 
 json train_lm(const json& cell, const Context& c, const std::vector<LayerSpec>& layers, bool positional) {
   const LmShape s = lm_shape(c);
@@ -90,11 +96,14 @@ json train_lm(const json& cell, const Context& c, const std::vector<LayerSpec>& 
 Experiment table_1a() {
   Experiment e;
   e.name = "wang-e-1a";
-  e.summary = "Insight 1a (Table 2): depth L vs heads H at equal parameters: language modelling, Type I and Type II memories";
+  e.summary =
+      "Insight 1a (Table 2): depth L vs heads H at equal parameters: language modelling, Type I and Type II "
+      "memories";
   e.cells = [](const Context& c) {
     std::vector<json> cells;
     using Shapes = std::vector<std::pair<int, int>>;
-    const Shapes shapes = c.pick(Shapes{{1, 4}, {2, 2}, {4, 1}}, Shapes{{1, 4}, {2, 2}, {4, 1}}, Shapes{{1, 8}, {2, 4}, {4, 2}, {8, 1}});
+    const Shapes shapes = c.pick(Shapes{{1, 4}, {2, 2}, {4, 1}}, Shapes{{1, 4}, {2, 2}, {4, 1}},
+                                 Shapes{{1, 8}, {2, 4}, {4, 2}, {8, 1}});
     // Language modelling (no "task" key), and the mechanism behind the insight on synthetic data:
     // Type I adaptive memory (one look-up) and Type II (a nested look-up, which needs depth).
     for (int seed = 1; seed <= c.seed_count(); ++seed)
@@ -120,7 +129,8 @@ Experiment table_1a() {
       layers.push_back(feedforward(m, true));
     }
     json r;
-    if (!cell.contains("task")) r = train_lm(cell, c, layers, true);
+    if (!cell.contains("task"))
+      r = train_lm(cell, c, layers, true);
     else {  // token 2c + b with lags (1, 3, 7), learned positions
       TaskTraining t;
       t.task = cell["task"];
@@ -144,23 +154,31 @@ Experiment table_1a() {
   e.report = [](const std::vector<json>& lines, const Outputs& out, const Context&) {
     auto model = [](const json& c) { return "L=" + label(c["L"]) + ", H=" + label(c["H"]); };
     auto task = [](const json& c) {
-      return c.contains("task") ? std::string(c["task"] == "adaptive-1" ? "Type I memory" : "Type II memory") : std::string("language modelling");
+      return c.contains("task") ? std::string(c["task"] == "adaptive-1" ? "Type I memory" : "Type II memory")
+                                : std::string("language modelling");
     };
     Grouped g = group(lines, model, task, [](const json& r) { return r["val_loss"].get<double>(); });
     std::vector<json> synthetic, lm;
-    for (const json& l : lines) (l["cell"].contains("task") ? synthetic : lm).push_back(l);
+    for (const json& l : lines)
+      (l["cell"].contains("task") ? synthetic : lm).push_back(l);
     if (!lm.empty()) {  // the parameter count of each LM model (the synthetic ones have a smaller vocabulary)
-      Grouped p = group(lm, model, [](const json&) { return std::string("parameters (LM)"); }, [](const json& r) { return r["parameters"].get<double>(); });
-      for (std::size_t r = 0; r < g.rows.size(); ++r) g.values[r].push_back(p.values[r][0]);
+      Grouped p = group(
+          lm, model, [](const json&) { return std::string("parameters (LM)"); },
+          [](const json& r) { return r["parameters"].get<double>(); });
+      for (std::size_t r = 0; r < g.rows.size(); ++r)
+        g.values[r].push_back(p.values[r][0]);
       g.cols.push_back("parameters (LM)");
     }
-    std::string md = "Validation loss (language modelling: nats/char; Type I/II: cross-entropy):\n\n" + write_grouped(g, "model", out, 5);
+    std::string md = "Validation loss (language modelling: nats/char; Type I/II: cross-entropy):\n\n" +
+                     write_grouped(g, "model", out, 5);
     if (!synthetic.empty())
-      md += "\n" + grouped_markdown(group(synthetic, model, task, [](const json& r) { return r["val_accuracy"].get<double>(); }),
+      md += "\n" + grouped_markdown(group(synthetic, model, task,
+                                          [](const json& r) { return r["val_accuracy"].get<double>(); }),
                                     "validation accuracy", 3);
     write_file_atomic(out.path(".md"), md);
     Grouped t = group(lines, task, model, [](const json& r) { return r["val_loss"].get<double>(); });
-    LinePlot plot{"Wang & E Insight 1a: depth vs heads at equal parameters", "model", "validation cross-entropy"};
+    LinePlot plot{"Wang & E Insight 1a: depth vs heads at equal parameters", "model",
+                  "validation cross-entropy"};
     plot.logy = true;
     plot.xtics = t.cols;
     plot.series = row_series(t, -1);
@@ -193,10 +211,14 @@ Experiment table_3b() {
     return train_lm(cell, c, layers, false);
   };
   e.report = [](const std::vector<json>& lines, const Outputs& out, const Context&) {
-    Grouped g = group(lines, [](const json& c) { return std::string(c["dp"].get<bool>() ? "DP + RPE" : "DP-free (RPE only)"); },
-                      [](const json& c) { return label(c["rpe"]) + "-type RPE"; }, [](const json& r) { return r["val_loss"].get<double>(); });
+    Grouped g = group(
+        lines,
+        [](const json& c) { return std::string(c["dp"].get<bool>() ? "DP + RPE" : "DP-free (RPE only)"); },
+        [](const json& c) { return label(c["rpe"]) + "-type RPE"; },
+        [](const json& r) { return r["val_loss"].get<double>(); });
     const std::string md = write_grouped(g, "attention (2 layers, 4 heads)", out);
-    LinePlot plot{"Wang & E Insight 3b: DP vs DP-free on language modelling", "RPE type", "validation cross-entropy"};
+    LinePlot plot{"Wang & E Insight 3b: DP vs DP-free on language modelling", "RPE type",
+                  "validation cross-entropy"};
     plot.xtics = g.cols;
     plot.series = row_series(g, -1);
     plot_png(out.path(".png"), plot);
@@ -220,8 +242,10 @@ Experiment hm_grid(const GridSpec& spec) {
   e.summary = spec.summary;
   e.cells = [spec](const Context& c) {
     std::vector<json> cells;
-    const std::vector<int> Hs = spec.with_dp ? c.pick({1, 2}, {1, 4}, {1, 2, 4, 8}) : c.pick({1, 2}, {1, 2, 4, 8}, {1, 2, 4, 8, 16});
-    const std::vector<int> ms = spec.with_dp ? c.pick({8}, {16, 64}, {8, 32, 128, 512}) : c.pick({8, 16}, {8, 32, 128}, {8, 32, 128, 512});
+    const std::vector<int> Hs =
+        spec.with_dp ? c.pick({1, 2}, {1, 4}, {1, 2, 4, 8}) : c.pick({1, 2}, {1, 2, 4, 8}, {1, 2, 4, 8, 16});
+    const std::vector<int> ms = spec.with_dp ? c.pick({8}, {16, 64}, {8, 32, 128, 512})
+                                             : c.pick({8, 16}, {8, 32, 128}, {8, 32, 128, 512});
     for (int seed = 1; seed <= c.seed_count(); ++seed)
       for (bool dp : spec.with_dp ? std::vector<bool>{false, true} : std::vector<bool>{false})
         for (int H : Hs)
@@ -256,9 +280,13 @@ Experiment hm_grid(const GridSpec& spec) {
   };
   e.report = [spec](const std::vector<json>& lines, const Outputs& out, const Context&) {
     const bool ce = task(spec.task).loss == Loss::cross_entropy;
-    auto row = [spec](const json& c) { return (spec.with_dp ? std::string(c["dp"].get<bool>() ? "DP, " : "DP-free, ") : std::string()) + "H=" + label(c["H"]); };
+    auto row = [spec](const json& c) {
+      return (spec.with_dp ? std::string(c["dp"].get<bool>() ? "DP, " : "DP-free, ") : std::string()) +
+             "H=" + label(c["H"]);
+    };
     auto value = [ce](const json& r) { return r[ce ? "val_loss" : "val_nmse"].get<double>(); };
-    Grouped g = group(lines, row, [](const json& c) { return "m=" + label(c["m"]); }, value);
+    Grouped g = group(
+        lines, row, [](const json& c) { return "m=" + label(c["m"]); }, value);
     std::string md = write_grouped(g, ce ? "validation loss" : "validation MSE / Var(y)", out);
     LinePlot plot{spec.title, "FFN width m", ce ? "validation cross-entropy" : "validation MSE / Var(y)"};
     plot.logx = true;
@@ -266,8 +294,9 @@ Experiment hm_grid(const GridSpec& spec) {
     plot.series = row_series(g, 2);
     plot_png(out.path(".png"), plot);
     if (ce) {  // accuracy beside the loss
-      Grouped a = group(lines, row, [](const json& c) { return "m=" + label(c["m"]); },
-                        [](const json& r) { return r["val_accuracy"].get<double>(); });
+      Grouped a = group(
+          lines, row, [](const json& c) { return "m=" + label(c["m"]); },
+          [](const json& r) { return r["val_accuracy"].get<double>(); });
       md += "\nValidation accuracy:\n\n" + grouped_markdown(a, "accuracy", 3);
       write_file_atomic(out.path(".md"), md);
     }
@@ -281,14 +310,20 @@ Experiment hm_grid(const GridSpec& spec) {
 Experiment table_4a() {
   Experiment e;
   e.name = "wang-e-4a";
-  e.summary = "Insight 4a (Table 8): log vs lin RPE, H heads, single-layer FFN-free DP-free, heavy and light-tailed kernels";
+  e.summary =
+      "Insight 4a (Table 8): log vs lin RPE, H heads, single-layer FFN-free DP-free, heavy and light-tailed "
+      "kernels";
   e.cells = [](const Context& c) {
     std::vector<json> cells;
     for (int seed = 1; seed <= c.seed_count(); ++seed)
       for (std::string tail : {"heavy", "light"})
         for (std::string rpe : {"log", "lin"})
           for (int H : c.pick({1, 2}, {1, 2, 4, 8}, {1, 2, 4, 8, 16, 32}))
-            cells.push_back({{"tail", tail}, {"rpe", rpe}, {"H", H}, {"seed", seed}, {"window", "n/2"},
+            cells.push_back({{"tail", tail},
+                             {"rpe", rpe},
+                             {"H", H},
+                             {"seed", seed},
+                             {"window", "n/2"},
                              {"steps", steps(c)}});
     return cells;
   };
@@ -312,14 +347,19 @@ Experiment table_4a() {
     t.arch.layers[0].window = t.data.window;
     t.cfg = config(c, 1e-2, Loss::mse, t.data.seed);
     t.init_seed = t.data.seed;
-    t.adjust = [log](Network<double>& net) { log ? spread_rates(net, 0.25, 4.0) : spread_rates(net, 0.02, 2.0); };
+    t.adjust = [log](Network<double>& net) {
+      log ? spread_rates(net, 0.25, 4.0) : spread_rates(net, 0.02, 2.0);
+    };
     return train_task(t);
   };
   e.report = [](const std::vector<json>& lines, const Outputs& out, const Context&) {
-    Grouped g = group(lines, [](const json& c) { return label(c["tail"]) + "-tailed, " + label(c["rpe"]) + "-type"; },
-                      [](const json& c) { return "H=" + label(c["H"]); }, [](const json& r) { return r["val_nmse"].get<double>(); });
+    Grouped g = group(
+        lines, [](const json& c) { return label(c["tail"]) + "-tailed, " + label(c["rpe"]) + "-type"; },
+        [](const json& c) { return "H=" + label(c["H"]); },
+        [](const json& r) { return r["val_nmse"].get<double>(); });
     const std::string md = write_grouped(g, "validation MSE / Var(y)", out);
-    LinePlot plot{"Wang & E Insight 4a: memory kernels, log vs lin RPE", "heads H", "validation MSE / Var(y)"};
+    LinePlot plot{"Wang & E Insight 4a: memory kernels, log vs lin RPE", "heads H",
+                  "validation MSE / Var(y)"};
     plot.logx = plot.logy = true;
     plot.series = row_series(g, 2);
     plot_png(out.path(".png"), plot);
@@ -331,15 +371,28 @@ Experiment table_4a() {
 }  // namespace
 
 std::vector<Experiment> wang_e_experiments() {
-  return {table_1a(),
-          hm_grid({"wang-e-1b", "Insight 1b (Table 3): H x m grid, single-layer DP-free, sparse Boolean (majority of lags 1,4,9)",
-                   "sparse-boolean", "Wang & E Insight 1b: single-layer DP-free on a sparse Boolean memory", {1, 4, 9}}),
-          hm_grid({"wang-e-2a", "Insight 2a (Table 4): complex read-out sin(4 pi x_{t-1}) of a simple memory: m matters, H barely",
-                   "complex-readout", "Wang & E Insight 2a: complex read-out sin(4 pi x_{t-1})", {1}}),
-          hm_grid({"wang-e-3a", "Insight 3a (Table 6): DP vs DP-free, single layer, sparse Boolean (majority of lags 1,4,9)",
-                   "sparse-boolean", "Wang & E Insight 3a: DP vs DP-free on a sparse Boolean memory", {1, 4, 9}, true}),
-          table_3b(),
-          table_4a()};
+  return {
+      table_1a(),
+      hm_grid(
+          {"wang-e-1b",
+           "Insight 1b (Table 3): H x m grid, single-layer DP-free, sparse Boolean (majority of lags 1,4,9)",
+           "sparse-boolean",
+           "Wang & E Insight 1b: single-layer DP-free on a sparse Boolean memory",
+           {1, 4, 9}}),
+      hm_grid(
+          {"wang-e-2a",
+           "Insight 2a (Table 4): complex read-out sin(4 pi x_{t-1}) of a simple memory: m matters, H barely",
+           "complex-readout",
+           "Wang & E Insight 2a: complex read-out sin(4 pi x_{t-1})",
+           {1}}),
+      hm_grid({"wang-e-3a",
+               "Insight 3a (Table 6): DP vs DP-free, single layer, sparse Boolean (majority of lags 1,4,9)",
+               "sparse-boolean",
+               "Wang & E Insight 3a: DP vs DP-free on a sparse Boolean memory",
+               {1, 4, 9},
+               true}),
+      table_3b(),
+      table_4a()};
 }
 
 }  // namespace uatlab::experiment

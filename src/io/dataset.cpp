@@ -18,7 +18,8 @@ Rational number(const json& v) {
 Mat<Rational> columns(const json& v, const std::string& field, bool allow_scalars) {
   if (!v.is_array() || v.empty()) throw Error("\"" + field + "\" must be a non-empty array");
   const bool scalars = !v[0].is_array();
-  if (scalars && !allow_scalars) throw Error("\"" + field + "\" must be an array of tokens, each an array of numbers");
+  if (scalars && !allow_scalars)
+    throw Error("\"" + field + "\" must be an array of tokens, each an array of numbers");
   const std::size_t k = scalars ? 1 : v[0].size();
   if (k == 0) throw Error("\"" + field + "\" entry 0 is empty");
   Mat<Rational> m(static_cast<Eigen::Index>(k), static_cast<Eigen::Index>(v.size()));
@@ -29,9 +30,11 @@ Mat<Rational> columns(const json& v, const std::string& field, bool allow_scalar
       continue;
     }
     if (!v[j].is_array() || v[j].size() != k)
-      throw Error("\"" + field + "\" entry " + std::to_string(j) + " has " + (v[j].is_array() ? std::to_string(v[j].size()) : "no") +
-                  " values, entry 0 has " + std::to_string(k));
-    for (std::size_t i = 0; i < k; ++i) m(i, j) = number(v[j][i]);
+      throw Error("\"" + field + "\" entry " + std::to_string(j) + " has " +
+                  (v[j].is_array() ? std::to_string(v[j].size()) : "no") + " values, entry 0 has " +
+                  std::to_string(k));
+    for (std::size_t i = 0; i < k; ++i)
+      m(i, j) = number(v[j][i]);
   }
   return m;
 }
@@ -55,7 +58,8 @@ Dataset parse_dataset(const std::string& text, const std::string& what) {
       for (auto& [k, _] : j.items())
         if (k != "x" && k != "tokens" && k != "y" && k != "mask")
           throw Error("unknown field \"" + k + "\" (expected x or tokens, and y, mask)");
-      if (j.contains("x") == j.contains("tokens")) throw Error("a line needs exactly one of \"x\" and \"tokens\"");
+      if (j.contains("x") == j.contains("tokens"))
+        throw Error("a line needs exactly one of \"x\" and \"tokens\"");
       Sequence s;
       const bool tokens = j.contains("tokens");
       if (!ds.sequences.empty() && tokens != ds.token_input) throw Error("mixes \"x\" and \"tokens\" lines");
@@ -70,18 +74,22 @@ Dataset parse_dataset(const std::string& text, const std::string& what) {
         }
       } else {
         s.x = columns(j["x"], "x", false);
-        if (ds.sequences.empty()) ds.d = static_cast<int>(s.x.rows());
+        if (ds.sequences.empty())
+          ds.d = static_cast<int>(s.x.rows());
         else if (s.x.rows() != ds.d)
-          throw Error("tokens have " + std::to_string(s.x.rows()) + " numbers, earlier lines have d = " + std::to_string(ds.d));
+          throw Error("tokens have " + std::to_string(s.x.rows()) +
+                      " numbers, earlier lines have d = " + std::to_string(ds.d));
       }
       if (j.contains("y")) {
         s.y = columns(j["y"], "y", true);
         if (static_cast<std::size_t>(s.y.cols()) != s.n())
-          throw Error("\"y\" has " + std::to_string(s.y.cols()) + " labels for " + std::to_string(s.n()) + " tokens");
+          throw Error("\"y\" has " + std::to_string(s.y.cols()) + " labels for " + std::to_string(s.n()) +
+                      " tokens");
       }
       if (j.contains("mask")) {
         const json& m = j["mask"];
-        if (!m.is_array() || m.size() != s.n()) throw Error("\"mask\" must be an array of " + std::to_string(s.n()) + " 0/1 values");
+        if (!m.is_array() || m.size() != s.n())
+          throw Error("\"mask\" must be an array of " + std::to_string(s.n()) + " 0/1 values");
         for (auto& b : m) {
           if (!b.is_number_integer() || (b.get<long long>() != 0 && b.get<long long>() != 1))
             throw Error("\"mask\" entry " + b.dump() + " is not 0 or 1");
@@ -90,7 +98,8 @@ Dataset parse_dataset(const std::string& text, const std::string& what) {
       }
       const int k = static_cast<int>(s.y.rows());
       if (!ds.sequences.empty() && k != ds.label_dim)
-        throw Error("labels have dimension " + std::to_string(k) + ", earlier lines have " + std::to_string(ds.label_dim));
+        throw Error("labels have dimension " + std::to_string(k) + ", earlier lines have " +
+                    std::to_string(ds.label_dim));
       ds.label_dim = k;
       ds.sequences.push_back(std::move(s));
     } catch (const Error& e) {
@@ -101,19 +110,23 @@ Dataset parse_dataset(const std::string& text, const std::string& what) {
   return ds;
 }
 
-Dataset read_dataset(const std::string& path) { return parse_dataset(read_file(path), path); }
+Dataset read_dataset(const std::string& path) {
+  return parse_dataset(read_file(path), path);
+}
 
 std::string format_dataset(const Dataset& ds) {
   using nlohmann::json;
   std::string out;
   for (const Sequence& s : ds.sequences) {
     json line;
-    if (ds.token_input) line["tokens"] = s.tokens;
+    if (ds.token_input)
+      line["tokens"] = s.tokens;
     else {
       json x = json::array();
       for (Eigen::Index k = 0; k < s.x.cols(); ++k) {
         json tok = json::array();
-        for (Eigen::Index i = 0; i < s.x.rows(); ++i) tok.push_back(s.x(i, k).str());
+        for (Eigen::Index i = 0; i < s.x.rows(); ++i)
+          tok.push_back(s.x(i, k).str());
         x.push_back(tok);
       }
       line["x"] = x;
@@ -121,10 +134,12 @@ std::string format_dataset(const Dataset& ds) {
     if (s.y.size() > 0) {
       json y = json::array();
       for (Eigen::Index k = 0; k < s.y.cols(); ++k) {
-        if (s.y.rows() == 1) y.push_back(s.y(0, k).str());
+        if (s.y.rows() == 1)
+          y.push_back(s.y(0, k).str());
         else {
           json v = json::array();
-          for (Eigen::Index i = 0; i < s.y.rows(); ++i) v.push_back(s.y(i, k).str());
+          for (Eigen::Index i = 0; i < s.y.rows(); ++i)
+            v.push_back(s.y(i, k).str());
           y.push_back(v);
         }
       }
@@ -132,7 +147,8 @@ std::string format_dataset(const Dataset& ds) {
     }
     if (!s.mask.empty()) {
       json m = json::array();
-      for (char b : s.mask) m.push_back(static_cast<int>(b));
+      for (char b : s.mask)
+        m.push_back(static_cast<int>(b));
       line["mask"] = m;
     }
     out += line.dump() + "\n";

@@ -1,10 +1,10 @@
 #include "uatlab/io/json.hpp"
 
+#include <unistd.h>
 #include <cstdio>
 #include <fstream>
 #include <set>
 #include <sstream>
-#include <unistd.h>
 #include <vector>
 
 #include "uatlab/model/scalar.hpp"

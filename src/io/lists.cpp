@@ -12,7 +12,8 @@ std::vector<std::string> parse_list(const std::string& text, const std::string& 
     std::string item = text.substr(begin, comma == std::string::npos ? std::string::npos : comma - begin);
     const std::size_t a = item.find_first_not_of(" \t"), b = item.find_last_not_of(" \t");
     item = a == std::string::npos ? "" : item.substr(a, b - a + 1);
-    if (item.empty()) throw Error(what + " \"" + text + "\": expected a comma-separated list with no empty item");
+    if (item.empty())
+      throw Error(what + " \"" + text + "\": expected a comma-separated list with no empty item");
     if (items.size() == 4096) throw Error(what + ": more than 4096 items");
     items.push_back(item);
     if (comma == std::string::npos) return items;
@@ -34,7 +35,8 @@ std::vector<int> parse_int_list(const std::string& text, const std::string& what
     }
     if (neg) v = -v;
     if (v < lo || v > hi)
-      throw Error(what + " \"" + text + "\": " + item + " is outside [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+      throw Error(what + " \"" + text + "\": " + item + " is outside [" + std::to_string(lo) + ", " +
+                  std::to_string(hi) + "]");
     values.push_back(static_cast<int>(v));
   }
   return values;

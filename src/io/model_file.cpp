@@ -18,30 +18,39 @@ FileFormat format_for_path(const std::string& path) {
 namespace {
 
 // Row-major PyTorch order of a parameter matrix.
-template <class S, class F> void for_each_torch_element(const Mat<S>& m, Layout l, F&& f) {
+template <class S, class F>
+void for_each_torch_element(const Mat<S>& m, Layout l, F&& f) {
   if (l == Layout::Matrix) {
     for (Eigen::Index i = 0; i < m.rows(); ++i)
-      for (Eigen::Index j = 0; j < m.cols(); ++j) f(m(i, j));
+      for (Eigen::Index j = 0; j < m.cols(); ++j)
+        f(m(i, j));
   } else {  // Vector, TokenMajor: column-major memory is PyTorch's row-major
-    for (Eigen::Index k = 0; k < m.size(); ++k) f(m.data()[k]);
+    for (Eigen::Index k = 0; k < m.size(); ++k)
+      f(m.data()[k]);
   }
 }
 
-template <class S> void assign_torch_order(Mat<S>& m, Layout l, const std::vector<S>& v) {
+template <class S>
+void assign_torch_order(Mat<S>& m, Layout l, const std::vector<S>& v) {
   std::size_t k = 0;
   if (l == Layout::Matrix) {
     for (Eigen::Index i = 0; i < m.rows(); ++i)
-      for (Eigen::Index j = 0; j < m.cols(); ++j) m(i, j) = v[k++];
+      for (Eigen::Index j = 0; j < m.cols(); ++j)
+        m(i, j) = v[k++];
   } else {
-    for (Eigen::Index i = 0; i < m.size(); ++i) m.data()[i] = v[k++];
+    for (Eigen::Index i = 0; i < m.size(); ++i)
+      m.data()[i] = v[k++];
   }
 }
 
-std::string shape_text(const std::vector<std::int64_t>& s) { return json(s).dump(); }
+std::string shape_text(const std::vector<std::int64_t>& s) {
+  return json(s).dump();
+}
 
 }  // namespace
 
-template <class S> Network<S> load_network(const std::string& path) {
+template <class S>
+Network<S> load_network(const std::string& path) {
   const std::string bytes = read_file(path);
   json arch_json;
   // name -> (torch shape, exact values as S)
@@ -89,9 +98,11 @@ template <class S> Network<S> load_network(const std::string& path) {
       if (it == stored.end()) throw Error("missing tensor \"" + name + "\"");
       auto want = torch_shape(m, l);
       if (it->second.first != want)
-        throw Error("tensor \"" + name + "\" has shape " + shape_text(it->second.first) + ", the architecture needs " + shape_text(want));
+        throw Error("tensor \"" + name + "\" has shape " + shape_text(it->second.first) +
+                    ", the architecture needs " + shape_text(want));
       if (static_cast<Eigen::Index>(it->second.second.size()) != m.size())
-        throw Error("tensor \"" + name + "\" has " + std::to_string(it->second.second.size()) + " values, its shape needs " + std::to_string(m.size()));
+        throw Error("tensor \"" + name + "\" has " + std::to_string(it->second.second.size()) +
+                    " values, its shape needs " + std::to_string(m.size()));
       assign_torch_order(m, l, it->second.second);
       ++used;
     });
@@ -107,8 +118,9 @@ template <class S> Network<S> load_network(const std::string& path) {
   }
 }
 
-template <class S> void save_network(const Network<S>& net, const std::string& path, const std::string& dtype,
-                                     const std::string& source) {
+template <class S>
+void save_network(const Network<S>& net, const std::string& path, const std::string& dtype,
+                  const std::string& source) {
   if (format_for_path(path) == FileFormat::json) {
     json tensors = json::object();
     net.for_each_tensor([&](const std::string& name, const Mat<S>& m, Layout l) {
@@ -116,7 +128,10 @@ template <class S> void save_network(const Network<S>& net, const std::string& p
       for_each_torch_element(m, l, [&](const S& x) { data.push_back(Scalar<S>::to_rational(x).str()); });
       tensors[name] = {{"shape", torch_shape(m, l)}, {"data", data}};
     });
-    json j = {{"format", "uatlab-model-1"}, {"scalar", source}, {"architecture", net.arch.to_json()}, {"tensors", tensors}};
+    json j = {{"format", "uatlab-model-1"},
+              {"scalar", source},
+              {"architecture", net.arch.to_json()},
+              {"tensors", tensors}};
     write_file_atomic(path, j.dump(1) + "\n");
     return;
   }
@@ -136,8 +151,9 @@ template <class S> void save_network(const Network<S>& net, const std::string& p
   write_file_atomic(path, st.serialize());
 }
 
-template <class S> void save_checkpoint(const std::string& path, const Network<S>& net, const NamedNetworks<S>& extras,
-                                        const std::map<std::string, std::string>& metadata) {
+template <class S>
+void save_checkpoint(const std::string& path, const Network<S>& net, const NamedNetworks<S>& extras,
+                     const std::map<std::string, std::string>& metadata) {
   Safetensors st;
   st.metadata = metadata;
   st.metadata["format"] = "pt";
@@ -150,12 +166,14 @@ template <class S> void save_checkpoint(const std::string& path, const Network<S
     });
   };
   put("", net);
-  for (auto& [prefix, n] : extras) put(prefix, *n);
+  for (auto& [prefix, n] : extras)
+    put(prefix, *n);
   write_file_atomic(path, st.serialize());
 }
 
-template <class S> std::map<std::string, std::string> load_checkpoint(const std::string& path, Network<S>& net,
-                                                                      const NamedNetworks<S>& extras) {
+template <class S>
+std::map<std::string, std::string> load_checkpoint(const std::string& path, Network<S>& net,
+                                                   const NamedNetworks<S>& extras) {
   try {
     Safetensors st = Safetensors::parse(read_file(path), "checkpoint");
     if (!st.metadata.count("uatlab")) throw Error("no \"uatlab\" architecture in __metadata__");
@@ -164,7 +182,8 @@ template <class S> std::map<std::string, std::string> load_checkpoint(const std:
       n.for_each_tensor([&](const std::string& name, Mat<S>& m, Layout l) {
         auto it = st.tensors.find(prefix + name);
         if (it == st.tensors.end()) throw Error("missing tensor \"" + prefix + name + "\"");
-        if (it->second.shape != torch_shape(m, l)) throw Error("tensor \"" + prefix + name + "\" has the wrong shape");
+        if (it->second.shape != torch_shape(m, l))
+          throw Error("tensor \"" + prefix + name + "\" has the wrong shape");
         std::vector<S> v;
         for (double x : it->second.values()) {
           if (!std::isfinite(x)) throw Error("tensor \"" + prefix + name + "\" contains NaN or infinity");
@@ -184,14 +203,20 @@ template <class S> std::map<std::string, std::string> load_checkpoint(const std:
   }
 }
 
-template void save_checkpoint<float>(const std::string&, const Network<float>&, const NamedNetworks<float>&, const std::map<std::string, std::string>&);
-template void save_checkpoint<double>(const std::string&, const Network<double>&, const NamedNetworks<double>&, const std::map<std::string, std::string>&);
-template std::map<std::string, std::string> load_checkpoint<float>(const std::string&, Network<float>&, const NamedNetworks<float>&);
-template std::map<std::string, std::string> load_checkpoint<double>(const std::string&, Network<double>&, const NamedNetworks<double>&);
+template void save_checkpoint<float>(const std::string&, const Network<float>&, const NamedNetworks<float>&,
+                                     const std::map<std::string, std::string>&);
+template void save_checkpoint<double>(const std::string&, const Network<double>&,
+                                      const NamedNetworks<double>&,
+                                      const std::map<std::string, std::string>&);
+template std::map<std::string, std::string> load_checkpoint<float>(const std::string&, Network<float>&,
+                                                                   const NamedNetworks<float>&);
+template std::map<std::string, std::string> load_checkpoint<double>(const std::string&, Network<double>&,
+                                                                    const NamedNetworks<double>&);
 
-#define UATLAB_INSTANTIATE_IO(S)                                      \
-  template Network<S> load_network<S>(const std::string&);             \
-  template void save_network<S>(const Network<S>&, const std::string&, const std::string&, const std::string&);
+#define UATLAB_INSTANTIATE_IO(S)                                                           \
+  template Network<S> load_network<S>(const std::string&);                                 \
+  template void save_network<S>(const Network<S>&, const std::string&, const std::string&, \
+                                const std::string&);
 UATLAB_INSTANTIATE_IO(float)
 UATLAB_INSTANTIATE_IO(double)
 UATLAB_INSTANTIATE_IO(Mpfr)

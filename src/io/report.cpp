@@ -16,7 +16,8 @@ namespace {
 std::string csv_field(const std::string& s) {
   if (s.find_first_of(",\"\n") == std::string::npos) return s;
   std::string q = "\"";
-  for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
+  for (char c : s)
+    q += c == '"' ? std::string("\"\"") : std::string(1, c);
   return q + "\"";
 }
 
@@ -24,18 +25,22 @@ std::string csv_field(const std::string& s) {
 // _{..} and ^{..} typeset sub- and superscripts; a literal & is escaped.
 std::string gq(const std::string& s) {
   std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("''") : c == '&' ? std::string("\\&") : std::string(1, c);
+  for (char c : s)
+    q += c == '\'' ? std::string("''") : c == '&' ? std::string("\\&") : std::string(1, c);
   return q + "'";
 }
 
-std::string num(double v) { return std::isfinite(v) ? fixed(v, 9) : "NaN"; }  // gnuplot's missing value
+std::string num(double v) {
+  return std::isfinite(v) ? fixed(v, 9) : "NaN";
+}  // gnuplot's missing value
 
 // Run gnuplot on a script that writes the PNG to a temporary file, then move it into place.
 void run_gnuplot(const std::string& path, const std::string& body) {
   const std::string tmp = path + ".tmp." + std::to_string(::getpid()) + ".png";
-  std::string script = "set terminal pngcairo size 900,600 enhanced font 'Sans,11'\nset output " + gq(tmp) + "\n" + body +
-                       "\nunset output\n";
-  const std::string log = path + ".tmp." + std::to_string(::getpid()) + ".log";  // gnuplot's chatter, shown on failure
+  std::string script = "set terminal pngcairo size 900,600 enhanced font 'Sans,11'\nset output " + gq(tmp) +
+                       "\n" + body + "\nunset output\n";
+  const std::string log =
+      path + ".tmp." + std::to_string(::getpid()) + ".log";  // gnuplot's chatter, shown on failure
   std::FILE* p = ::popen(("gnuplot > '" + log + "' 2>&1").c_str(), "w");
   if (!p) throw Error("cannot start gnuplot (install gnuplot-nox) to draw " + path);
   std::fwrite(script.data(), 1, script.size(), p);
@@ -62,23 +67,28 @@ void run_gnuplot(const std::string& path, const std::string& body) {
 std::string csv_text(const Row& header, const std::vector<Row>& rows) {
   std::string out;
   auto line = [&](const Row& r) {
-    for (std::size_t i = 0; i < r.size(); ++i) out += (i ? "," : "") + csv_field(r[i]);
+    for (std::size_t i = 0; i < r.size(); ++i)
+      out += (i ? "," : "") + csv_field(r[i]);
     out += "\n";
   };
   line(header);
-  for (const Row& r : rows) line(r);
+  for (const Row& r : rows)
+    line(r);
   return out;
 }
 
 std::string markdown_table(const Row& header, const std::vector<Row>& rows) {
   std::string out = "|";
-  for (const auto& h : header) out += " " + h + " |";
+  for (const auto& h : header)
+    out += " " + h + " |";
   out += "\n|";
-  for (std::size_t i = 0; i < header.size(); ++i) out += "---|";
+  for (std::size_t i = 0; i < header.size(); ++i)
+    out += "---|";
   out += "\n";
   for (const Row& r : rows) {
     out += "|";
-    for (const auto& c : r) out += " " + c + " |";
+    for (const auto& c : r)
+      out += " " + c + " |";
     out += "\n";
   }
   return out;
@@ -92,7 +102,8 @@ std::string fixed(double v, int digits) {
 
 double mean(const std::vector<double>& v) {
   double s = 0;
-  for (double x : v) s += x;
+  for (double x : v)
+    s += x;
   return v.empty() ? std::nan("") : s / static_cast<double>(v.size());
 }
 
@@ -100,7 +111,8 @@ double sd(const std::vector<double>& v) {
   if (v.size() < 2) return 0;
   const double m = mean(v);
   double s = 0;
-  for (double x : v) s += (x - m) * (x - m);
+  for (double x : v)
+    s += (x - m) * (x - m);
   return std::sqrt(s / static_cast<double>(v.size() - 1));
 }
 
@@ -117,7 +129,8 @@ void plot_png(const std::string& path, const LinePlot& p) {
   if (p.logy) s << "set logscale y\n";
   if (!p.xtics.empty()) {
     s << "set xtics (";
-    for (std::size_t i = 0; i < p.xtics.size(); ++i) s << (i ? ", " : "") << gq(p.xtics[i]) << " " << i;
+    for (std::size_t i = 0; i < p.xtics.size(); ++i)
+      s << (i ? ", " : "") << gq(p.xtics[i]) << " " << i;
     s << ")\nset xrange [-0.5:" << p.xtics.size() - 0.5 << "]\n";
   }
   for (std::size_t k = 0; k < p.series.size(); ++k) {
@@ -129,7 +142,8 @@ void plot_png(const std::string& path, const LinePlot& p) {
   }
   s << "plot ";
   for (std::size_t k = 0; k < p.series.size(); ++k)
-    s << (k ? ", " : "") << "$d" << k << " using 1:2:3 with yerrorlines lw 2 pt 7 title " << gq(p.series[k].label);
+    s << (k ? ", " : "") << "$d" << k << " using 1:2:3 with yerrorlines lw 2 pt 7 title "
+      << gq(p.series[k].label);
   run_gnuplot(path, s.str());
 }
 
@@ -140,17 +154,22 @@ void plot_png(const std::string& path, const HeatMap& p) {
     << "\nset cblabel " << gq(p.cblabel) << "\nset palette rgbformulae 33,13,10\nunset key\n";
   if (p.logcb) s << "set logscale cb\n";
   s << "set xtics (";
-  for (std::size_t i = 0; i < p.xtics.size(); ++i) s << (i ? ", " : "") << gq(p.xtics[i]) << " " << i;
+  for (std::size_t i = 0; i < p.xtics.size(); ++i)
+    s << (i ? ", " : "") << gq(p.xtics[i]) << " " << i;
   s << ")\nset ytics (";
-  for (std::size_t i = 0; i < p.ytics.size(); ++i) s << (i ? ", " : "") << gq(p.ytics[i]) << " " << i;
+  for (std::size_t i = 0; i < p.ytics.size(); ++i)
+    s << (i ? ", " : "") << gq(p.ytics[i]) << " " << i;
   s << ")\nset xrange [-0.5:" << cols - 0.5 << "]\nset yrange [-0.5:" << rows - 0.5 << "]\n$m << EOD\n";
   for (std::size_t r = 0; r < rows; ++r)
-    for (std::size_t c = 0; c < cols; ++c) s << c << " " << r << " " << num(p.values[r][c]) << "\n";
+    for (std::size_t c = 0; c < cols; ++c)
+      s << c << " " << r << " " << num(p.values[r][c]) << "\n";
   s << "EOD\n";
   for (std::size_t r = 0; r < rows; ++r)
     for (std::size_t c = 0; c < cols; ++c) {
-      const std::string text = p.labels.empty() ? (std::isfinite(p.values[r][c]) ? fixed(p.values[r][c], 3) : "") : p.labels[r][c];
-      if (!text.empty()) s << "set label " << gq(text) << " at " << c << "," << r << " center front font 'Sans,9'\n";
+      const std::string text =
+          p.labels.empty() ? (std::isfinite(p.values[r][c]) ? fixed(p.values[r][c], 3) : "") : p.labels[r][c];
+      if (!text.empty())
+        s << "set label " << gq(text) << " at " << c << "," << r << " center front font 'Sans,9'\n";
     }
   s << "plot $m using 1:2:3 with image\n";
   run_gnuplot(path, s.str());

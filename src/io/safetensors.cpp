@@ -17,7 +17,7 @@ static_assert(sizeof(double) == 8 && sizeof(float) == 4, "IEEE-754 binary64/bina
 
 // Every dtype of the format, with its element size; uatlab loads F32 and F64 only.
 const std::map<std::string, int> kDtypeSize = {
-    {"BOOL", 1}, {"U8", 1},  {"I8", 1},  {"F8_E5M2", 1}, {"F8_E4M3", 1}, {"I16", 2},  {"U16", 2}, {"F16", 2},
+    {"BOOL", 1}, {"U8", 1},  {"I8", 1},  {"F8_E5M2", 1}, {"F8_E4M3", 1}, {"I16", 2}, {"U16", 2}, {"F16", 2},
     {"BF16", 2}, {"I32", 4}, {"U32", 4}, {"F32", 4},     {"F64", 8},     {"I64", 8}, {"U64", 8}};
 
 bool little_endian() {
@@ -25,14 +25,16 @@ bool little_endian() {
   return *reinterpret_cast<const std::uint8_t*>(&one) == 1;
 }
 
-template <class T> void append_le(std::vector<std::uint8_t>& out, T v) {
+template <class T>
+void append_le(std::vector<std::uint8_t>& out, T v) {
   std::uint8_t b[sizeof(T)];
   std::memcpy(b, &v, sizeof(T));
   if (!little_endian()) std::reverse(b, b + sizeof(T));
   out.insert(out.end(), b, b + sizeof(T));
 }
 
-template <class T> T read_le(const std::uint8_t* p) {
+template <class T>
+T read_le(const std::uint8_t* p) {
   std::uint8_t b[sizeof(T)];
   std::memcpy(b, p, sizeof(T));
   if (!little_endian()) std::reverse(b, b + sizeof(T));
@@ -43,7 +45,8 @@ template <class T> T read_le(const std::uint8_t* p) {
 
 std::int64_t product(const std::vector<std::int64_t>& shape) {
   std::int64_t n = 1;
-  for (auto s : shape) n *= s;
+  for (auto s : shape)
+    n *= s;
   return n;
 }
 
@@ -51,24 +54,30 @@ std::int64_t product(const std::vector<std::int64_t>& shape) {
 
 Tensor Tensor::f64(std::vector<std::int64_t> shape, const std::vector<double>& values) {
   Tensor t{"F64", std::move(shape), {}};
-  for (double v : values) append_le(t.bytes, v);
+  for (double v : values)
+    append_le(t.bytes, v);
   return t;
 }
 
 Tensor Tensor::f32(std::vector<std::int64_t> shape, const std::vector<double>& values) {
   Tensor t{"F32", std::move(shape), {}};
-  for (double v : values) append_le(t.bytes, static_cast<float>(v));
+  for (double v : values)
+    append_le(t.bytes, static_cast<float>(v));
   return t;
 }
 
-std::int64_t Tensor::numel() const { return product(shape); }
+std::int64_t Tensor::numel() const {
+  return product(shape);
+}
 
 std::vector<double> Tensor::values() const {
   std::vector<double> out;
   if (dtype == "F64")
-    for (std::size_t i = 0; i + 8 <= bytes.size(); i += 8) out.push_back(read_le<double>(&bytes[i]));
+    for (std::size_t i = 0; i + 8 <= bytes.size(); i += 8)
+      out.push_back(read_le<double>(&bytes[i]));
   else if (dtype == "F32")
-    for (std::size_t i = 0; i + 4 <= bytes.size(); i += 4) out.push_back(read_le<float>(&bytes[i]));
+    for (std::size_t i = 0; i + 4 <= bytes.size(); i += 4)
+      out.push_back(read_le<float>(&bytes[i]));
   else
     throw Error("tensor dtype " + dtype + " is not supported by uatlab (F32 and F64 are)");
   return out;
@@ -77,7 +86,8 @@ std::vector<double> Tensor::values() const {
 std::string Safetensors::serialize() const {
   // Reference order: descending alignment (element size), then name.
   std::vector<const std::pair<const std::string, Tensor>*> order;
-  for (auto& e : tensors) order.push_back(&e);
+  for (auto& e : tensors)
+    order.push_back(&e);
   std::stable_sort(order.begin(), order.end(), [](auto* a, auto* b) {
     return kDtypeSize.at(a->second.dtype) > kDtypeSize.at(b->second.dtype);
   });
@@ -90,7 +100,8 @@ std::string Safetensors::serialize() const {
       throw Error("tensor " + e->first + ": byte size does not match its shape");
     if (header.size() > 1) header += ",";
     header += json(e->first).dump() + ":{\"dtype\":\"" + t.dtype + "\",\"shape\":" + json(t.shape).dump() +
-              ",\"data_offsets\":[" + std::to_string(offset) + "," + std::to_string(offset + t.bytes.size()) + "]}";
+              ",\"data_offsets\":[" + std::to_string(offset) + "," + std::to_string(offset + t.bytes.size()) +
+              "]}";
     offset += t.bytes.size();
   }
   header += "}";
@@ -99,7 +110,8 @@ std::string Safetensors::serialize() const {
   append_le<std::uint64_t>(out, header.size());
   std::string s(out.begin(), out.end());
   s += header;
-  for (auto* e : order) s.append(e->second.bytes.begin(), e->second.bytes.end());
+  for (auto* e : order)
+    s.append(e->second.bytes.begin(), e->second.bytes.end());
   return s;
 }
 
@@ -118,7 +130,10 @@ Safetensors Safetensors::parse(const std::string& bytes, const std::string& what
   if (!h.is_object()) throw fail("header is not a JSON object");
 
   Safetensors st;
-  struct Span { std::uint64_t begin, end; std::string name; };
+  struct Span {
+    std::uint64_t begin, end;
+    std::string name;
+  };
   std::vector<Span> spans;
   for (auto& [name, e] : h.items()) {
     if (name == "__metadata__") {
@@ -130,7 +145,8 @@ Safetensors Safetensors::parse(const std::string& bytes, const std::string& what
       continue;
     }
     const std::string t = "tensor \"" + name + "\": ";
-    if (!e.is_object() || e.size() != 3 || !e.contains("dtype") || !e.contains("shape") || !e.contains("data_offsets"))
+    if (!e.is_object() || e.size() != 3 || !e.contains("dtype") || !e.contains("shape") ||
+        !e.contains("data_offsets"))
       throw fail(t + "entry must have exactly dtype, shape and data_offsets");
     if (!e["dtype"].is_string() || !kDtypeSize.count(e["dtype"].get<std::string>()))
       throw fail(t + "unknown dtype " + e["dtype"].dump());
@@ -138,7 +154,8 @@ Safetensors Safetensors::parse(const std::string& bytes, const std::string& what
     tensor.dtype = e["dtype"];
     if (!e["shape"].is_array()) throw fail(t + "shape is not an array");
     for (auto& s : e["shape"]) {
-      if (!s.is_number_unsigned()) throw fail(t + "shape entry " + s.dump() + " is not a non-negative integer");
+      if (!s.is_number_unsigned())
+        throw fail(t + "shape entry " + s.dump() + " is not a non-negative integer");
       tensor.shape.push_back(s.get<std::int64_t>());
     }
     auto& off = e["data_offsets"];
@@ -146,7 +163,9 @@ Safetensors Safetensors::parse(const std::string& bytes, const std::string& what
       throw fail(t + "data_offsets must be two non-negative integers");
     std::uint64_t b = off[0], en = off[1];
     if (b > en) throw fail(t + "data_offsets begin > end");
-    if (en > bytes.size() - 8 - n) throw fail(t + "data_offsets [" + std::to_string(b) + ", " + std::to_string(en) + "] out of range of the " + std::to_string(bytes.size() - 8 - n) + "-byte buffer");
+    if (en > bytes.size() - 8 - n)
+      throw fail(t + "data_offsets [" + std::to_string(b) + ", " + std::to_string(en) +
+                 "] out of range of the " + std::to_string(bytes.size() - 8 - n) + "-byte buffer");
     if (static_cast<std::int64_t>(en - b) != tensor.numel() * kDtypeSize.at(tensor.dtype))
       throw fail(t + "size " + std::to_string(en - b) + " bytes does not match shape and dtype (" +
                  std::to_string(tensor.numel() * kDtypeSize.at(tensor.dtype)) + " bytes)");
@@ -154,11 +173,14 @@ Safetensors Safetensors::parse(const std::string& bytes, const std::string& what
     spans.push_back({b, en, name});
     st.tensors.emplace(name, std::move(tensor));
   }
-  std::sort(spans.begin(), spans.end(), [](auto& a, auto& b) { return a.begin < b.begin || (a.begin == b.begin && a.end < b.end); });
+  std::sort(spans.begin(), spans.end(),
+            [](auto& a, auto& b) { return a.begin < b.begin || (a.begin == b.begin && a.end < b.end); });
   std::uint64_t end = 0;
   for (auto& s : spans) {
     if (s.begin < end) throw fail("tensor \"" + s.name + "\" overlaps the previous tensor");
-    if (s.begin > end) throw fail("gap before tensor \"" + s.name + "\" (bytes " + std::to_string(end) + ".." + std::to_string(s.begin) + " unused)");
+    if (s.begin > end)
+      throw fail("gap before tensor \"" + s.name + "\" (bytes " + std::to_string(end) + ".." +
+                 std::to_string(s.begin) + " unused)");
     end = s.end;
   }
   if (8 + n + end != bytes.size())

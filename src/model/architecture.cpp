@@ -12,18 +12,25 @@ using nlohmann::json;
 
 const char* to_string(Score s) {
   switch (s) {
-    case Score::softmax: return "softmax";
-    case Score::hardmax: return "hardmax";
-    case Score::linear: return "linear";
+    case Score::softmax:
+      return "softmax";
+    case Score::hardmax:
+      return "hardmax";
+    case Score::linear:
+      return "linear";
   }
   return "?";
 }
 const char* to_string(Rpe r) {
   switch (r) {
-    case Rpe::none: return "none";
-    case Rpe::lin: return "lin";
-    case Rpe::log: return "log";
-    case Rpe::t5: return "t5";
+    case Rpe::none:
+      return "none";
+    case Rpe::lin:
+      return "lin";
+    case Rpe::log:
+      return "log";
+    case Rpe::t5:
+      return "t5";
   }
   return "?";
 }
@@ -40,7 +47,8 @@ int t5_bucket(int rel, bool bidirectional, int num_buckets, int max_distance) {
   const int max_exact = num_buckets / 2;
   if (n < max_exact) return offset + n;
   int b = max_exact + static_cast<int>(std::log(static_cast<double>(n) / max_exact) /
-                                       std::log(static_cast<double>(max_distance) / max_exact) * (num_buckets - max_exact));
+                                       std::log(static_cast<double>(max_distance) / max_exact) *
+                                       (num_buckets - max_exact));
   return offset + std::min(b, num_buckets - 1);
 }
 
@@ -61,10 +69,12 @@ std::string LayerSpec::describe() const {
   std::string s = pre_norm ? "pre-norm " : "";
   switch (kind) {
     case LayerKind::attention:
-      s += "attention: " + std::to_string(heads) + " head(s) of size " + std::to_string(head_size) + ", " + to_string(score);
+      s += "attention: " + std::to_string(heads) + " head(s) of size " + std::to_string(head_size) + ", " +
+           to_string(score);
       if (scale != "1") s += " scale " + scale;
       if (sqrt_scaling) s += ", 1/sqrt(s)";
-      if (rpe != Rpe::none) s += std::string(", ") + to_string(rpe) + " bias" + (dp_free ? " only (DP-free)" : "");
+      if (rpe != Rpe::none)
+        s += std::string(", ") + to_string(rpe) + " bias" + (dp_free ? " only (DP-free)" : "");
       if (causal) s += strict_past ? ", causal (strict past)" : ", causal";
       if (window > 0) s += ", window " + std::to_string(window);
       if (tied_qkv) s += ", tied Q=K=V";
@@ -72,8 +82,10 @@ std::string LayerSpec::describe() const {
       return s;
     case LayerKind::feedforward:
       return s + "feedforward: width " + std::to_string(width) + ", " +
-             (piecewise ? std::to_string(activation.pieces.size()) + "-piece linear activation" : std::string("ReLU"));
-    case LayerKind::layernorm: return "layernorm";
+             (piecewise ? std::to_string(activation.pieces.size()) + "-piece linear activation"
+                        : std::string("ReLU"));
+    case LayerKind::layernorm:
+      return "layernorm";
   }
   return s;
 }
@@ -86,7 +98,9 @@ bool Architecture::needs_transcendental() const {
 
 namespace {
 
-std::string where(std::size_t i) { return "layer " + std::to_string(i) + ": "; }
+std::string where(std::size_t i) {
+  return "layer " + std::to_string(i) + ": ";
+}
 
 // A number field that must stay exact: accepts "1/3", "0.5", 2, 0.5.
 std::string exact_text(const json& v, const std::string& what) {
@@ -112,12 +126,14 @@ void reject_unknown(const json& obj, const std::set<std::string>& known, const s
     if (!known.count(k)) throw Error(what + "unknown field \"" + k + "\"");
 }
 
-template <class E> E enum_of(const json& v, const std::vector<std::pair<const char*, E>>& names, const std::string& what) {
+template <class E>
+E enum_of(const json& v, const std::vector<std::pair<const char*, E>>& names, const std::string& what) {
   if (v.is_string())
     for (auto& [n, e] : names)
       if (v.get<std::string>() == n) return e;
   std::string list;
-  for (auto& [n, _] : names) list += std::string(list.empty() ? "" : ", ") + n;
+  for (auto& [n, _] : names)
+    list += std::string(list.empty() ? "" : ", ") + n;
   throw Error(what + " must be one of " + list + ", got " + v.dump());
 }
 
@@ -126,7 +142,8 @@ template <class E> E enum_of(const json& v, const std::vector<std::pair<const ch
 void Architecture::validate() const {
   constexpr long long kMax = 1LL << 30;  // every size; products of two sizes are checked too
   auto in_range = [](long long v, long long lo, const std::string& what) {
-    if (v < lo || v > kMax) throw Error(what + " must be from " + std::to_string(lo) + " to 2^30, got " + std::to_string(v));
+    if (v < lo || v > kMax)
+      throw Error(what + " must be from " + std::to_string(lo) + " to 2^30, got " + std::to_string(v));
   };
   in_range(d, 1, "architecture: d");
   in_range(vocab, 0, "architecture: vocab");
@@ -139,15 +156,18 @@ void Architecture::validate() const {
     const std::string w = where(i);
     if (l.pre_norm || l.kind == LayerKind::layernorm)
       if (parse_rational(l.eps) <= 0) throw Error(w + "eps must be > 0");
-    if (l.kind == LayerKind::layernorm && l.pre_norm) throw Error(w + "a layernorm sub-layer has no pre_norm");
+    if (l.kind == LayerKind::layernorm && l.pre_norm)
+      throw Error(w + "a layernorm sub-layer has no pre_norm");
     if (l.kind == LayerKind::attention) {
       in_range(l.heads, 1, w + "heads");
       in_range(l.head_size, 1, w + "head_size");
-      if (static_cast<long long>(l.heads) * l.head_size * d > kMax) throw Error(w + "heads * head_size * d exceeds 2^30 weights");
-      if (l.rpe == Rpe::t5 && (l.t5_buckets < 2 || l.t5_buckets > 4096 || l.t5_max_distance <= l.t5_buckets / 2 ||
-                               l.t5_max_distance > kMax))
+      if (static_cast<long long>(l.heads) * l.head_size * d > kMax)
+        throw Error(w + "heads * head_size * d exceeds 2^30 weights");
+      if (l.rpe == Rpe::t5 && (l.t5_buckets < 2 || l.t5_buckets > 4096 ||
+                               l.t5_max_distance <= l.t5_buckets / 2 || l.t5_max_distance > kMax))
         throw Error(w + "t5 needs 2 <= t5_buckets <= 4096 and t5_buckets/2 < t5_max_distance <= 2^30");
-      if (l.dp_free && l.rpe == Rpe::none) throw Error(w + "dp_free attention needs a relative-position bias (rpe)");
+      if (l.dp_free && l.rpe == Rpe::none)
+        throw Error(w + "dp_free attention needs a relative-position bias (rpe)");
       if (l.strict_past && !l.causal) throw Error(w + "strict_past needs causal");
       in_range(l.window, 0, w + "window");
       if (l.window > 0 && !l.causal) throw Error(w + "window needs causal");
@@ -173,8 +193,8 @@ json Architecture::to_json() const {
     json j;
     switch (l.kind) {
       case LayerKind::attention:
-        j = {{"type", "attention"},   {"heads", l.heads},         {"head_size", l.head_size},
-             {"score", to_string(l.score)}, {"scale", l.scale},   {"sqrt_scaling", l.sqrt_scaling},
+        j = {{"type", "attention"},         {"heads", l.heads},     {"head_size", l.head_size},
+             {"score", to_string(l.score)}, {"scale", l.scale},     {"sqrt_scaling", l.sqrt_scaling},
              {"rpe", to_string(l.rpe)},     {"dp_free", l.dp_free}, {"causal", l.causal},
              {"tied_qkv", l.tied_qkv},      {"bias", l.bias}};
         if (l.strict_past) j["strict_past"] = true;  // written only when set: older readers keep working
@@ -188,20 +208,29 @@ json Architecture::to_json() const {
         j = {{"type", "feedforward"}, {"width", l.width}};
         if (l.piecewise) {
           json pieces = json::array();
-          for (auto& p : l.activation.pieces) pieces.push_back({p.first, p.second});
-          j["activation"] = {{"type", "piecewise"}, {"breakpoints", l.activation.breakpoints}, {"pieces", pieces}};
+          for (auto& p : l.activation.pieces)
+            pieces.push_back({p.first, p.second});
+          j["activation"] = {
+              {"type", "piecewise"}, {"breakpoints", l.activation.breakpoints}, {"pieces", pieces}};
         } else {
           j["activation"] = "relu";
         }
         break;
-      case LayerKind::layernorm: j = {{"type", "layernorm"}}; break;
+      case LayerKind::layernorm:
+        j = {{"type", "layernorm"}};
+        break;
     }
     if (l.kind != LayerKind::layernorm) j["pre_norm"] = l.pre_norm;
     if (l.pre_norm || l.kind == LayerKind::layernorm) j["eps"] = l.eps;
     ls.push_back(j);
   }
-  return {{"format", "uatlab-architecture-1"}, {"d", d}, {"vocab", vocab}, {"max_len", max_len},
-          {"readout", readout}, {"pool", pool ? "sum" : "none"}, {"layers", ls}};
+  return {{"format", "uatlab-architecture-1"},
+          {"d", d},
+          {"vocab", vocab},
+          {"max_len", max_len},
+          {"readout", readout},
+          {"pool", pool ? "sum" : "none"},
+          {"layers", ls}};
 }
 
 Architecture Architecture::from_json(const json& j) {
@@ -216,7 +245,8 @@ Architecture Architecture::from_json(const json& j) {
   if (j.contains("max_len")) a.max_len = positive_int(j["max_len"], "architecture: max_len", 0);
   if (j.contains("readout")) a.readout = positive_int(j["readout"], "architecture: readout", 0);
   if (j.contains("pool")) {
-    if (j["pool"] != "none" && j["pool"] != "sum") throw Error("architecture: pool must be \"none\" or \"sum\", got " + j["pool"].dump());
+    if (j["pool"] != "none" && j["pool"] != "sum")
+      throw Error("architecture: pool must be \"none\" or \"sum\", got " + j["pool"].dump());
     a.pool = j["pool"] == "sum";
   }
   if (j.contains("layers")) {
@@ -226,25 +256,35 @@ Architecture Architecture::from_json(const json& j) {
       std::string w = where(i);
       if (!lj.is_object() || !lj.contains("type")) throw Error(w + "must be an object with a \"type\"");
       LayerSpec l;
-      l.kind = enum_of<LayerKind>(lj["type"], {{"attention", LayerKind::attention}, {"feedforward", LayerKind::feedforward},
-                                               {"layernorm", LayerKind::layernorm}}, w + "type");
+      l.kind = enum_of<LayerKind>(lj["type"],
+                                  {{"attention", LayerKind::attention},
+                                   {"feedforward", LayerKind::feedforward},
+                                   {"layernorm", LayerKind::layernorm}},
+                                  w + "type");
       if (lj.contains("pre_norm")) l.pre_norm = boolean(lj["pre_norm"], w + "pre_norm");
       if (lj.contains("eps")) l.eps = exact_text(lj["eps"], w + "eps");
       if (l.kind == LayerKind::attention) {
-        reject_unknown(lj, {"type", "heads", "head_size", "score", "scale", "sqrt_scaling", "rpe", "t5_buckets",
-                            "t5_max_distance", "dp_free", "causal", "strict_past", "window", "tied_qkv", "bias", "pre_norm", "eps"}, w);
+        reject_unknown(lj,
+                       {"type", "heads", "head_size", "score", "scale", "sqrt_scaling", "rpe", "t5_buckets",
+                        "t5_max_distance", "dp_free", "causal", "strict_past", "window", "tied_qkv", "bias",
+                        "pre_norm", "eps"},
+                       w);
         if (lj.contains("heads")) l.heads = positive_int(lj["heads"], w + "heads");
         if (lj.contains("head_size")) l.head_size = positive_int(lj["head_size"], w + "head_size");
         if (lj.contains("score"))
-          l.score = enum_of<Score>(lj["score"], {{"softmax", Score::softmax}, {"hardmax", Score::hardmax},
-                                                 {"linear", Score::linear}}, w + "score");
+          l.score = enum_of<Score>(
+              lj["score"],
+              {{"softmax", Score::softmax}, {"hardmax", Score::hardmax}, {"linear", Score::linear}},
+              w + "score");
         if (lj.contains("scale")) l.scale = exact_text(lj["scale"], w + "scale");
         if (lj.contains("sqrt_scaling")) l.sqrt_scaling = boolean(lj["sqrt_scaling"], w + "sqrt_scaling");
         if (lj.contains("rpe"))
-          l.rpe = enum_of<Rpe>(lj["rpe"], {{"none", Rpe::none}, {"lin", Rpe::lin}, {"log", Rpe::log}, {"t5", Rpe::t5}},
+          l.rpe = enum_of<Rpe>(lj["rpe"],
+                               {{"none", Rpe::none}, {"lin", Rpe::lin}, {"log", Rpe::log}, {"t5", Rpe::t5}},
                                w + "rpe");
         if (lj.contains("t5_buckets")) l.t5_buckets = positive_int(lj["t5_buckets"], w + "t5_buckets");
-        if (lj.contains("t5_max_distance")) l.t5_max_distance = positive_int(lj["t5_max_distance"], w + "t5_max_distance");
+        if (lj.contains("t5_max_distance"))
+          l.t5_max_distance = positive_int(lj["t5_max_distance"], w + "t5_max_distance");
         if (lj.contains("dp_free")) l.dp_free = boolean(lj["dp_free"], w + "dp_free");
         if (lj.contains("causal")) l.causal = boolean(lj["causal"], w + "causal");
         if (lj.contains("strict_past")) l.strict_past = boolean(lj["strict_past"], w + "strict_past");
@@ -259,12 +299,16 @@ Architecture Architecture::from_json(const json& j) {
           const json& aj = lj["activation"];
           if (!aj.is_object() || aj.value("type", "") != "piecewise" || !aj.contains("breakpoints") ||
               !aj.contains("pieces") || !aj["breakpoints"].is_array() || !aj["pieces"].is_array())
-            throw Error(w + "activation must be \"relu\" or {\"type\":\"piecewise\",\"breakpoints\":[...],\"pieces\":[[slope,intercept],...]}");
+            throw Error(w +
+                        "activation must be \"relu\" or "
+                        "{\"type\":\"piecewise\",\"breakpoints\":[...],\"pieces\":[[slope,intercept],...]}");
           l.piecewise = true;
-          for (auto& b : aj["breakpoints"]) l.activation.breakpoints.push_back(exact_text(b, w + "breakpoint"));
+          for (auto& b : aj["breakpoints"])
+            l.activation.breakpoints.push_back(exact_text(b, w + "breakpoint"));
           for (auto& p : aj["pieces"]) {
             if (!p.is_array() || p.size() != 2) throw Error(w + "each piece must be [slope, intercept]");
-            l.activation.pieces.emplace_back(exact_text(p[0], w + "slope"), exact_text(p[1], w + "intercept"));
+            l.activation.pieces.emplace_back(exact_text(p[0], w + "slope"),
+                                             exact_text(p[1], w + "intercept"));
           }
         }
       } else {

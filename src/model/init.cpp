@@ -22,7 +22,9 @@ std::uint64_t Rng::next() {
   return r;
 }
 
-double Rng::uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
+double Rng::uniform() {
+  return static_cast<double>(next() >> 11) * 0x1.0p-53;
+}
 
 double Rng::gauss() {
   const double u = uniform(), v = uniform();
@@ -35,14 +37,28 @@ void init_random(Network<double>& net, std::uint64_t seed, double gain) {
     auto fill = [&](double a, double b) { m = m.unaryExpr([&](double) { return rng.uniform(a, b); }); };
     const double fan_in = gain / std::sqrt(static_cast<double>(m.cols()));
     switch (role) {
-      case Role::norm_gain: fill(0.9, 1.1); break;
-      case Role::norm_bias: fill(-0.1, 0.1); break;
-      case Role::rpe_slope: fill(0.0, 1.0); break;
+      case Role::norm_gain:
+        fill(0.9, 1.1);
+        break;
+      case Role::norm_bias:
+        fill(-0.1, 0.1);
+        break;
+      case Role::rpe_slope:
+        fill(0.0, 1.0);
+        break;
       case Role::rpe_table:
-      case Role::embedding: fill(-1.0, 1.0); break;
-      case Role::position: fill(-0.5, 0.5); break;
-      case Role::bias: fill(-0.1, 0.1); break;
-      case Role::weight: fill(-fan_in, fan_in); break;
+      case Role::embedding:
+        fill(-1.0, 1.0);
+        break;
+      case Role::position:
+        fill(-0.5, 0.5);
+        break;
+      case Role::bias:
+        fill(-0.1, 0.1);
+        break;
+      case Role::weight:
+        fill(-fan_in, fan_in);
+        break;
     }
   });
 }

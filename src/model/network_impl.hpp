@@ -1,18 +1,22 @@
 // The forward pass, written once for every scalar type. Instantiated in network_<scalar>.cpp.
 #pragma once
 
-#include <algorithm>
-#include <cmath>
 #include <mpfi.h>
 #include <mpfr.h>
+#include <algorithm>
+#include <cmath>
 
 #include "uatlab/model/network.hpp"
 
 namespace uatlab {
 
-template <class S> S constant(const std::string& text) { return Scalar<S>::from(parse_rational(text)); }
+template <class S>
+S constant(const std::string& text) {
+  return Scalar<S>::from(parse_rational(text));
+}
 
-template <class S> void check_evaluable(const Architecture& a) {
+template <class S>
+void check_evaluable(const Architecture& a) {
   if constexpr (!Scalar<S>::transcendental) {
     for (std::size_t i = 0; i < a.layers.size(); ++i)
       if (a.layers[i].needs_transcendental())
@@ -24,7 +28,8 @@ template <class S> void check_evaluable(const Architecture& a) {
   }
 }
 
-template <class S> Network<S>::Network(Architecture a) : arch(std::move(a)) {
+template <class S>
+Network<S>::Network(Architecture a) : arch(std::move(a)) {
   arch.validate();
   const int d = arch.d;
   auto zeros = [](Eigen::Index r, Eigen::Index c) { return Mat<S>(Mat<S>::Zero(r, c)); };
@@ -68,14 +73,17 @@ template <class S> Network<S>::Network(Architecture a) : arch(std::move(a)) {
       l.b1 = zeros(s.width, 1);
       l.w2 = zeros(d, s.width);
       l.b2 = zeros(d, 1);
-      for (auto& b : s.activation.breakpoints) l.breakpoints.push_back(constant<S>(b));
-      for (auto& [slope, icpt] : s.activation.pieces) l.pieces.emplace_back(constant<S>(slope), constant<S>(icpt));
+      for (auto& b : s.activation.breakpoints)
+        l.breakpoints.push_back(constant<S>(b));
+      for (auto& [slope, icpt] : s.activation.pieces)
+        l.pieces.emplace_back(constant<S>(slope), constant<S>(icpt));
     }
     layers.push_back(std::move(l));
   }
 }
 
-template <class S> std::size_t Network<S>::parameter_count() const {
+template <class S>
+std::size_t Network<S>::parameter_count() const {
   std::size_t n = 0;
   for_each_tensor([&](const std::string&, const Mat<S>& m, Layout) { n += m.size(); });
   return n;
@@ -83,7 +91,8 @@ template <class S> std::size_t Network<S>::parameter_count() const {
 
 // ---- element-wise nonlinearities -------------------------------------------------------------
 
-template <class S> S relu(const S& x) {
+template <class S>
+S relu(const S& x) {
   if constexpr (Scalar<S>::interval) {
     if (lower(x) >= 0) return x;
     if (upper(x) <= 0) return S(0);
@@ -94,7 +103,8 @@ template <class S> S relu(const S& x) {
 }
 
 // φ(x) = slope_i·x + intercept_i on the piece [c_i, c_{i+1}) that holds x.
-template <class S> S piecewise(const Layer<S>& l, const S& x) {
+template <class S>
+S piecewise(const Layer<S>& l, const S& x) {
   const auto& c = l.breakpoints;
   if constexpr (Scalar<S>::interval) {
     // Hull of the images of every piece the interval touches (the pieces may jump).
@@ -123,7 +133,8 @@ template <class S> S piecewise(const Layer<S>& l, const S& x) {
 
 // Normalise column k of the scores A over the keys it attends to (attended_keys: the one masking
 // rule); masked entries become 0, and so does a column with no key at all.
-template <class S> void normalise_columns(Mat<S>& A, const LayerSpec& spec, const EvalOptions& opt) {
+template <class S>
+void normalise_columns(Mat<S>& A, const LayerSpec& spec, const EvalOptions& opt) {
   const Eigen::Index n = A.rows();
   if constexpr (std::is_floating_point_v<S>) {
     if (spec.score == Score::softmax) {  // whole-matrix form: Eigen vectorises exp for float/double
@@ -140,10 +151,12 @@ template <class S> void normalise_columns(Mat<S>& A, const LayerSpec& spec, cons
       }
       const Eigen::Matrix<S, 1, Eigen::Dynamic> mx = A.colwise().maxCoeff();
       A.rowwise() -= mx;
-      A = A.array().exp();  // in place: Eigen's packet exp (a replicated operand would fall back to scalar expf)
+      A = A.array()
+              .exp();  // in place: Eigen's packet exp (a replicated operand would fall back to scalar expf)
       const Eigen::Matrix<S, 1, Eigen::Dynamic> inv = A.colwise().sum().cwiseInverse();
       A.array().rowwise() *= inv.array();
-      for (Eigen::Index k : empty) A.col(k).setZero();
+      for (Eigen::Index k : empty)
+        A.col(k).setZero();
       return;
     }
   }
@@ -155,7 +168,8 @@ template <class S> void normalise_columns(Mat<S>& A, const LayerSpec& spec, cons
     if (cnt == 0) continue;
     auto col = A.col(k).segment(lo, cnt);
     switch (spec.score) {
-      case Score::linear: break;
+      case Score::linear:
+        break;
       case Score::softmax:
         if constexpr (Scalar<S>::interval) {
           // w_l = 1 / (1 + Σ_{j≠l} exp(a_j − a_l)): an enclosure without the max-subtraction's
@@ -170,7 +184,8 @@ template <class S> void normalise_columns(Mat<S>& A, const LayerSpec& spec, cons
           col = w;
         } else if constexpr (Scalar<S>::transcendental) {
           S mx = col.maxCoeff(), sum(0);
-          for (Eigen::Index l = 0; l < cnt; ++l) sum += (col(l) = Scalar<S>::exp(col(l) - mx));
+          for (Eigen::Index l = 0; l < cnt; ++l)
+            sum += (col(l) = Scalar<S>::exp(col(l) - mx));
           col /= sum;
         }
         break;
@@ -178,7 +193,8 @@ template <class S> void normalise_columns(Mat<S>& A, const LayerSpec& spec, cons
         std::vector<Eigen::Index> arg;
         if constexpr (Scalar<S>::interval) {
           Mpfr best = lower(col(0));
-          for (Eigen::Index l = 1; l < cnt; ++l) best = std::max(best, lower(col(l)));
+          for (Eigen::Index l = 1; l < cnt; ++l)
+            best = std::max(best, lower(col(l)));
           for (Eigen::Index l = 0; l < cnt; ++l)
             if (upper(col(l)) >= best) arg.push_back(l);
           for (auto l : arg)  // several candidates are fine only if they are the same point
@@ -192,7 +208,8 @@ template <class S> void normalise_columns(Mat<S>& A, const LayerSpec& spec, cons
         }
         S w = S(1) / S(static_cast<long>(arg.size()));
         col.setZero();
-        for (auto l : arg) col(l) = w;
+        for (auto l : arg)
+          col(l) = w;
         break;
       }
     }
@@ -200,15 +217,20 @@ template <class S> void normalise_columns(Mat<S>& A, const LayerSpec& spec, cons
 }
 
 // Relative-position bias B_h (n×n, row = key l, column = query k).
-template <class S> Mat<S> position_bias(const Layer<S>& L, int h, Eigen::Index n) {
+template <class S>
+Mat<S> position_bias(const Layer<S>& L, int h, Eigen::Index n) {
   const LayerSpec& s = L.spec;
   Mat<S> B(n, n);
   for (Eigen::Index k = 0; k < n; ++k)
     for (Eigen::Index l = 0; l < n; ++l) {
       const long dist = std::labs(static_cast<long>(l - k));
       switch (s.rpe) {
-        case Rpe::none: B(l, k) = S(0); break;
-        case Rpe::lin: B(l, k) = -L.rpe(h, 0) * S(dist); break;
+        case Rpe::none:
+          B(l, k) = S(0);
+          break;
+        case Rpe::lin:
+          B(l, k) = -L.rpe(h, 0) * S(dist);
+          break;
         case Rpe::log:
           if constexpr (Scalar<S>::transcendental)
             B(l, k) = dist == 0 ? S(0) : S(-L.rpe(h, 0) * Scalar<S>::log(S(dist)));
@@ -221,7 +243,8 @@ template <class S> Mat<S> position_bias(const Layer<S>& L, int h, Eigen::Index n
   return B;
 }
 
-template <class S> Mat<S> layer_norm(const Mat<S>& Z, const Mat<S>& w, const Mat<S>& b, const S& eps) {
+template <class S>
+Mat<S> layer_norm(const Mat<S>& Z, const Mat<S>& w, const Mat<S>& b, const S& eps) {
   Mat<S> out(Z.rows(), Z.cols());
   if constexpr (Scalar<S>::transcendental) {
     const S d(static_cast<long>(Z.rows()));
@@ -235,7 +258,8 @@ template <class S> Mat<S> layer_norm(const Mat<S>& Z, const Mat<S>& w, const Mat
   return out;
 }
 
-template <class S> void attention(const Layer<S>& L, const Mat<S>& X, Mat<S>& Z, const EvalOptions& opt) {
+template <class S>
+void attention(const Layer<S>& L, const Mat<S>& X, Mat<S>& Z, const EvalOptions& opt) {
   const LayerSpec& s = L.spec;
   const Eigen::Index n = X.cols(), hs = s.head_size;
   const Mat<S>& wk = s.tied_qkv ? L.wq : L.wk;
@@ -254,8 +278,10 @@ template <class S> void attention(const Layer<S>& L, const Mat<S>& X, Mat<S>& Z,
     }
   }
   for (int h = 0; h < s.heads; ++h) {
-    if (s.dp_free) A = Mat<S>::Zero(n, n);
-    else A = (K.middleRows(h * hs, hs).transpose() * Q.middleRows(h * hs, hs)) * L.score_scale;
+    if (s.dp_free)
+      A = Mat<S>::Zero(n, n);
+    else
+      A = (K.middleRows(h * hs, hs).transpose() * Q.middleRows(h * hs, hs)) * L.score_scale;
     if (s.rpe != Rpe::none) A += position_bias(L, h, n);
     normalise_columns(A, s, opt);
     Z.noalias() += L.wo.middleCols(h * hs, hs) * (V.middleRows(h * hs, hs) * A);
@@ -266,7 +292,8 @@ template <class S> void attention(const Layer<S>& L, const Mat<S>& X, Mat<S>& Z,
 // C += A·B. Eigen's generic product allocates a temporary number per multiply-add for MPFR/MPFI;
 // this in-place kernel uses one scratch value and skips exact zeros of B (ReLU outputs), which
 // makes certified evaluation of wide feed-forward layers several times faster.
-template <class S> void add_product(Mat<S>& C, const Mat<S>& A, const Mat<S>& B) {
+template <class S>
+void add_product(Mat<S>& C, const Mat<S>& A, const Mat<S>& B) {
   if (C.size() == 0) return;
   if constexpr (std::is_same_v<S, Mpfi>) {
     mpfi_t t;
@@ -287,32 +314,40 @@ template <class S> void add_product(Mat<S>& C, const Mat<S>& A, const Mat<S>& B)
         mpfr_srcptr b = B(k, j).backend().data();
         if (mpfr_zero_p(b)) continue;
         for (Eigen::Index i = 0; i < A.rows(); ++i)
-          mpfr_fma(C(i, j).backend().data(), A(i, k).backend().data(), b, C(i, j).backend().data(), MPFR_RNDN);
+          mpfr_fma(C(i, j).backend().data(), A(i, k).backend().data(), b, C(i, j).backend().data(),
+                   MPFR_RNDN);
       }
   } else {
     C.noalias() += A * B;
   }
 }
 
-template <class S> void feedforward(const Layer<S>& L, const Mat<S>& X, Mat<S>& Z) {
+template <class S>
+void feedforward(const Layer<S>& L, const Mat<S>& X, Mat<S>& Z) {
   Mat<S> H = Mat<S>::Zero(L.w1.rows(), X.cols());
   add_product(H, L.w1, X);
   H.colwise() += L.b1.col(0);
-  if (L.spec.piecewise) H = H.unaryExpr([&](const S& v) { return piecewise(L, v); });
-  else H = H.unaryExpr([](const S& v) { return relu(v); });
+  if (L.spec.piecewise)
+    H = H.unaryExpr([&](const S& v) { return piecewise(L, v); });
+  else
+    H = H.unaryExpr([](const S& v) { return relu(v); });
   add_product(Z, L.w2, H);
   Z.colwise() += L.b2.col(0);
 }
 
-template <class S> Mat<S> forward(const Network<S>& net, const Mat<S>& x, const EvalOptions& opt) {
+template <class S>
+Mat<S> forward(const Network<S>& net, const Mat<S>& x, const EvalOptions& opt) {
   const Architecture& a = net.arch;
   check_evaluable<S>(a);
-  if (x.rows() != a.d) throw Error("input has " + std::to_string(x.rows()) + " rows per token, the network expects d = " + std::to_string(a.d));
+  if (x.rows() != a.d)
+    throw Error("input has " + std::to_string(x.rows()) +
+                " rows per token, the network expects d = " + std::to_string(a.d));
   if (x.cols() < 1) throw Error("input sequence is empty");
   Mat<S> Z = x;
   if (a.max_len > 0) {
     if (x.cols() > a.max_len)
-      throw Error("sequence length " + std::to_string(x.cols()) + " exceeds the positional encoding's max_len " + std::to_string(a.max_len));
+      throw Error("sequence length " + std::to_string(x.cols()) +
+                  " exceeds the positional encoding's max_len " + std::to_string(a.max_len));
     Z += net.pe.leftCols(x.cols());
   }
   for (const Layer<S>& L : net.layers) {
@@ -325,8 +360,10 @@ template <class S> Mat<S> forward(const Network<S>& net, const Mat<S>& x, const 
     Mat<S> normed;
     if (s.pre_norm) normed = layer_norm(Z, L.norm_w, L.norm_b, L.eps);
     const Mat<S>& in = s.pre_norm ? normed : Z;
-    if (s.kind == LayerKind::attention) attention(L, in, Z, opt);
-    else feedforward(L, in, Z);
+    if (s.kind == LayerKind::attention)
+      attention(L, in, Z, opt);
+    else
+      feedforward(L, in, Z);
   }
   if (a.pool) {
     Mat<S> pooled = Z.rowwise().sum();
@@ -340,20 +377,22 @@ template <class S> Mat<S> forward(const Network<S>& net, const Mat<S>& x, const 
   return Z;
 }
 
-template <class S> Mat<S> forward_tokens(const Network<S>& net, const std::vector<int>& ids, const EvalOptions& opt) {
+template <class S>
+Mat<S> forward_tokens(const Network<S>& net, const std::vector<int>& ids, const EvalOptions& opt) {
   if (net.arch.vocab <= 0) throw Error("this network takes continuous inputs, not token ids");
   Mat<S> x(net.arch.d, static_cast<Eigen::Index>(ids.size()));
   for (std::size_t k = 0; k < ids.size(); ++k) {
     if (ids[k] < 0 || ids[k] >= net.arch.vocab)
-      throw Error("token id " + std::to_string(ids[k]) + " at position " + std::to_string(k) + " is outside the vocabulary [0, " + std::to_string(net.arch.vocab) + ")");
+      throw Error("token id " + std::to_string(ids[k]) + " at position " + std::to_string(k) +
+                  " is outside the vocabulary [0, " + std::to_string(net.arch.vocab) + ")");
     x.col(k) = net.embed.col(ids[k]);
   }
   return forward(net, x, opt);
 }
 
-#define UATLAB_INSTANTIATE_NETWORK(S)                                                           \
-  template struct Network<S>;                                                                   \
-  template Mat<S> forward<S>(const Network<S>&, const Mat<S>&, const EvalOptions&);             \
+#define UATLAB_INSTANTIATE_NETWORK(S)                                                                \
+  template struct Network<S>;                                                                        \
+  template Mat<S> forward<S>(const Network<S>&, const Mat<S>&, const EvalOptions&);                  \
   template Mat<S> forward_tokens<S>(const Network<S>&, const std::vector<int>&, const EvalOptions&); \
   template void check_evaluable<S>(const Architecture&);
 

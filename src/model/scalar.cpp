@@ -1,10 +1,10 @@
 #include "uatlab/model/scalar.hpp"
 
+#include <mpfi.h>
+#include <mpfr.h>
 #include <cctype>
 #include <cmath>
 #include <cstdio>
-#include <mpfi.h>
-#include <mpfr.h>
 
 #include <mutex>
 
@@ -41,8 +41,10 @@ Rational rational_of_mpfr(mpfr_srcptr x) {
   mpz_init(m);
   mpfr_exp_t e = mpfr_get_z_2exp(m, x);  // x = m * 2^e exactly
   mpq_set_z(q.backend().data(), m);
-  if (e >= 0) mpq_mul_2exp(q.backend().data(), q.backend().data(), e);
-  else mpq_div_2exp(q.backend().data(), q.backend().data(), -e);
+  if (e >= 0)
+    mpq_mul_2exp(q.backend().data(), q.backend().data(), e);
+  else
+    mpq_div_2exp(q.backend().data(), q.backend().data(), -e);
   mpz_clear(m);
   return q;
 }
@@ -51,10 +53,12 @@ Rational rational_of_mpfr(mpfr_srcptr x) {
 namespace {
 unsigned digits10_for(unsigned bits) {
   if (bits < 2) throw Error("precision must be at least 2 bits, got " + std::to_string(bits));
-  if (bits > (1u << 26)) throw Error("precision of " + std::to_string(bits) + " bits is over the limit of 2^26");
+  if (bits > (1u << 26))
+    throw Error("precision of " + std::to_string(bits) + " bits is over the limit of 2^26");
   unsigned d10 = static_cast<unsigned>(301ull * bits / 1000u);  // never above the answer
   if (d10 < 1) d10 = 1;
-  while (bits_of_digits10(d10) < bits) ++d10;
+  while (bits_of_digits10(d10) < bits)
+    ++d10;
   return d10;
 }
 }  // namespace
@@ -84,14 +88,24 @@ MpfrPrecision::~MpfrPrecision() {
   precision_lock().unlock();
 }
 
-unsigned MpfrPrecision::carried() const { return mpfr_carried_bits(bits_); }
+unsigned MpfrPrecision::carried() const {
+  return mpfr_carried_bits(bits_);
+}
 
-unsigned mpfr_carried_bits(unsigned bits) { return bits_of_digits10(digits10_for(bits)); }
+unsigned mpfr_carried_bits(unsigned bits) {
+  return bits_of_digits10(digits10_for(bits));
+}
 
-unsigned mpfr_bits() { return bits_of_digits10(Mpfr::default_precision()); }
+unsigned mpfr_bits() {
+  return bits_of_digits10(Mpfr::default_precision());
+}
 
-unsigned bits_of(const Mpfr& x) { return static_cast<unsigned>(mpfr_get_prec(x.backend().data())); }
-unsigned bits_of(const Mpfi& x) { return static_cast<unsigned>(mpfi_get_prec(x.backend().data())); }
+unsigned bits_of(const Mpfr& x) {
+  return static_cast<unsigned>(mpfr_get_prec(x.backend().data()));
+}
+unsigned bits_of(const Mpfi& x) {
+  return static_cast<unsigned>(mpfi_get_prec(x.backend().data()));
+}
 
 Rational parse_rational(const std::string& text) {
   auto bad = [&](const char* why) { return Error("not a number: \"" + text + "\" (" + why + ")"); };
@@ -109,7 +123,7 @@ Rational parse_rational(const std::string& text) {
     Rational r(num, den);
     return neg ? Rational(-r) : r;
   }
-  std::string mant;  // all significant digits, decimal point removed
+  std::string mant;     // all significant digits, decimal point removed
   long long scale = 0;  // value = mant * 10^scale
   bool any = false, point = false;
   for (; i < n && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.'); ++i) {
@@ -128,12 +142,14 @@ Rational parse_rational(const std::string& text) {
     std::size_t start = i;
     if (i < n && (text[i] == '+' || text[i] == '-')) ++i;
     if (i == n || !std::isdigit(static_cast<unsigned char>(text[i]))) throw bad("bad exponent");
-    while (i < n && std::isdigit(static_cast<unsigned char>(text[i]))) ++i;
+    while (i < n && std::isdigit(static_cast<unsigned char>(text[i])))
+      ++i;
     if (i - start > 9) throw bad("exponent too large");
     scale += std::stoll(text.substr(start, i - start));
   }
   if (i != n) throw bad("unexpected characters");
-  mp::mpz_int m(decimal_integer(mant)), p10 = mp::pow(mp::mpz_int(10), static_cast<unsigned>(std::llabs(scale)));
+  mp::mpz_int m(decimal_integer(mant)),
+      p10 = mp::pow(mp::mpz_int(10), static_cast<unsigned>(std::llabs(scale)));
   Rational r = scale >= 0 ? Rational(m * p10) : Rational(m, p10);
   return neg ? Rational(-r) : r;
 }
@@ -172,8 +188,12 @@ Mpfr Scalar<Mpfr>::from(const Rational& q) {
   mpfr_set_q(r.backend().data(), q.backend().data(), MPFR_RNDN);
   return r;
 }
-Rational Scalar<Mpfr>::to_rational(const Mpfr& x) { return rational_of_mpfr(x.backend().data()); }
-double Scalar<Mpfr>::to_double(const Mpfr& x) { return mpfr_get_d(x.backend().data(), MPFR_RNDN); }
+Rational Scalar<Mpfr>::to_rational(const Mpfr& x) {
+  return rational_of_mpfr(x.backend().data());
+}
+double Scalar<Mpfr>::to_double(const Mpfr& x) {
+  return mpfr_get_d(x.backend().data(), MPFR_RNDN);
+}
 std::string Scalar<Mpfr>::to_string(const Mpfr& x) {
   mpfr_srcptr v = x.backend().data();
   if (mpfr_nan_p(v)) return "nan";
@@ -185,7 +205,8 @@ std::string Scalar<Mpfr>::to_string(const Mpfr& x) {
   mpfr_free_str(digits);
   bool neg = s[0] == '-';
   if (neg) s.erase(0, 1);
-  while (s.size() > 1 && s.back() == '0') s.pop_back();
+  while (s.size() > 1 && s.back() == '0')
+    s.pop_back();
   // value = 0.DIGITS * 10^e = D.IGITS * 10^(e-1)
   std::string out = (neg ? "-" : "") + s.substr(0, 1);
   if (s.size() > 1) out += "." + s.substr(1);
@@ -198,19 +219,29 @@ Mpfi Scalar<Mpfi>::from(const Rational& q) {
   mpfi_set_q(r.backend().data(), q.backend().data());
   return r;
 }
-Mpfr lower(const Mpfi& x) { return mp::lower(x); }
-Mpfr upper(const Mpfi& x) { return mp::upper(x); }
+Mpfr lower(const Mpfi& x) {
+  return mp::lower(x);
+}
+Mpfr upper(const Mpfi& x) {
+  return mp::upper(x);
+}
 Mpfi hull(const Mpfr& lo, const Mpfr& hi) {
   Mpfi r;
   mpfi_interv_fr(r.backend().data(), lo.backend().data(), hi.backend().data());
   return r;
 }
-Rational Scalar<Mpfi>::to_rational(const Mpfi& x) { return Scalar<Mpfr>::to_rational(mp::median(x)); }
-double Scalar<Mpfi>::to_double(const Mpfi& x) { return Scalar<Mpfr>::to_double(mp::median(x)); }
+Rational Scalar<Mpfi>::to_rational(const Mpfi& x) {
+  return Scalar<Mpfr>::to_rational(mp::median(x));
+}
+double Scalar<Mpfi>::to_double(const Mpfi& x) {
+  return Scalar<Mpfr>::to_double(mp::median(x));
+}
 std::string Scalar<Mpfi>::to_string(const Mpfi& x) {
   return "[" + Scalar<Mpfr>::to_string(lower(x)) + "," + Scalar<Mpfr>::to_string(upper(x)) + "]";
 }
 
-double Scalar<Rational>::to_double(const Rational& x) { return Scalar<double>::from(x); }
+double Scalar<Rational>::to_double(const Rational& x) {
+  return Scalar<double>::from(x);
+}
 
 }  // namespace uatlab

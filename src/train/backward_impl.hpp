@@ -13,23 +13,32 @@ namespace uatlab {
 
 namespace train_detail {
 
-template <class S> S relu_grad_mask(const S& h) { return h > S(0) ? S(1) : S(0); }
+template <class S>
+S relu_grad_mask(const S& h) {
+  return h > S(0) ? S(1) : S(0);
+}
 
 // LayerNorm over each column, caching x̂ and 1/σ.
-template <class S> Mat<S> ln_forward(const Mat<S>& z, const Mat<S>& w, const Mat<S>& b, const S& eps, Mat<S>& xhat, Mat<S>& rstd) {
+template <class S>
+Mat<S> ln_forward(const Mat<S>& z, const Mat<S>& w, const Mat<S>& b, const S& eps, Mat<S>& xhat,
+                  Mat<S>& rstd) {
   const S inv_d = S(1) / S(static_cast<long>(z.rows()));
   Mat<S> mean = z.colwise().sum() * inv_d;
   xhat = z - Mat<S>::Ones(z.rows(), 1) * mean;
   Mat<S> var = xhat.cwiseProduct(xhat).colwise().sum() * inv_d;
   rstd = var.unaryExpr([&](const S& v) { return S(S(1) / Scalar<S>::sqrt(v + eps)); });
-  for (Eigen::Index c = 0; c < z.cols(); ++c) xhat.col(c) *= rstd(0, c);
+  for (Eigen::Index c = 0; c < z.cols(); ++c)
+    xhat.col(c) *= rstd(0, c);
   Mat<S> out = xhat;
-  for (Eigen::Index c = 0; c < z.cols(); ++c) out.col(c) = out.col(c).cwiseProduct(w.col(0)) + b.col(0);
+  for (Eigen::Index c = 0; c < z.cols(); ++c)
+    out.col(c) = out.col(c).cwiseProduct(w.col(0)) + b.col(0);
   return out;
 }
 
 // dx = rstd · (dx̂ − mean(dx̂) − x̂ · mean(dx̂ ⊙ x̂)), dx̂ = dout ⊙ γ.
-template <class S> Mat<S> ln_backward(const Mat<S>& dout, const Mat<S>& xhat, const Mat<S>& rstd, const Mat<S>& w, Mat<S>& gw, Mat<S>& gb) {
+template <class S>
+Mat<S> ln_backward(const Mat<S>& dout, const Mat<S>& xhat, const Mat<S>& rstd, const Mat<S>& w, Mat<S>& gw,
+                   Mat<S>& gb) {
   gw.col(0) += dout.cwiseProduct(xhat).rowwise().sum();
   gb.col(0) += dout.rowwise().sum();
   const S inv_d = S(1) / S(static_cast<long>(dout.rows()));
@@ -42,16 +51,21 @@ template <class S> Mat<S> ln_backward(const Mat<S>& dout, const Mat<S>& xhat, co
   return dx;
 }
 
-template <class S> void add_bias(Mat<S>& m, const Mat<S>& b) { m.colwise() += b.col(0); }
+template <class S>
+void add_bias(Mat<S>& m, const Mat<S>& b) {
+  m.colwise() += b.col(0);
+}
 
 // ∂B(l,k)/∂p_h for lin and log biases.
-template <class S> S rpe_slope_derivative(Rpe r, long dist) {
+template <class S>
+S rpe_slope_derivative(Rpe r, long dist) {
   if (r == Rpe::lin) return S(-dist);
   return dist == 0 ? S(0) : S(-Scalar<S>::log(S(dist)));
 }
 
-template <class S> void attention_forward(const Layer<S>& L, const Mat<S>& in, const std::vector<Eigen::Index>& start, LayerTrace<S>& t,
-                                          Mat<S>& Z) {
+template <class S>
+void attention_forward(const Layer<S>& L, const Mat<S>& in, const std::vector<Eigen::Index>& start,
+                       LayerTrace<S>& t, Mat<S>& Z) {
   const LayerSpec& s = L.spec;
   const Eigen::Index H = s.heads, hs = s.head_size;
   if (s.tied_qkv) {
@@ -81,8 +95,10 @@ template <class S> void attention_forward(const Layer<S>& L, const Mat<S>& in, c
     const Eigen::Index c0 = start[b], n = start[b + 1] - start[b];
     for (Eigen::Index h = 0; h < H; ++h) {
       Mat<S>& A = t.a[static_cast<std::size_t>(b) * H + h];
-      if (s.dp_free) A = Mat<S>::Zero(n, n);
-      else A.noalias() = (K.block(h * hs, c0, hs, n).transpose() * Q.block(h * hs, c0, hs, n)) * L.score_scale;
+      if (s.dp_free)
+        A = Mat<S>::Zero(n, n);
+      else
+        A.noalias() = (K.block(h * hs, c0, hs, n).transpose() * Q.block(h * hs, c0, hs, n)) * L.score_scale;
       if (s.rpe != Rpe::none) A += position_bias(L, static_cast<int>(h), n);
       normalise_columns(A, s, opt);
       t.o.block(h * hs, c0, hs, n).noalias() = V.block(h * hs, c0, hs, n) * A;
@@ -93,8 +109,9 @@ template <class S> void attention_forward(const Layer<S>& L, const Mat<S>& in, c
 }
 
 // dZ: gradient of the residual stream after the sub-layer; returns the gradient w.r.t. `in`.
-template <class S> Mat<S> attention_backward(const Layer<S>& L, Layer<S>& G, const Mat<S>& in, const std::vector<Eigen::Index>& start,
-                                             const LayerTrace<S>& t, const Mat<S>& dZ) {
+template <class S>
+Mat<S> attention_backward(const Layer<S>& L, Layer<S>& G, const Mat<S>& in,
+                          const std::vector<Eigen::Index>& start, const LayerTrace<S>& t, const Mat<S>& dZ) {
   const LayerSpec& s = L.spec;
   const Eigen::Index H = s.heads, hs = s.head_size, T = in.cols();
   G.wo.noalias() += dZ * t.o.transpose();
@@ -103,7 +120,8 @@ template <class S> Mat<S> attention_backward(const Layer<S>& L, Layer<S>& G, con
   const Mat<S>& Q = t.q;
   const Mat<S>& K = s.tied_qkv ? t.q : t.k;
   const Mat<S>& V = s.tied_qkv ? t.q : t.v;
-  Mat<S> dQ = Mat<S>::Zero(H * hs, s.dp_free ? 0 : T), dK = Mat<S>::Zero(H * hs, s.dp_free ? 0 : T), dV = Mat<S>::Zero(H * hs, T);
+  Mat<S> dQ = Mat<S>::Zero(H * hs, s.dp_free ? 0 : T), dK = Mat<S>::Zero(H * hs, s.dp_free ? 0 : T),
+         dV = Mat<S>::Zero(H * hs, T);
   const int B = static_cast<int>(start.size()) - 1;
   Mat<S> drpe = Mat<S>::Zero(L.rpe.rows(), L.rpe.cols());
 #pragma omp parallel
@@ -131,18 +149,21 @@ template <class S> Mat<S> attention_backward(const Layer<S>& L, Layer<S>& G, con
         }
         if (!s.dp_free) {
           dQ.block(h * hs, c0, hs, n).noalias() += (K.block(h * hs, c0, hs, n) * dS) * L.score_scale;
-          dK.block(h * hs, c0, hs, n).noalias() += (Q.block(h * hs, c0, hs, n) * dS.transpose()) * L.score_scale;
+          dK.block(h * hs, c0, hs, n).noalias() +=
+              (Q.block(h * hs, c0, hs, n) * dS.transpose()) * L.score_scale;
         }
         if (s.rpe == Rpe::lin || s.rpe == Rpe::log) {
           S acc(0);
           for (Eigen::Index k = 0; k < n; ++k)
             for (Eigen::Index l = 0; l < n; ++l)
-              if (l != k) acc += dS(l, k) * rpe_slope_derivative<S>(s.rpe, std::labs(static_cast<long>(l - k)));
+              if (l != k)
+                acc += dS(l, k) * rpe_slope_derivative<S>(s.rpe, std::labs(static_cast<long>(l - k)));
           my_rpe(h, 0) += acc;
         } else if (s.rpe == Rpe::t5) {
           for (Eigen::Index k = 0; k < n; ++k)
             for (Eigen::Index l = 0; l < n; ++l)
-              my_rpe(h, t5_bucket(static_cast<int>(l - k), !s.causal, s.t5_buckets, s.t5_max_distance)) += dS(l, k);
+              my_rpe(h, t5_bucket(static_cast<int>(l - k), !s.causal, s.t5_buckets, s.t5_max_distance)) +=
+                  dS(l, k);
         }
       }
     }
@@ -177,13 +198,15 @@ template <class S> Mat<S> attention_backward(const Layer<S>& L, Layer<S>& G, con
 
 }  // namespace train_detail
 
-template <class S> S forward_train(const Network<S>& net, const Batch<S>& batch, Loss loss, Trace<S>& trace) {
+template <class S>
+S forward_train(const Network<S>& net, const Batch<S>& batch, Loss loss, Trace<S>& trace) {
   using namespace train_detail;
   const Architecture& a = net.arch;
   for (const LayerSpec& s : a.layers) {
     if (s.kind == LayerKind::attention && s.score == Score::hardmax)
       throw Error("hardmax attention has no gradient; train with score softmax or linear");
-    if (s.kind == LayerKind::feedforward && s.piecewise) throw Error("training supports ReLU feed-forward layers only");
+    if (s.kind == LayerKind::feedforward && s.piecewise)
+      throw Error("training supports ReLU feed-forward layers only");
   }
   if (a.pool) throw Error("training does not support pooled (\"pool\": \"sum\") outputs");
   const Eigen::Index T = batch.tokens();
@@ -192,17 +215,22 @@ template <class S> S forward_train(const Network<S>& net, const Batch<S>& batch,
     Z.resize(a.d, T);
     for (Eigen::Index c = 0; c < T; ++c) {
       const int id = batch.ids[c];
-      if (id < 0 || id >= a.vocab) throw Error("token id " + std::to_string(id) + " outside the vocabulary of " + std::to_string(a.vocab));
+      if (id < 0 || id >= a.vocab)
+        throw Error("token id " + std::to_string(id) + " outside the vocabulary of " +
+                    std::to_string(a.vocab));
       Z.col(c) = net.embed.col(id);
     }
   } else {
-    if (batch.x.rows() != a.d) throw Error("batch tokens have " + std::to_string(batch.x.rows()) + " numbers, the network expects d = " + std::to_string(a.d));
+    if (batch.x.rows() != a.d)
+      throw Error("batch tokens have " + std::to_string(batch.x.rows()) +
+                  " numbers, the network expects d = " + std::to_string(a.d));
     Z = batch.x;
   }
   if (a.max_len > 0)
     for (int b = 0; b < batch.sequences(); ++b) {
       const Eigen::Index n = batch.start[b + 1] - batch.start[b];
-      if (n > a.max_len) throw Error("sequence length " + std::to_string(n) + " exceeds max_len " + std::to_string(a.max_len));
+      if (n > a.max_len)
+        throw Error("sequence length " + std::to_string(n) + " exceeds max_len " + std::to_string(a.max_len));
       Z.middleCols(batch.start[b], n) += net.pe.leftCols(n);
     }
   trace.layers.resize(net.layers.size());
@@ -216,7 +244,8 @@ template <class S> S forward_train(const Network<S>& net, const Batch<S>& batch,
     }
     if (L.spec.pre_norm) t.u = ln_forward(t.in, L.norm_w, L.norm_b, L.eps, t.xhat, t.rstd);
     const Mat<S>& in = L.spec.pre_norm ? t.u : t.in;
-    if (L.spec.kind == LayerKind::attention) attention_forward(L, in, batch.start, t, Z);
+    if (L.spec.kind == LayerKind::attention)
+      attention_forward(L, in, batch.start, t, Z);
     else {
       t.h.noalias() = L.w1 * in;
       add_bias(t.h, L.b1);
@@ -237,11 +266,13 @@ template <class S> S forward_train(const Network<S>& net, const Batch<S>& batch,
   for (Eigen::Index c = 0; c < T; ++c) {
     if (!batch.mask[c]) continue;
     ++trace.counted;
-    if (loss == Loss::mse) total += (trace.y.col(c) - batch.target.col(c)).squaredNorm();
+    if (loss == Loss::mse)
+      total += (trace.y.col(c) - batch.target.col(c)).squaredNorm();
     else {
       const S mx = trace.y.col(c).maxCoeff();
       S sum(0);
-      for (Eigen::Index r = 0; r < trace.y.rows(); ++r) sum += Scalar<S>::exp(trace.y(r, c) - mx);
+      for (Eigen::Index r = 0; r < trace.y.rows(); ++r)
+        sum += Scalar<S>::exp(trace.y(r, c) - mx);
       total += mx + Scalar<S>::log(sum) - trace.y(batch.label[c], c);
     }
   }
@@ -254,7 +285,9 @@ template <class S> S forward_train(const Network<S>& net, const Batch<S>& batch,
   return trace.loss;
 }
 
-template <class S> void backward(const Network<S>& net, const Batch<S>& batch, Loss loss, const Trace<S>& trace, Network<S>& grad) {
+template <class S>
+void backward(const Network<S>& net, const Batch<S>& batch, Loss loss, const Trace<S>& trace,
+              Network<S>& grad) {
   using namespace train_detail;
   const Architecture& a = net.arch;
   const Eigen::Index T = batch.tokens();
@@ -264,7 +297,8 @@ template <class S> void backward(const Network<S>& net, const Batch<S>& batch, L
   const S denom = S(static_cast<long>(counted * (loss == Loss::mse ? trace.y.rows() : 1)));
   for (Eigen::Index c = 0; c < T; ++c) {
     if (!batch.mask[c]) continue;
-    if (loss == Loss::mse) dY.col(c) = (trace.y.col(c) - batch.target.col(c)) * (S(2) / denom);
+    if (loss == Loss::mse)
+      dY.col(c) = (trace.y.col(c) - batch.target.col(c)) * (S(2) / denom);
     else {
       const S mx = trace.y.col(c).maxCoeff();
       Vec<S> p = trace.y.col(c).unaryExpr([&](const S& v) { return S(Scalar<S>::exp(v - mx)); });
@@ -291,20 +325,25 @@ template <class S> void backward(const Network<S>& net, const Batch<S>& batch, L
     }
     const Mat<S>& in = L.spec.pre_norm ? t.u : t.in;
     Mat<S> din;
-    if (L.spec.kind == LayerKind::attention) din = attention_backward(L, G, in, batch.start, t, dZ);
+    if (L.spec.kind == LayerKind::attention)
+      din = attention_backward(L, G, in, batch.start, t, dZ);
     else {
       G.w2.noalias() += dZ * t.h.cwiseMax(S(0)).transpose();
       G.b2.col(0) += dZ.rowwise().sum();
-      Mat<S> dh = (L.w2.transpose() * dZ).cwiseProduct(t.h.unaryExpr([](const S& v) { return relu_grad_mask(v); }));
+      Mat<S> dh =
+          (L.w2.transpose() * dZ).cwiseProduct(t.h.unaryExpr([](const S& v) { return relu_grad_mask(v); }));
       G.w1.noalias() += dh * in.transpose();
       G.b1.col(0) += dh.rowwise().sum();
       din.noalias() = L.w1.transpose() * dh;
     }
-    if (L.spec.pre_norm) dZ += ln_backward(din, t.xhat, t.rstd, L.norm_w, G.norm_w, G.norm_b);
-    else dZ += din;
+    if (L.spec.pre_norm)
+      dZ += ln_backward(din, t.xhat, t.rstd, L.norm_w, G.norm_w, G.norm_b);
+    else
+      dZ += din;
   }
   if (a.vocab > 0)
-    for (Eigen::Index c = 0; c < T; ++c) grad.embed.col(batch.ids[c]) += dZ.col(c);
+    for (Eigen::Index c = 0; c < T; ++c)
+      grad.embed.col(batch.ids[c]) += dZ.col(c);
   if (a.max_len > 0)
     for (int b = 0; b < batch.sequences(); ++b) {
       const Eigen::Index n = batch.start[b + 1] - batch.start[b];
@@ -312,18 +351,21 @@ template <class S> void backward(const Network<S>& net, const Batch<S>& batch, L
     }
 }
 
-template <class S> S loss_and_gradient(const Network<S>& net, const Batch<S>& batch, Loss loss, Network<S>& grad) {
+template <class S>
+S loss_and_gradient(const Network<S>& net, const Batch<S>& batch, Loss loss, Network<S>& grad) {
   Trace<S> trace;
   S l = forward_train(net, batch, loss, trace);
   backward(net, batch, loss, trace, grad);
   return l;
 }
 
-template <class S> Batch<S> make_batch(const Dataset& ds, const std::vector<std::size_t>& which, Loss loss, int out_dim) {
+template <class S>
+Batch<S> make_batch(const Dataset& ds, const std::vector<std::size_t>& which, Loss loss, int out_dim) {
   Batch<S> b;
   b.start.push_back(0);
   Eigen::Index T = 0;
-  for (std::size_t i : which) T += static_cast<Eigen::Index>(ds.sequences.at(i).n());
+  for (std::size_t i : which)
+    T += static_cast<Eigen::Index>(ds.sequences.at(i).n());
   if (!ds.token_input) b.x.resize(ds.d, T);
   if (loss == Loss::mse) b.target.resize(out_dim, T);
   Eigen::Index c = 0;
@@ -333,16 +375,22 @@ template <class S> Batch<S> make_batch(const Dataset& ds, const std::vector<std:
     const std::string where = "sequence " + std::to_string(i + 1) + ": ";
     if (s.y.size() == 0) throw Error(where + "no labels (\"y\") to train on");
     if (loss == Loss::mse && s.y.rows() != out_dim)
-      throw Error(where + "labels have " + std::to_string(s.y.rows()) + " numbers per token, the network outputs " + std::to_string(out_dim));
-    if (loss == Loss::cross_entropy && s.y.rows() != 1) throw Error(where + "cross-entropy needs one class label per token");
+      throw Error(where + "labels have " + std::to_string(s.y.rows()) +
+                  " numbers per token, the network outputs " + std::to_string(out_dim));
+    if (loss == Loss::cross_entropy && s.y.rows() != 1)
+      throw Error(where + "cross-entropy needs one class label per token");
     for (Eigen::Index k = 0; k < n; ++k, ++c) {
-      if (ds.token_input) b.ids.push_back(s.tokens[k]);
-      else b.x.col(c) = s.x.col(k).unaryExpr([](const Rational& q) { return Scalar<S>::from(q); });
-      if (loss == Loss::mse) b.target.col(c) = s.y.col(k).unaryExpr([](const Rational& q) { return Scalar<S>::from(q); });
+      if (ds.token_input)
+        b.ids.push_back(s.tokens[k]);
+      else
+        b.x.col(c) = s.x.col(k).unaryExpr([](const Rational& q) { return Scalar<S>::from(q); });
+      if (loss == Loss::mse)
+        b.target.col(c) = s.y.col(k).unaryExpr([](const Rational& q) { return Scalar<S>::from(q); });
       else {
         const Rational& y = s.y(0, k);
         if (denominator(y) != 1 || y < 0 || y >= out_dim)
-          throw Error(where + "class label " + y.str() + " is not an integer in [0, " + std::to_string(out_dim) + ")");
+          throw Error(where + "class label " + y.str() + " is not an integer in [0, " +
+                      std::to_string(out_dim) + ")");
         b.label.push_back(static_cast<int>(numerator(y).convert_to<long>()));
       }
       b.mask.push_back(s.mask.empty() ? 1 : s.mask[k]);
@@ -352,10 +400,10 @@ template <class S> Batch<S> make_batch(const Dataset& ds, const std::vector<std:
   return b;
 }
 
-#define UATLAB_INSTANTIATE_TRAIN(S)                                                                              \
-  template S forward_train<S>(const Network<S>&, const Batch<S>&, Loss, Trace<S>&);                              \
-  template void backward<S>(const Network<S>&, const Batch<S>&, Loss, const Trace<S>&, Network<S>&);             \
-  template S loss_and_gradient<S>(const Network<S>&, const Batch<S>&, Loss, Network<S>&);                        \
+#define UATLAB_INSTANTIATE_TRAIN(S)                                                                  \
+  template S forward_train<S>(const Network<S>&, const Batch<S>&, Loss, Trace<S>&);                  \
+  template void backward<S>(const Network<S>&, const Batch<S>&, Loss, const Trace<S>&, Network<S>&); \
+  template S loss_and_gradient<S>(const Network<S>&, const Batch<S>&, Loss, Network<S>&);            \
   template Batch<S> make_batch<S>(const Dataset&, const std::vector<std::size_t>&, Loss, int);
 
 }  // namespace uatlab

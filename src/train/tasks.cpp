@@ -19,7 +19,9 @@ int check_lags(const TaskOptions& o, const std::string& task) {
   for (int l : o.lags)
     if (l < 1) throw Error("lags must be >= 1");
   const int TM = *std::max_element(o.lags.begin(), o.lags.end());
-  if (o.n <= TM) throw Error("sequence length n = " + std::to_string(o.n) + " must exceed the largest lag " + std::to_string(TM));
+  if (o.n <= TM)
+    throw Error("sequence length n = " + std::to_string(o.n) + " must exceed the largest lag " +
+                std::to_string(TM));
   return TM;
 }
 
@@ -27,7 +29,8 @@ Dataset sparse_boolean(const TaskOptions& o) {
   const int M = static_cast<int>(o.lags.size()), TM = check_lags(o, "sparse-boolean");
   Rng rng(o.seed);
   std::vector<int> table(static_cast<std::size_t>(1) << M);
-  for (auto& v : table) v = rng.uniform() < 0.5;
+  for (auto& v : table)
+    v = rng.uniform() < 0.5;
   auto f = [&](const std::vector<int>& bits) {
     int ones = 0, code = 0;
     for (int i = 0; i < M; ++i) {
@@ -46,12 +49,14 @@ Dataset sparse_boolean(const TaskOptions& o) {
   ds.label_dim = 1;
   for (int i = 0; i < o.N; ++i) {
     Sequence s;
-    for (int t = 0; t < o.n; ++t) s.tokens.push_back(rng.uniform() < 0.5);
+    for (int t = 0; t < o.n; ++t)
+      s.tokens.push_back(rng.uniform() < 0.5);
     s.y = Mat<Rational>::Zero(1, o.n);
     s.mask.assign(o.n, 0);
     for (int t = TM; t < o.n; ++t) {
       std::vector<int> bits;
-      for (int l : o.lags) bits.push_back(s.tokens[t - l]);
+      for (int l : o.lags)
+        bits.push_back(s.tokens[t - l]);
       s.y(0, t) = f(bits);
       s.mask[t] = 1;
     }
@@ -69,7 +74,8 @@ Dataset complex_readout(const TaskOptions& o) {
   ds.label_dim = 1;
   for (int i = 0; i < o.N; ++i) {
     std::vector<double> x(o.n);
-    for (auto& v : x) v = rng.uniform(-1, 1);
+    for (auto& v : x)
+      v = rng.uniform(-1, 1);
     Sequence s;
     s.x = Mat<Rational>::Zero(o.d, o.n);  // the value in row 0; rows 1..d-1 give the residual stream room
     s.y = Mat<Rational>::Zero(1, o.n);
@@ -78,7 +84,8 @@ Dataset complex_readout(const TaskOptions& o) {
       s.x(0, t) = rational_of(x[t]);
       if (t < TM) continue;
       double y = 1;
-      for (int l : o.lags) y *= std::sin(o.omega * 3.14159265358979323846 * x[t - l]);
+      for (int l : o.lags)
+        y *= std::sin(o.omega * 3.14159265358979323846 * x[t - l]);
       s.y(0, t) = rational_of(y);
       s.mask[t] = 1;
     }
@@ -99,7 +106,8 @@ Dataset random_labels(const TaskOptions& o) {
     Sequence s;
     s.x = Mat<Rational>(o.d, o.n);
     for (int t = 0; t < o.n; ++t)
-      for (int r = 0; r < o.d; ++r) s.x(r, t) = rational_of(rng.gauss() * scale);
+      for (int r = 0; r < o.d; ++r)
+        s.x(r, t) = rational_of(rng.gauss() * scale);
     s.y = Mat<Rational>::Zero(1, o.n);
     s.y(0, 0) = std::min(o.classes - 1, static_cast<int>(rng.uniform() * o.classes));
     s.mask.assign(o.n, 0);
@@ -153,7 +161,9 @@ const std::string& corpus_text(const std::string& path) {
   if (it == cache.end()) {
     if (path.empty()) throw Error("the chars task needs a corpus (--task-corpus FILE)");
     std::string text = read_file(path);
-    if (text.size() < 1000) throw Error("corpus " + path + " has " + std::to_string(text.size()) + " bytes; the chars task needs at least 1000");
+    if (text.size() < 1000)
+      throw Error("corpus " + path + " has " + std::to_string(text.size()) +
+                  " bytes; the chars task needs at least 1000");
     it = cache.emplace(path, std::move(text)).first;
   }
   return it->second;
@@ -163,17 +173,20 @@ Dataset chars(const TaskOptions& o) {
   const std::string& text = corpus_text(o.corpus);
   const std::string alphabet = corpus_alphabet(text);
   int id[256];
-  for (std::size_t k = 0; k < alphabet.size(); ++k) id[static_cast<unsigned char>(alphabet[k])] = static_cast<int>(k);
+  for (std::size_t k = 0; k < alphabet.size(); ++k)
+    id[static_cast<unsigned char>(alphabet[k])] = static_cast<int>(k);
   const std::size_t split = text.size() * 9 / 10;
   const std::size_t begin = o.validation ? split : 0, end = o.validation ? text.size() : split;
   if (end - begin < static_cast<std::size_t>(o.n) + 1)
-    throw Error("the corpus split has " + std::to_string(end - begin) + " characters, fewer than n + 1 = " + std::to_string(o.n + 1));
+    throw Error("the corpus split has " + std::to_string(end - begin) +
+                " characters, fewer than n + 1 = " + std::to_string(o.n + 1));
   Rng rng(o.seed);
   Dataset ds;
   ds.token_input = true;
   ds.label_dim = 1;
   for (int i = 0; i < o.N; ++i) {
-    const std::size_t start = begin + static_cast<std::size_t>(rng.uniform() * static_cast<double>(end - begin - o.n));
+    const std::size_t start =
+        begin + static_cast<std::size_t>(rng.uniform() * static_cast<double>(end - begin - o.n));
     Sequence s;
     s.y = Mat<Rational>(1, o.n);
     for (int t = 0; t < o.n; ++t) {
@@ -190,17 +203,20 @@ Dataset kernel(const TaskOptions& o, bool heavy) {
   if (o.d < 1) throw Error("kernel tasks need d >= 1");
   std::vector<double> rho(o.n + 1, 0.0);
   double zeta = 0;
-  for (int k = 1; k < 200000; ++k) zeta += std::pow(k, -(1 + o.beta));
+  for (int k = 1; k < 200000; ++k)
+    zeta += std::pow(k, -(1 + o.beta));
   zeta += std::pow(200000.0, -o.beta) / o.beta;  // tail of Σ k^{-(1+β)}
   for (int s = 1; s <= o.n; ++s)
-    rho[s] = heavy ? std::pow(s, -(1 + o.beta)) / zeta : (1 - std::exp(-o.beta)) * std::exp(-o.beta * (s - 1));
+    rho[s] =
+        heavy ? std::pow(s, -(1 + o.beta)) / zeta : (1 - std::exp(-o.beta)) * std::exp(-o.beta * (s - 1));
   Rng rng(o.seed);
   Dataset ds;
   ds.d = o.d;
   ds.label_dim = 1;
   for (int i = 0; i < o.N; ++i) {
     std::vector<double> x(o.n);
-    for (auto& v : x) v = rng.gauss();
+    for (auto& v : x)
+      v = rng.gauss();
     Sequence s;
     s.x = Mat<Rational>::Zero(o.d, o.n);  // the value in row 0, as in complex-readout
     s.y = Mat<Rational>(1, o.n);
@@ -208,7 +224,8 @@ Dataset kernel(const TaskOptions& o, bool heavy) {
     for (int t = 0; t < o.n; ++t) {
       s.x(0, t) = rational_of(x[t]);
       double y = 0;
-      for (int k = 1; k <= (o.window > 0 ? std::min(t, o.window) : t); ++k) y += rho[k] * x[t - k];
+      for (int k = 1; k <= (o.window > 0 ? std::min(t, o.window) : t); ++k)
+        y += rho[k] * x[t - k];
       s.y(0, t) = rational_of(y);
       if (t < o.mask_before) s.mask[t] = 0;
     }
@@ -217,7 +234,9 @@ Dataset kernel(const TaskOptions& o, bool heavy) {
   return ds;
 }
 
-int alphabet_size(const TaskOptions& o) { return static_cast<int>(corpus_alphabet(corpus_text(o.corpus)).size()); }
+int alphabet_size(const TaskOptions& o) {
+  return static_cast<int>(corpus_alphabet(corpus_text(o.corpus)).size());
+}
 
 }  // namespace
 
@@ -225,25 +244,51 @@ int alphabet_size(const TaskOptions& o) { return static_cast<int>(corpus_alphabe
 const std::vector<TaskSpec>& tasks() {
   using O = const TaskOptions&;
   static const std::vector<TaskSpec> table = {
-      {"memorize", Loss::cross_entropy, [](O o) { return kajitsuka::demo_dataset(o.N, o.n, o.d, o.V, o.seed); },
-       [](O o) { return TaskShape{0, o.d, 3}; }},
-      {"random-labels", Loss::cross_entropy, random_labels, [](O o) { return TaskShape{0, o.d, o.classes}; }},
-      {"sparse-boolean", Loss::cross_entropy, sparse_boolean, [](O) { return TaskShape{2, 0, 2}; }},
-      {"complex-readout", Loss::mse, complex_readout, [](O o) { return TaskShape{0, o.d, 1}; }},
+      {"memorize", Loss::cross_entropy,
+       [](O o) { return kajitsuka::demo_dataset(o.N, o.n, o.d, o.V, o.seed); },
+       [](O o) {
+         return TaskShape{0, o.d, 3};
+       }},
+      {"random-labels", Loss::cross_entropy, random_labels,
+       [](O o) {
+         return TaskShape{0, o.d, o.classes};
+       }},
+      {"sparse-boolean", Loss::cross_entropy, sparse_boolean,
+       [](O) {
+         return TaskShape{2, 0, 2};
+       }},
+      {"complex-readout", Loss::mse, complex_readout,
+       [](O o) {
+         return TaskShape{0, o.d, 1};
+       }},
       {"adaptive-1", Loss::cross_entropy, [](O o) { return adaptive(o, false); },
-       [](O o) { return TaskShape{2 * static_cast<int>(o.lags.size()), 0, 2}; }},
+       [](O o) {
+         return TaskShape{2 * static_cast<int>(o.lags.size()), 0, 2};
+       }},
       {"adaptive-2", Loss::cross_entropy, [](O o) { return adaptive(o, true); },
-       [](O o) { return TaskShape{2 * static_cast<int>(o.lags.size()), 0, 2}; }},
-      {"kernel-heavy", Loss::mse, [](O o) { return kernel(o, true); }, [](O o) { return TaskShape{0, o.d, 1}; }},
-      {"kernel-light", Loss::mse, [](O o) { return kernel(o, false); }, [](O o) { return TaskShape{0, o.d, 1}; }},
-      {"chars", Loss::cross_entropy, chars, [](O o) { return TaskShape{alphabet_size(o), 0, alphabet_size(o)}; }},
+       [](O o) {
+         return TaskShape{2 * static_cast<int>(o.lags.size()), 0, 2};
+       }},
+      {"kernel-heavy", Loss::mse, [](O o) { return kernel(o, true); },
+       [](O o) {
+         return TaskShape{0, o.d, 1};
+       }},
+      {"kernel-light", Loss::mse, [](O o) { return kernel(o, false); },
+       [](O o) {
+         return TaskShape{0, o.d, 1};
+       }},
+      {"chars", Loss::cross_entropy, chars,
+       [](O o) {
+         return TaskShape{alphabet_size(o), 0, alphabet_size(o)};
+       }},
   };
   return table;
 }
 
 std::string task_names() {
   std::string names;
-  for (const TaskSpec& t : tasks()) names += (names.empty() ? "" : ", ") + std::string(t.name);
+  for (const TaskSpec& t : tasks())
+    names += (names.empty() ? "" : ", ") + std::string(t.name);
   return names;
 }
 
@@ -269,7 +314,8 @@ TaskOptions validation_options(const TaskOptions& o, int N) {
 
 std::string corpus_alphabet(const std::string& text) {
   bool seen[256] = {};
-  for (unsigned char ch : text) seen[ch] = true;
+  for (unsigned char ch : text)
+    seen[ch] = true;
   std::string a;
   for (int c = 0; c < 256; ++c)
     if (seen[c]) a += static_cast<char>(c);

@@ -1,10 +1,10 @@
 #include "uatlab/train/trainer.hpp"
 
+#include <omp.h>
 #include <chrono>
 #include <cmath>
 #include <fstream>
 #include <numeric>
-#include <omp.h>
 
 #include "uatlab/io/model_file.hpp"
 #include "uatlab/model/init.hpp"
@@ -14,9 +14,19 @@ namespace uatlab {
 using nlohmann::json;
 
 json TrainConfig::to_json() const {
-  return {{"loss", loss == Loss::mse ? "mse" : "ce"}, {"steps", steps}, {"batch", batch}, {"lr", lr}, {"min_lr", min_lr},
-          {"warmup", warmup}, {"weight_decay", weight_decay}, {"beta1", beta1}, {"beta2", beta2}, {"adam_eps", adam_eps},
-          {"clip", clip}, {"seed", seed}, {"freeze", freeze}};
+  return {{"loss", loss == Loss::mse ? "mse" : "ce"},
+          {"steps", steps},
+          {"batch", batch},
+          {"lr", lr},
+          {"min_lr", min_lr},
+          {"warmup", warmup},
+          {"weight_decay", weight_decay},
+          {"beta1", beta1},
+          {"beta2", beta2},
+          {"adam_eps", adam_eps},
+          {"clip", clip},
+          {"seed", seed},
+          {"freeze", freeze}};
 }
 
 double learning_rate(const TrainConfig& c, long t) {
@@ -36,18 +46,21 @@ bool frozen(const std::vector<std::string>& patterns, const std::string& name) {
   return false;
 }
 
-template <class S> std::vector<std::pair<std::string, Mat<S>*>> tensors(Network<S>& n) {
+template <class S>
+std::vector<std::pair<std::string, Mat<S>*>> tensors(Network<S>& n) {
   std::vector<std::pair<std::string, Mat<S>*>> v;
   n.for_each_tensor([&](const std::string& name, Mat<S>& m, Layout) { v.push_back({name, &m}); });
   return v;
 }
 
 // Columns of `all` for the sequences `which` (all = every sequence, converted once).
-template <class S> Batch<S> gather(const Batch<S>& all, const std::vector<std::size_t>& which) {
+template <class S>
+Batch<S> gather(const Batch<S>& all, const std::vector<std::size_t>& which) {
   Batch<S> b;
   b.start.push_back(0);
   Eigen::Index T = 0;
-  for (std::size_t i : which) T += all.start[i + 1] - all.start[i];
+  for (std::size_t i : which)
+    T += all.start[i + 1] - all.start[i];
   if (all.x.size()) b.x.resize(all.x.rows(), T);
   if (all.target.size()) b.target.resize(all.target.rows(), T);
   Eigen::Index c = 0;
@@ -64,7 +77,8 @@ template <class S> Batch<S> gather(const Batch<S>& all, const std::vector<std::s
   return b;
 }
 
-template <class S> double accuracy_of(const Trace<S>& t, const Batch<S>& b) {
+template <class S>
+double accuracy_of(const Trace<S>& t, const Batch<S>& b) {
   long right = 0, counted = 0;
   for (Eigen::Index c = 0; c < b.tokens(); ++c) {
     if (!b.mask[c]) continue;
@@ -96,7 +110,8 @@ class BatchOrder {
     perm_.resize(n_);
     std::iota(perm_.begin(), perm_.end(), 0);
     Rng rng(seed_ * 1000003ULL + static_cast<std::uint64_t>(e));
-    for (std::size_t i = n_; i > 1; --i) std::swap(perm_[i - 1], perm_[static_cast<std::size_t>(rng.uniform() * i)]);
+    for (std::size_t i = n_; i > 1; --i)
+      std::swap(perm_[i - 1], perm_[static_cast<std::size_t>(rng.uniform() * i)]);
     epoch_ = e;
   }
   std::size_t n_;
@@ -107,7 +122,9 @@ class BatchOrder {
 
 }  // namespace
 
-template <class S> double batch_gradient(const Network<S>& net, const Batch<S>& batch, Loss loss, Network<S>& grad, Workspace<S>& ws) {
+template <class S>
+double batch_gradient(const Network<S>& net, const Batch<S>& batch, Loss loss, Network<S>& grad,
+                      Workspace<S>& ws) {
   const int B = batch.sequences();
   // Inside an enclosing parallel region (a sweep runs one training per thread) the team would get
   // one thread, so the batch is not split at all.
@@ -121,12 +138,14 @@ template <class S> double batch_gradient(const Network<S>& net, const Batch<S>& 
     return l;
   }
   ws.parts.resize(P), ws.traces.resize(P);
-  if (static_cast<int>(ws.grads.size()) != P || ws.grads[0].arch.to_json() != net.arch.to_json()) ws.grads.assign(P, zero_like(net));
+  if (static_cast<int>(ws.grads.size()) != P || ws.grads[0].arch.to_json() != net.arch.to_json())
+    ws.grads.assign(P, zero_like(net));
   std::vector<double> losses(P);
   std::vector<Eigen::Index> counts(P);
   std::vector<std::vector<std::pair<std::string, Mat<S>*>>> parts_grads(P);
   const auto G = tensors(grad);
-  for (int p = 0; p < P; ++p) parts_grads[p] = tensors(ws.grads[p]);
+  for (int p = 0; p < P; ++p)
+    parts_grads[p] = tensors(ws.grads[p]);
   std::exception_ptr error;
   Eigen::Index total = 0;
 #pragma omp parallel num_threads(P)
@@ -134,7 +153,8 @@ template <class S> double batch_gradient(const Network<S>& net, const Batch<S>& 
     const int p = omp_get_thread_num();
     try {
       std::vector<std::size_t> mine;
-      for (int b = p * B / P; b < (p + 1) * B / P; ++b) mine.push_back(static_cast<std::size_t>(b));
+      for (int b = p * B / P; b < (p + 1) * B / P; ++b)
+        mine.push_back(static_cast<std::size_t>(b));
       ws.parts[p] = gather(batch, mine);
       ws.traces[p].part_of_batch = true;
       losses[p] = static_cast<double>(forward_train(net, ws.parts[p], loss, ws.traces[p]));
@@ -145,7 +165,8 @@ template <class S> double batch_gradient(const Network<S>& net, const Batch<S>& 
     }
 #pragma omp barrier
 #pragma omp single
-    for (auto c : counts) total += c;
+    for (auto c : counts)
+      total += c;
     if (!error && total > 0) {
       ws.traces[p].normaliser = total;
       ws.grads[p].for_each_tensor([](const std::string&, Mat<S>& m, Layout) { m.setZero(); });
@@ -155,23 +176,28 @@ template <class S> double batch_gradient(const Network<S>& net, const Batch<S>& 
     if (!error && total > 0) {
 #pragma omp for schedule(dynamic)
       for (long i = 0; i < static_cast<long>(G.size()); ++i)
-        for (int q = 0; q < P; ++q) *G[i].second += *parts_grads[q][i].second;
+        for (int q = 0; q < P; ++q)
+          *G[i].second += *parts_grads[q][i].second;
     }
   }
   if (error) std::rethrow_exception(error);
   if (total == 0) throw Error("the batch has no tokens counted in the loss (all masked)");
   double sum = 0;
-  for (int p = 0; p < P; ++p) sum += losses[p] * static_cast<double>(counts[p]);
+  for (int p = 0; p < P; ++p)
+    sum += losses[p] * static_cast<double>(counts[p]);
   return sum / static_cast<double>(total);
 }
 
-template <class S> double AdamW<S>::update(Network<S>& net, Network<S>& grad, const TrainConfig& c, double lr) {
+template <class S>
+double AdamW<S>::update(Network<S>& net, Network<S>& grad, const TrainConfig& c, double lr) {
   auto P = tensors(net), G = tensors(grad), M = tensors(m), V = tensors(v);
   double sq = 0;
   for (std::size_t i = 0; i < P.size(); ++i)
     if (!frozen(c.freeze, P[i].first)) sq += static_cast<double>(G[i].second->squaredNorm());
   const double norm = std::sqrt(sq);
-  if (!std::isfinite(norm)) throw Error("the gradient became NaN or infinite at step " + std::to_string(step + 1) + "; lower the learning rate");
+  if (!std::isfinite(norm))
+    throw Error("the gradient became NaN or infinite at step " + std::to_string(step + 1) +
+                "; lower the learning rate");
   const S scale = static_cast<S>(c.clip > 0 && norm > c.clip ? c.clip / (norm + 1e-6) : 1.0);
   ++step;
   const S b1 = static_cast<S>(c.beta1), b2 = static_cast<S>(c.beta2);
@@ -194,24 +220,28 @@ template <class S> double AdamW<S>::update(Network<S>& net, Network<S>& grad, co
   return norm;
 }
 
-template <class S> std::pair<double, double> evaluate_loss(const Network<S>& net, const Dataset& data, Loss loss) {
+template <class S>
+std::pair<double, double> evaluate_loss(const Network<S>& net, const Dataset& data, Loss loss) {
   double total = 0, right = 0;
   long counted = 0;
   const std::size_t chunk = 256;
   for (std::size_t s = 0; s < data.sequences.size(); s += chunk) {
     std::vector<std::size_t> idx;
-    for (std::size_t i = s; i < std::min(data.sequences.size(), s + chunk); ++i) idx.push_back(i);
+    for (std::size_t i = s; i < std::min(data.sequences.size(), s + chunk); ++i)
+      idx.push_back(i);
     Batch<S> b = make_batch<S>(data, idx, loss, net.arch.out_dim());
     Trace<S> t;
     total += static_cast<double>(forward_train(net, b, loss, t)) * static_cast<double>(t.counted);
     if (loss == Loss::cross_entropy) right += accuracy_of(t, b) * static_cast<double>(t.counted);
     counted += t.counted;
   }
-  return {total / static_cast<double>(counted), loss == Loss::cross_entropy ? right / static_cast<double>(counted) : -1.0};
+  return {total / static_cast<double>(counted),
+          loss == Loss::cross_entropy ? right / static_cast<double>(counted) : -1.0};
 }
 
-template <class S> TrainReport train(Network<S>& net, const Dataset& data, const Dataset* validation, const TrainConfig& config,
-                                     const std::string& resume, const std::function<void(const Progress&)>& on_log) {
+template <class S>
+TrainReport train(Network<S>& net, const Dataset& data, const Dataset* validation, const TrainConfig& config,
+                  const std::string& resume, const std::function<void(const Progress&)>& on_log) {
   if (data.sequences.empty()) throw Error("no training sequences");
   if (config.batch < 1 || config.steps < 0) throw Error("batch must be >= 1 and steps >= 0");
   for (const auto& p : config.freeze) {
@@ -223,7 +253,8 @@ template <class S> TrainReport train(Network<S>& net, const Dataset& data, const
   if (!resume.empty()) {
     Network<S> loaded;
     auto meta = load_checkpoint<S>(resume, loaded, {{"adam_m.", &opt.m}, {"adam_v.", &opt.v}});
-    if (loaded.arch.to_json() != net.arch.to_json()) throw Error(resume + ": the checkpoint's architecture differs from the network's");
+    if (loaded.arch.to_json() != net.arch.to_json())
+      throw Error(resume + ": the checkpoint's architecture differs from the network's");
     net = std::move(loaded);
     opt.step = std::stol(meta.at("uatlab_step"));
   }
@@ -255,7 +286,9 @@ template <class S> TrainReport train(Network<S>& net, const Dataset& data, const
     const Batch<S> b = gather(all, order.at(t, config.batch));
     grad.for_each_tensor([](const std::string&, Mat<S>& m, Layout) { m.setZero(); });
     const double loss = batch_gradient(net, b, config.loss, grad, ws);
-    if (!std::isfinite(loss)) throw Error("the loss became NaN or infinite at step " + std::to_string(t + 1) + "; lower the learning rate");
+    if (!std::isfinite(loss))
+      throw Error("the loss became NaN or infinite at step " + std::to_string(t + 1) +
+                  "; lower the learning rate");
     const double lr = learning_rate(config, t);
     const double gnorm = opt.update(net, grad, config, lr);
     const bool last = t + 1 == config.steps;
@@ -276,14 +309,15 @@ template <class S> TrainReport train(Network<S>& net, const Dataset& data, const
       if (eval) std::tie(rep.val_loss, rep.val_accuracy) = evaluate_loss(net, *validation, config.loss);
       const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       if (csv.is_open()) {
-        csv << (t + 1) << ',' << lr << ',' << loss << ',' << rep.accuracy << ',' << gnorm << ',' << (eval ? rep.val_loss : -1) << ','
-            << (eval ? rep.val_accuracy : -1) << ',' << secs << '\n';
+        csv << (t + 1) << ',' << lr << ',' << loss << ',' << rep.accuracy << ',' << gnorm << ','
+            << (eval ? rep.val_loss : -1) << ',' << (eval ? rep.val_accuracy : -1) << ',' << secs << '\n';
         csv.flush();
       }
       if (on_log) {
         const double done = static_cast<double>(t + 1 - first);
         const double rate = done / std::max(secs, 1e-9);
-        on_log({t + 1, config.steps, loss, lr, gnorm, rate, static_cast<double>(config.steps - t - 1) / std::max(rate, 1e-9)});
+        on_log({t + 1, config.steps, loss, lr, gnorm, rate,
+                static_cast<double>(config.steps - t - 1) / std::max(rate, 1e-9)});
       }
       if (classify && config.stop_at_full_accuracy && evaluate_loss(net, data, config.loss).second == 1.0) {
         rep.stopped_early = true;
@@ -291,7 +325,8 @@ template <class S> TrainReport train(Network<S>& net, const Dataset& data, const
         break;
       }
     }
-    if (!config.checkpoint.empty() && config.checkpoint_every > 0 && (t + 1) % config.checkpoint_every == 0) save(t + 1);
+    if (!config.checkpoint.empty() && config.checkpoint_every > 0 && (t + 1) % config.checkpoint_every == 0)
+      save(t + 1);
   }
   rep.steps = t;
   if (!config.checkpoint.empty()) save(t);
@@ -300,7 +335,8 @@ template <class S> TrainReport train(Network<S>& net, const Dataset& data, const
 }
 
 template <class S>
-json training_summary(const Network<S>& net, const Dataset& data, const Dataset* validation, Loss loss, const TrainReport& r) {
+json training_summary(const Network<S>& net, const Dataset& data, const Dataset* validation, Loss loss,
+                      const TrainReport& r) {
   json out = {{"parameters", net.parameter_count()},
               {"steps", r.steps},
               {"seconds", r.seconds},
@@ -330,16 +366,20 @@ json training_summary(const Network<S>& net, const Dataset& data, const Dataset*
   return out;
 }
 
-template json training_summary<float>(const Network<float>&, const Dataset&, const Dataset*, Loss, const TrainReport&);
-template json training_summary<double>(const Network<double>&, const Dataset&, const Dataset*, Loss, const TrainReport&);
-template double batch_gradient<float>(const Network<float>&, const Batch<float>&, Loss, Network<float>&, Workspace<float>&);
-template double batch_gradient<double>(const Network<double>&, const Batch<double>&, Loss, Network<double>&, Workspace<double>&);
+template json training_summary<float>(const Network<float>&, const Dataset&, const Dataset*, Loss,
+                                      const TrainReport&);
+template json training_summary<double>(const Network<double>&, const Dataset&, const Dataset*, Loss,
+                                       const TrainReport&);
+template double batch_gradient<float>(const Network<float>&, const Batch<float>&, Loss, Network<float>&,
+                                      Workspace<float>&);
+template double batch_gradient<double>(const Network<double>&, const Batch<double>&, Loss, Network<double>&,
+                                       Workspace<double>&);
 template struct AdamW<float>;
 template struct AdamW<double>;
-template TrainReport train<float>(Network<float>&, const Dataset&, const Dataset*, const TrainConfig&, const std::string&,
-                                  const std::function<void(const Progress&)>&);
-template TrainReport train<double>(Network<double>&, const Dataset&, const Dataset*, const TrainConfig&, const std::string&,
-                                   const std::function<void(const Progress&)>&);
+template TrainReport train<float>(Network<float>&, const Dataset&, const Dataset*, const TrainConfig&,
+                                  const std::string&, const std::function<void(const Progress&)>&);
+template TrainReport train<double>(Network<double>&, const Dataset&, const Dataset*, const TrainConfig&,
+                                   const std::string&, const std::function<void(const Progress&)>&);
 template std::pair<double, double> evaluate_loss<float>(const Network<float>&, const Dataset&, Loss);
 template std::pair<double, double> evaluate_loss<double>(const Network<double>&, const Dataset&, Loss);
 

@@ -8,7 +8,8 @@ namespace {
 
 // The output of `net` on x in S at `bits` (MPFR kinds), as exact rationals: one per entry, or
 // (lower, upper) per entry for intervals.
-template <class S> std::vector<Rational> exact_output(const Network<Rational>& net, const Mat<Rational>& x, unsigned bits) {
+template <class S>
+std::vector<Rational> exact_output(const Network<Rational>& net, const Mat<Rational>& x, unsigned bits) {
   const MpfrPrecision precision(bits);
   const Mat<S> y = forward(network_cast<S>(net), matrix_cast<S>(x));
   std::vector<Rational> out;
@@ -25,15 +26,21 @@ template <class S> std::vector<Rational> exact_output(const Network<Rational>& n
 
 }  // namespace
 
-std::vector<ArithmeticCheck> compare_arithmetics(const Network<Rational>& net, const Mat<Rational>& x, unsigned reference_bits,
-                                                 const std::vector<unsigned>& mpfr_bits, unsigned interval_bits) {
+std::vector<ArithmeticCheck> compare_arithmetics(const Network<Rational>& net, const Mat<Rational>& x,
+                                                 unsigned reference_bits,
+                                                 const std::vector<unsigned>& mpfr_bits,
+                                                 unsigned interval_bits) {
   const std::vector<Rational> ref = exact_output<Mpfr>(net, x, reference_bits);
-  const MpfrPrecision precision(reference_bits);  // the comparisons: differences of exact values, rounded once
-  auto error = [&](const Rational& y, std::size_t i) { return std::abs(Scalar<Mpfr>::to_double(Scalar<Mpfr>::from(y - ref[i]))); };
+  const MpfrPrecision precision(
+      reference_bits);  // the comparisons: differences of exact values, rounded once
+  auto error = [&](const Rational& y, std::size_t i) {
+    return std::abs(Scalar<Mpfr>::to_double(Scalar<Mpfr>::from(y - ref[i])));
+  };
   std::vector<ArithmeticCheck> out;
   auto point = [&](const std::string& name, unsigned carried, const std::vector<Rational>& y) {
     ArithmeticCheck c{name, carried};
-    for (std::size_t i = 0; i < y.size(); ++i) c.max_error = std::max(c.max_error, error(y[i], i));
+    for (std::size_t i = 0; i < y.size(); ++i)
+      c.max_error = std::max(c.max_error, error(y[i], i));
     out.push_back(c);
   };
   point("float", 24, exact_output<float>(net, x, reference_bits));

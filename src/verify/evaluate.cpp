@@ -8,7 +8,8 @@ namespace uatlab {
 
 using nlohmann::json;
 
-template <class S> std::vector<Mat<S>> forward_dataset(const Network<S>& net, const Dataset& ds, const EvalOptions& opt) {
+template <class S>
+std::vector<Mat<S>> forward_dataset(const Network<S>& net, const Dataset& ds, const EvalOptions& opt) {
   check_evaluable<S>(net.arch);
   if (ds.token_input != (net.arch.vocab > 0))
     throw Error(ds.token_input ? "the dataset has token ids but the network takes continuous inputs"
@@ -42,7 +43,8 @@ template <class S> std::vector<Mat<S>> forward_dataset(const Network<S>& net, co
 
 namespace {
 
-template <class S> std::vector<json> run(const std::string& path, const Dataset& ds, const EvalOptions& opt) {
+template <class S>
+std::vector<json> run(const std::string& path, const Dataset& ds, const EvalOptions& opt) {
   Network<S> net = load_network<S>(path);
   std::vector<Mat<S>> ys = forward_dataset(net, ds, opt);
   std::vector<json> lines;
@@ -52,13 +54,15 @@ template <class S> std::vector<json> run(const std::string& path, const Dataset&
       json t = json::array(), l = json::array(), h = json::array(), w = json::array();
       for (Eigen::Index i = 0; i < y.rows(); ++i) {
         const S& v = y(i, k);
-        if constexpr (std::is_floating_point_v<S>) t.push_back(v);
+        if constexpr (std::is_floating_point_v<S>)
+          t.push_back(v);
         else if constexpr (Scalar<S>::interval) {
           t.push_back(Scalar<Mpfr>::to_string(mp::median(v)));
           l.push_back(Scalar<Mpfr>::to_string(lower(v)));
           h.push_back(Scalar<Mpfr>::to_string(upper(v)));
           w.push_back(Scalar<Mpfr>::to_double(mp::width(v)));
-        } else t.push_back(Scalar<S>::to_string(v));
+        } else
+          t.push_back(Scalar<S>::to_string(v));
       }
       tok.push_back(t), lo.push_back(l), hi.push_back(h), width.push_back(w);
     }
@@ -71,10 +75,13 @@ template <class S> std::vector<json> run(const std::string& path, const Dataset&
 
 }  // namespace
 
-std::vector<json> evaluate_file(const std::string& model_path, const Dataset& ds, const Precision& p, const EvalOptions& opt) {
+std::vector<json> evaluate_file(const std::string& model_path, const Dataset& ds, const Precision& p,
+                                const EvalOptions& opt) {
   switch (p.kind) {
-    case Precision::Kind::Float: return run<float>(model_path, ds, opt);
-    case Precision::Kind::Double: return run<double>(model_path, ds, opt);
+    case Precision::Kind::Float:
+      return run<float>(model_path, ds, opt);
+    case Precision::Kind::Double:
+      return run<double>(model_path, ds, opt);
     case Precision::Kind::Mpfr: {
       const MpfrPrecision scope(p.bits);
       return run<Mpfr>(model_path, ds, opt);
@@ -83,7 +90,8 @@ std::vector<json> evaluate_file(const std::string& model_path, const Dataset& ds
       const MpfrPrecision scope(p.bits);
       return run<Mpfi>(model_path, ds, opt);
     }
-    case Precision::Kind::Rational: return run<Rational>(model_path, ds, opt);
+    case Precision::Kind::Rational:
+      return run<Rational>(model_path, ds, opt);
   }
   return {};
 }
@@ -92,6 +100,7 @@ template std::vector<Mat<float>> forward_dataset(const Network<float>&, const Da
 template std::vector<Mat<double>> forward_dataset(const Network<double>&, const Dataset&, const EvalOptions&);
 template std::vector<Mat<Mpfr>> forward_dataset(const Network<Mpfr>&, const Dataset&, const EvalOptions&);
 template std::vector<Mat<Mpfi>> forward_dataset(const Network<Mpfi>&, const Dataset&, const EvalOptions&);
-template std::vector<Mat<Rational>> forward_dataset(const Network<Rational>&, const Dataset&, const EvalOptions&);
+template std::vector<Mat<Rational>> forward_dataset(const Network<Rational>&, const Dataset&,
+                                                    const EvalOptions&);
 
 }  // namespace uatlab

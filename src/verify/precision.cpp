@@ -8,17 +8,20 @@ Precision Precision::parse(const std::string& text) {
     if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos || s.size() > 8)
       throw Error("precision \"" + text + "\": expected float, double, rational, BITS or interval:BITS");
     const unsigned long b = std::stoul(s);
-    if (b < 2 || b > (1ul << 26)) throw Error("precision \"" + text + "\": BITS must be from 2 to 67108864 (2^26)");
+    if (b < 2 || b > (1ul << 26))
+      throw Error("precision \"" + text + "\": BITS must be from 2 to 67108864 (2^26)");
     return static_cast<unsigned>(b);
   };
-  if (text == "float") p.kind = Kind::Float;
-  else if (text == "double") p.kind = Kind::Double;
-  else if (text == "rational") p.kind = Kind::Rational;
+  if (text == "float")
+    p.kind = Kind::Float;
+  else if (text == "double")
+    p.kind = Kind::Double;
+  else if (text == "rational")
+    p.kind = Kind::Rational;
   else if (text.rfind("interval:", 0) == 0) {
     p.kind = Kind::Interval;
     p.bits = bits_of_text(text.substr(9));
-  }
-  else {
+  } else {
     p.kind = Kind::Mpfr;
     p.bits = bits_of_text(text);
   }
@@ -27,11 +30,16 @@ Precision Precision::parse(const std::string& text) {
 
 std::string Precision::name() const {
   switch (kind) {
-    case Kind::Float: return "float";
-    case Kind::Double: return "double";
-    case Kind::Rational: return "rational";
-    case Kind::Mpfr: return "mpfr:" + std::to_string(bits);
-    case Kind::Interval: return "interval:" + std::to_string(bits);
+    case Kind::Float:
+      return "float";
+    case Kind::Double:
+      return "double";
+    case Kind::Rational:
+      return "rational";
+    case Kind::Mpfr:
+      return "mpfr:" + std::to_string(bits);
+    case Kind::Interval:
+      return "interval:" + std::to_string(bits);
   }
   return "?";
 }
@@ -40,8 +48,10 @@ unsigned min_certified_bits(unsigned certified_at, const std::function<bool(unsi
   unsigned lo = 2, hi = mpfr_carried_bits(certified_at);  // certified at hi
   while (hi - lo > 1) {
     const unsigned mid = (lo + hi) / 2, carried = mpfr_carried_bits(mid);
-    if (carried < hi && certified(carried)) hi = carried;
-    else lo = mid;
+    if (carried < hi && certified(carried))
+      hi = carried;
+    else
+      lo = mid;
   }
   return hi;
 }

@@ -5,13 +5,14 @@
 
 #include "uatlab/model/init.hpp"
 #include "uatlab/model/network.hpp"
-#include "uatlab/version.hpp"
 #include "uatlab/verify/precision.hpp"
+#include "uatlab/version.hpp"
 
 int main() {
   using namespace uatlab;
   Architecture a = Architecture::from_json(
-      {{"d", 3}, {"layers", {{{"type", "attention"}, {"heads", 2}}, {{"type", "feedforward"}, {"width", 8}}}}});
+      {{"d", 3},
+       {"layers", {{{"type", "attention"}, {"heads", 2}}, {{"type", "feedforward"}, {"width", 8}}}}});
   Network<double> net(a);
   init_random(net, 7);
   Mat<double> x = Mat<double>::Constant(3, 5, 0.25);
@@ -25,6 +26,7 @@ int main() {
     const double lo = Scalar<Mpfr>::to_double(lower(yi(i))), hi = Scalar<Mpfr>::to_double(upper(yi(i)));
     worst = std::max({worst, lo - y(i), y(i) - hi});
   }
-  std::printf("consumer (uatlab " UATLAB_VERSION "): %zu parameters, %u bits, worst excursion %.3g\n", net.parameter_count(), scope.bits(), worst);
+  std::printf("consumer (uatlab " UATLAB_VERSION "): %zu parameters, %u bits, worst excursion %.3g\n",
+              net.parameter_count(), scope.bits(), worst);
   return worst < 1e-12 ? 0 : 1;
 }

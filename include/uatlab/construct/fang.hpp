@@ -34,7 +34,8 @@ Variant parse_variant(const std::string& s);
 Network<Rational> build(int d, int N, const Rational& B, Variant v);
 
 // The network's input for a point x: D×d, x in the x slots of every token.
-template <class S> Mat<S> input(const Layout& L, const std::vector<S>& x);
+template <class S>
+Mat<S> input(const Layout& L, const std::vector<S>& x);
 
 // Polynomials with exact coefficients: exponent vector → coefficient.
 using Polynomial = std::map<std::vector<int>, Rational>;
@@ -49,19 +50,20 @@ std::string to_string(const Polynomial& p, const std::vector<std::string>& vars)
 void set_readout(Network<Rational>& net, const Layout& L, const Polynomial& p);
 
 struct Proof {
-  bool gates = false;              // every gate works in its linear regime on the box (bound propagation)
-  Rational worst_gate_ratio;       // max over kept slots of (bound on |z|) / C_b
-  std::size_t grid_points = 0;     // (N+1)^d product grid inside the box
-  bool grid = false;               // network == polynomial exactly at every grid point
+  bool gates = false;           // every gate works in its linear regime on the box (bound propagation)
+  Rational worst_gate_ratio;    // max over kept slots of (bound on |z|) / C_b
+  std::size_t grid_points = 0;  // (N+1)^d product grid inside the box
+  bool grid = false;            // network == polynomial exactly at every grid point
   std::size_t random_points = 0;
-  bool random = false;             // and at random rational points of the box
+  bool random = false;  // and at random rational points of the box
   bool exact() const { return gates && grid && random; }
 };
 // The proof of docs/theory/fang.md: (1) the gate precondition by exact bound propagation over the box, which
 // makes the network a polynomial of degree ≤ N there; (2) equality with p on a product grid
 // of (N+1)^d points, which then proves equality as polynomials on the whole box; (3) random
 // rational points, reported separately.
-Proof prove(const Network<Rational>& net, const Layout& L, const Polynomial& p, const Rational& B, Variant v, std::uint64_t seed);
+Proof prove(const Network<Rational>& net, const Layout& L, const Polynomial& p, const Rational& B, Variant v,
+            std::uint64_t seed);
 
 // Pooled features Σ_i X_i^{(N)} (D numbers) of the readout-free network, in double.
 Vec<double> features(const Network<double>& net, const Layout& L, const std::vector<double>& x);

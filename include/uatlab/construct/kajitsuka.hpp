@@ -27,14 +27,14 @@ namespace uatlab::kajitsuka {
 // permutation-equivariant layer without positional encoding can distinguish.
 struct Facts {
   int d = 0, n = 0;
-  std::vector<Vec<Rational>> vocab;           // V: distinct tokens, in order of first appearance
-  std::vector<std::vector<int>> tokens;       // per sequence: vocabulary index of each token
-  std::vector<std::vector<int>> sets;         // distinct vocabulary sets (sorted indices)
-  std::vector<int> set_of;                    // per sequence: index into sets
-  std::vector<int> first_with_set;            // per set: a sequence that has it
-  Rational r_min_sq, r_max_sq, eps_sq;        // exact squared norms / distances
-  double r_min = 0, r_max = 0, eps = 0;       // their square roots, for reports
-  int label_dim = 0;                          // 0 when the dataset has no labels
+  std::vector<Vec<Rational>> vocab;      // V: distinct tokens, in order of first appearance
+  std::vector<std::vector<int>> tokens;  // per sequence: vocabulary index of each token
+  std::vector<std::vector<int>> sets;    // distinct vocabulary sets (sorted indices)
+  std::vector<int> set_of;               // per sequence: index into sets
+  std::vector<int> first_with_set;       // per set: a sequence that has it
+  Rational r_min_sq, r_max_sq, eps_sq;   // exact squared norms / distances
+  double r_min = 0, r_max = 0, eps = 0;  // their square roots, for reports
+  int label_dim = 0;                     // 0 when the dataset has no labels
 };
 
 // Throws Error listing every violation (sequence and token indices, 1-based): unequal lengths,
@@ -44,9 +44,9 @@ struct Facts {
 Facts analyse(const Dataset& ds, bool require_labels = false);
 
 struct Projection {
-  Vec<Rational> v;          // unit up to rounding: v = u/‖u‖ rounded to doubles
-  double achieved = 0;      // min over pairs of V ∪ {0} of |vᵀ(x−x')| / ‖x−x'‖
-  double required = 0;      // Lemma 3's √(8/(πd)) / (|V|+1)²
+  Vec<Rational> v;      // unit up to rounding: v = u/‖u‖ rounded to doubles
+  double achieved = 0;  // min over pairs of V ∪ {0} of |vᵀ(x−x')| / ‖x−x'‖
+  double required = 0;  // Lemma 3's √(8/(πd)) / (|V|+1)²
   int tries = 0;
 };
 Projection find_projection(const Facts& f, std::uint64_t seed, int max_tries = 100000);
@@ -56,7 +56,7 @@ Mode parse_mode(const std::string& s);
 
 struct ContextualOptions {
   Mode mode = Mode::tuned;
-  bool tied = false;          // W_Q = W_K = W_V = √c·vᵀ, W_O scaled by 1/√c
+  bool tied = false;  // W_Q = W_K = W_V = √c·vᵀ, W_O scaled by 1/√c
   std::uint64_t seed = 1;
   unsigned max_bits = 1u << 18;
   bool search_min_bits = true;
@@ -72,16 +72,16 @@ struct Separation {
 };
 
 struct Contextual {
-  Network<Rational> net;   // the attention sub-layer alone (exact weights)
+  Network<Rational> net;  // the attention sub-layer alone (exact weights)
   Projection projection;
   Mode mode = Mode::tuned;
   bool tied = false;
-  Rational c;              // the score scale inside W_Q (tied: (√c)² as rounded)
-  double c_theorem = 0;    // the paper's c, for comparison
-  double c_gap = 0;        // the smallest c meeting the 2 log n + 3 gap condition on the measured projections
+  Rational c;            // the score scale inside W_Q (tied: (√c)² as rounded)
+  double c_theorem = 0;  // the paper's c, for comparison
+  double c_gap = 0;      // the smallest c meeting the 2 log n + 3 gap condition on the measured projections
   double log10_delta_bound = 0;  // the theorem's δ
   double r_bound = 0;            // r_max + ε/4
-  Separation separation;   // at bits_used
+  Separation separation;         // at bits_used
   unsigned bits_used = 0, min_bits = 0;
   std::size_t contexts = 0;
   nlohmann::json report() const;
@@ -95,21 +95,21 @@ Contextual build_contextual(const Facts& f, const ContextualOptions& opt);
 
 struct Memorized {
   Contextual contextual;
-  Network<Rational> net;     // attention + Zhang feed-forward (+ readout when labels are shorter than d)
-  std::size_t hidden = 0;    // q: distinct contexts
-  double max_error = 0;      // largest |output − label| enclosure bound at bits_used
+  Network<Rational> net;   // attention + Zhang feed-forward (+ readout when labels are shorter than d)
+  std::size_t hidden = 0;  // q: distinct contexts
+  double max_error = 0;    // largest |output − label| enclosure bound at bits_used
   double seconds_contextual = 0, seconds_construct_certify = 0, seconds_min_bits = 0;
   unsigned bits_used = 0, min_bits = 0;
   bool float64_works = false;
   double float64_max_error = 0;
-  std::size_t params_attention = 0, params_ff = 0, params_total = 0;         // stored
-  std::size_t paper_attention = 0, paper_ff = 0, paper_total = 0;            // Zhang form: 4d (2d tied), d + q + dq
+  std::size_t params_attention = 0, params_ff = 0, params_total = 0;  // stored
+  std::size_t paper_attention = 0, paper_ff = 0, paper_total = 0;     // Zhang form: 4d (2d tied), d + q + dq
   nlohmann::json report() const;
 };
 
 struct MemorizeOptions {
   ContextualOptions contextual;
-  std::string tolerance = "1e-6";   // every output within this of its label
+  std::string tolerance = "1e-6";  // every output within this of its label
 };
 
 // Certified memorization: every training sequence is evaluated through the whole network in
@@ -128,8 +128,8 @@ struct HardmaxCounterexample {
   Dataset data;
   int draws = 0;
   std::vector<int> heads_tried;
-  int identical = 0;               // draws whose token-1 outputs were exactly equal
-  std::string log10_softmax_gap;   // the softmax construction's certified distance for token 1
+  int identical = 0;              // draws whose token-1 outputs were exactly equal
+  std::string log10_softmax_gap;  // the softmax construction's certified distance for token 1
   bool softmax_separates = false;
   nlohmann::json report() const;
 };

@@ -37,7 +37,7 @@ struct TargetSpec {
   Mat<double> (*f)(const Mat<double>&);
 };
 const std::vector<TargetSpec>& target_table();
-std::string target_names();  // "tokenwise-sin, center, ..."
+std::string target_names();                      // "tokenwise-sin, center, ..."
 Target builtin_target(const std::string& name);  // throws Error listing the names
 // Whether f(XP) = f(X)P on `trials` seeded random inputs and permutations (to 1e-9).
 bool looks_equivariant(const Target& t, int d, int n, int trials, std::uint64_t seed);
@@ -54,7 +54,8 @@ Plan plan(int d, int n, int K, bool pe);
 struct Counts {
   int quantization = 0, attention = 0, value_map = 0;
   std::size_t parameters = 0;
-  // The proof's formulas: d/δ + d (PE: nd/δ + d); δ^{-d} + 1 (PE: nδ^{-d} + 1); 1 + d + n·C(δ^{-d}, n) (PE: 1 + d + n·δ^{-dn}).
+  // The proof's formulas: d/δ + d (PE: nd/δ + d); δ^{-d} + 1 (PE: nδ^{-d} + 1); 1 + d + n·C(δ^{-d}, n) (PE: 1
+  // + d + n·δ^{-dn}).
   long formula_quantization = 0, formula_attention = 0, formula_value_map = 0;
 };
 
@@ -86,7 +87,8 @@ Network<Rational> standardize(const Network<Rational>& modified, const Rational&
 Rational default_lambda(const Plan& p);
 
 struct Lemma6 {
-  long inputs = 0, with_sentinel = 0, distinct = 0;  // G_δ^+ inputs checked, of which with a sentinel / distinct columns (no sentinel)
+  long inputs = 0, with_sentinel = 0,
+       distinct = 0;  // G_δ^+ inputs checked, of which with a sentinel / distinct columns (no sentinel)
   bool exhaustive = false;
   long violations[4] = {0, 0, 0, 0};  // properties 1-4
   double max_abs_gc = 0;              // largest |entry| of g_c seen (must be ≤ M)
@@ -108,7 +110,9 @@ struct Distance {
 };
 // Evaluated in S (double, or MPFR at the precision of g's weights for the standard network, whose steep
 // ramps cancel catastrophically in double); the target in double.
-template <class S> Distance distance(const Network<S>& g, const Target& f, int d, int n, int p, long samples, std::uint64_t seed);
+template <class S>
+Distance distance(const Network<S>& g, const Target& f, int d, int n, int p, long samples,
+                  std::uint64_t seed);
 // MPFR bits for the standard network: the largest magnitude (M) times the steepest ramp (1/η)
 // plus 64 bits of working accuracy.
 unsigned standard_bits(const Plan& p, const Rational& eta);

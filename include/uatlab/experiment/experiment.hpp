@@ -32,14 +32,17 @@ struct Context {
   std::string corpus;  // text corpus of the language-modelling experiments
   int seeds = 0;       // > 0: overrides the mode's number of seeds
   long steps = 0;      // > 0: overrides the mode's training steps
-  template <class T> T pick(T smoke, T quick, T full) const {
+  template <class T>
+  T pick(T smoke, T quick, T full) const {
     return mode == Mode::smoke ? smoke : mode == Mode::quick ? quick : full;
   }
   std::vector<int> pick(std::vector<int> smoke, std::vector<int> quick, std::vector<int> full) const {
     return pick<std::vector<int>>(std::move(smoke), std::move(quick), std::move(full));
   }
   int seed_count() const { return seeds > 0 ? seeds : pick(1, 2, 3); }
-  long step_count(long smoke, long quick, long full) const { return steps > 0 ? steps : pick(smoke, quick, full); }
+  long step_count(long smoke, long quick, long full) const {
+    return steps > 0 ? steps : pick(smoke, quick, full);
+  }
 };
 
 struct Outputs {

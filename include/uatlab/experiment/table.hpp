@@ -13,7 +13,7 @@
 namespace uatlab::experiment {
 
 struct Grouped {
-  std::vector<std::string> rows, cols;                    // in first-seen order
+  std::vector<std::string> rows, cols;                   // in first-seen order
   std::vector<std::vector<std::vector<double>>> values;  // [row][col] -> one value per run
 };
 Grouped group(const std::vector<json>& lines, const std::function<std::string(const json& cell)>& row,

@@ -16,21 +16,26 @@ FileFormat format_for_path(const std::string& path);  // ".json" → json, anyth
 
 // Load either format into scalar S: each stored value is exact (a double, a float or a rational)
 // and is rounded once to S (enclosed, for intervals). Throws Error naming the file and problem.
-template <class S> Network<S> load_network(const std::string& path);
+template <class S>
+Network<S> load_network(const std::string& path);
 
 // Write atomically. Safetensors rounds every value to the dtype ("F64" or "F32") and records the
 // source scalar in __metadata__; JSON is lossless. `source` describes the scalar (e.g. "mpfr:256").
-template <class S> void save_network(const Network<S>& net, const std::string& path, const std::string& dtype = "F64",
-                                     const std::string& source = Scalar<S>::name);
+template <class S>
+void save_network(const Network<S>& net, const std::string& path, const std::string& dtype = "F64",
+                  const std::string& source = Scalar<S>::name);
 
 // Training checkpoints (safetensors, F64, exact for float and double): the model's tensors, plus
 // networks of the same shape stored under a prefix (AdamW's moments as "adam_m.<name>", ...), plus
 // string metadata (the step, the training configuration).
-template <class S> using NamedNetworks = std::vector<std::pair<std::string, Network<S>*>>;
-template <class S> void save_checkpoint(const std::string& path, const Network<S>& net, const NamedNetworks<S>& extras,
-                                        const std::map<std::string, std::string>& metadata);
+template <class S>
+using NamedNetworks = std::vector<std::pair<std::string, Network<S>*>>;
+template <class S>
+void save_checkpoint(const std::string& path, const Network<S>& net, const NamedNetworks<S>& extras,
+                     const std::map<std::string, std::string>& metadata);
 // Fills net (shaped by the file's architecture) and every extra (reshaped like net); returns the metadata.
-template <class S> std::map<std::string, std::string> load_checkpoint(const std::string& path, Network<S>& net,
-                                                                      const NamedNetworks<S>& extras);
+template <class S>
+std::map<std::string, std::string> load_checkpoint(const std::string& path, Network<S>& net,
+                                                   const NamedNetworks<S>& extras);
 
 }  // namespace uatlab

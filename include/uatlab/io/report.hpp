@@ -9,12 +9,13 @@ namespace uatlab {
 
 using Row = std::vector<std::string>;
 
-std::string csv_text(const Row& header, const std::vector<Row>& rows);       // RFC 4180 quoting
+std::string csv_text(const Row& header, const std::vector<Row>& rows);        // RFC 4180 quoting
 std::string markdown_table(const Row& header, const std::vector<Row>& rows);  // GitHub pipes
-std::string fixed(double v, int digits);      // "%.{digits}g"
-std::string mean_sd(const std::vector<double>& values, int digits);  // "m ± sd" ("m" when all values are equal)
+std::string fixed(double v, int digits);                                      // "%.{digits}g"
+std::string mean_sd(const std::vector<double>& values,
+                    int digits);  // "m ± sd" ("m" when all values are equal)
 double mean(const std::vector<double>& v);
-double sd(const std::vector<double>& v);      // sample standard deviation, 0 for one value
+double sd(const std::vector<double>& v);  // sample standard deviation, 0 for one value
 
 struct Series {
   std::string label;
@@ -23,7 +24,8 @@ struct Series {
 
 struct LinePlot {
   LinePlot() = default;
-  LinePlot(std::string t, std::string x, std::string y) : title(std::move(t)), xlabel(std::move(x)), ylabel(std::move(y)) {}
+  LinePlot(std::string t, std::string x, std::string y)
+      : title(std::move(t)), xlabel(std::move(x)), ylabel(std::move(y)) {}
   std::string title, xlabel, ylabel;
   bool logx = false, logy = false;
   std::vector<Series> series;

@@ -15,11 +15,11 @@ namespace uatlab {
 
 enum class LayerKind { attention, feedforward, layernorm };
 enum class Score { softmax, hardmax, linear };  // linear: scores used as they are (no normalisation)
-enum class Rpe { none, lin, log, t5 };           // relative-position bias added to the scores
+enum class Rpe { none, lin, log, t5 };          // relative-position bias added to the scores
 
 // φ(x) = slope_i·x + intercept_i on the i-th piece; pieces are (−∞,c_1), [c_1,c_2), …, [c_k,∞).
 struct Piecewise {
-  std::vector<std::string> breakpoints;                   // k, strictly increasing
+  std::vector<std::string> breakpoints;                     // k, strictly increasing
   std::vector<std::pair<std::string, std::string>> pieces;  // k + 1 (slope, intercept)
   bool in_yun_class() const;  // at most three pieces, at least one constant (Yun et al.'s Φ)
 };
@@ -36,10 +36,10 @@ struct LayerSpec {
   bool sqrt_scaling = false;  // also multiply the scores by 1/√head_size
   Rpe rpe = Rpe::none;        // B_h: lin −p_h|i−j|, log −p_h log|i−j| (0 on the diagonal), T5 buckets
   int t5_buckets = 32, t5_max_distance = 128;
-  bool dp_free = false;   // scores are B_h alone (no dot product)
-  bool causal = false;    // query k attends to keys l ≤ k only
+  bool dp_free = false;      // scores are B_h alone (no dot product)
+  bool causal = false;       // query k attends to keys l ≤ k only
   bool strict_past = false;  // with causal: keys l < k only (query 0 attends to nothing: output 0)
-  int window = 0;            // > 0, with causal: keys l ≥ k − window only (a sliding window over the past)
+  int window = 0;         // > 0, with causal: keys l ≥ k − window only (a sliding window over the past)
   bool tied_qkv = false;  // W_Q = W_K = W_V (one matrix per head)
   bool bias = false;      // biases on the Q, K, V and O projections
 

@@ -17,9 +17,9 @@ void init_random(Network<double>& net, std::uint64_t seed, double gain = 1.0);
 class Rng {
  public:
   explicit Rng(std::uint64_t seed);
-  double uniform();                                           // [0, 1)
+  double uniform();  // [0, 1)
   double uniform(double a, double b) { return a + (b - a) * uniform(); }
-  double gauss();                                             // N(0, 1) by Box–Muller
+  double gauss();  // N(0, 1) by Box–Muller
   std::uint64_t next();
 
  private:

@@ -27,7 +27,8 @@ enum class Layout { Vector, Matrix, TokenMajor };
 // depends on the kind of tensor read this, never the name.
 enum class Role { embedding, position, weight, bias, norm_gain, norm_bias, rpe_slope, rpe_table };
 
-template <class S> struct Layer {
+template <class S>
+struct Layer {
   LayerSpec spec;
   Mat<S> wq, wk, wv, wo, bq, bk, bv, bo;  // attention (tied_qkv: wq/bq serve Q, K and V)
   Mat<S> rpe;                             // H×1 slopes p_h (lin, log) or H×buckets table (t5)
@@ -40,10 +41,11 @@ template <class S> struct Layer {
   std::vector<std::pair<S, S>> pieces;  // (slope, intercept)
 };
 
-template <class S> struct Network {
+template <class S>
+struct Network {
   Architecture arch;
-  Mat<S> embed;               // d×vocab
-  Mat<S> pe;                  // d×max_len
+  Mat<S> embed;                 // d×vocab
+  Mat<S> pe;                    // d×max_len
   Mat<S> readout_w, readout_b;  // k×d, k×1
   std::vector<Layer<S>> layers;
 
@@ -54,12 +56,19 @@ template <class S> struct Network {
 
   // Visit every parameter as f(name, matrix, layout) or f(name, matrix, layout, role), in a fixed
   // order (docs/formats.md).
-  template <class F> void for_each_tensor(F&& f) { visit(*this, f); }
-  template <class F> void for_each_tensor(F&& f) const { visit(*this, f); }
+  template <class F>
+  void for_each_tensor(F&& f) {
+    visit(*this, f);
+  }
+  template <class F>
+  void for_each_tensor(F&& f) const {
+    visit(*this, f);
+  }
   std::size_t parameter_count() const;
 
  private:
-  template <class Self, class F> static void visit(Self& net, F& f);
+  template <class Self, class F>
+  static void visit(Self& net, F& f);
 };
 
 struct EvalOptions {
@@ -69,16 +78,20 @@ struct EvalOptions {
 };
 
 // Continuous input X (d×n) → output (out_dim×n).
-template <class S> Mat<S> forward(const Network<S>& net, const Mat<S>& x, const EvalOptions& opt = {});
+template <class S>
+Mat<S> forward(const Network<S>& net, const Mat<S>& x, const EvalOptions& opt = {});
 // Token ids through the embedding → output.
-template <class S> Mat<S> forward_tokens(const Network<S>& net, const std::vector<int>& ids, const EvalOptions& opt = {});
+template <class S>
+Mat<S> forward_tokens(const Network<S>& net, const std::vector<int>& ids, const EvalOptions& opt = {});
 
 // Throws Error when this scalar type cannot evaluate the network (rationals: no exp/log/sqrt).
-template <class S> void check_evaluable(const Architecture& a);
+template <class S>
+void check_evaluable(const Architecture& a);
 
 // The bits the weights of an Mpfr/Mpfi network carry (0 for other scalars, or no weights):
 // functions handed such a network evaluate it at that precision.
-template <class S> unsigned weight_bits(const Network<S>& net) {
+template <class S>
+unsigned weight_bits(const Network<S>& net) {
   unsigned bits = 0;
   if constexpr (std::is_same_v<S, Mpfr> || std::is_same_v<S, Mpfi>)
     net.for_each_tensor([&](const std::string&, const Mat<S>& m, Layout) {
@@ -88,7 +101,8 @@ template <class S> unsigned weight_bits(const Network<S>& net) {
 }
 
 // Convert a network between scalar types (exact through rationals, then rounded once).
-template <class T, class S> Network<T> network_cast(const Network<S>& src) {
+template <class T, class S>
+Network<T> network_cast(const Network<S>& src) {
   Network<T> dst(src.arch);
   std::vector<const Mat<S>*> from;
   src.for_each_tensor([&](const std::string&, const Mat<S>& m, Layout) { from.push_back(&m); });
@@ -98,10 +112,14 @@ template <class T, class S> Network<T> network_cast(const Network<S>& src) {
 }
 
 // ---------------------------------------------------------------------------------------------
-template <class S> template <class Self, class F> void Network<S>::visit(Self& net, F& f) {
+template <class S>
+template <class Self, class F>
+void Network<S>::visit(Self& net, F& f) {
   auto call = [&f](const std::string& name, auto& m, Layout layout, Role role) {
-    if constexpr (std::is_invocable_v<F&, const std::string&, decltype(m), Layout, Role>) f(name, m, layout, role);
-    else f(name, m, layout);
+    if constexpr (std::is_invocable_v<F&, const std::string&, decltype(m), Layout, Role>)
+      f(name, m, layout, role);
+    else
+      f(name, m, layout);
   };
   const Architecture& a = net.arch;
   if (a.vocab > 0) call("embed.weight", net.embed, Layout::TokenMajor, Role::embedding);
@@ -153,11 +171,15 @@ template <class S> template <class Self, class F> void Network<S>::visit(Self& n
 }
 
 // Tensor shape as PyTorch sees it.
-template <class S> std::vector<std::int64_t> torch_shape(const Mat<S>& m, Layout l) {
+template <class S>
+std::vector<std::int64_t> torch_shape(const Mat<S>& m, Layout l) {
   switch (l) {
-    case Layout::Vector: return {m.rows()};
-    case Layout::Matrix: return {m.rows(), m.cols()};
-    case Layout::TokenMajor: return {m.cols(), m.rows()};
+    case Layout::Vector:
+      return {m.rows()};
+    case Layout::Matrix:
+      return {m.rows(), m.cols()};
+    case Layout::TokenMajor:
+      return {m.cols(), m.rows()};
   }
   return {};
 }

@@ -24,8 +24,10 @@ using Mpfr = mp::number<mp::mpfr_float_backend<0>, mp::et_off>;
 using Mpfi = mp::number<mp::mpfi_float_backend<0>, mp::et_off>;
 using Rational = mp::number<mp::gmp_rational, mp::et_off>;
 
-template <class S> using Mat = Eigen::Matrix<S, Eigen::Dynamic, Eigen::Dynamic>;
-template <class S> using Vec = Eigen::Matrix<S, Eigen::Dynamic, 1>;
+template <class S>
+using Mat = Eigen::Matrix<S, Eigen::Dynamic, Eigen::Dynamic>;
+template <class S>
+using Vec = Eigen::Matrix<S, Eigen::Dynamic, 1>;
 
 // Every error uatlab reports to a user is an Error with a message naming the problem.
 struct Error : std::runtime_error {
@@ -49,7 +51,7 @@ class MpfrPrecision {
   MpfrPrecision(const MpfrPrecision&) = delete;
   MpfrPrecision& operator=(const MpfrPrecision&) = delete;
   unsigned bits() const { return bits_; }  // as asked
-  unsigned carried() const;                 // what MPFR carries
+  unsigned carried() const;                // what MPFR carries
 
  private:
   unsigned bits_, saved_digits10_, saved_interval_digits10_;
@@ -66,9 +68,11 @@ Rational parse_rational(const std::string& text);
 // Exact rational value of a double (every finite double is a dyadic rational).
 Rational rational_of(double x);
 
-template <class S> struct Scalar;
+template <class S>
+struct Scalar;
 
-template <> struct Scalar<float> {
+template <>
+struct Scalar<float> {
   static constexpr const char* name = "float";
   static constexpr bool exact = false, interval = false, transcendental = true;
   static float from(const Rational& q);  // round to nearest
@@ -80,7 +84,8 @@ template <> struct Scalar<float> {
   static float sqrt(float x) { return std::sqrt(x); }
 };
 
-template <> struct Scalar<double> {
+template <>
+struct Scalar<double> {
   static constexpr const char* name = "double";
   static constexpr bool exact = false, interval = false, transcendental = true;
   static double from(const Rational& q);
@@ -92,7 +97,8 @@ template <> struct Scalar<double> {
   static double sqrt(double x) { return std::sqrt(x); }
 };
 
-template <> struct Scalar<Mpfr> {
+template <>
+struct Scalar<Mpfr> {
   static constexpr const char* name = "mpfr";
   static constexpr bool exact = false, interval = false, transcendental = true;
   static Mpfr from(const Rational& q);
@@ -104,19 +110,21 @@ template <> struct Scalar<Mpfr> {
   static Mpfr sqrt(const Mpfr& x) { return mp::sqrt(x); }
 };
 
-template <> struct Scalar<Mpfi> {
+template <>
+struct Scalar<Mpfi> {
   static constexpr const char* name = "interval";
   static constexpr bool exact = false, interval = true, transcendental = true;
-  static Mpfi from(const Rational& q);  // the tightest enclosure at the working precision
-  static Rational to_rational(const Mpfi& x);  // the midpoint
-  static double to_double(const Mpfi& x);      // the midpoint
+  static Mpfi from(const Rational& q);          // the tightest enclosure at the working precision
+  static Rational to_rational(const Mpfi& x);   // the midpoint
+  static double to_double(const Mpfi& x);       // the midpoint
   static std::string to_string(const Mpfi& x);  // "[lo,hi]"
   static Mpfi exp(const Mpfi& x) { return mp::exp(x); }
   static Mpfi log(const Mpfi& x) { return mp::log(x); }
   static Mpfi sqrt(const Mpfi& x) { return mp::sqrt(x); }
 };
 
-template <> struct Scalar<Rational> {
+template <>
+struct Scalar<Rational> {
   static constexpr const char* name = "rational";
   static constexpr bool exact = true, interval = false, transcendental = false;
   static Rational from(const Rational& q) { return q; }
@@ -132,15 +140,20 @@ Mpfr upper(const Mpfi& x);
 Mpfi hull(const Mpfr& lo, const Mpfr& hi);
 
 // Conversion between any two scalar types through the exact rational value.
-template <class T, class S> T scalar_cast(const S& x) {
-  if constexpr (std::is_same_v<T, S>) return x;
+template <class T, class S>
+T scalar_cast(const S& x) {
+  if constexpr (std::is_same_v<T, S>)
+    return x;
   else if constexpr (std::is_same_v<S, double> && (std::is_same_v<T, float> || std::is_same_v<T, double>))
     return static_cast<T>(x);
-  else if constexpr (std::is_same_v<S, float> && std::is_same_v<T, double>) return x;
-  else return Scalar<T>::from(Scalar<S>::to_rational(x));
+  else if constexpr (std::is_same_v<S, float> && std::is_same_v<T, double>)
+    return x;
+  else
+    return Scalar<T>::from(Scalar<S>::to_rational(x));
 }
 
-template <class T, class S> Mat<T> matrix_cast(const Mat<S>& m) {
+template <class T, class S>
+Mat<T> matrix_cast(const Mat<S>& m) {
   return m.unaryExpr([](const S& x) { return scalar_cast<T>(x); });
 }
 

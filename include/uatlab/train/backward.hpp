@@ -17,34 +17,38 @@ namespace uatlab {
 enum class Loss { mse, cross_entropy };
 Loss parse_loss(const std::string& s);  // "mse" | "ce" | "cross-entropy"
 
-template <class S> struct Batch {
-  Mat<S> x;                          // d×T continuous tokens (empty for token ids)
-  std::vector<int> ids;              // T token ids (token input)
-  std::vector<Eigen::Index> start;   // B+1 column offsets: sequence b is columns start[b] .. start[b+1]-1
-  Mat<S> target;                     // k×T regression targets (mse)
-  std::vector<int> label;            // T class labels (cross-entropy)
-  std::vector<char> mask;            // T flags: 1 = the token counts in the loss
+template <class S>
+struct Batch {
+  Mat<S> x;                         // d×T continuous tokens (empty for token ids)
+  std::vector<int> ids;             // T token ids (token input)
+  std::vector<Eigen::Index> start;  // B+1 column offsets: sequence b is columns start[b] .. start[b+1]-1
+  Mat<S> target;                    // k×T regression targets (mse)
+  std::vector<int> label;           // T class labels (cross-entropy)
+  std::vector<char> mask;           // T flags: 1 = the token counts in the loss
   Eigen::Index tokens() const { return start.back(); }
   int sequences() const { return static_cast<int>(start.size()) - 1; }
 };
 
 // Gather sequences `which` of a labelled dataset. Cross-entropy labels must be integers in
 // [0, out_dim); mse labels must have out_dim numbers per token. Throws Error naming the sequence.
-template <class S> Batch<S> make_batch(const Dataset& ds, const std::vector<std::size_t>& which, Loss loss, int out_dim);
+template <class S>
+Batch<S> make_batch(const Dataset& ds, const std::vector<std::size_t>& which, Loss loss, int out_dim);
 
-template <class S> struct LayerTrace {
-  Mat<S> in;                 // Z entering the sub-layer
-  Mat<S> xhat, rstd;         // layer norm: normalised input (d×T) and 1/σ per column (1×T)
-  Mat<S> u;                  // pre_norm: the branch input LayerNorm(in)
-  Mat<S> q, k, v, o;         // attention: projections (H·s×T; tied: q only) and head outputs before W_O
-  std::vector<Mat<S>> a;     // attention weights, one n_b×n_b matrix per (sequence, head)
-  Mat<S> h;                  // feed-forward pre-activation (m×T)
+template <class S>
+struct LayerTrace {
+  Mat<S> in;              // Z entering the sub-layer
+  Mat<S> xhat, rstd;      // layer norm: normalised input (d×T) and 1/σ per column (1×T)
+  Mat<S> u;               // pre_norm: the branch input LayerNorm(in)
+  Mat<S> q, k, v, o;      // attention: projections (H·s×T; tied: q only) and head outputs before W_O
+  std::vector<Mat<S>> a;  // attention weights, one n_b×n_b matrix per (sequence, head)
+  Mat<S> h;               // feed-forward pre-activation (m×T)
 };
 
-template <class S> struct Trace {
+template <class S>
+struct Trace {
   std::vector<LayerTrace<S>> layers;
-  Mat<S> z;       // the residual stream after the last sub-layer
-  Mat<S> y;       // network output (out_dim×T)
+  Mat<S> z;  // the residual stream after the last sub-layer
+  Mat<S> y;  // network output (out_dim×T)
   S loss{};
   Eigen::Index counted = 0;  // tokens in the loss
   // Set when this trace covers part of a larger batch: backward normalises by the whole batch's
@@ -55,18 +59,23 @@ template <class S> struct Trace {
 
 // Forward over the batch, filling the trace; returns the mean loss over counted tokens (mse: also
 // over the out_dim coordinates, as torch's mse_loss). Throws Error for hardmax (no gradient).
-template <class S> S forward_train(const Network<S>& net, const Batch<S>& batch, Loss loss, Trace<S>& trace);
+template <class S>
+S forward_train(const Network<S>& net, const Batch<S>& batch, Loss loss, Trace<S>& trace);
 
 // Accumulate d(loss)/d(parameters) into grad (same architecture; call zero_like first).
-template <class S> void backward(const Network<S>& net, const Batch<S>& batch, Loss loss, const Trace<S>& trace, Network<S>& grad);
+template <class S>
+void backward(const Network<S>& net, const Batch<S>& batch, Loss loss, const Trace<S>& trace,
+              Network<S>& grad);
 
-template <class S> Network<S> zero_like(const Network<S>& net) {
+template <class S>
+Network<S> zero_like(const Network<S>& net) {
   Network<S> g(net.arch);
   g.for_each_tensor([](const std::string&, Mat<S>& m, Layout) { m.setZero(); });
   return g;
 }
 
 // loss and gradient in one call
-template <class S> S loss_and_gradient(const Network<S>& net, const Batch<S>& batch, Loss loss, Network<S>& grad);
+template <class S>
+S loss_and_gradient(const Network<S>& net, const Batch<S>& batch, Loss loss, Network<S>& grad);
 
 }  // namespace uatlab

@@ -16,8 +16,9 @@
 //   chars             character-level language modelling: windows of n characters of a text corpus,
 //                     y_t = the next character; training windows from the first 90%, validation
 //                     windows from the last 10%; loss ce, one class per distinct character
-//   kernel-heavy      x_t ~ N(0,1), the first coordinate of a token in R^d (rest 0), y_t = Σ_{s=1}^{t} ρ(s) x_{t−s}, ρ(s) = s^{−(1+β)}/ζ(1+β)
-//   kernel-light      the same with ρ(s) = (1 − e^{−β}) e^{−β(s−1)}; loss mse; tokens t < mask_before masked;
+//   kernel-heavy      x_t ~ N(0,1), the first coordinate of a token in R^d (rest 0), y_t = Σ_{s=1}^{t} ρ(s)
+//   x_{t−s}, ρ(s) = s^{−(1+β)}/ζ(1+β) kernel-light      the same with ρ(s) = (1 − e^{−β}) e^{−β(s−1)}; loss
+//   mse; tokens t < mask_before masked;
 //                     with window T > 0 both sums stop at s = T (for attention with the same window)
 #pragma once
 
@@ -30,16 +31,17 @@
 namespace uatlab {
 
 struct TaskOptions {
-  int N = 1000, n = 32, d = 4, V = 64;  // sequences, length; memorize, random-labels, complex-readout, kernels: dimension; memorize: vocabulary
+  int N = 1000, n = 32, d = 4, V = 64;  // sequences, length; memorize, random-labels, complex-readout,
+                                        // kernels: dimension; memorize: vocabulary
   std::vector<int> lags = {1, 4, 9};    // sparse-boolean
   std::string boolean = "parity";
-  double beta = 0.5;                    // kernels: tail exponent / rate
-  int classes = 2;                      // random-labels
-  int mask_before = 0;                  // kernels: positions t < this are not scored
-  int window = 0;                       // kernels: > 0 truncates the sum at s ≤ window
-  double omega = 2;                     // complex-readout: frequency
-  std::string corpus;                   // chars: text file
-  bool validation = false;              // chars: draw from the validation split
+  double beta = 0.5;        // kernels: tail exponent / rate
+  int classes = 2;          // random-labels
+  int mask_before = 0;      // kernels: positions t < this are not scored
+  int window = 0;           // kernels: > 0 truncates the sum at s ≤ window
+  double omega = 2;         // complex-readout: frequency
+  std::string corpus;       // chars: text file
+  bool validation = false;  // chars: draw from the validation split
   std::uint64_t seed = 1;
 };
 

@@ -16,12 +16,12 @@ struct TrainConfig {
   Loss loss = Loss::mse;
   long steps = 1000;
   int batch = 32;
-  double lr = 1e-3, min_lr = 0;        // cosine from lr down to min_lr after the warm-up
-  long warmup = 0;                     // linear warm-up steps: lr·(t+1)/warmup
+  double lr = 1e-3, min_lr = 0;  // cosine from lr down to min_lr after the warm-up
+  long warmup = 0;               // linear warm-up steps: lr·(t+1)/warmup
   double weight_decay = 0, beta1 = 0.9, beta2 = 0.999, adam_eps = 1e-8;
-  double clip = 0;                     // > 0: clip the global gradient norm (torch's clip_grad_norm_)
-  std::uint64_t seed = 1;              // batch order
-  std::vector<std::string> freeze;     // tensor names; "layers.0.*" freezes by prefix
+  double clip = 0;                  // > 0: clip the global gradient norm (torch's clip_grad_norm_)
+  std::uint64_t seed = 1;           // batch order
+  std::vector<std::string> freeze;  // tensor names; "layers.0.*" freezes by prefix
   long log_every = 10;
   long eval_every = 0;                 // > 0: loss/accuracy on the validation set
   bool stop_at_full_accuracy = false;  // cross-entropy: stop when every training token is right
@@ -34,18 +34,22 @@ struct TrainConfig {
 // Loss and gradient of a batch with OpenMP over the batch: each thread runs forward and backward
 // on its share of the sequences (its own trace and gradient), then the gradients are summed.
 // The workspace keeps those buffers between steps.
-template <class S> struct Workspace {
+template <class S>
+struct Workspace {
   std::vector<Batch<S>> parts;
   std::vector<Trace<S>> traces;
   std::vector<Network<S>> grads;
 };
-template <class S> double batch_gradient(const Network<S>& net, const Batch<S>& batch, Loss loss, Network<S>& grad, Workspace<S>& ws);
+template <class S>
+double batch_gradient(const Network<S>& net, const Batch<S>& batch, Loss loss, Network<S>& grad,
+                      Workspace<S>& ws);
 
 // Learning rate at step t (0-based).
 double learning_rate(const TrainConfig& c, long t);
 
 // AdamW with torch's semantics (decoupled decay, bias correction); moments are networks too.
-template <class S> struct AdamW {
+template <class S>
+struct AdamW {
   Network<S> m, v;
   long step = 0;  // updates done
   explicit AdamW(const Network<S>& net) : m(zero_like(net)), v(zero_like(net)) {}
@@ -68,18 +72,20 @@ struct Progress {
 
 // Train in place. `resume` (a checkpoint path) restores weights, moments and the step count; the
 // batch order is a function of (seed, step), so a resumed run continues exactly.
-template <class S> TrainReport train(Network<S>& net, const Dataset& data, const Dataset* validation, const TrainConfig& config,
-                                     const std::string& resume = "", const std::function<void(const Progress&)>& on_log = {});
+template <class S>
+TrainReport train(Network<S>& net, const Dataset& data, const Dataset* validation, const TrainConfig& config,
+                  const std::string& resume = "", const std::function<void(const Progress&)>& on_log = {});
 
 // Mean loss and accuracy (cross-entropy; -1 otherwise) over a whole dataset.
-template <class S> std::pair<double, double> evaluate_loss(const Network<S>& net, const Dataset& data, Loss loss);
+template <class S>
+std::pair<double, double> evaluate_loss(const Network<S>& net, const Dataset& data, Loss loss);
 
 // The result of a training as JSON, the one format of `uatlab train` and the experiments:
 // parameters, steps, seconds, stopped_early, loss (+ accuracy: the last logged), train_loss
 // (+ train_accuracy for ce) over the whole training set, and with a validation set val_loss
 // (+ val_accuracy; mse: val_nmse = val MSE / variance of the scored validation targets).
 template <class S>
-nlohmann::json training_summary(const Network<S>& net, const Dataset& data, const Dataset* validation, Loss loss,
-                                const TrainReport& report);
+nlohmann::json training_summary(const Network<S>& net, const Dataset& data, const Dataset* validation,
+                                Loss loss, const TrainReport& report);
 
 }  // namespace uatlab

@@ -11,7 +11,7 @@
 namespace uatlab {
 
 struct ArithmeticCheck {
-  std::string arithmetic;  // "float", "double", "mpfr:BITS", "interval:BITS", "rational"
+  std::string arithmetic;     // "float", "double", "mpfr:BITS", "interval:BITS", "rational"
   unsigned carried_bits = 0;  // MPFR/MPFI: the bits MPFR carried (mpfr_carried_bits)
   double max_error = 0;       // max |y - y_ref| (intervals: of either bound)
   bool encloses = true;       // intervals: lo <= y_ref <= hi everywhere
@@ -20,7 +20,9 @@ struct ArithmeticCheck {
 
 // float, double, MPFR at each of mpfr_bits, MPFI at interval_bits (0: none), and rationals when
 // the network needs no exp/log/sqrt; the reference is MPFR at reference_bits.
-std::vector<ArithmeticCheck> compare_arithmetics(const Network<Rational>& net, const Mat<Rational>& x, unsigned reference_bits,
-                                                 const std::vector<unsigned>& mpfr_bits, unsigned interval_bits);
+std::vector<ArithmeticCheck> compare_arithmetics(const Network<Rational>& net, const Mat<Rational>& x,
+                                                 unsigned reference_bits,
+                                                 const std::vector<unsigned>& mpfr_bits,
+                                                 unsigned interval_bits);
 
 }  // namespace uatlab

@@ -13,13 +13,14 @@ namespace uatlab {
 
 // Forward every sequence (OpenMP over sequences). The first error thrown by any sequence is
 // rethrown, prefixed with its index.
-template <class S> std::vector<Mat<S>> forward_dataset(const Network<S>& net, const Dataset& ds, const EvalOptions& opt = {});
+template <class S>
+std::vector<Mat<S>> forward_dataset(const Network<S>& net, const Dataset& ds, const EvalOptions& opt = {});
 
 // One JSON object per sequence: {"y": n tokens × out_dim values}; doubles and floats as JSON
 // numbers, MPFR values and rationals as exact strings, intervals as "y" (midpoint), "lo", "hi"
 // (strings) and "width" (numbers).
 // MPFR and intervals run at p.bits (an MpfrPrecision scope for the call).
-std::vector<nlohmann::json> evaluate_file(const std::string& model_path, const Dataset& ds, const Precision& p,
-                                          const EvalOptions& opt = {});
+std::vector<nlohmann::json> evaluate_file(const std::string& model_path, const Dataset& ds,
+                                          const Precision& p, const EvalOptions& opt = {});
 
 }  // namespace uatlab
