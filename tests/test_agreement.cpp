@@ -7,6 +7,7 @@
 
 #include "uatlab/model/init.hpp"
 #include "uatlab/model/network.hpp"
+#include "uatlab/verify/compare.hpp"
 
 using namespace uatlab;
 using nlohmann::json;
@@ -37,23 +38,6 @@ double relative_error(const Mat<S>& a, const Mat<Mpfr>& ref) {
     e = std::max(e, std::abs(Scalar<Mpfr>::to_double(scalar_cast<Mpfr>(a(i)) - ref(i))));
   }
   return e / scale;
-}
-
-// Evaluate at `bits` and bring the result back as exact rationals (interval: both bounds).
-template <class S>
-std::vector<Rational> at_bits(const Network<Rational>& exact, const Mat<Rational>& x, unsigned bits) {
-  const MpfrPrecision precision(bits);
-  const Mat<S> y = forward(network_cast<S>(exact), matrix_cast<S>(x));
-  std::vector<Rational> out;
-  for (Eigen::Index i = 0; i < y.size(); ++i) {
-    if constexpr (Scalar<S>::interval) {
-      out.push_back(Scalar<Mpfr>::to_rational(lower(y(i))));
-      out.push_back(Scalar<Mpfr>::to_rational(upper(y(i))));
-    } else {
-      out.push_back(Scalar<S>::to_rational(y(i)));
-    }
-  }
-  return out;
 }
 
 }  // namespace
@@ -103,13 +87,13 @@ TEST(Agreement, EveryAttentionOptionInEveryArithmetic) {
                           hardmax ? 1e-6 : 1e-12);
                 EXPECT_LT(relative_error(forward(network_cast<float>(exact), matrix_cast<float>(x)), ref),
                           hardmax ? 1e-2 : 1e-4);
-                const std::vector<Rational> y128 = at_bits<Mpfr>(exact, x, 128);
+                const std::vector<Rational> y128 = exact_output<Mpfr>(exact, x, 128);
                 Mat<Mpfr> m128(ref.rows(), ref.cols());
                 for (Eigen::Index i = 0; i < ref.size(); ++i)
                   m128(i) = Scalar<Mpfr>::from(y128[i]);
                 EXPECT_LT(relative_error(m128, ref), 1e-30);
                 try {
-                  const std::vector<Rational> yi = at_bits<Mpfi>(exact, x, 128);
+                  const std::vector<Rational> yi = exact_output<Mpfi>(exact, x, 128);
                   for (Eigen::Index i = 0; i < ref.size(); ++i) {
                     EXPECT_LE(Scalar<Mpfr>::from(yi[2 * i]), ref(i));
                     EXPECT_GE(Scalar<Mpfr>::from(yi[2 * i + 1]), ref(i));

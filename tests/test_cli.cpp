@@ -6,6 +6,7 @@
 
 #include <sys/wait.h>
 #include <fstream>
+#include "run_cli.hpp"
 #include "uatlab/version.hpp"
 
 #include "uatlab/io/json.hpp"
@@ -15,20 +16,9 @@ using nlohmann::json;
 
 namespace {
 
-struct Result {
-  int code;
-  std::string out;  // stdout and stderr
-};
-
+using Result = CliResult;
 Result run(const std::string& args) {
-  std::string cmd = std::string(UATLAB_BIN) + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  char buf[4096];
-  while (std::size_t n = fread(buf, 1, sizeof buf, p))
-    out.append(buf, n);
-  int status = pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+  return run_cli(args);
 }
 
 std::string dir() {
@@ -80,7 +70,9 @@ TEST(Cli, InitEvalInEveryPrecision) {
     ASSERT_EQ(ys.size(), 2u);
     EXPECT_EQ(ys[0]["y"].size(), 3u);
     EXPECT_EQ(ys[1]["y"][0].size(), 2u);
-    if (std::string(p) == "interval:100") EXPECT_TRUE(ys[0].contains("width"));
+    if (std::string(p) == "interval:100") {
+      EXPECT_TRUE(ys[0].contains("width"));
+    }
     if (std::string(p) == "rational") {
       // Exact: the double evaluation is the rational one rounded (within one rounding per op).
       Result dr = run("eval " + d + "hard.safetensors " + d + "data.jsonl --precision double");

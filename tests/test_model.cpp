@@ -80,7 +80,9 @@ TEST(Model, SoftmaxApproachesHardmaxAsScaleGrows) {
   double prev = 1e300;
   for (const char* scale : {"1", "10", "100", "1000", "10000", "1e6", "1e8"}) {
     double e = max_abs_diff(forward(network_cast<Mpfr>(random_net(arch("softmax", scale), 6)), x), hard);
-    if (prev > 0) EXPECT_LT(e, prev) << "scale " << scale;  // strictly down until it underflows 2^-256
+    if (prev > 0) {  // strictly down until it underflows 2^-256
+      EXPECT_LT(e, prev) << "scale " << scale;
+    }
     prev = e;
   }
   EXPECT_LT(prev, 1e-30);  // the leak decays like exp(−λ·gap)

@@ -224,7 +224,9 @@ TEST(Train, CharsTaskSplitsTheCorpusAndPredictsTheNextCharacter) {
     for (const auto& s : ds.sequences)
       for (int t = 0; t < 16; ++t) {
         EXPECT_EQ(s.tokens[t] >= 2, val);
-        if (t + 1 < 16) EXPECT_EQ(s.y(0, t), Rational(s.tokens[t + 1]));
+        if (t + 1 < 16) {
+          EXPECT_EQ(s.y(0, t), Rational(s.tokens[t + 1]));
+        }
         EXPECT_EQ(s.y(0, t), Rational(s.tokens[t] ^ 1));  // a->b->a, c->d->c
       }
   }

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "run_cli.hpp"
 #include "uatlab/construct/yun.hpp"
 #include "uatlab/model/init.hpp"
 
@@ -63,7 +64,9 @@ TEST(Yun, Lemma6AndTheGridHoldExactly) {
     EXPECT_GT(r.with_sentinel, 0);
     EXPECT_GT(r.cubes, 0);
     EXPECT_LE(r.max_abs_gc, Scalar<Rational>::to_double(m.plan.M));
-    if (!c.pe) EXPECT_EQ(r.repeated_zero, r.repeated_cubes);  // inputs with a repeated column map to 0
+    if (!c.pe) {  // inputs with a repeated column map to 0
+      EXPECT_EQ(r.repeated_zero, r.repeated_cubes);
+    }
   }
 }
 
@@ -115,7 +118,9 @@ TEST(Yun, FourReluReplacementEqualsPhiOutsideItsRamps) {
       Mat<Rational> x(1, 1);
       x(0, 0) = Rational(static_cast<long>(rng.uniform() * 4000) - 2000, 128);
       const bool ramp = (x(0, 0) >= c1 - eta && x(0, 0) < c1) || (x(0, 0) >= c2 - eta && x(0, 0) < c2);
-      if (!ramp) EXPECT_EQ(forward(g, x), forward(net, x)) << "x = " << x(0, 0);
+      if (!ramp) {
+        EXPECT_EQ(forward(g, x), forward(net, x)) << "x = " << x(0, 0);
+      }
     }
   }
 }
@@ -181,13 +186,8 @@ TEST(Yun, EquivarianceIsDetected) {
 
 namespace {
 std::pair<int, std::string> cli(const std::string& args) {
-  FILE* p = popen((std::string(UATLAB_BIN) + " " + args + " 2>&1").c_str(), "r");
-  std::string out;
-  char buf[4096];
-  while (std::size_t n = fread(buf, 1, sizeof buf, p))
-    out.append(buf, n);
-  const int status = pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+  const CliResult r = run_cli(args);
+  return {r.code, r.out};
 }
 }  // namespace
 

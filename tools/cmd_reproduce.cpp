@@ -7,6 +7,7 @@
 #include "uatlab/experiment/experiment.hpp"
 #include "uatlab/experiment/memorization.hpp"
 #include "uatlab/experiment/sweep.hpp"
+#include "uatlab/io/lists.hpp"
 
 namespace uatlab::cli {
 
@@ -89,13 +90,14 @@ void add_reproduce_commands(CLI::App& app, Commands& commands) {
   commands.push_back({r, [o] { return cmd_reproduce(*o); }});
 
   auto s = std::make_shared<SweepOpts>();
-  std::string presets;
+  std::vector<std::string> presets;
   for (const auto& [name, _] : ex::sweep_presets())
-    presets += (presets.empty() ? "" : ", ") + name;
+    presets.push_back(name);
   auto* sw = app.add_subcommand("sweep",
                                 "Train a grid of memorization models in parallel (resumable; mpirun shards "
                                 "it); summary CSV + heat maps");
-  sw->add_option("config", s->config, "Config JSON (file or text), or a preset: " + presets)->required();
+  sw->add_option("config", s->config, "Config JSON (file or text), or a preset: " + join_list(presets))
+      ->required();
   sw->add_option("--out-dir", s->out_dir,
                  "Output folder: runs.jsonl (resume), summary.csv, accuracy_heatmap.png, min_parameters.png")
       ->required();

@@ -8,6 +8,7 @@
 
 #include "uatlab/construct/kajitsuka.hpp"
 #include "uatlab/io/dataset.hpp"
+#include "uatlab/io/lists.hpp"
 #include "uatlab/model/init.hpp"
 
 namespace uatlab::yun {
@@ -70,10 +71,10 @@ const std::vector<TargetSpec>& target_table() {
 }
 
 std::string target_names() {
-  std::string known;
+  std::vector<std::string> names;
   for (const TargetSpec& t : target_table())
-    known += (known.empty() ? "" : ", ") + std::string(t.name);
-  return known;
+    names.push_back(t.name);
+  return join_list(names);
 }
 
 Target builtin_target(const std::string& name) {
@@ -490,8 +491,8 @@ Modified build_kajitsuka(const Target& f, int d, int n, int K, long max_sequence
 json Modified::report() const {
   const Plan& p = plan;
   auto num = [](const Rational& q) { return Scalar<Rational>::to_double(q); };
-  if (construction == "kajitsuka")
-    return {{"construction", "kajitsuka (Proposition 1)"},
+  const bool kaj = construction == "kajitsuka";
+  json r = {{"construction", kaj ? "kajitsuka (Proposition 1)" : "yun"},
             {"d", p.d},
             {"n", p.n},
             {"K", p.K},
@@ -502,34 +503,20 @@ json Modified::report() const {
               {"value_map", counts.value_map},
               {"total", counts.quantization + counts.attention + counts.value_map}}},
             {"layers_formula",
-             {{"quantization", counts.formula_quantization}, {"attention", 1}, {"value_map", 1}}},
+             {{"quantization", counts.formula_quantization},
+              {"attention", kaj ? 1L : counts.formula_attention},
+              {"value_map", kaj ? 1L : counts.formula_value_map}}},
             {"parameters", counts.parameters},
-            {"contexts", contexts},
-            {"memorize", extra}};
-  return {{"construction", "yun"},
-          {"d", p.d},
-          {"n", p.n},
-          {"K", p.K},
-          {"delta", p.delta.str()},
-          {"positional_encoding", p.pe},
-          {"layers",
-           {{"quantization", counts.quantization},
-            {"attention", counts.attention},
-            {"value_map", counts.value_map},
-            {"total", counts.quantization + counts.attention + counts.value_map}}},
-          {"layers_formula",
-           {{"quantization", counts.formula_quantization},
-            {"attention", counts.formula_attention},
-            {"value_map", counts.formula_value_map}}},
-          {"parameters", counts.parameters},
-          {"contexts", contexts},
-          {"constants",
-           {{"J", num(p.J)},
-            {"c", num(p.c)},
-            {"t_l", num(p.t_l)},
-            {"t_r", num(p.t_r)},
-            {"M", num(p.M)},
-            {"log2_t_r_over_delta", std::log2(num(p.t_r) * p.K)}}}};
+            {"contexts", contexts}};
+  if (kaj) {
+    r["memorize"] = extra;
+    return r;
+  }
+  r["positional_encoding"] = p.pe;
+  r["constants"] = {{"J", num(p.J)},     {"c", num(p.c)},
+                    {"t_l", num(p.t_l)}, {"t_r", num(p.t_r)},
+                    {"M", num(p.M)},     {"log2_t_r_over_delta", std::log2(num(p.t_r) * p.K)}};
+  return r;
 }
 
 Network<Rational> standardize(const Network<Rational>& g, const Rational& lambda, const Rational& eta) {

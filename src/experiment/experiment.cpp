@@ -4,6 +4,7 @@
 
 #include "uatlab/experiment/sweep.hpp"
 #include "uatlab/io/json.hpp"
+#include "uatlab/io/lists.hpp"
 #include "uatlab/model/init.hpp"
 
 namespace uatlab::experiment {
@@ -39,12 +40,12 @@ const std::vector<Experiment>& experiments() {
 }
 
 const Experiment& find_experiment(const std::string& name) {
-  std::string known;
+  std::vector<std::string> known;
   for (const Experiment& e : experiments()) {
     if (e.name == name) return e;
-    known += (known.empty() ? "" : ", ") + e.name;
+    known.push_back(e.name);
   }
-  throw Error("unknown experiment \"" + name + "\" (" + known + ")");
+  throw Error("unknown experiment \"" + name + "\" (" + join_list(known) + ")");
 }
 
 std::string run_experiment(const Experiment& e, const Context& c, const RunOptions& o) {

@@ -21,6 +21,13 @@ std::vector<std::string> parse_list(const std::string& text, const std::string& 
   }
 }
 
+std::string join_list(const std::vector<std::string>& items) {
+  std::string out;
+  for (const std::string& item : items)
+    out += (out.empty() ? "" : ", ") + item;
+  return out;
+}
+
 std::vector<int> parse_int_list(const std::string& text, const std::string& what, int lo, int hi) {
   std::vector<int> values;
   for (const std::string& item : parse_list(text, what)) {

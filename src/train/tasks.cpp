@@ -7,6 +7,7 @@
 
 #include "uatlab/construct/kajitsuka.hpp"
 #include "uatlab/io/json.hpp"
+#include "uatlab/io/lists.hpp"
 #include "uatlab/model/init.hpp"
 
 namespace uatlab {
@@ -286,10 +287,10 @@ const std::vector<TaskSpec>& tasks() {
 }
 
 std::string task_names() {
-  std::string names;
+  std::vector<std::string> names;
   for (const TaskSpec& t : tasks())
-    names += (names.empty() ? "" : ", ") + std::string(t.name);
-  return names;
+    names.push_back(t.name);
+  return join_list(names);
 }
 
 const TaskSpec& task(const std::string& name) {

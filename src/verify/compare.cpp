@@ -4,10 +4,6 @@
 
 namespace uatlab {
 
-namespace {
-
-// The output of `net` on x in S at `bits` (MPFR kinds), as exact rationals: one per entry, or
-// (lower, upper) per entry for intervals.
 template <class S>
 std::vector<Rational> exact_output(const Network<Rational>& net, const Mat<Rational>& x, unsigned bits) {
   const MpfrPrecision precision(bits);
@@ -24,15 +20,20 @@ std::vector<Rational> exact_output(const Network<Rational>& net, const Mat<Ratio
   return out;
 }
 
-}  // namespace
+template std::vector<Rational> exact_output<float>(const Network<Rational>&, const Mat<Rational>&, unsigned);
+template std::vector<Rational> exact_output<double>(const Network<Rational>&, const Mat<Rational>&, unsigned);
+template std::vector<Rational> exact_output<Mpfr>(const Network<Rational>&, const Mat<Rational>&, unsigned);
+template std::vector<Rational> exact_output<Mpfi>(const Network<Rational>&, const Mat<Rational>&, unsigned);
+template std::vector<Rational> exact_output<Rational>(const Network<Rational>&, const Mat<Rational>&,
+                                                      unsigned);
 
 std::vector<ArithmeticCheck> compare_arithmetics(const Network<Rational>& net, const Mat<Rational>& x,
                                                  unsigned reference_bits,
                                                  const std::vector<unsigned>& mpfr_bits,
                                                  unsigned interval_bits) {
   const std::vector<Rational> ref = exact_output<Mpfr>(net, x, reference_bits);
-  const MpfrPrecision precision(
-      reference_bits);  // the comparisons: differences of exact values, rounded once
+  // The comparisons: differences of exact values, rounded once at the reference precision.
+  const MpfrPrecision precision(reference_bits);
   auto error = [&](const Rational& y, std::size_t i) {
     return std::abs(Scalar<Mpfr>::to_double(Scalar<Mpfr>::from(y - ref[i])));
   };

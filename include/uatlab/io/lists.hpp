@@ -11,6 +11,9 @@ namespace uatlab {
 // `what` names the source in errors ("--task-lags"). At most 4096 items.
 std::vector<std::string> parse_list(const std::string& text, const std::string& what);
 
+// "a, b, c": the names of a table, for help texts and errors.
+std::string join_list(const std::vector<std::string>& items);
+
 // Integers in [lo, hi] (decimal digits with an optional leading '-'), checked without overflow.
 std::vector<int> parse_int_list(const std::string& text, const std::string& what, int lo, int hi);
 

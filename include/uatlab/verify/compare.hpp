@@ -18,6 +18,11 @@ struct ArithmeticCheck {
   double max_width = 0;       // intervals: the widest enclosure
 };
 
+// The output of `net` on x computed in S (MPFR kinds at `bits`), as exact rationals: one per
+// entry (column-major), or (lower, upper) per entry for intervals.
+template <class S>
+std::vector<Rational> exact_output(const Network<Rational>& net, const Mat<Rational>& x, unsigned bits);
+
 // float, double, MPFR at each of mpfr_bits, MPFI at interval_bits (0: none), and rationals when
 // the network needs no exp/log/sqrt; the reference is MPFR at reference_bits.
 std::vector<ArithmeticCheck> compare_arithmetics(const Network<Rational>& net, const Mat<Rational>& x,
