@@ -101,6 +101,12 @@ TEST(Cli, ConvertRoundTripsThroughLosslessJson) {
   EXPECT_EQ(a.out, b.out);
   ASSERT_EQ(run("convert " + d + "a.json " + d + "c.safetensors --dtype F32").code, 0);
   EXPECT_LT(fs::file_size(d + "c.safetensors"), fs::file_size(d + "b.safetensors"));
+  // The bits asked for are the bits written (MPFR carries 513 for 512: Boost's decimal digits).
+  ASSERT_EQ(run("convert " + d + "a.json " + d + "m.json --precision 512").code, 0);
+  std::ifstream in(d + "m.json");
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("\"mpfr:512\""), std::string::npos);
+  EXPECT_EQ(text.find("mpfr:513"), std::string::npos);
 }
 
 TEST(Cli, BadInputFailsClearlyAndLeavesNoOutput) {

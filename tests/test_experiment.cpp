@@ -15,6 +15,8 @@
 #include "uatlab/experiment/table.hpp"
 #include "uatlab/experiment/targets.hpp"
 #include "uatlab/io/json.hpp"
+#include "uatlab/io/model_file.hpp"
+#include "uatlab/verify/evaluate.hpp"
 
 using namespace uatlab;
 using namespace uatlab::experiment;
@@ -212,4 +214,32 @@ TEST(Experiment, PrecisionScopesOnTwoThreadsDoNotMix) {
   a.join();
   b.join();
   EXPECT_EQ(wrong.load(), 0);
+}
+
+TEST(Experiment, EvaluationHonoursItsPrecisionWhateverIsInForce) {
+  // evaluate_file computes at the Precision it is given, not at whatever scope is open around it.
+  const std::string dir = fresh_dir("precision");
+  Network<double> net(Architecture::from_json(
+      {{"d", 2}, {"layers", {{{"type", "attention"}, {"heads", 1}, {"head_size", 2}}}}}));
+  for (Eigen::Index i = 0; i < net.layers[0].wq.size(); ++i)
+    net.layers[0].wq(i) = 0.3 + 0.1 * i;
+  net.layers[0].wk = net.layers[0].wq;
+  net.layers[0].wv = net.layers[0].wq;
+  net.layers[0].wo = net.layers[0].wq.transpose();
+  save_network(net, dir + "/m.json", "F64", "double");
+  Dataset ds;
+  Sequence s;
+  s.x = Mat<Rational>(2, 3);
+  s.x << 1, 0, Rational(1, 3), 0, 1, Rational(2, 7);
+  ds.sequences.push_back(s);
+  const Precision p = Precision::parse("200");
+  EXPECT_EQ(p.name(), "mpfr:200");
+  const std::vector<json> plain = evaluate_file(dir + "/m.json", ds, p);
+  for (unsigned ambient : {30u, 3000u}) {
+    const MpfrPrecision scope(ambient);
+    EXPECT_EQ(evaluate_file(dir + "/m.json", ds, p), plain) << ambient;
+  }
+  EXPECT_NE(evaluate_file(dir + "/m.json", ds, Precision::parse("100")), plain);
+  EXPECT_THROW(Precision::parse("1"), Error);
+  EXPECT_THROW(Precision::parse("interval:99999999999"), Error);
 }
