@@ -50,7 +50,6 @@ Mpi& mpi() {
   static Mpi m;
   return m;
 }
-enum Tag { result_tag = 1, done_tag = 2 };
 #endif
 
 // Read the finished lines of a results file. A last line without its newline (the process was
@@ -80,22 +79,107 @@ std::vector<json> read_results(const std::string& path) {
   return lines;
 }
 
-class Appender {
+// Where a finished line goes. The writing process appends it to the results file (FileSink); under
+// MPI it also takes the lines the other ranks send (CollectingSink), and they send theirs
+// (ForwardingSink). put() runs under the sweep's lock; finish() after this rank's cells.
+class ResultSink {
  public:
-  explicit Appender(const std::string& path) : file_(std::fopen(path.c_str(), "ab")), path_(path) {
+  virtual ~ResultSink() = default;
+  virtual void put(std::size_t at, const json& line, const std::string& text) = 0;
+  virtual void finish() {}
+};
+
+class FileSink : public ResultSink {
+ public:
+  FileSink(const std::string& path, std::vector<json>& found)
+      : file_(std::fopen(path.c_str(), "ab")), path_(path), found_(found) {
     if (!file_) throw Error("cannot append to " + path);
   }
-  ~Appender() { std::fclose(file_); }
-  void write(const std::string& line) {
-    const std::string text = line + "\n";
-    if (std::fwrite(text.data(), 1, text.size(), file_) != text.size() || std::fflush(file_) != 0)
+  ~FileSink() override { std::fclose(file_); }
+  void put(std::size_t at, const json& line, const std::string& text) override {
+    const std::string row = text + "\n";
+    if (std::fwrite(row.data(), 1, row.size(), file_) != row.size() || std::fflush(file_) != 0)
       throw Error("cannot append to " + path_);
+    found_[at] = line;
   }
 
  private:
   std::FILE* file_;
   std::string path_;
+  std::vector<json>& found_;
 };
+
+#ifdef UATLAB_MPI
+enum Tag { result_tag = 1, done_tag = 2 };
+
+// Rank 0 of several: its own lines and every other rank's go to the file.
+class CollectingSink : public FileSink {
+ public:
+  CollectingSink(const std::string& path, std::vector<json>& found,
+                 const std::map<std::string, std::size_t>& index, int ranks)
+      : FileSink(path, found), index_(index), ranks_(ranks) {}
+  void put(std::size_t at, const json& line, const std::string& text) override {
+    FileSink::put(at, line, text);
+    receive(false);
+  }
+  void finish() override {
+    while (finished_ < ranks_ - 1)
+      receive(true);
+  }
+
+ private:
+  void receive(bool block) {  // take what other ranks sent (wait for one message when blocking)
+    for (;;) {
+      int flag = 0;
+      MPI_Status st;
+      if (block) {
+        MPI_Probe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &st);
+        flag = 1;
+      } else {
+        MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &flag, &st);
+      }
+      if (!flag) return;
+      int len = 0;
+      MPI_Get_count(&st, MPI_CHAR, &len);
+      std::string text(static_cast<std::size_t>(len), '\0');
+      MPI_Recv(text.data(), len, MPI_CHAR, st.MPI_SOURCE, st.MPI_TAG, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      if (st.MPI_TAG == done_tag) {
+        ++finished_;
+      } else {
+        const json line = parse_json(text, "a sweep result from rank " + std::to_string(st.MPI_SOURCE));
+        FileSink::put(index_.at(line["cell"].dump()), line, text);
+      }
+      if (block) return;
+    }
+  }
+  const std::map<std::string, std::size_t>& index_;
+  int ranks_, finished_ = 0;
+};
+
+// Any other rank: each line goes to rank 0, then a last empty message says this rank is done.
+class ForwardingSink : public ResultSink {
+ public:
+  void put(std::size_t, const json&, const std::string& text) override {
+    MPI_Send(text.data(), static_cast<int>(text.size()), MPI_CHAR, 0, result_tag, MPI_COMM_WORLD);
+  }
+  void finish() override { MPI_Send(nullptr, 0, MPI_CHAR, 0, done_tag, MPI_COMM_WORLD); }
+};
+#endif
+
+std::unique_ptr<ResultSink> make_sink(const std::string& path, std::vector<json>& found,
+                                      const std::map<std::string, std::size_t>& index, int rank, int ranks) {
+#ifdef UATLAB_MPI
+  if (ranks > 1) {
+    if (rank == 0) return std::make_unique<CollectingSink>(path, found, index, ranks);
+    return std::make_unique<ForwardingSink>();
+  }
+#else
+  (void)index;
+  (void)rank;
+  (void)ranks;
+#endif
+  return std::make_unique<FileSink>(path, found);
+}
 
 }  // namespace
 
@@ -150,40 +234,8 @@ std::vector<json> run_sweep(const std::vector<json>& cells, const std::function<
   for (std::size_t k = 0; k < pending.size(); ++k)
     if (static_cast<int>(k % ranks) == rank) mine.push_back(pending[k]);
 
-  std::unique_ptr<Appender> out;
-  if (rank == 0) out = std::make_unique<Appender>(o.results);
+  const std::unique_ptr<ResultSink> sink = make_sink(o.results, found, index, rank, ranks);
   std::size_t done = 0;
-  auto record = [&](const json& line, const std::string& text, std::size_t at) {  // rank 0, under the lock
-    out->write(text);
-    found[at] = line;
-  };
-#ifdef UATLAB_MPI
-  auto receive = [&](bool block, int& finished_ranks) {  // rank 0: take what other ranks sent
-    for (;;) {
-      int flag = 0;
-      MPI_Status st;
-      if (block) {
-        MPI_Probe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &st);
-        flag = 1;
-      } else
-        MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &flag, &st);
-      if (!flag) return;
-      int len = 0;
-      MPI_Get_count(&st, MPI_CHAR, &len);
-      std::string text(static_cast<std::size_t>(len), '\0');
-      MPI_Recv(text.data(), len, MPI_CHAR, st.MPI_SOURCE, st.MPI_TAG, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-      if (st.MPI_TAG == done_tag)
-        ++finished_ranks;
-      else {
-        const json line = parse_json(text, "a sweep result from rank " + std::to_string(st.MPI_SOURCE));
-        record(line, text, index.at(line["cell"].dump()));
-      }
-      if (block) return;
-    }
-  };
-  int finished_ranks = 0;
-#endif
-
   std::string failure;
   const int threads = o.threads > 0 ? o.threads : omp_get_max_threads();
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
@@ -192,7 +244,8 @@ std::vector<json> run_sweep(const std::vector<json>& cells, const std::function<
 #pragma omp critical(uatlab_sweep)
     stop = !failure.empty();
     if (stop) continue;
-    const json& cell = cells[static_cast<std::size_t>(mine[k])];
+    const std::size_t at = static_cast<std::size_t>(mine[k]);
+    const json& cell = cells[at];
     json line;
     try {
       line = {{"cell", cell}, {"result", run(cell)}};
@@ -205,16 +258,7 @@ std::vector<json> run_sweep(const std::vector<json>& cells, const std::function<
 #pragma omp critical(uatlab_sweep)
     {
       try {
-        if (rank == 0) {
-          record(line, text, static_cast<std::size_t>(mine[k]));
-#ifdef UATLAB_MPI
-          if (ranks > 1) receive(false, finished_ranks);
-#endif
-        }
-#ifdef UATLAB_MPI
-        else
-          MPI_Send(text.data(), static_cast<int>(text.size()), MPI_CHAR, 0, result_tag, MPI_COMM_WORLD);
-#endif
+        sink->put(at, line, text);
         ++done;
         if (o.on_result) o.on_result(done, mine.size(), line);
       } catch (const std::exception& e) {
@@ -222,13 +266,9 @@ std::vector<json> run_sweep(const std::vector<json>& cells, const std::function<
       }
     }
   }
+  sink->finish();
 #ifdef UATLAB_MPI
   if (ranks > 1) {
-    if (rank == 0)
-      while (finished_ranks < ranks - 1)
-        receive(true, finished_ranks);
-    else
-      MPI_Send(nullptr, 0, MPI_CHAR, 0, done_tag, MPI_COMM_WORLD);
     int failed = !failure.empty(), any = 0;
     MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
     if (any && failure.empty()) failure = "another rank failed (its message is above)";
