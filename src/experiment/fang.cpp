@@ -75,7 +75,7 @@ json fit_degree(const FitOptions& o, int N) {
 
 int regression_degree(const RegressionOptions& o) {
   const int N = fang::degree(fang::parse_polynomial(o.polynomial, o.vars));
-  if (N < 2) throw Error("--regression needs a polynomial of degree >= 2 (to compare N and N-1 blocks)");
+  if (N < 2) throw Error("the regression needs a polynomial of degree >= 2 (to compare N and N-1 blocks)");
   return N;
 }
 
