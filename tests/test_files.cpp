@@ -68,8 +68,8 @@ TEST(ModelFile, SafetensorsF64RoundTripIsExact) {
 
 TEST(ModelFile, SafetensorsF32RoundsOnce) {
   Network<Rational> net = network_cast<Rational>(sample());
-  net.layers[0].wq(0, 0) =
-      Rational(1) + Rational(1, mp::mpz_int(1) << 24);  // a binary32 tie: rounds to even, 1
+  // a binary32 tie: rounds to even, 1
+  net.layers[0].wq(0, 0) = Rational(1) + Rational(1, mp::mpz_int(1) << 24);
   auto p = tmp("m32.safetensors");
   save_network(net, p.string(), "F32");
   EXPECT_EQ(load_network<double>(p.string()).layers[0].wq(0, 0), 1.0);

@@ -103,8 +103,8 @@ TEST(Model, FloatDoubleMpfrAgreeWithinTheirPrecision) {
   }
   EXPECT_LT(max_abs_diff(matrix_cast<Mpfr>(y100), ref), 1e-27 * scale);
   EXPECT_GT(max_abs_diff(matrix_cast<Mpfr>(y100), ref), 0);  // 100 bits really were 100, not 400
-  EXPECT_GT(max_abs_diff(forward(network_cast<double>(exact), matrix_cast<double>(x)), ref),
-            0);  // not trivially equal
+  // not trivially equal
+  EXPECT_GT(max_abs_diff(forward(network_cast<double>(exact), matrix_cast<double>(x)), ref), 0);
 }
 
 TEST(Model, IntervalEnclosesTheThousandBitValue) {
@@ -143,8 +143,8 @@ TEST(Model, IntervalHardmaxRefusesUndecidedArgmax) {
   Mat<Rational> y = forward(net, x);
   EXPECT_EQ(y(0, 0), Rational(2));  // 1 + (1/2·1 + 1/2·1)
   const MpfrPrecision precision(64);
-  EXPECT_THROW(forward(network_cast<Mpfi>(net), matrix_cast<Mpfi>(x)),
-               Error);  // ... undecidable on intervals
+  // ... undecidable on intervals
+  EXPECT_THROW(forward(network_cast<Mpfi>(net), matrix_cast<Mpfi>(x)), Error);
 }
 
 TEST(Model, HardmaxTiesShareWeightExactly) {

@@ -34,8 +34,8 @@ TEST(Scalar, RoundingIsCorrect) {
   EXPECT_EQ(Scalar<float>::from(Rational(1, 3)), 1.0f / 3.0f);
   EXPECT_EQ(Scalar<double>::from(parse_rational("0.1")), 0.1);
   // A value exactly halfway between two floats rounds to even (not through double).
-  Rational half_ulp =
-      Rational(1) + Rational(1, mp::mpz_int(1) << 24);  // 1 + 2^-24: tie between 1 and 1+2^-23
+  // 1 + 2^-24: tie between 1 and 1+2^-23
+  Rational half_ulp = Rational(1) + Rational(1, mp::mpz_int(1) << 24);
   EXPECT_EQ(Scalar<float>::from(half_ulp), 1.0f);
   EXPECT_EQ(rational_of(0.5), Rational(1, 2));
   EXPECT_EQ(Scalar<double>::to_rational(0.1),
@@ -46,8 +46,8 @@ TEST(Scalar, MpfrPrecisionAndTextRoundTrip) {
   for (unsigned bits = 2; bits < 5000; ++bits) {  // Boost's decimal-digit granularity: at most 4 bits more
     EXPECT_GE(mpfr_carried_bits(bits), bits);
     EXPECT_LE(mpfr_carried_bits(bits), bits + 4);
-    EXPECT_EQ(mpfr_carried_bits(mpfr_carried_bits(bits)),
-              mpfr_carried_bits(bits));  // carried bits round-trip
+    // carried bits round-trip
+    EXPECT_EQ(mpfr_carried_bits(mpfr_carried_bits(bits)), mpfr_carried_bits(bits));
   }
   EXPECT_EQ(mpfr_carried_bits(256), 257u);
   const unsigned before = mpfr_bits();

@@ -14,8 +14,8 @@ namespace uatlab::cli {
 using Commands = std::vector<std::pair<CLI::App*, std::function<int()>>>;
 
 void add_model_commands(CLI::App& app, Commands& commands);  // info, eval, convert, init, demo
-void add_kajitsuka_commands(CLI::App& app,
-                            Commands& commands);  // contextual, memorize, hardmax-counterexample, make-data
+// contextual, memorize, hardmax-counterexample, make-data
+void add_kajitsuka_commands(CLI::App& app, Commands& commands);
 void add_train_commands(CLI::App& app, Commands& commands);      // train, gradient
 void add_fang_commands(CLI::App& app, Commands& commands);       // polynomial, fang-fit, fang-regression
 void add_yun_commands(CLI::App& app, Commands& commands);        // approximate

@@ -566,8 +566,8 @@ Network<Rational> standardize(const Network<Rational>& g, const Rational& lambda
       const Rational delta = slope[k + 1] - slope[k];
       if (delta == 0) continue;
       r.units.push_back({t[k], delta});
-      r.sign.push_back(
-          k >= 2 * flat ? 1 : -1);  // t_k right of the constant piece (which spans [t_{2flat−1}, t_{2flat}))
+      // t_k right of the constant piece (which spans [t_{2flat−1}, t_{2flat}))
+      r.sign.push_back(k >= 2 * flat ? 1 : -1);
     }
     // Every hidden unit shares the activation, so each becomes the same set of ReLUs.
     s.piecewise = false;

@@ -20,8 +20,8 @@ LayerSpec attention(int heads, int head_size, bool dp_free, Rpe rpe, bool pre_no
   a.rpe = rpe;
   a.causal = true;
   a.pre_norm = pre_norm;
-  a.strict_past =
-      dp_free;  // the recipe's DP-free heads read the strict past; x_t arrives through the residual
+  // the recipe's DP-free heads read the strict past; x_t arrives through the residual
+  a.strict_past = dp_free;
   a.sqrt_scaling = !dp_free;
   return a;
 }

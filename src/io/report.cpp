@@ -39,8 +39,8 @@ void run_gnuplot(const std::string& path, const std::string& body) {
   const std::string tmp = path + ".tmp." + std::to_string(::getpid()) + ".png";
   std::string script = "set terminal pngcairo size 900,600 enhanced font 'Sans,11'\nset output " + gq(tmp) +
                        "\n" + body + "\nunset output\n";
-  const std::string log =
-      path + ".tmp." + std::to_string(::getpid()) + ".log";  // gnuplot's chatter, shown on failure
+  // gnuplot's chatter, shown on failure
+  const std::string log = path + ".tmp." + std::to_string(::getpid()) + ".log";
   std::FILE* p = ::popen(("gnuplot > '" + log + "' 2>&1").c_str(), "w");
   if (!p) throw Error("cannot start gnuplot (install gnuplot-nox) to draw " + path);
   std::fwrite(script.data(), 1, script.size(), p);

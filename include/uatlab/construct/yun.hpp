@@ -87,8 +87,8 @@ Network<Rational> standardize(const Network<Rational>& modified, const Rational&
 Rational default_lambda(const Plan& p);
 
 struct Lemma6 {
-  long inputs = 0, with_sentinel = 0,
-       distinct = 0;  // G_δ^+ inputs checked, of which with a sentinel / distinct columns (no sentinel)
+  // G_δ^+ inputs checked, of which with a sentinel / distinct columns (no sentinel)
+  long inputs = 0, with_sentinel = 0, distinct = 0;
   bool exhaustive = false;
   long violations[4] = {0, 0, 0, 0};  // properties 1-4
   double max_abs_gc = 0;              // largest |entry| of g_c seen (must be ≤ M)

@@ -12,8 +12,8 @@ using Row = std::vector<std::string>;
 std::string csv_text(const Row& header, const std::vector<Row>& rows);        // RFC 4180 quoting
 std::string markdown_table(const Row& header, const std::vector<Row>& rows);  // GitHub pipes
 std::string fixed(double v, int digits);                                      // "%.{digits}g"
-std::string mean_sd(const std::vector<double>& values,
-                    int digits);  // "m ± sd" ("m" when all values are equal)
+// "m ± sd" ("m" when all values are equal)
+std::string mean_sd(const std::vector<double>& values, int digits);
 double mean(const std::vector<double>& v);
 double sd(const std::vector<double>& v);  // sample standard deviation, 0 for one value
 
