@@ -557,7 +557,7 @@ Memorized memorize(const Dataset& ds, const MemorizeOptions& opt) {
         m.seconds_construct_certify = since(t0);
         const auto t1 = std::chrono::steady_clock::now();
         m.net = std::move(net);
-        m.bits_used = m.min_bits = bits;
+        m.bits_used = bits;
         m.min_bits = min_certified_bits(
             bits, [&](unsigned b) { return certified_max_error(m.net, ds, b, tol) <= tol; });
         m.seconds_min_bits = since(t1);

@@ -1,7 +1,6 @@
 #include "uatlab/experiment/approximate.hpp"
 
 #include <cmath>
-#include <filesystem>
 
 #include "uatlab/io/json.hpp"
 #include "uatlab/io/model_file.hpp"
@@ -119,9 +118,7 @@ std::string sweep_delta(const yun::Target& f, const std::vector<int>& Ks, const 
       for (std::string s : {"", "_lo", "_hi"})
         header.push_back("d" + std::to_string(p) + "_" + w + s);
   if (o.check) header.push_back("exact_check_ok");
-  std::error_code ec;
-  std::filesystem::create_directories(out_dir, ec);
-  if (ec) throw Error("cannot create the folder " + out_dir + ": " + ec.message());
+  make_dirs(out_dir);
   write_file_atomic(out_dir + "/sweep.csv", csv_text(header, rows));
   LinePlot e{"Yun et al. on \"" + f.name + "\" (d = " + std::to_string(o.d) + ", n = " + std::to_string(o.n) +
                  (o.pe ? ", PE" : "") + ")",

@@ -1,7 +1,5 @@
 #include "uatlab/experiment/experiment.hpp"
 
-#include <filesystem>
-
 #include "uatlab/experiment/sweep.hpp"
 #include "uatlab/io/json.hpp"
 #include "uatlab/io/lists.hpp"
@@ -50,9 +48,7 @@ const Experiment& find_experiment(const std::string& name) {
 
 std::string run_experiment(const Experiment& e, const Context& c, const RunOptions& o) {
   if (o.out_dir.empty()) throw Error("an experiment needs an output folder");
-  std::error_code ec;
-  std::filesystem::create_directories(o.out_dir, ec);
-  if (ec) throw Error("cannot create the folder " + o.out_dir + ": " + ec.message());
+  make_dirs(o.out_dir);
   const std::vector<json> cells = e.cells(c);
   SweepOptions so;
   so.results = o.out_dir + "/runs.jsonl";

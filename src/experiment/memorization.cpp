@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <filesystem>
 #include <map>
 #include <set>
 
@@ -266,18 +265,17 @@ std::string summarise_sweep(const std::vector<json>& lines, const std::string& d
 }
 
 std::string run_memorization_sweep(const json& cfg, const RunOptions& o) {
-  const std::vector<json> cells = sweep_cells(cfg);
-  std::error_code ec;
-  std::filesystem::create_directories(o.out_dir, ec);
-  if (ec) throw Error("cannot create the folder " + o.out_dir + ": " + ec.message());
+  const std::vector<json> cells = sweep_cells(cfg);  // a bad config fails before any folder is made
+  Experiment sweep;
+  sweep.name = "sweep";
+  sweep.cells = [cells](const Context&) { return cells; };
+  sweep.run = [](const json& cell, const Context&) { return train_memorization(cell); };
+  sweep.report = [](const std::vector<json>& lines, const Outputs& out, const Context&) {
+    return summarise_sweep(lines, out.dir);
+  };
+  make_dirs(o.out_dir);
   if (sweep_writer()) write_file_atomic(o.out_dir + "/config.json", cfg.dump(2) + "\n");
-  SweepOptions so;
-  so.results = o.out_dir + "/runs.jsonl";
-  so.threads = o.threads;
-  so.on_result = o.on_result;
-  const auto lines = run_sweep(cells, train_memorization, so);
-  if (!sweep_writer()) return "";
-  return summarise_sweep(lines, o.out_dir);
+  return run_experiment(sweep, Context{}, o);
 }
 
 // ---- reproduce kajitsuka-memorization -----------------------------------------------------------

@@ -1,5 +1,7 @@
 #include "uatlab/io/json.hpp"
 
+#include <filesystem>
+
 #include <unistd.h>
 #include <cstdio>
 #include <fstream>
@@ -108,6 +110,12 @@ void write_file_atomic(const std::string& path, const std::string& content) {
     std::remove(tmp.c_str());
     throw Error("cannot write " + path);
   }
+}
+
+void make_dirs(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) throw Error("cannot create the folder " + dir + ": " + ec.message());
 }
 
 }  // namespace uatlab

@@ -15,6 +15,9 @@ nlohmann::json parse_json(const std::string& text, const std::string& what, bool
 // Read a whole file; throws Error naming the path.
 std::string read_file(const std::string& path);
 
+// Create a folder and its parents (no error if it exists); throws Error naming it.
+void make_dirs(const std::string& dir);
+
 // Write a file atomically: a temporary beside it, renamed into place. On any failure nothing is
 // left at `path` (a previous file there is kept).
 void write_file_atomic(const std::string& path, const std::string& content);
