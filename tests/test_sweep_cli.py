@@ -49,7 +49,7 @@ def main():
 
         # Bad configs: a clear error, a non-zero exit, no summary.
         bad = os.path.join(tmp, "bad")
-        for cfg, msg in [('{"N": [10], "heads": [2]}', 'unknown key "heads"'), ('{"N": "ten"}', "must be an integer"),
+        for cfg, msg in [('{"N": [10], "heads": [2]}', 'unknown key "heads"'), ('{"N": "ten"}', "must hold integers"), ('{"d": [4, 8]}', '"d" takes one integer'), ('{"seeds": 0}', '"seeds" must hold integers from 1'),
                          ('{"task": "chars"}', "task must be")]:
             r = run([BIN, "sweep", cfg, "--out-dir", bad])
             assert r.returncode != 0 and msg in r.stderr, (cfg, r.stderr)

@@ -8,6 +8,7 @@
 #include "uatlab/experiment/fang.hpp"
 #include "uatlab/io/lists.hpp"
 #include "uatlab/io/model_file.hpp"
+#include "uatlab/limits.hpp"
 
 namespace uatlab::cli {
 
@@ -26,6 +27,9 @@ int cmd_polynomial(const PolynomialOpts& o) {
   const auto vars = parse_list(o.vars, "--vars");
   const Rational B = parse_rational(o.box);
   const fang::Polynomial p = fang::parse_polynomial(o.expr, vars);
+  if (o.degree != 0 && o.degree < fang::degree(p))
+    throw Error("--degree " + std::to_string(o.degree) + " is below the polynomial's degree " +
+                std::to_string(fang::degree(p)) + ": N blocks compute polynomials of degree <= N");
   const int N = o.degree > 0 ? o.degree : std::max(1, fang::degree(p));
   const fang::Variant v = fang::parse_variant(o.variant);
   const fang::Layout L = fang::layout(static_cast<int>(vars.size()), N);
@@ -126,7 +130,8 @@ void add_fang_commands(CLI::App& app, Commands& commands) {
   c->add_option("--variant", o->variant,
                 "single-head (gated, the paper's claim) or multi-head (d heads, no gates)")
       ->capture_default_str();
-  c->add_option("--degree", o->degree, "Blocks N (default: the polynomial's degree)");
+  c->add_option("--degree", o->degree, "Blocks N (default: the polynomial's degree)")
+      ->check(CLI::Range(0, limits::kPolynomialDegree));
   c->add_option("--out,-o", o->out, "Write the network (lossless .json or safetensors)");
   c->add_option("--report", o->report, "Write the proof as JSON");
   c->add_option("--seed", o->seed, "Seed of the random rational points")->capture_default_str();

@@ -24,7 +24,7 @@ struct DemoSize {
 
 struct Opts {
   std::string data, out, report, mode = "tuned", tolerance = "1e-6";
-  bool tied = false;
+  bool tied = false, force = false;
   std::uint64_t seed = 1;
   unsigned max_bits = 1u << 18;
   int draws = 200;
@@ -107,8 +107,18 @@ int cmd_contextual(const Opts& o) {
   return 0;
 }
 
+// The F64 safetensors memorize writes beside the lossless OUT.json when float64 works.
+std::string f64_beside(const std::string& out) {
+  return std::filesystem::path(out).replace_extension(".safetensors").string();
+}
+
 int cmd_memorize(const Opts& o) {
   const std::string &out = o.out, &tolerance = o.tolerance, &report = o.report;
+  if (format_for_path(out) != FileFormat::json)
+    throw Error("--out " + out + ": memorize writes the lossless model, a .json file (the F64 safetensors " +
+                "goes beside it)");
+  if (!o.force && std::filesystem::exists(f64_beside(out)))
+    throw Error(f64_beside(out) + " exists: memorize writes the F64 model there (--force replaces it)");
   const auto start = std::chrono::steady_clock::now();
   const Dataset ds = load_data(o);
   ks::MemorizeOptions opt;
@@ -136,14 +146,12 @@ int cmd_memorize(const Opts& o) {
       "time        %.2f s: attention + certificate %.2f s, construct + certify all %.2f s, min-bits search "
       "%.2f s\n",
       secs, m.seconds_contextual, m.seconds_construct_certify, m.seconds_min_bits);
-  // Lossless model; the F64 safetensors beside it only when float64 works, checked on the file itself.
-  save_network(m.net, out, "F64", "rational");
-  std::printf("wrote       %s (lossless)\n", out.c_str());
+  // The F64 safetensors beside the model only when float64 works, checked on the file itself (and
+  // removed if it fails), then the lossless model.
   if (m.float64_works) {
-    std::filesystem::path f64 = std::filesystem::path(out).replace_extension(".safetensors");
-    if (f64.string() == out) f64 += ".f64";
-    save_network(m.net, f64.string(), "F64", "rational");
-    const Network<double> back = load_network<double>(f64.string());
+    const std::string f64 = f64_beside(out);
+    save_network(m.net, f64, "F64", "rational");
+    const Network<double> back = load_network<double>(f64);
     double worst = 0;
     for (const auto& s : ds.sequences)
       worst = std::max(
@@ -154,6 +162,8 @@ int cmd_memorize(const Opts& o) {
     }
     std::printf("wrote       %s (F64, re-evaluated: max |y - label| = %.3g)\n", f64.c_str(), worst);
   }
+  save_network(m.net, out, "F64", "rational");
+  std::printf("wrote       %s (lossless)\n", out.c_str());
   if (!report.empty()) {
     json r = m.report();
     r["N"] = ds.sequences.size();
@@ -177,7 +187,11 @@ int cmd_hardmax(const Opts& o) {
   std::printf("softmax    rank-1 construction (tuned): contexts %s, log10 delta = %s\n",
               h.softmax_separates ? "certified separated" : "NOT separated", h.log10_softmax_gap.c_str());
   if (!o.report.empty()) write_output(o.report, h.report().dump(1) + "\n");
-  return h.identical == h.draws && h.softmax_separates ? 0 : 1;
+  if (h.identical != h.draws || !h.softmax_separates)
+    throw Error(std::string("Theorem 1 did not hold here: ") +
+                (h.identical != h.draws ? "a hardmax layer separated the two sequences"
+                                        : "softmax did not separate them"));
+  return 0;
 }
 
 }  // namespace
@@ -218,6 +232,7 @@ void add_kajitsuka_commands(CLI::App& app, Commands& commands) {
       ->required();
   mem->add_option("--tolerance", o->tolerance, "Every output within this of its label")
       ->capture_default_str();
+  mem->add_flag("--force", o->force, "Replace an existing F64 .safetensors beside the output");
   commands.push_back({mem, [o] { return cmd_memorize(*o); }});
 
   auto* hm =

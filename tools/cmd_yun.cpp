@@ -31,8 +31,8 @@ int cmd_approximate(ApproximateOpts& o) {
   if (o.sweep.empty()) {
     const ex::Approximation r = ex::approximate(f, o.K, o.run);
     if (r.report.contains("lemma6") && !r.report["lemma6"]["ok"].get<bool>())
-      std::fprintf(stderr, "warning: the exact check found violations: %s\n",
-                   r.report["lemma6"].dump().c_str());
+      throw Error("the exact check found that Lemma 6 does not hold for these d, n, K (violations " +
+                  r.report["lemma6"]["violations"].dump() + "); nothing written");
     if (!o.report.empty()) write_output(o.report, r.report.dump(2) + "\n");
     std::cout << r.report.dump(2) << "\n";
     return 0;

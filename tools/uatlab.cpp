@@ -1,7 +1,7 @@
 // uatlab: the command line. Each command group (tools/cmd_*.cpp) registers its subcommands with
 // an options struct of its own and calls the library; every failure is reported as
-// "uatlab: error: ..." on stderr with exit status 1, and leaves no partial output file (outputs
-// are written atomically).
+// "uatlab: error: ..." on stderr with exit status 1 (2 for a malformed command line), and leaves no
+// partial output file (outputs are written atomically).
 #include <CLI/CLI.hpp>
 #include <iostream>
 
@@ -17,7 +17,13 @@ int main(int argc, char** argv) {
        {uatlab::cli::add_model_commands, uatlab::cli::add_kajitsuka_commands, uatlab::cli::add_train_commands,
         uatlab::cli::add_fang_commands, uatlab::cli::add_yun_commands, uatlab::cli::add_reproduce_commands})
     add(app, commands);
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {               // a flag or argument, named by CLI11's message
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+    std::cerr << "uatlab: error: " << e.what() << " (run with --help for the usage)\n";
+    return 2;
+  }
   try {
     for (auto& [sub, run] : commands)
       if (sub->parsed()) return run();

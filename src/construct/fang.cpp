@@ -1,5 +1,9 @@
 #include "uatlab/construct/fang.hpp"
 
+#include <set>
+
+#include "uatlab/limits.hpp"
+
 #include <algorithm>
 #include <cctype>
 
@@ -30,7 +34,23 @@ Polynomial add(Polynomial a, const Polynomial& b, const Rational& sign) {
   return a;
 }
 
+int degree_of(const std::vector<int>& e) {
+  int t = 0;
+  for (int k : e)
+    t += k;
+  return t;
+}
+
 Polynomial mul(const Polynomial& a, const Polynomial& b) {
+  if (static_cast<long long>(a.size()) * static_cast<long long>(b.size()) > limits::kPolynomialTerms)
+    throw Error("the polynomial grows beyond " + std::to_string(limits::kPolynomialTerms) + " terms");
+  int da = 0, db = 0;
+  for (auto& [e, c] : a)
+    da = std::max(da, degree_of(e));
+  for (auto& [e, c] : b)
+    db = std::max(db, degree_of(e));
+  if (da + db > limits::kPolynomialDegree)
+    throw Error("the polynomial's degree exceeds " + std::to_string(limits::kPolynomialDegree));
   Polynomial r;
   for (auto& [ea, ca] : a)
     for (auto& [eb, cb] : b) {
@@ -55,8 +75,18 @@ class Parser {
 
  private:
   [[noreturn]] void fail(const std::string& why) const {
-    throw Error("polynomial \"" + s_ + "\": " + why + " at position " + std::to_string(i_ + 1));
+    throw Error("polynomial \"" + limits::excerpt(s_) + "\": " + why + " at position " +
+                std::to_string(i_ + 1));
   }
+  // Parentheses and unary signs recurse: their nesting is bounded (limits::kExpressionDepth).
+  struct Nested {
+    Parser& p;
+    explicit Nested(Parser& parser) : p(parser) {
+      if (++p.depth_ > limits::kExpressionDepth)
+        p.fail("nested deeper than " + std::to_string(limits::kExpressionDepth) + " levels");
+    }
+    ~Nested() { --p.depth_; }
+  };
   void skip() {
     while (i_ < s_.size() && std::isspace(static_cast<unsigned char>(s_[i_])))
       ++i_;
@@ -97,6 +127,7 @@ class Parser {
     }
   }
   Polynomial unary() {
+    const Nested nested(*this);
     if (eat('-')) return add(Polynomial{}, unary(), -1);
     if (eat('+')) return unary();
     return power();
@@ -118,6 +149,7 @@ class Parser {
   Polynomial atom() {
     skip();
     if (eat('(')) {
+      const Nested nested(*this);
       Polynomial p = expr();
       if (!eat(')')) fail("expected \")\"");
       return p;
@@ -157,6 +189,7 @@ class Parser {
   std::string s_;
   const std::vector<std::string>& vars_;
   std::size_t i_ = 0;
+  int depth_ = 0;
 };
 
 }  // namespace
@@ -285,17 +318,27 @@ template Mat<double> input<double>(const Layout&, const std::vector<double>&);
 
 Polynomial parse_polynomial(const std::string& text, const std::vector<std::string>& vars) {
   if (vars.empty()) throw Error("no variables given (--vars x1,x2,...)");
+  check_variables(vars);
+  if (static_cast<long long>(text.size()) > limits::kExpressionLength)
+    throw Error("polynomial of " + std::to_string(text.size()) + " characters: the limit is 100000");
   return Parser(text, vars).parse();
+}
+
+void check_variables(const std::vector<std::string>& vars) {
+  std::set<std::string> seen;
+  for (const std::string& v : vars) {
+    const bool name =
+        !v.empty() && (std::isalpha(static_cast<unsigned char>(v[0])) || v[0] == '_') &&
+        std::all_of(v.begin(), v.end(), [](unsigned char c) { return std::isalnum(c) || c == '_'; });
+    if (!name) throw Error("variable \"" + v + "\" is not a name (letters, digits, _)");
+    if (!seen.insert(v).second) throw Error("variable \"" + v + "\" is listed twice");
+  }
 }
 
 int degree(const Polynomial& p) {
   int deg = 0;
-  for (auto& [e, c] : p) {
-    int t = 0;
-    for (int k : e)
-      t += k;
-    deg = std::max(deg, t);
-  }
+  for (auto& [e, c] : p)
+    deg = std::max(deg, degree_of(e));
   return deg;
 }
 

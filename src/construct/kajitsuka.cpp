@@ -1,5 +1,7 @@
 #include "uatlab/construct/kajitsuka.hpp"
 
+#include "uatlab/limits.hpp"
+
 #include <mpfr.h>
 #include <algorithm>
 #include <chrono>
@@ -618,6 +620,7 @@ json Memorized::report() const {
 // ---- Theorem 1 ---------------------------------------------------------------------------------
 
 HardmaxCounterexample hardmax_counterexample(int draws, std::uint64_t seed) {
+  limits::check_count(draws, 1, 1 << 20, "draws");
   HardmaxCounterexample h;
   h.draws = draws;
   const std::vector<int> L1 = {1, 3, 5, 7}, L2 = {1, 2, 6, 7};
@@ -674,7 +677,12 @@ json HardmaxCounterexample::report() const {
 // ---- demo data ---------------------------------------------------------------------------------
 
 Dataset demo_dataset(int N, int n, int d, int V, std::uint64_t seed) {
-  if (N < 1 || n < 1 || d < 1 || V < n) throw Error("demo data needs N, n, d >= 1 and |V| >= n");
+  // The vocabulary is drawn until |V| distinct vectors (pairwise checks): V is kept small.
+  limits::check_count(N, 1, 1 << 20, "demo data: N");
+  limits::check_count(d, 1, 1 << 10, "demo data: d");
+  limits::check_count(V, 1, 1 << 12, "demo data: |V|");
+  limits::check_count(n, 1, V, "demo data: n (distinct tokens from |V|)");
+  limits::check_count(static_cast<long long>(N) * n * d, 1, limits::kSize, "demo data: N * n * d");
   Rng rng(seed);
   std::vector<Vec<Rational>> vocab;
   while (static_cast<int>(vocab.size()) < V) {

@@ -1,5 +1,7 @@
 #include "uatlab/construct/yun.hpp"
 
+#include "uatlab/limits.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -16,6 +18,43 @@ namespace uatlab::yun {
 using nlohmann::json;
 
 namespace {
+
+// d, n and K of every construction on the grid: sizes the closed-form counts can take.
+void check_sizes(int d, int n, int K) {
+  limits::check_count(d, 1, 64, "Yun et al.'s construction: d");
+  limits::check_count(n, 1, 64, "Yun et al.'s construction: n");
+  limits::check_count(K, 2, 1 << 20, "Yun et al.'s construction: K = 1/delta");
+}
+
+// C(a, b), saturating at LLONG_MAX (r·(a−b+i)/i is exact at every step).
+long long binomial(long long a, long long b) {
+  if (b < 0 || b > a) return 0;
+  long long r = 1;
+  for (long long i = 1; i <= b; ++i) {
+    const long long t = limits::saturating_mul(r, a - b + i);
+    if (t == LLONG_MAX) return LLONG_MAX;
+    r = t / i;
+  }
+  return r;
+}
+
+// K^d, saturating: the grid columns, computed before anything of that size is allocated.
+long long grid_columns(int d, int K) {
+  long long r = 1;
+  for (int i = 0; i < d; ++i)
+    r = limits::saturating_mul(r, K);
+  return r;
+}
+
+std::string count_text(long long v) {
+  return v == LLONG_MAX ? std::string("more than 9.2e18") : std::to_string(v);
+}
+
+void check_fills(long long Kd, int n) {
+  if (Kd < n)
+    throw Error("K^d = " + std::to_string(Kd) + " grid columns cannot fill n = " + std::to_string(n) +
+                " distinct columns");
+}
 
 Rational power(long base, long e) {
   Rational r(1);
@@ -105,8 +144,10 @@ bool looks_equivariant(const Target& t, int d, int n, int trials, std::uint64_t 
 }
 
 Plan plan(int d, int n, int K, bool pe) {
-  if (d < 1 || n < 1 || K < 2)
-    throw Error("Yun et al.'s construction needs d >= 1, n >= 1 and K = 1/delta >= 2");
+  check_sizes(d, n, K);
+  if (limits::saturating_mul(grid_columns(d, K), pe ? n : 1) > limits::kSize)
+    throw Error("the grid has " + count_text(limits::saturating_mul(grid_columns(d, K), pe ? n : 1)) +
+                " windows (K^d, times n with PE), over the limit of 2^30");
   Plan p;
   p.d = d;
   p.n = n;
@@ -130,7 +171,7 @@ Plan plan(int d, int n, int K, bool pe) {
       ++e;
   const Rational s = power(K, e + 1);
   p.shift = s;
-  const long Kd = static_cast<long>(std::llround(std::pow(K, d)));
+  const long long Kd = grid_columns(d, K);
   for (int j = 0; j < (pe ? n : 1); ++j)  // PE: column j's IDs start at δ_j = (j−1)·Σu
     for (long k = 0; k < Kd; ++k)
       p.windows.push_back(su * j + Rational(k, K));
@@ -344,37 +385,30 @@ long next_digit(long& code, long base, bool enumerate, Rng& rng) {
   return k;
 }
 
-long binomial(long a, long b) {
-  if (b < 0 || b > a) return 0;
-  long r = 1;
-  for (long i = 1; i <= b; ++i)
-    r = r * (a - b + i) / i;
-  return r;
-}
-
 }  // namespace
 
 Modified build_modified(const Target& f, int d, int n, int K, bool pe, long max_layers) {
+  using limits::saturating_add, limits::saturating_mul;
+  check_sizes(d, n, K);
   Modified m;
-  m.plan = plan(d, n, K, pe);
-  const Plan& p = m.plan;
-  long Kd = 1;
-  for (int i = 0; i < d; ++i)
-    Kd *= K;
-  m.counts.formula_quantization = static_cast<long>(d) * K * (pe ? n : 1) + d;
-  m.counts.formula_attention = (pe ? n : 1) * Kd + 1;
-  long cubes = 1;
+  // The proof's layer counts in closed form (saturating), refused before anything is allocated.
+  const long long Kd = grid_columns(d, K), copies = pe ? n : 1;
+  long long cubes = 1;
   for (int j = 0; j < n; ++j)
-    cubes *= Kd;
-  m.counts.formula_value_map = 1 + d + (pe ? static_cast<long>(n) * cubes : n * binomial(Kd, n));
-  const long total = m.counts.formula_quantization + m.counts.formula_attention + m.counts.formula_value_map;
+    cubes = saturating_mul(cubes, Kd);
+  m.counts.formula_quantization = saturating_add(saturating_mul(static_cast<long long>(d) * K, copies), d);
+  m.counts.formula_attention = saturating_add(saturating_mul(copies, Kd), 1);
+  m.counts.formula_value_map =
+      saturating_add(1 + d, pe ? saturating_mul(n, cubes) : saturating_mul(n, binomial(Kd, n)));
+  const long long total = saturating_add(
+      saturating_add(m.counts.formula_quantization, m.counts.formula_attention), m.counts.formula_value_map);
   if (total > max_layers)
     throw Error("the construction for d = " + std::to_string(d) + ", n = " + std::to_string(n) +
-                ", K = " + std::to_string(K) + " needs " + std::to_string(total) +
-                " layers, over the limit of " + std::to_string(max_layers) + " (--max-layers)");
-  if (!pe && Kd < n)
-    throw Error("K^d = " + std::to_string(Kd) + " grid columns cannot fill n = " + std::to_string(n) +
-                " distinct columns");
+                ", K = " + std::to_string(K) + " needs " + count_text(total) + " layers, over the limit of " +
+                std::to_string(max_layers) + " (--max-layers)");
+  if (!pe) check_fills(Kd, n);
+  m.plan = plan(d, n, K, pe);
+  const Plan& p = m.plan;
 
   Builder b;
   b.arch.d = d;
@@ -436,17 +470,14 @@ Modified build_modified(const Target& f, int d, int n, int K, bool pe, long max_
 Modified build_kajitsuka(const Target& f, int d, int n, int K, long max_sequences) {
   Modified m;
   m.construction = "kajitsuka";
+  check_sizes(d, n, K);
+  const long long Kd = grid_columns(d, K);
+  check_fills(Kd, n);
+  if (binomial(Kd, n) > max_sequences)
+    throw Error("Proposition 1 on this grid memorizes " + count_text(binomial(Kd, n)) +
+                " sequences, over the limit of " + std::to_string(max_sequences) + " (--max-layers)");
   m.plan = plan(d, n, K, false);
   const Plan& p = m.plan;
-  long Kd = 1;
-  for (int i = 0; i < d; ++i)
-    Kd *= K;
-  if (Kd < n)
-    throw Error("K^d = " + std::to_string(Kd) + " grid columns cannot fill n = " + std::to_string(n) +
-                " distinct columns");
-  if (binomial(Kd, n) > max_sequences)
-    throw Error("Proposition 1 on this grid memorizes " + std::to_string(binomial(Kd, n)) +
-                " sequences, over the limit of " + std::to_string(max_sequences) + " (--max-layers)");
   Dataset ds;
   ds.d = d;
   ds.label_dim = d;

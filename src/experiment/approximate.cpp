@@ -84,16 +84,16 @@ std::string sweep_delta(const yun::Target& f, const std::vector<int>& Ks, const 
     const Approximation r = approximate(f, K, o);
     const json& j = r.report;
     const double delta = 1.0 / K;
-    const long total = j["layers"]["total"];
-    const long formula = j["layers_formula"]["quantization"].get<long>() +
-                         j["layers_formula"]["attention"].get<long>() +
-                         j["layers_formula"]["value_map"].get<long>();
+    const long total = j.at("layers").at("total");
+    const long formula = j.at("layers_formula").at("quantization").get<long>() +
+                         j.at("layers_formula").at("attention").get<long>() +
+                         j.at("layers_formula").at("value_map").get<long>();
     Row row = {std::to_string(K),
                fixed(delta, 6),
                std::to_string(total),
                std::to_string(formula),
-               std::to_string(j["parameters"].get<long>()),
-               std::to_string(j["standard"]["parameters"].get<long>())};
+               std::to_string(j.at("parameters").get<long>()),
+               std::to_string(j.at("standard").at("parameters").get<long>())};
     for (std::size_t k = 0; k < ps.size(); ++k) {
       for (const auto* x : {&r.modified[k], &r.standard[k]}) {
         row.push_back(fixed(x->value, 6));
@@ -105,10 +105,10 @@ std::string sweep_delta(const yun::Target& f, const std::vector<int>& Ks, const 
       err_std[k].x.push_back(delta), err_std[k].y.push_back(r.standard[k].value),
           err_std[k].err.push_back((r.standard[k].hi - r.standard[k].lo) / 2);
     }
-    if (j.contains("lemma6")) row.push_back(j["lemma6"]["ok"].get<bool>() ? "yes" : "NO");
+    if (j.contains("lemma6")) row.push_back(j.at("lemma6").at("ok").get<bool>() ? "yes" : "NO");
     rows.push_back(row);
     layers.x.push_back(delta), layers.y.push_back(static_cast<double>(total));
-    params.x.push_back(delta), params.y.push_back(j["parameters"].get<double>());
+    params.x.push_back(delta), params.y.push_back(j.at("parameters").get<double>());
     lay_formula.x.push_back(delta), lay_formula.y.push_back(static_cast<double>(formula));
     deltas.push_back(delta);
   }

@@ -57,7 +57,12 @@ std::string run_experiment(const Experiment& e, const Context& c, const RunOptio
   const std::vector<json> lines = run_sweep(
       cells, [&](const json& cell) { return e.run(cell, c); }, so);
   if (!sweep_writer()) return "";
-  return e.report(lines, {o.out_dir, e.name}, c);
+  try {
+    return e.report(lines, {o.out_dir, e.name}, c);
+  } catch (const nlohmann::json::exception& x) {  // a stored line lacks a field (reports read with .at)
+    throw Error(so.results + ": a stored result lacks what the report reads (" + x.what() +
+                "); remove that line to run its cell again");
+  }
 }
 
 json train_task(const TaskTraining& t) {

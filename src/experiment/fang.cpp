@@ -1,5 +1,7 @@
 #include "uatlab/experiment/fang.hpp"
 
+#include "uatlab/limits.hpp"
+
 #include <Eigen/QR>
 #include <cmath>
 
@@ -50,9 +52,22 @@ std::string csv_of(const std::vector<json>& results, const Row& header) {
 
 }  // namespace
 
+namespace {
+// The box [-B, B]^d with B > 0 exact, over distinct variables.
+Rational box_bound(const std::string& box, const std::vector<std::string>& vars) {
+  fang::check_variables(vars);
+  const Rational B = parse_rational(box);
+  if (B <= 0 || B > 1000000) throw Error("the box bound B must be in (0, 10^6], got " + box);
+  return B;
+}
+}  // namespace
+
 json fit_degree(const FitOptions& o, int N) {
   const int d = static_cast<int>(o.vars.size());
-  const Rational Bq = parse_rational(o.box);
+  const Rational Bq = box_bound(o.box, o.vars);
+  limits::check_count(N, 1, 16, "fang-fit: blocks N");
+  limits::check_count(o.samples, 2, 1 << 22, "fang-fit: samples");
+  limits::check_count(o.test, 1, 1 << 22, "fang-fit: test samples");
   const double B = Scalar<Rational>::to_double(Bq);
   const auto target = scalar_expression(o.function, o.vars);
   const fang::Layout L = fang::layout(d, N);
@@ -81,9 +96,14 @@ int regression_degree(const RegressionOptions& o) {
 
 json regression_point(const RegressionOptions& o, int m, int blocks) {
   const int d = static_cast<int>(o.vars.size());
+  const Rational Bq = box_bound(o.box, o.vars);
   const fang::Polynomial p = fang::parse_polynomial(o.polynomial, o.vars);
   const int N = regression_degree(o);
-  const Rational Bq = parse_rational(o.box);
+  limits::check_count(m, 1, 1 << 22, "fang-regression: samples m");
+  limits::check_count(blocks, 1, 16, "fang-regression: blocks");
+  limits::check_count(o.repeats, 1, 100000, "fang-regression: repeats");
+  limits::check_count(o.test, 1, 1 << 22, "fang-regression: test samples");
+  limits::check_real(o.noise, 0.0, 1e6, "fang-regression: noise");
   const double B = Scalar<Rational>::to_double(Bq);
   auto clean = [&](const std::vector<double>& x) {
     std::vector<Rational> q;
@@ -126,7 +146,7 @@ namespace {
 std::vector<json> results_of(const std::vector<json>& lines) {
   std::vector<json> r;
   for (const json& l : lines)
-    r.push_back(l["result"]);
+    r.push_back(l.at("result"));
   return r;
 }
 
@@ -144,8 +164,8 @@ Experiment fit_experiment() {
   };
   e.run = [](const json& cell, const Context&) {
     FitOptions o;
-    o.samples = o.test = cell["samples"];
-    return fit_degree(o, cell["N"]);
+    o.samples = o.test = cell.at("samples");
+    return fit_degree(o, cell.at("N"));
   };
   e.report = [](const std::vector<json>& lines, const Outputs& out, const Context&) {
     const std::vector<json> r = results_of(lines);
@@ -153,10 +173,10 @@ Experiment fit_experiment() {
     std::vector<Row> md;
     Series rmse{"test RMSE", {}, {}, {}}, worst{"test max error", {}, {}, {}};
     for (const json& x : r) {
-      md.push_back({x["degree"].dump(), x["readout_parameters"].dump(), fixed(x["train_rmse"], 3),
-                    fixed(x["test_rmse"], 3), fixed(x["test_max_error"], 3)});
-      rmse.x.push_back(x["degree"]), rmse.y.push_back(x["test_rmse"]);
-      worst.x.push_back(x["degree"]), worst.y.push_back(x["test_max_error"]);
+      md.push_back({x.at("degree").dump(), x.at("readout_parameters").dump(), fixed(x.at("train_rmse"), 3),
+                    fixed(x.at("test_rmse"), 3), fixed(x.at("test_max_error"), 3)});
+      rmse.x.push_back(x.at("degree")), rmse.y.push_back(x.at("test_rmse"));
+      worst.x.push_back(x.at("degree")), worst.y.push_back(x.at("test_max_error"));
     }
     const std::string text =
         markdown_table({"degree", "readout parameters", "train RMSE", "test RMSE", "test max error"}, md);
@@ -187,8 +207,8 @@ Experiment regression_experiment() {
   };
   e.run = [](const json& cell, const Context&) {
     RegressionOptions o;
-    o.repeats = cell["repeats"];
-    return regression_point(o, cell["m"], cell["blocks"]);
+    o.repeats = cell.at("repeats");
+    return regression_point(o, cell.at("m"), cell.at("blocks"));
   };
   e.report = [](const std::vector<json>& lines, const Outputs& out, const Context&) {
     const std::vector<json> r = results_of(lines);
@@ -198,14 +218,14 @@ Experiment regression_experiment() {
         fewer{std::to_string(N - 1) + " blocks", {}, {}, {}}, ref{"sigma^2 p / m", {}, {}, {}};
     std::vector<Row> md;
     for (const json& x : r) {
-      Series& s = x["blocks"] == N ? full : fewer;
-      s.x.push_back(x["samples"]), s.y.push_back(x["test_mse"]);
-      if (x["blocks"] == N) {
-        ref.x.push_back(x["samples"]), ref.y.push_back(x["reference_sigma2_p_over_m"]);
-        md.push_back(
-            {x["samples"].dump(), fixed(x["test_mse"], 3), "", fixed(x["reference_sigma2_p_over_m"], 3)});
+      Series& s = x.at("blocks") == N ? full : fewer;
+      s.x.push_back(x.at("samples")), s.y.push_back(x.at("test_mse"));
+      if (x.at("blocks") == N) {
+        ref.x.push_back(x.at("samples")), ref.y.push_back(x.at("reference_sigma2_p_over_m"));
+        md.push_back({x.at("samples").dump(), fixed(x.at("test_mse"), 3), "",
+                      fixed(x.at("reference_sigma2_p_over_m"), 3)});
       } else if (!md.empty()) {
-        md.back()[2] = fixed(x["test_mse"], 3);
+        md.back()[2] = fixed(x.at("test_mse"), 3);
       }
     }
     const std::string text = markdown_table({"m", "test MSE, " + std::to_string(N) + " blocks",

@@ -29,24 +29,24 @@ Experiment delta_experiment() {
     return cells;
   };
   e.run = [](const json& cell, const Context&) {
-    const int V = cell["V"];
+    const int V = cell.at("V");
     const Dataset ds = kajitsuka::demo_dataset(2 * V, 3, 2, V, 1);
     const kajitsuka::Facts f = kajitsuka::analyse(ds);
     kajitsuka::ContextualOptions opt;
-    opt.mode = kajitsuka::parse_mode(cell["mode"]);
+    opt.mode = kajitsuka::parse_mode(cell.at("mode"));
     opt.max_bits = 262144;
     const json r = kajitsuka::build_contextual(f, opt).report();
     return json{{"V", V},
                 {"N", 2 * V},
                 {"n", 3},
                 {"d", 2},
-                {"mode", cell["mode"]},
-                {"c", r["c"]},
-                {"c_theorem", r["c_theorem"]},
-                {"log10_delta", r["log10_delta"]},
-                {"log10_delta_bound", r["log10_delta_bound"]},
-                {"bits_used", r["bits_used"]},
-                {"min_bits", r["min_bits"]},
+                {"mode", cell.at("mode")},
+                {"c", r.at("c")},
+                {"c_theorem", r.at("c_theorem")},
+                {"log10_delta", r.at("log10_delta")},
+                {"log10_delta_bound", r.at("log10_delta_bound")},
+                {"bits_used", r.at("bits_used")},
+                {"min_bits", r.at("min_bits")},
                 {"eps", f.eps},
                 {"r_min", f.r_min},
                 {"r_max", f.r_max}};
@@ -60,21 +60,21 @@ Experiment delta_experiment() {
         tuned{"measured, tuned", {}, {}, {}};
     std::set<int> bound_seen;
     for (const json& l : lines) {
-      const json& r = l["result"];
+      const json& r = l.at("result");
       Row row;
       for (const std::string& k : header)
         row.push_back(label(r[k]));
       csv.push_back(row);
-      md.push_back({r["V"].dump(), r["N"].dump(), label(r["mode"]), fixed(r["c"], 4),
-                    fixed(r["log10_delta"], 4), fixed(r["log10_delta_bound"], 4), r["bits_used"].dump(),
-                    r["min_bits"].dump()});
-      const double V = r["V"];
-      if (bound_seen.insert(r["V"].get<int>()).second) {
+      md.push_back({r.at("V").dump(), r.at("N").dump(), label(r.at("mode")), fixed(r.at("c"), 4),
+                    fixed(r.at("log10_delta"), 4), fixed(r.at("log10_delta_bound"), 4),
+                    r.at("bits_used").dump(), r.at("min_bits").dump()});
+      const double V = r.at("V");
+      if (bound_seen.insert(r.at("V").get<int>()).second) {
         bound.x.push_back(V);
-        bound.y.push_back(-r["log10_delta_bound"].get<double>());
+        bound.y.push_back(-r.at("log10_delta_bound").get<double>());
       }
-      Series& s = r["mode"] == "faithful" ? faithful : tuned;
-      s.x.push_back(V), s.y.push_back(-r["log10_delta"].get<double>());
+      Series& s = r.at("mode") == "faithful" ? faithful : tuned;
+      s.x.push_back(V), s.y.push_back(-r.at("log10_delta").get<double>());
     }
     write_file_atomic(out.path(".csv"), csv_text(header, csv));
     const std::string text = markdown_table(

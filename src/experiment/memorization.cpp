@@ -3,6 +3,8 @@
 // kajitsuka-memorization` (the rank-1 experiment of Kajitsuka & Sato, with the reviewers' variant).
 #include "uatlab/experiment/memorization.hpp"
 
+#include "uatlab/limits.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -23,35 +25,35 @@ namespace uatlab::experiment {
 // projection scaled as the tuned construction scales it, and frozen).
 json train_memorization(const json& cell) {
   TaskOptions o;
-  const std::string task = cell["task"];
-  o.N = cell["N"];
-  o.n = cell["n"];
-  o.d = cell["d"];
+  const std::string task = cell.at("task");
+  o.N = cell.at("N");
+  o.n = cell.at("n");
+  o.d = cell.at("d");
   o.V = cell.value("V", 64);
   o.classes = cell.value("classes", 2);
-  o.seed = cell["seed"].get<std::uint64_t>();
+  o.seed = cell.at("seed").get<std::uint64_t>();
   const Dataset data = make_task(task, o);
   Architecture arch;
   arch.d = o.d;
   arch.readout = uatlab::task(task).shape(o).outputs;
   LayerSpec a;
-  a.heads = cell["H"];
-  a.head_size = cell["s"];
+  a.heads = cell.at("H");
+  a.head_size = cell.at("s");
   a.tied_qkv = cell.value("tied", false);
   arch.layers.push_back(a);
-  if (cell["m"].get<int>() > 0) {
+  if (cell.at("m").get<int>() > 0) {
     LayerSpec f;
     f.kind = LayerKind::feedforward;
-    f.width = cell["m"];
+    f.width = cell.at("m");
     arch.layers.push_back(f);
   }
   Network<double> nd(arch);
   init_random(nd, o.seed);
   TrainConfig c;
   c.loss = Loss::cross_entropy;
-  c.steps = cell["steps"];
-  c.batch = std::min<int>(cell["batch"].get<int>(), o.N);
-  c.lr = cell["lr"];
+  c.steps = cell.at("steps");
+  c.batch = std::min<int>(cell.at("batch").get<int>(), o.N);
+  c.lr = cell.at("lr");
   c.min_lr = c.lr / 10;
   c.warmup = std::min<long>(100, c.steps / 10);
   c.seed = o.seed;
@@ -99,21 +101,43 @@ const char* kSmall = R"({
   "steps": 200, "batch": 16, "lr": 0.02
 })";
 
-std::vector<int> int_list(const json& j, const std::string& key, std::vector<int> fallback) {
+// A key of the sweep config: an integer or a list of integers, each in [lo, hi].
+std::vector<int> int_list(const json& j, const std::string& key, std::vector<int> fallback, int lo, int hi) {
   if (!j.contains(key)) return fallback;
-  const json& v = j[key];
+  const json& v = j.at(key);
   std::vector<int> out;
-  if (v.is_number_integer())
-    out.push_back(v);
-  else if (v.is_array())
-    for (const auto& x : v) {
-      if (!x.is_number_integer()) throw Error("sweep config: \"" + key + "\" must hold integers");
-      out.push_back(x);
-    }
+  auto take = [&](const json& x) {
+    if (!x.is_number_integer() || x.get<long long>() < lo || x.get<long long>() > hi)
+      throw Error("sweep config: \"" + key + "\" must hold integers from " + std::to_string(lo) + " to " +
+                  std::to_string(hi) + ", got " + limits::excerpt(x.dump()));
+    out.push_back(x.get<int>());
+  };
+  if (v.is_array())
+    for (const auto& x : v)
+      take(x);
   else
-    throw Error("sweep config: \"" + key + "\" must be an integer or a list of integers");
+    take(v);
   if (out.empty()) throw Error("sweep config: \"" + key + "\" is empty");
   return out;
+}
+
+// A key that takes one value (a list is an error, not its first item).
+template <class T>
+T one_value(const json& j, const std::string& key, T fallback) {
+  if (!j.contains(key)) return fallback;
+  const json& v = j.at(key);
+  const bool ok = std::is_same_v<T, bool>          ? v.is_boolean()
+                  : std::is_same_v<T, std::string> ? v.is_string()
+                  : std::is_integral_v<T>          ? v.is_number_integer()
+                                                   : v.is_number();
+  if (!ok)
+    throw Error("sweep config: \"" + key + "\" takes one " +
+                (std::is_same_v<T, bool>          ? "true or false"
+                 : std::is_same_v<T, std::string> ? "string"
+                 : std::is_integral_v<T>          ? "integer"
+                                                  : "number") +
+                ", got " + limits::excerpt(v.dump()));
+  return v.get<T>();
 }
 
 }  // namespace
@@ -127,7 +151,7 @@ const std::vector<std::pair<std::string, std::string>>& sweep_presets() {
 json sweep_config(const std::string& text) {
   for (const auto& [name, preset] : sweep_presets())
     if (text == name) return json::parse(preset);
-  if (!text.empty() && text.front() == '{') return parse_json(text, "sweep config");
+  if (!text.empty() && (text.front() == '{' || text.front() == '[')) return parse_json(text, "sweep config");
   return parse_json(read_file(text), "sweep config " + text);
 }
 
@@ -138,51 +162,59 @@ std::vector<json> sweep_cells(const json& cfg) {
   if (!cfg.is_object()) throw Error("sweep config must be a JSON object");
   for (auto it = cfg.begin(); it != cfg.end(); ++it)
     if (!known.count(it.key())) throw Error("sweep config: unknown key \"" + it.key() + "\"");
-  const std::string task = cfg.value("task", "memorize");
+  const std::string task = one_value<std::string>(cfg, "task", "memorize");
   if (task != "memorize" && task != "random-labels")
     throw Error("sweep config: task must be memorize or random-labels");
-  std::vector<int> seeds = int_list(cfg, "seeds", {1});
-  if (cfg.contains("seeds") && cfg["seeds"].is_number_integer()) {  // a count
+  std::vector<int> seeds = int_list(cfg, "seeds", {1}, 1, 1 << 20);
+  if (cfg.contains("seeds") && cfg.at("seeds").is_number_integer()) {  // a count
     const int k = seeds[0];
+    limits::check_count(k, 1, 1000, "sweep config: seeds (a count)");
     seeds.clear();
     for (int i = 1; i <= k; ++i)
       seeds.push_back(i);
   }
-  const int d = int_list(cfg, "d", {4})[0];
+  const int d = one_value<int>(cfg, "d", 4), steps = one_value<int>(cfg, "steps", 2000),
+            batch = one_value<int>(cfg, "batch", 64), V = one_value<int>(cfg, "V", 64),
+            classes = one_value<int>(cfg, "classes", 2);
+  const double lr = one_value<double>(cfg, "lr", 0.01);
+  const bool tied = one_value<bool>(cfg, "tied", false);
+  if (cfg.contains("comment")) one_value<std::string>(cfg, "comment", "");
+  limits::check_count(d, 1, 4096, "sweep config: d");
+  limits::check_count(steps, 0, 1 << 30, "sweep config: steps");
+  limits::check_count(batch, 1, 1 << 20, "sweep config: batch");
+  limits::check_count(V, 1, 1 << 20, "sweep config: V");
+  limits::check_count(classes, 2, 1 << 20, "sweep config: classes");
+  limits::check_real(lr, 1e-12, 1e3, "sweep config: lr");
+  const std::vector<int> Ns = int_list(cfg, "N", {100}, 1, 1 << 20), ns = int_list(cfg, "n", {8}, 1, 1 << 16),
+                         Hs = int_list(cfg, "H", {1}, 1, 1024), ss = int_list(cfg, "s", {1}, 1, 1 << 16),
+                         ms = int_list(cfg, "m", {0}, 0, 1 << 20);
+  long long total = 1;
+  for (std::size_t k : {Ns.size(), ns.size(), Hs.size(), ss.size(), ms.size(), seeds.size()})
+    total = limits::saturating_mul(total, static_cast<long long>(k));
+  if (total > 1000000) throw Error("sweep config: more than 10^6 runs in the grid");
   std::vector<json> cells;
-  for (int N : int_list(cfg, "N", {100}))
-    for (int n : int_list(cfg, "n", {8}))
-      for (int H : int_list(cfg, "H", {1}))
-        for (int s : int_list(cfg, "s", {1}))
-          for (int m : int_list(cfg, "m", {0}))
+  for (int N : Ns)
+    for (int n : ns)
+      for (int H : Hs)
+        for (int s : ss)
+          for (int m : ms)
             for (int seed : seeds) {
-              if (N < 1 || n < 1 || H < 1 || s < 1 || m < 0)
-                throw Error("sweep config: N, n, H, s must be >= 1 and m >= 0");
-              json c = {{"task", task},
-                        {"N", N},
-                        {"n", n},
-                        {"d", d},
-                        {"H", H},
-                        {"s", s},
-                        {"m", m},
-                        {"seed", seed},
-                        {"tied", cfg.value("tied", false)},
-                        {"steps", cfg.value("steps", 2000)},
-                        {"batch", cfg.value("batch", 64)},
-                        {"lr", cfg.value("lr", 0.01)}};
+              json c = {{"task", task}, {"N", N},         {"n", n},         {"d", d},
+                        {"H", H},       {"s", s},         {"m", m},         {"seed", seed},
+                        {"tied", tied}, {"steps", steps}, {"batch", batch}, {"lr", lr}};
               if (task == "memorize")
-                c["V"] = cfg.value("V", 64);
+                c["V"] = V;
               else
-                c["classes"] = cfg.value("classes", 2);
+                c["classes"] = classes;
               cells.push_back(c);
             }
   return cells;
 }
 
 std::string config_key(const json& c) {
-  return "N=" + std::to_string(c["N"].get<int>()) + " n=" + std::to_string(c["n"].get<int>()) +
-         " H=" + std::to_string(c["H"].get<int>()) + " s=" + std::to_string(c["s"].get<int>()) +
-         " m=" + std::to_string(c["m"].get<int>());
+  return "N=" + std::to_string(c.at("N").get<int>()) + " n=" + std::to_string(c.at("n").get<int>()) +
+         " H=" + std::to_string(c.at("H").get<int>()) + " s=" + std::to_string(c.at("s").get<int>()) +
+         " m=" + std::to_string(c.at("m").get<int>());
 }
 
 std::string summarise_sweep(const std::vector<json>& lines, const std::string& dir) {
@@ -193,10 +225,10 @@ std::string summarise_sweep(const std::vector<json>& lines, const std::string& d
   };
   const Grouped acc = metric("accuracy"), steps = metric("steps"), params = metric("parameters");
   const Grouped mem =
-      group(lines, config_key, all, [](const json& r) { return r["memorized"].get<bool>() ? 1.0 : 0.0; });
+      group(lines, config_key, all, [](const json& r) { return r.at("memorized").get<bool>() ? 1.0 : 0.0; });
   std::map<std::string, json> cell_of;
   for (const json& l : lines)
-    cell_of.emplace(config_key(l["cell"]), l["cell"]);
+    cell_of.emplace(config_key(l.at("cell")), l.at("cell"));
   struct Config {
     json cell;
     long params;
@@ -217,7 +249,7 @@ std::string summarise_sweep(const std::vector<json>& lines, const std::string& d
                     std::to_string(a.size()), fixed(mean(a), 6), fixed(sd(a), 3),
                     fixed(mean(mem.values[r][0]), 3), fixed(mean(steps.values[r][0]), 5)});
     param_set.insert(p);
-    n_set.insert(c["N"].get<int>());
+    n_set.insert(c.at("N").get<int>());
   }
   const Row header = {"N",          "n",    "H",        "s",           "m",
                       "parameters", "runs", "accuracy", "accuracy_sd", "memorized_fraction",
@@ -235,7 +267,7 @@ std::string summarise_sweep(const std::vector<json>& lines, const std::string& d
   std::vector<std::vector<int>> count(P.size(), std::vector<int>(N.size(), 0));
   for (const Config& k : configs) {  // configurations with equal parameter counts are averaged
     const std::size_t r = std::lower_bound(P.begin(), P.end(), k.params) - P.begin();
-    const std::size_t c = std::lower_bound(N.begin(), N.end(), k.cell["N"].get<int>()) - N.begin();
+    const std::size_t c = std::lower_bound(N.begin(), N.end(), k.cell.at("N").get<int>()) - N.begin();
     double& v = h.values[r][c];
     v = (std::isnan(v) ? 0 : v * count[r][c]) + k.accuracy;
     v /= ++count[r][c];
@@ -250,7 +282,7 @@ std::string summarise_sweep(const std::vector<json>& lines, const std::string& d
   for (int x : N) {
     long best = -1;
     for (const Config& k : configs)
-      if (k.cell["N"].get<int>() == x && k.memorized && (best < 0 || k.params < best)) best = k.params;
+      if (k.cell.at("N").get<int>() == x && k.memorized && (best < 0 || k.params < best)) best = k.params;
     md.push_back({std::to_string(x), best < 0 ? "none in the grid" : std::to_string(best)});
     if (best > 0) {
       s.x.push_back(x);
@@ -315,36 +347,37 @@ Experiment kajitsuka_memorization_experiment() {
   e.run = [](const json& cell, const Context&) { return train_memorization(cell); };
   e.report = [](const std::vector<json>& lines, const Outputs& out, const Context&) {
     auto row = [](const json& c) {
-      return std::string(c["fixed_v"].get<bool>() ? "fixed v, " : "trained, ") +
-             "N=" + std::to_string(c["N"].get<int>());
+      return std::string(c.at("fixed_v").get<bool>() ? "fixed v, " : "trained, ") +
+             "N=" + std::to_string(c.at("N").get<int>());
     };
     Grouped g = group(
-        lines, row, [](const json& c) { return "m=" + std::to_string(c["m"].get<int>()); },
-        [](const json& r) { return r["accuracy"].get<double>(); });
+        lines, row, [](const json& c) { return "m=" + std::to_string(c.at("m").get<int>()); },
+        [](const json& r) { return r.at("accuracy").get<double>(); });
     std::string md = write_grouped(g, "training accuracy", out);
-    md += "\n" + grouped_markdown(
-                     group(
-                         lines, row, [](const json& c) { return "m=" + std::to_string(c["m"].get<int>()); },
-                         [](const json& r) { return r["loss"].get<double>(); }),
-                     "training loss", 3);
+    md +=
+        "\n" + grouped_markdown(
+                   group(
+                       lines, row, [](const json& c) { return "m=" + std::to_string(c.at("m").get<int>()); },
+                       [](const json& r) { return r.at("loss").get<double>(); }),
+                   "training loss", 3);
     // The construction's size for the same data (Zhang form, tied: 2d + d + q + dq with q contexts).
     std::vector<Row> cons;
     std::set<std::pair<int, int>> seen;
     for (const json& l : lines) {
-      const json& c = l["cell"];
-      if (!seen.insert({c["N"].get<int>(), c["seed"].get<int>()}).second) continue;
+      const json& c = l.at("cell");
+      if (!seen.insert({c.at("N").get<int>(), c.at("seed").get<int>()}).second) continue;
       TaskOptions o;
-      o.N = c["N"];
-      o.n = c["n"];
-      o.d = c["d"];
-      o.V = c["V"];
-      o.seed = c["seed"].get<std::uint64_t>();
+      o.N = c.at("N");
+      o.n = c.at("n");
+      o.d = c.at("d");
+      o.V = c.at("V");
+      o.seed = c.at("seed").get<std::uint64_t>();
       const kajitsuka::Facts f = kajitsuka::analyse(make_task("memorize", o));
       std::size_t q = 0;
       for (const auto& s : f.sets)
         q += s.size();
       const std::size_t d = static_cast<std::size_t>(o.d);
-      cons.push_back({std::to_string(o.N), std::to_string(c["seed"].get<int>()), std::to_string(q),
+      cons.push_back({std::to_string(o.N), std::to_string(c.at("seed").get<int>()), std::to_string(q),
                       std::to_string(2 * d + d + q + d * q)});
     }
     md += "\nThe construction for the same data (`uatlab memorize`, tied, Zhang form):\n\n" +

@@ -147,7 +147,7 @@ class CollectingSink : public FileSink {
         ++finished_;
       } else {
         const json line = parse_json(text, "a sweep result from rank " + std::to_string(st.MPI_SOURCE));
-        FileSink::put(index_.at(line["cell"].dump()), line, text);
+        FileSink::put(index_.at(line.at("cell").dump()), line, text);
       }
       if (block) return;
     }
@@ -216,7 +216,7 @@ std::vector<json> run_sweep(const std::vector<json>& cells, const std::function<
   std::vector<int> pending;
   if (rank == 0) {
     for (json& line : read_results(o.results)) {
-      auto it = index.find(line["cell"].dump());
+      auto it = index.find(line.at("cell").dump());
       if (it != index.end()) found[it->second] = std::move(line);
     }
     for (std::size_t i = 0; i < cells.size(); ++i)

@@ -19,11 +19,11 @@ Grouped group(const std::vector<json>& lines, const std::function<std::string(co
     return keys.size() - 1;
   };
   for (const json& l : lines) {
-    const std::size_t r = slot(g.rows, row(l["cell"])), c = slot(g.cols, col(l["cell"]));
+    const std::size_t r = slot(g.rows, row(l.at("cell"))), c = slot(g.cols, col(l.at("cell")));
     if (g.values.size() <= r) g.values.resize(r + 1);
     for (auto& v : g.values)
       v.resize(g.cols.size());
-    g.values[r][c].push_back(value(l["result"]));
+    g.values[r][c].push_back(value(l.at("result")));
   }
   for (auto& v : g.values)
     v.resize(g.cols.size());

@@ -5,7 +5,32 @@
 #include <cmath>
 #include <memory>
 
+#include "uatlab/limits.hpp"
+
 namespace uatlab::experiment {
+
+namespace {
+
+// Sets a muParser expression that computes one value from the variables defined: no assignment
+// ("x=1" would change a variable) and no comma list of several results. Throws Error.
+void compile(mu::Parser& p, const std::string& expr, const std::string& what) {
+  if (static_cast<long long>(expr.size()) > limits::kExpressionLength)
+    throw Error(what + " of " + std::to_string(expr.size()) + " characters: the limit is 100000");
+  for (std::size_t k = 0; k < expr.size(); ++k)
+    if (expr[k] == '=' && (k == 0 || std::string("=<>!").find(expr[k - 1]) == std::string::npos) &&
+        (k + 1 == expr.size() || expr[k + 1] != '='))
+      throw Error(what + " \"" + limits::excerpt(expr) + "\": an assignment (=) is not an expression");
+  try {
+    p.SetExpr(expr);
+    p.Eval();
+    if (p.GetNumResults() != 1)
+      throw Error(what + " \"" + limits::excerpt(expr) + "\" computes several values (a comma list)");
+  } catch (mu::Parser::exception_type& e) {
+    throw Error(what + " \"" + limits::excerpt(expr) + "\": " + e.GetMsg());
+  }
+}
+
+}  // namespace
 
 std::function<double(const std::vector<double>&)> scalar_expression(const std::string& expr,
                                                                     const std::vector<std::string>& vars) {
@@ -14,11 +39,10 @@ std::function<double(const std::vector<double>&)> scalar_expression(const std::s
     try {
       for (std::size_t i = 0; i < vars.size(); ++i)
         p->DefineVar(vars[i], &xs[i]);
-      p->SetExpr(expr);
-      p->Eval();
     } catch (mu::Parser::exception_type& e) {
-      throw Error("function \"" + expr + "\": " + e.GetMsg());
+      throw Error("variable: " + e.GetMsg());
     }
+    compile(*p, expr, "function");
     return p;
   };
   std::vector<double> probe(vars.size(), 0.0);
@@ -27,7 +51,7 @@ std::function<double(const std::vector<double>&)> scalar_expression(const std::s
     std::vector<double> xs = x;
     xs.resize(vars.size());
     const double y = make(xs)->Eval();
-    if (!std::isfinite(y)) throw Error("function \"" + expr + "\" is not finite on the box");
+    if (!std::isfinite(y)) throw Error("function \"" + limits::excerpt(expr) + "\" is not finite on the box");
     return y;
   };
 }
@@ -46,7 +70,7 @@ yun::Target expression_target(const std::string& expr, int d, int n) {
       for (int r = 0; r < d; ++r)
         for (int c = 0; c < n; ++c)
           p.DefineVar("x" + std::to_string(r + 1) + "_" + std::to_string(c + 1), &copy(r, c));
-      p.SetExpr(expr);
+      compile(p, expr, "target");
       Mat<double> Y(d, n);
       for (int r = 0; r < d; ++r) {
         mean = X.row(r).mean();
@@ -58,12 +82,12 @@ yun::Target expression_target(const std::string& expr, int d, int n) {
           j = c + 1;
           Y(r, c) = p.Eval();
           if (!std::isfinite(Y(r, c)))
-            throw Error("target \"" + expr + "\" is not finite at a point of [0,1]^{d×n}");
+            throw Error("target \"" + limits::excerpt(expr) + "\" is not finite at a point of [0,1]^{d×n}");
         }
       }
       return Y;
     } catch (mu::Parser::exception_type& e) {
-      throw Error("target \"" + expr + "\": " + e.GetMsg());
+      throw Error("target \"" + limits::excerpt(expr) + "\": " + e.GetMsg());
     }
   };
   return {expr, eval};

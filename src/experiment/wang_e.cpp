@@ -80,7 +80,7 @@ json train_lm(const json& cell, const Context& c, const std::vector<LayerSpec>& 
   t.data.corpus = c.corpus;
   t.data.n = s.n;
   t.data.N = c.pick(64, 8000, 20000);
-  t.data.seed = cell["seed"].get<int>();
+  t.data.seed = cell.at("seed").get<int>();
   t.val_N = c.pick(16, 256, 1024);
   t.arch.vocab = task("chars").shape(t.data).outputs;
   t.arch.readout = t.arch.vocab;
@@ -117,7 +117,7 @@ Experiment table_1a() {
   };
   e.run = [](const json& cell, const Context& c) {
     const LmShape s = lm_shape(c);
-    const int L = cell["L"], H = cell["H"], Hmax = L * H;
+    const int L = cell.at("L"), H = cell.at("H"), Hmax = L * H;
     // Parameter budget of one layer with Hmax heads and width s.m, spread over L layers: each
     // layer keeps H heads and gets the FFN width that fills its share.
     const int attn = 4 * s.d * s.head_size, norms = 4 * s.d;
@@ -133,11 +133,11 @@ Experiment table_1a() {
       r = train_lm(cell, c, layers, true);
     else {  // token 2c + b with lags (1, 3, 7), learned positions
       TaskTraining t;
-      t.task = cell["task"];
+      t.task = cell.at("task");
       t.data.lags = {1, 3, 7};
       t.data.n = c.pick(16, 32, 64);
       t.data.N = c.pick(128, 4000, 8000);
-      t.data.seed = cell["seed"].get<int>();
+      t.data.seed = cell.at("seed").get<int>();
       t.val_N = c.pick(32, 512, 1024);
       t.arch.vocab = task(t.task).shape(t.data).vocab;
       t.arch.readout = 2;
@@ -152,19 +152,20 @@ Experiment table_1a() {
     return r;
   };
   e.report = [](const std::vector<json>& lines, const Outputs& out, const Context&) {
-    auto model = [](const json& c) { return "L=" + label(c["L"]) + ", H=" + label(c["H"]); };
+    auto model = [](const json& c) { return "L=" + label(c.at("L")) + ", H=" + label(c.at("H")); };
     auto task = [](const json& c) {
-      return c.contains("task") ? std::string(c["task"] == "adaptive-1" ? "Type I memory" : "Type II memory")
-                                : std::string("language modelling");
+      return c.contains("task")
+                 ? std::string(c.at("task") == "adaptive-1" ? "Type I memory" : "Type II memory")
+                 : std::string("language modelling");
     };
-    Grouped g = group(lines, model, task, [](const json& r) { return r["val_loss"].get<double>(); });
+    Grouped g = group(lines, model, task, [](const json& r) { return r.at("val_loss").get<double>(); });
     std::vector<json> synthetic, lm;
     for (const json& l : lines)
-      (l["cell"].contains("task") ? synthetic : lm).push_back(l);
+      (l.at("cell").contains("task") ? synthetic : lm).push_back(l);
     if (!lm.empty()) {  // the parameter count of each LM model (the synthetic ones have a smaller vocabulary)
       Grouped p = group(
           lm, model, [](const json&) { return std::string("parameters (LM)"); },
-          [](const json& r) { return r["parameters"].get<double>(); });
+          [](const json& r) { return r.at("parameters").get<double>(); });
       for (std::size_t r = 0; r < g.rows.size(); ++r)
         g.values[r].push_back(p.values[r][0]);
       g.cols.push_back("parameters (LM)");
@@ -173,10 +174,10 @@ Experiment table_1a() {
                      write_grouped(g, "model", out, 5);
     if (!synthetic.empty())
       md += "\n" + grouped_markdown(group(synthetic, model, task,
-                                          [](const json& r) { return r["val_accuracy"].get<double>(); }),
+                                          [](const json& r) { return r.at("val_accuracy").get<double>(); }),
                                     "validation accuracy", 3);
     write_file_atomic(out.path(".md"), md);
-    Grouped t = group(lines, task, model, [](const json& r) { return r["val_loss"].get<double>(); });
+    Grouped t = group(lines, task, model, [](const json& r) { return r.at("val_loss").get<double>(); });
     LinePlot plot{"Wang & E Insight 1a: depth vs heads at equal parameters", "model",
                   "validation cross-entropy"};
     plot.logy = true;
@@ -202,10 +203,10 @@ Experiment table_3b() {
   };
   e.run = [](const json& cell, const Context& c) {
     const LmShape s = lm_shape(c);
-    const Rpe rpe = cell["rpe"] == "lin" ? Rpe::lin : Rpe::log;
+    const Rpe rpe = cell.at("rpe") == "lin" ? Rpe::lin : Rpe::log;
     std::vector<LayerSpec> layers;
     for (int l = 0; l < 2; ++l) {
-      layers.push_back(attention(4, s.head_size, !cell["dp"].get<bool>(), rpe, true));
+      layers.push_back(attention(4, s.head_size, !cell.at("dp").get<bool>(), rpe, true));
       layers.push_back(feedforward(s.m, true));
     }
     return train_lm(cell, c, layers, false);
@@ -213,9 +214,9 @@ Experiment table_3b() {
   e.report = [](const std::vector<json>& lines, const Outputs& out, const Context&) {
     Grouped g = group(
         lines,
-        [](const json& c) { return std::string(c["dp"].get<bool>() ? "DP + RPE" : "DP-free (RPE only)"); },
-        [](const json& c) { return label(c["rpe"]) + "-type RPE"; },
-        [](const json& r) { return r["val_loss"].get<double>(); });
+        [](const json& c) { return std::string(c.at("dp").get<bool>() ? "DP + RPE" : "DP-free (RPE only)"); },
+        [](const json& c) { return label(c.at("rpe")) + "-type RPE"; },
+        [](const json& r) { return r.at("val_loss").get<double>(); });
     const std::string md = write_grouped(g, "attention (2 layers, 4 heads)", out);
     LinePlot plot{"Wang & E Insight 3b: DP vs DP-free on language modelling", "RPE type",
                   "validation cross-entropy"};
@@ -262,7 +263,7 @@ Experiment hm_grid(const GridSpec& spec) {
     t.data.lags = spec.lags;
     t.data.n = 32;
     t.data.N = c.pick(256, 4000, 8000);
-    t.data.seed = cell["seed"].get<int>();
+    t.data.seed = cell.at("seed").get<int>();
     t.data.boolean = "majority";
     t.data.omega = spec.omega;
     t.data.d = 8;
@@ -272,7 +273,7 @@ Experiment hm_grid(const GridSpec& spec) {
     t.arch.vocab = task(spec.task).shape(t.data).vocab;
     t.arch.d = t.arch.vocab > 0 ? 16 : task(spec.task).shape(t.data).d;
     t.arch.readout = task(spec.task).shape(t.data).outputs;
-    t.arch.layers = {attention(cell["H"], 4, !dp, Rpe::lin), feedforward(cell["m"])};
+    t.arch.layers = {attention(cell.at("H"), 4, !dp, Rpe::lin), feedforward(cell.at("m"))};
     t.cfg = config(c, 3e-3, loss, t.data.seed);
     t.init_seed = t.data.seed;
     t.adjust = [](Network<double>& net) { spread_rates(net, 0.05, 2.0); };
@@ -281,12 +282,12 @@ Experiment hm_grid(const GridSpec& spec) {
   e.report = [spec](const std::vector<json>& lines, const Outputs& out, const Context&) {
     const bool ce = task(spec.task).loss == Loss::cross_entropy;
     auto row = [spec](const json& c) {
-      return (spec.with_dp ? std::string(c["dp"].get<bool>() ? "DP, " : "DP-free, ") : std::string()) +
-             "H=" + label(c["H"]);
+      return (spec.with_dp ? std::string(c.at("dp").get<bool>() ? "DP, " : "DP-free, ") : std::string()) +
+             "H=" + label(c.at("H"));
     };
     auto value = [ce](const json& r) { return r[ce ? "val_loss" : "val_nmse"].get<double>(); };
     Grouped g = group(
-        lines, row, [](const json& c) { return "m=" + label(c["m"]); }, value);
+        lines, row, [](const json& c) { return "m=" + label(c.at("m")); }, value);
     std::string md = write_grouped(g, ce ? "validation loss" : "validation MSE / Var(y)", out);
     LinePlot plot{spec.title, "FFN width m", ce ? "validation cross-entropy" : "validation MSE / Var(y)"};
     plot.logx = true;
@@ -295,8 +296,8 @@ Experiment hm_grid(const GridSpec& spec) {
     plot_png(out.path(".png"), plot);
     if (ce) {  // accuracy beside the loss
       Grouped a = group(
-          lines, row, [](const json& c) { return "m=" + label(c["m"]); },
-          [](const json& r) { return r["val_accuracy"].get<double>(); });
+          lines, row, [](const json& c) { return "m=" + label(c.at("m")); },
+          [](const json& r) { return r.at("val_accuracy").get<double>(); });
       md += "\nValidation accuracy:\n\n" + grouped_markdown(a, "accuracy", 3);
       write_file_atomic(out.path(".md"), md);
     }
@@ -329,10 +330,10 @@ Experiment table_4a() {
   };
   e.run = [](const json& cell, const Context& c) {
     TaskTraining t;
-    t.task = "kernel-" + cell["tail"].get<std::string>();
+    t.task = "kernel-" + cell.at("tail").get<std::string>();
     t.data.n = c.pick(32, 64, 128);
     t.data.N = c.pick(256, 2000, 4000);
-    t.data.seed = cell["seed"].get<int>();
+    t.data.seed = cell.at("seed").get<int>();
     // Every scored position sees the same window of T = n/2 lags, in the target and in the heads,
     // so a head's softmax normalises over the same lags everywhere (docs/theory/wang-e.md, kernels).
     t.data.beta = 0.5;
@@ -342,8 +343,8 @@ Experiment table_4a() {
     t.data.d = 2;  // row 0 carries x_t, row 1 is free for the heads' output, which the readout reads
     t.arch.d = 2;
     t.arch.readout = 1;
-    const bool log = cell["rpe"] == "log";
-    t.arch.layers = {attention(cell["H"], 1, true, log ? Rpe::log : Rpe::lin)};
+    const bool log = cell.at("rpe") == "log";
+    t.arch.layers = {attention(cell.at("H"), 1, true, log ? Rpe::log : Rpe::lin)};
     t.arch.layers[0].window = t.data.window;
     t.cfg = config(c, 1e-2, Loss::mse, t.data.seed);
     t.init_seed = t.data.seed;
@@ -354,9 +355,9 @@ Experiment table_4a() {
   };
   e.report = [](const std::vector<json>& lines, const Outputs& out, const Context&) {
     Grouped g = group(
-        lines, [](const json& c) { return label(c["tail"]) + "-tailed, " + label(c["rpe"]) + "-type"; },
-        [](const json& c) { return "H=" + label(c["H"]); },
-        [](const json& r) { return r["val_nmse"].get<double>(); });
+        lines, [](const json& c) { return label(c.at("tail")) + "-tailed, " + label(c.at("rpe")) + "-type"; },
+        [](const json& c) { return "H=" + label(c.at("H")); },
+        [](const json& r) { return r.at("val_nmse").get<double>(); });
     const std::string md = write_grouped(g, "validation MSE / Var(y)", out);
     LinePlot plot{"Wang & E Insight 4a: memory kernels, log vs lin RPE", "heads H",
                   "validation MSE / Var(y)"};

@@ -9,6 +9,7 @@
 #include <sstream>
 #include <vector>
 
+#include "uatlab/limits.hpp"
 #include "uatlab/model/scalar.hpp"
 
 namespace uatlab {
@@ -65,6 +66,10 @@ class Builder : public nlohmann::json_sax<json> {
   }
   bool put(json v) { return place(std::move(v)), true; }
   bool open(json v) {
+    if (stack_.size() >= static_cast<std::size_t>(limits::kJsonDepth)) {
+      error = "nested deeper than " + std::to_string(limits::kJsonDepth) + " levels";
+      return false;
+    }
     stack_.push_back(place(std::move(v)));
     keys_.emplace_back();
     return true;

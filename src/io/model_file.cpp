@@ -1,5 +1,8 @@
 #include "uatlab/io/model_file.hpp"
 
+#include "uatlab/io/lists.hpp"
+
+#include <algorithm>
 #include <cmath>
 
 #include "uatlab/io/json.hpp"
@@ -82,7 +85,15 @@ Network<S> load_network(const std::string& path) {
       if (!st.metadata.count("uatlab"))
         throw Error("safetensors file has no \"uatlab\" architecture in __metadata__");
       arch_json = parse_json(st.metadata.at("uatlab"), "architecture in __metadata__", true);
+      // A training checkpoint also holds networks under the prefixes it lists: not the model's.
+      const std::vector<std::string> extras =
+          st.metadata.count(kCheckpointExtras)
+              ? parse_list(st.metadata.at(kCheckpointExtras), kCheckpointExtras)
+              : std::vector<std::string>{};
       for (auto& [name, t] : st.tensors) {
+        if (std::any_of(extras.begin(), extras.end(),
+                        [&](const std::string& p) { return name.rfind(p, 0) == 0; }))
+          continue;
         auto& entry = stored[name];
         entry.first = t.shape;
         for (double v : t.values()) {
@@ -91,7 +102,16 @@ Network<S> load_network(const std::string& path) {
         }
       }
     }
-    Network<S> net(Architecture::from_json(arch_json));
+    // The architecture's size is checked against the values the file holds before anything of
+    // that size is allocated: a small file cannot make uatlab allocate a huge network.
+    const Architecture arch = Architecture::from_json(arch_json);
+    long long held = 0;
+    for (auto& [name, entry] : stored)
+      held += static_cast<long long>(entry.second.size());
+    if (arch.parameter_count() > std::max(held, 1LL << 20))  // small ones get the tensor-by-tensor check
+      throw Error("the architecture has " + std::to_string(arch.parameter_count()) +
+                  " weights, the file holds only " + std::to_string(held));
+    Network<S> net(arch);
     std::size_t used = 0;
     net.for_each_tensor([&](const std::string& name, Mat<S>& m, Layout l) {
       auto it = stored.find(name);
@@ -142,7 +162,11 @@ void save_network(const Network<S>& net, const std::string& path, const std::str
     // Each exact value is rounded once, straight to the dtype.
     std::vector<double> v;
     for_each_torch_element(m, l, [&](const S& x) {
-      v.push_back(dtype == "F64" ? Scalar<S>::to_double(x) : static_cast<double>(scalar_cast<float>(x)));
+      try {
+        v.push_back(dtype == "F64" ? Scalar<S>::to_double(x) : static_cast<double>(scalar_cast<float>(x)));
+      } catch (const Error&) {  // beyond the range of the dtype
+        v.push_back(NAN);
+      }
     });
     for (double x : v)
       if (!std::isfinite(x)) throw Error("tensor \"" + name + "\" has a value that does not fit " + dtype);
@@ -158,6 +182,10 @@ void save_checkpoint(const std::string& path, const Network<S>& net, const Named
   st.metadata = metadata;
   st.metadata["format"] = "pt";
   st.metadata["uatlab"] = net.arch.to_json().dump();
+  std::vector<std::string> prefixes;
+  for (auto& [prefix, n] : extras)
+    prefixes.push_back(prefix);
+  if (!prefixes.empty()) st.metadata[kCheckpointExtras] = join_list(prefixes);
   auto put = [&](const std::string& prefix, const Network<S>& n) {
     n.for_each_tensor([&](const std::string& name, const Mat<S>& m, Layout l) {
       std::vector<double> v;

@@ -1,5 +1,7 @@
 #include "uatlab/model/architecture.hpp"
 
+#include "uatlab/limits.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <set>
@@ -139,8 +141,26 @@ E enum_of(const json& v, const std::vector<std::pair<const char*, E>>& names, co
 
 }  // namespace
 
+long long Architecture::parameter_count() const {
+  const long long D = d;  // every size is <= 2^30 and every product of two <= 2^30 (validate)
+  long long n = D * (vocab + max_len) + (readout > 0 ? (D + 1) * readout : 0);
+  for (const LayerSpec& l : layers) {
+    if (l.pre_norm || l.kind == LayerKind::layernorm) n += 2 * D;
+    if (l.kind == LayerKind::attention) {
+      const long long hs = static_cast<long long>(l.heads) * l.head_size, qkv = l.tied_qkv ? 1 : 3;
+      n += (qkv + 1) * hs * D + (l.bias ? qkv * hs + D : 0);
+      if (l.rpe == Rpe::lin || l.rpe == Rpe::log) n += l.heads;
+      if (l.rpe == Rpe::t5) n += static_cast<long long>(l.heads) * l.t5_buckets;
+    } else if (l.kind == LayerKind::feedforward) {
+      const long long width = l.width;
+      n += 2 * width * D + width + D;
+    }
+  }
+  return n;
+}
+
 void Architecture::validate() const {
-  constexpr long long kMax = 1LL << 30;  // every size; products of two sizes are checked too
+  constexpr long long kMax = limits::kSize;  // every size; products of two sizes are checked too
   auto in_range = [](long long v, long long lo, const std::string& what) {
     if (v < lo || v > kMax)
       throw Error(what + " must be from " + std::to_string(lo) + " to 2^30, got " + std::to_string(v));
@@ -163,9 +183,13 @@ void Architecture::validate() const {
       in_range(l.head_size, 1, w + "head_size");
       if (static_cast<long long>(l.heads) * l.head_size * d > kMax)
         throw Error(w + "heads * head_size * d exceeds 2^30 weights");
-      if (l.rpe == Rpe::t5 && (l.t5_buckets < 2 || l.t5_buckets > 4096 ||
+      // T5 splits the buckets into exact and logarithmic ones, by direction unless causal: at
+      // least one exact bucket per direction needs 2 buckets (causal) or 4.
+      const int least = l.causal ? 2 : 4;
+      if (l.rpe == Rpe::t5 && (l.t5_buckets < least || l.t5_buckets > 4096 ||
                                l.t5_max_distance <= l.t5_buckets / 2 || l.t5_max_distance > kMax))
-        throw Error(w + "t5 needs 2 <= t5_buckets <= 4096 and t5_buckets/2 < t5_max_distance <= 2^30");
+        throw Error(w + "t5 needs " + std::to_string(least) + " <= t5_buckets <= 4096 (" +
+                    (l.causal ? "causal" : "bidirectional") + ") and t5_buckets/2 < t5_max_distance <= 2^30");
       if (l.dp_free && l.rpe == Rpe::none)
         throw Error(w + "dp_free attention needs a relative-position bias (rpe)");
       if (l.strict_past && !l.causal) throw Error(w + "strict_past needs causal");
@@ -185,6 +209,9 @@ void Architecture::validate() const {
       }
     }
   }
+  // Each term is a product of two checked sizes: the sum of all of them cannot overflow.
+  if (parameter_count() > kMax)
+    throw Error("architecture: " + std::to_string(parameter_count()) + " weights in all exceed 2^30");
 }
 
 json Architecture::to_json() const {

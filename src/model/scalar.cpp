@@ -1,5 +1,7 @@
 #include "uatlab/model/scalar.hpp"
 
+#include "uatlab/limits.hpp"
+
 #include <mpfi.h>
 #include <mpfr.h>
 #include <cctype>
@@ -118,6 +120,8 @@ Rational parse_rational(const std::string& text) {
     };
     std::string p = text.substr(i, slash - i), qs = text.substr(slash + 1);
     if (!digits(p) || !digits(qs)) throw bad("expected integers p/q");
+    if (static_cast<long long>(std::max(p.size(), qs.size())) > limits::kNumberDigits)
+      throw bad("more than 10^6 digits");
     mp::mpz_int num(decimal_integer(p)), den(decimal_integer(qs));
     if (den == 0) throw bad("zero denominator");
     Rational r(num, den);
@@ -144,10 +148,12 @@ Rational parse_rational(const std::string& text) {
     if (i == n || !std::isdigit(static_cast<unsigned char>(text[i]))) throw bad("bad exponent");
     while (i < n && std::isdigit(static_cast<unsigned char>(text[i])))
       ++i;
-    if (i - start > 9) throw bad("exponent too large");
-    scale += std::stoll(text.substr(start, i - start));
+    if (i - start > 9) throw bad("exponent beyond 10^6");
+    scale += std::stoll(text.substr(start, i - start));  // at most 9 digits: no overflow
   }
   if (i != n) throw bad("unexpected characters");
+  if (static_cast<long long>(mant.size()) > limits::kNumberDigits) throw bad("more than 10^6 digits");
+  if (std::llabs(scale) > limits::kDecimalExponent) throw bad("decimal exponent beyond 10^6");
   mp::mpz_int m(decimal_integer(mant)),
       p10 = mp::pow(mp::mpz_int(10), static_cast<unsigned>(std::llabs(scale)));
   Rational r = scale >= 0 ? Rational(m * p10) : Rational(m, p10);
@@ -166,11 +172,18 @@ Rational rational_of(double x) {
 
 float Scalar<float>::from(const Rational& q) {
   MpfrTmp t(q, 24);
-  return mpfr_get_flt(t.v, MPFR_RNDN);
+  const float r = mpfr_get_flt(t.v, MPFR_RNDN);
+  if (!std::isfinite(r))
+    throw Error("a number beyond the range of float (about 3.4e38): use a wider precision");
+  return r;
 }
 double Scalar<double>::from(const Rational& q) {
   MpfrTmp t(q, 53);
-  return mpfr_get_d(t.v, MPFR_RNDN);
+  const double r = mpfr_get_d(t.v, MPFR_RNDN);
+  if (!std::isfinite(r))
+    throw Error(
+        "a number beyond the range of double (about 1.8e308): use MPFR, interval or rational precision");
+  return r;
 }
 std::string Scalar<float>::to_string(float x) {
   char buf[32];
@@ -240,8 +253,9 @@ std::string Scalar<Mpfi>::to_string(const Mpfi& x) {
   return "[" + Scalar<Mpfr>::to_string(lower(x)) + "," + Scalar<Mpfr>::to_string(upper(x)) + "]";
 }
 
-double Scalar<Rational>::to_double(const Rational& x) {
-  return Scalar<double>::from(x);
+double Scalar<Rational>::to_double(const Rational& x) {  // ±inf beyond the range (a display value)
+  MpfrTmp t(x, 53);
+  return mpfr_get_d(t.v, MPFR_RNDN);
 }
 
 }  // namespace uatlab

@@ -1,5 +1,7 @@
 #include "uatlab/train/trainer.hpp"
 
+#include "uatlab/limits.hpp"
+
 #include <omp.h>
 #include <chrono>
 #include <cmath>
@@ -239,11 +241,28 @@ std::pair<double, double> evaluate_loss(const Network<S>& net, const Dataset& da
           loss == Loss::cross_entropy ? right / static_cast<double>(counted) : -1.0};
 }
 
+void TrainConfig::validate() const {
+  using limits::check_count, limits::check_real;
+  check_count(steps, 0, 1LL << 31, "steps");
+  check_count(static_cast<long long>(batch), 1, 1 << 20, "batch");
+  check_count(warmup, 0, 1LL << 31, "warmup");
+  check_count(log_every, 0, 1LL << 31, "log_every");
+  check_count(eval_every, 0, 1LL << 31, "eval_every");
+  check_count(checkpoint_every, 0, 1LL << 31, "checkpoint_every");
+  check_real(lr, 0.0, 1e6, "lr");
+  check_real(min_lr, 0.0, 1e6, "min_lr");
+  check_real(weight_decay, 0.0, 1e6, "weight_decay");
+  check_real(beta1, 0.0, 1 - 1e-12, "beta1");
+  check_real(beta2, 0.0, 1 - 1e-12, "beta2");
+  check_real(clip, 0.0, 1e300, "clip");
+  check_real(adam_eps, 1e-300, 1.0, "adam_eps");
+}
+
 template <class S>
 TrainReport train(Network<S>& net, const Dataset& data, const Dataset* validation, const TrainConfig& config,
                   const std::string& resume, const std::function<void(const Progress&)>& on_log) {
+  config.validate();
   if (data.sequences.empty()) throw Error("no training sequences");
-  if (config.batch < 1 || config.steps < 0) throw Error("batch must be >= 1 and steps >= 0");
   for (const auto& p : config.freeze) {
     bool any = false;
     net.for_each_tensor([&](const std::string& name, const Mat<S>&, Layout) { any |= frozen({p}, name); });
@@ -256,7 +275,10 @@ TrainReport train(Network<S>& net, const Dataset& data, const Dataset* validatio
     if (loaded.arch.to_json() != net.arch.to_json())
       throw Error(resume + ": the checkpoint's architecture differs from the network's");
     net = std::move(loaded);
-    opt.step = std::stol(meta.at("uatlab_step"));
+    const std::string step = meta.count("uatlab_step") ? meta.at("uatlab_step") : "";
+    if (step.empty() || step.size() > 12 || step.find_first_not_of("0123456789") != std::string::npos)
+      throw Error(resume + ": uatlab_step must be a step count, got \"" + step + "\"");
+    opt.step = std::stol(step);
   }
   std::vector<std::size_t> everyone(data.sequences.size());
   std::iota(everyone.begin(), everyone.end(), 0);

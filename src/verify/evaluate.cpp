@@ -23,6 +23,10 @@ std::vector<Mat<S>> forward_dataset(const Network<S>& net, const Dataset& ds, co
     try {
       const Sequence& s = ds.sequences[i];
       out[i] = ds.token_input ? forward_tokens(net, s.tokens, opt) : forward(net, matrix_cast<S>(s.x), opt);
+      if constexpr (std::is_floating_point_v<S>)
+        if (!out[i].allFinite())
+          throw Error(std::string("the output overflows ") + Scalar<S>::name +
+                      " (inf or NaN): use MPFR, interval or rational precision");
     } catch (...) {
 #pragma omp critical
       if (i < first_at) {
@@ -35,7 +39,7 @@ std::vector<Mat<S>> forward_dataset(const Network<S>& net, const Dataset& ds, co
     try {
       std::rethrow_exception(first);
     } catch (const std::exception& e) {
-      throw Error("sequence " + std::to_string(first_at) + ": " + e.what());
+      throw Error("sequence " + std::to_string(first_at + 1) + ": " + e.what());  // counted from 1
     }
   }
   return out;

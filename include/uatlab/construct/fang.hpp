@@ -40,8 +40,11 @@ Mat<S> input(const Layout& L, const std::vector<S>& x);
 // Polynomials with exact coefficients: exponent vector → coefficient.
 using Polynomial = std::map<std::vector<int>, Rational>;
 // "3*x1^2*x2 - x2/7 + (x1 + 1/2)^3": + − * / (by constants) ^ (non-negative integer powers),
-// parentheses, decimal and rational constants. Throws Error naming the position of a problem.
+// parentheses, decimal and rational constants. Throws Error naming the position of a problem;
+// nesting, degree and terms are bounded (limits.hpp).
 Polynomial parse_polynomial(const std::string& text, const std::vector<std::string>& vars);
+// Variables are distinct names (letters, digits, _; not starting with a digit); throws Error.
+void check_variables(const std::vector<std::string>& vars);
 int degree(const Polynomial& p);
 Rational evaluate(const Polynomial& p, const std::vector<Rational>& x);
 std::string to_string(const Polynomial& p, const std::vector<std::string>& vars);

@@ -27,7 +27,9 @@ void save_network(const Network<S>& net, const std::string& path, const std::str
 
 // Training checkpoints (safetensors, F64, exact for float and double): the model's tensors, plus
 // networks of the same shape stored under a prefix (AdamW's moments as "adam_m.<name>", ...), plus
-// string metadata (the step, the training configuration).
+// string metadata (the step, the training configuration). The metadata key kCheckpointExtras lists
+// the prefixes, so that load_network reads a checkpoint as the model it holds.
+inline constexpr const char* kCheckpointExtras = "uatlab_extras";
 template <class S>
 using NamedNetworks = std::vector<std::pair<std::string, Network<S>*>>;
 template <class S>

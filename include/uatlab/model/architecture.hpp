@@ -77,6 +77,9 @@ struct Architecture {
   // Every invariant of an architecture, whoever built it (from_json, a construction, a test):
   // throws Error naming the first inconsistency. Network<S> validates before allocating.
   void validate() const;
+  // The number of weights a Network of this architecture holds, in closed form (nothing is
+  // allocated); validate() refuses more than limits::kSize. Equal to Network::parameter_count().
+  long long parameter_count() const;
 
   nlohmann::json to_json() const;
   static Architecture from_json(const nlohmann::json& j);  // validates

@@ -75,7 +75,7 @@ template <>
 struct Scalar<float> {
   static constexpr const char* name = "float";
   static constexpr bool exact = false, interval = false, transcendental = true;
-  static float from(const Rational& q);  // round to nearest
+  static float from(const Rational& q);  // round to nearest; throws Error beyond the range of float
   static Rational to_rational(float x) { return rational_of(x); }
   static double to_double(float x) { return x; }
   static std::string to_string(float x);  // shortest text that reads back to x
@@ -88,7 +88,7 @@ template <>
 struct Scalar<double> {
   static constexpr const char* name = "double";
   static constexpr bool exact = false, interval = false, transcendental = true;
-  static double from(const Rational& q);
+  static double from(const Rational& q);  // round to nearest; throws Error beyond the range
   static Rational to_rational(double x) { return rational_of(x); }
   static double to_double(double x) { return x; }
   static std::string to_string(double x);

@@ -29,6 +29,9 @@ struct TrainConfig {
   std::string checkpoint;              // path; written every checkpoint_every steps and at the end
   long checkpoint_every = 0;
   nlohmann::json to_json() const;
+  // Throws Error naming the field outside its range (steps <= 2^31, batch <= 2^20, rates finite
+  // and >= 0, betas in [0, 1), adam_eps > 0); train() calls it first.
+  void validate() const;
 };
 
 // Loss and gradient of a batch with OpenMP over the batch: each thread runs forward and backward

@@ -1,0 +1,65 @@
+// The limits every input is checked against before anything is allocated: one table, quoted by
+// the error messages and by docs/robustness.md. Each is far above what any construction or
+// experiment of uatlab writes or needs, and low enough that an input at the limit is refused (or
+// handled) within seconds and bounded memory.
+#pragma once
+
+#include <climits>
+#include <cmath>
+#include <string>
+
+#include "uatlab/model/scalar.hpp"
+
+namespace uatlab::limits {
+
+// Any size: model dimension, vocabulary, width, heads, head size, sequence length, grid points,
+// and the product of two of them (one weight matrix). 2^30 doubles are 8 GiB.
+constexpr long long kSize = 1LL << 30;
+
+// Nesting of arrays and objects in any JSON input (model, dataset line, safetensors header,
+// sweep config). A model file nests 4 deep, a dataset line 3.
+constexpr int kJsonDepth = 64;
+
+// |e| of an exact number m·10^e ("1.5e-300"; the digits after a decimal point count into e).
+// 10^(10^6) has 3.3 million bits; the faithful Kajitsuka constructions stay below 10^(±2·10^5).
+constexpr long long kDecimalExponent = 1000000;
+
+// Digits of an exact number (its mantissa, or p and q of "p/q").
+constexpr long long kNumberDigits = 1000000;
+
+// Parentheses and signs nested in a polynomial expression, its total degree and its terms.
+constexpr int kExpressionDepth = 256;
+constexpr int kPolynomialDegree = 64;
+constexpr long long kPolynomialTerms = 1000000;
+
+// Characters of an expression (polynomial, muParser function or target).
+constexpr long long kExpressionLength = 100000;
+
+// An input quoted in an error message: at most 80 characters.
+inline std::string excerpt(const std::string& text) {
+  return text.size() <= 80 ? text : text.substr(0, 77) + "...";
+}
+
+// Throws Error("WHAT must be from LO to HI, got V"); NaN is never in range.
+inline void check_count(long long v, long long lo, long long hi, const std::string& what) {
+  if (v < lo || v > hi)
+    throw Error(what + " must be from " + std::to_string(lo) + " to " + std::to_string(hi) + ", got " +
+                std::to_string(v));
+}
+inline void check_real(double v, double lo, double hi, const std::string& what) {
+  if (!(v >= lo && v <= hi))
+    throw Error(what + " must be a number from " + std::to_string(lo) + " to " + std::to_string(hi) +
+                ", got " + std::to_string(v));
+}
+
+// a·b for counts >= 0, LLONG_MAX where it would overflow: closed-form sizes compared to a limit.
+inline long long saturating_mul(long long a, long long b) {
+  long long r;
+  return __builtin_mul_overflow(a, b, &r) ? LLONG_MAX : r;
+}
+inline long long saturating_add(long long a, long long b) {
+  long long r;
+  return __builtin_add_overflow(a, b, &r) ? LLONG_MAX : r;
+}
+
+}  // namespace uatlab::limits

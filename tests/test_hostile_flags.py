@@ -1,0 +1,149 @@
+"""Every flag of every command against hostile values (a class test, not a list of reproducers).
+
+For each subcommand, a small valid invocation runs first; then every option the command's --help
+lists is given each hostile value of its type in turn. Whatever the value, uatlab must end within
+the time limit, in bounded memory, with status 0, 1 or 2, never by a signal; a non-zero status
+must come with "uatlab: error:" on stderr; a zero status must not print NaN or null values; and a
+refused command must not have written its output file.
+
+usage: test_hostile_flags.py UATLAB [--only CMD] [--jobs J]
+"""
+
+import argparse
+import concurrent.futures
+import os
+import re
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+
+LIMIT_S = 30
+MEMORY = 6 << 30  # address space per run
+
+HOSTILE = {
+    "INT": ["-1", "0", "99999999999999999999", "1e999999999", "x"],
+    "UINT": ["-1", "0", "99999999999999999999", "x"],
+    "FLOAT": ["-1", "0", "nan", "inf", "1e999999999", "x"],
+    "TEXT": ["", "/nonexistent/dir/x", "[[[[[[[[", "1e999999999", "-5"],
+}
+
+# One fast, valid invocation per command; {t} is the fixture folder, {o} the output file.
+BASE = {
+    "info": "{t}/net.safetensors",
+    "eval": "{t}/net.safetensors {t}/data.jsonl --out {o}",
+    "convert": "{t}/net.safetensors {o}.json",
+    "init": "--d 2 --layer attention:heads=1,head_size=1 --layer ff:width=2 --out {o}",
+    "demo": "",
+    "contextual": "{t}/labelled.jsonl --report {o}",
+    "memorize": "{t}/labelled.jsonl --out {o}.json",
+    "hardmax-counterexample": "--draws 3 --report {o}",
+    "make-data": "--out {o}",
+    "train": "--task memorize --task-N 8 --task-n 4 --d 4 --layer attention --steps 3 --out {o}",
+    "gradient": "{t}/net.safetensors {t}/labelled.jsonl --loss mse --out {o}",
+    "polynomial": "x1^2-x2 --vars x1,x2 --report {o}",
+    "fang-fit": "x1 --vars x1 --degree 2 --samples 20 --test 10 --csv {o}",
+    "fang-regression": "x1^2 --vars x1 --sizes 8,16 --repeats 2 --csv {o}",
+    "approximate": "tokenwise-sin --d 1 --n 2 --K 2 --samples 50 --samples-standard 10 --report {o}",
+    "reproduce": "kajitsuka-delta --mode smoke --out-dir {o}",
+    "sweep": '{{"N":[8],"n":[4],"steps":3}} --out-dir {o}',
+}
+
+
+def options(uatlab, cmd):
+    """(flag, type) for every option of a command, from its --help."""
+    text = subprocess.run([uatlab, cmd, "--help"], capture_output=True, text=True).stdout
+    out = []
+    for m in re.finditer(r"^\s+(?:-\w,)?(--[\w-]+)(?:,-\w)?\s+(INT|UINT|FLOAT|TEXT)\b", text, re.M):
+        if m.group(1) != "--help":
+            out.append((m.group(1), m.group(2)))
+    return out
+
+
+def without(args, flag):
+    """The base arguments without `flag` and its value."""
+    words, out, skip = args.split(), [], False
+    for w in words:
+        if skip:
+            skip = False
+            continue
+        if w == flag:
+            skip = True
+            continue
+        out.append(w)
+    return out
+
+
+def limit():
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY, MEMORY))
+
+
+def run(uatlab, args):
+    start = time.time()
+    try:
+        p = subprocess.run([uatlab] + args, capture_output=True, text=True, timeout=LIMIT_S, preexec_fn=limit)
+        return p.returncode, p.stdout, p.stderr, time.time() - start
+    except subprocess.TimeoutExpired:
+        return None, "", "", time.time() - start
+
+
+def fixtures(uatlab, t):
+    subprocess.run([uatlab, "init", "--d", "4", "--layer", "attention:heads=2,head_size=1",
+                    "--layer", "feedforward:width=8", "--seed", "7", "-o", f"{t}/net.safetensors"], check=True,
+                   capture_output=True)
+    with open(f"{t}/data.jsonl", "w") as f:
+        f.write('{"x": [[0.5, 1, 2, 3], [1, 2, 3, 4]]}\n')
+    with open(f"{t}/labelled.jsonl", "w") as f:
+        f.write('{"x": [[0.5, 1, 2, 3], [1, 2, 3, 4]], "y": [1, 0]}\n'
+                '{"x": [[0.25, 1, 2, 3], [1, 2, -3, 4]], "y": [0, 1]}\n')
+
+
+def check(uatlab, t, cmd, flag, value, n):
+    o = f"{t}/out{n}"
+    base = BASE[cmd].format(t=t, o=o)
+    args = [cmd] + (without(base, flag) if flag else base.split()) + ([flag, value] if flag else [])
+    code, out, err, took = run(uatlab, args)
+    what = f"{cmd} {flag or ''} {value!r}" if flag else f"{cmd} (base)"
+    if code is None:
+        return f"{what}: still running after {LIMIT_S} s"
+    if code < 0 or code > 2:
+        return f"{what}: exit status {code} ({err.strip()[-200:]})"
+    if flag is None and code != 0:
+        return f"{what}: the valid invocation failed: {err.strip()[-300:]}"
+    if code != 0 and "uatlab: error:" not in err:
+        return f"{what}: status {code} without 'uatlab: error:' ({err.strip()[-200:]})"
+    if code != 0 and "/nonexistent/" not in value and os.path.exists(o) and not os.path.isdir(o):
+        return f"{what}: refused, but wrote {o}"
+    if code == 0 and re.search(r"\b(nan|-nan|null)\b", out + err, re.I):
+        return f"{what}: status 0 with a NaN or null in the output"
+    return None
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("uatlab")
+    ap.add_argument("--only")
+    ap.add_argument("--jobs", type=int, default=2)
+    a = ap.parse_args()
+    uatlab = os.path.abspath(a.uatlab)
+    with tempfile.TemporaryDirectory() as t:
+        fixtures(uatlab, t)
+        cases = []
+        for cmd in BASE:
+            if a.only and cmd != a.only:
+                continue
+            cases.append((cmd, None, None))
+            for flag, kind in options(uatlab, cmd):
+                for v in HOSTILE[kind]:
+                    cases.append((cmd, flag, v))
+        with concurrent.futures.ThreadPoolExecutor(a.jobs) as pool:
+            failures = [f for f in pool.map(lambda c: check(uatlab, t, *c[1], c[0]), enumerate(cases)) if f]
+    for f in failures:
+        print("FAIL", f)
+    print(f"{len(cases)} invocations, {len(failures)} failures")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
