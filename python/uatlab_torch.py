@@ -1,6 +1,8 @@
-"""Load a uatlab safetensors file into PyTorch (torch only; no safetensors package needed).
+"""Load a uatlab model file into PyTorch (torch only; no safetensors package needed).
 
     net = uatlab_torch.load("model.safetensors")       # an nn.Module, float64 if the file is F64
+    net = uatlab_torch.load("model.json")              # lossless JSON: each exact value rounded to float64
+    net = uatlab_torch.load("checkpoint.safetensors")  # a training checkpoint: the model it holds
     y = net(x)          # x: (batch, n, d) floats, or (batch, n) token ids  ->  (batch, n, out)
 
 The module computes exactly what uatlab's C++ model computes (docs/ARCHITECTURE.md): tokens are
@@ -36,6 +38,39 @@ def read_safetensors(path):
 
 def number(text):
     return float(Fraction(str(text)))
+
+
+# The values of the architecture keys a file may omit: the C++ reader's defaults
+# (Architecture::from_json); tests/test_torch_oracle.py checks that the two agree.
+ARCH_DEFAULTS = {"vocab": 0, "max_len": 0, "readout": 0, "pool": "none"}
+LAYER_DEFAULTS = {
+    "attention": {"heads": 1, "head_size": 1, "score": "softmax", "scale": "1", "sqrt_scaling": False,
+                  "rpe": "none", "t5_buckets": 32, "t5_max_distance": 128, "dp_free": False, "causal": False,
+                  "strict_past": False, "window": 0, "tied_qkv": False, "bias": False, "pre_norm": False},
+    "feedforward": {"activation": "relu", "pre_norm": False},
+    "layernorm": {"eps": "1e-5"},
+}
+
+
+def complete(arch):
+    """The architecture with every omitted key at its default (a new dict)."""
+    out = dict(ARCH_DEFAULTS, **arch)
+    out["layers"] = [dict(LAYER_DEFAULTS.get(l.get("type"), {}), **l) for l in arch["layers"]]
+    for l in out["layers"]:
+        if l.get("pre_norm") or l["type"] == "layernorm":
+            l.setdefault("eps", "1e-5")
+    return out
+
+
+def read_json_model(path):
+    """(architecture, {name: float64 tensor}) of a lossless .json model; values are exact rationals."""
+    with open(path) as f:
+        j = json.load(f)
+    if j.get("format") != "uatlab-model-1":
+        raise ValueError(f"{path}: not a uatlab model file (expected \"format\": \"uatlab-model-1\")")
+    tensors = {name: torch.tensor([number(v) for v in t["data"]], dtype=torch.float64).reshape(t["shape"])
+               for name, t in j["tensors"].items()}
+    return j["architecture"], tensors
 
 
 def t5_bucket(rel, bidirectional, num_buckets, max_distance):
@@ -209,10 +244,19 @@ def _torch_name(name):
 
 
 def load(path, dtype=None):
-    """Build the network described in the file's metadata and load its weights."""
-    metadata, tensors = read_safetensors(path)
-    arch = json.loads(metadata["uatlab"])
-    net = UatlabNet(arch)
+    """Build the network a model file describes (safetensors, lossless .json or a training
+    checkpoint) and load its weights."""
+    if path.endswith(".json"):
+        arch, tensors = read_json_model(path)
+    else:
+        metadata, tensors = read_safetensors(path)
+        if "uatlab" not in metadata:
+            raise ValueError(f"{path}: no \"uatlab\" architecture in __metadata__")
+        arch = json.loads(metadata["uatlab"])
+        # A checkpoint also holds networks under the prefixes it lists (the optimizer's moments).
+        extras = [p.strip() for p in metadata.get("uatlab_extras", "").split(",") if p.strip()]
+        tensors = {k: v for k, v in tensors.items() if not any(k.startswith(p) for p in extras)}
+    net = UatlabNet(complete(arch))
     dtype = dtype or (next(iter(tensors.values())).dtype if tensors else torch.float64)
     net.to(dtype)
     state = {_torch_name(k): v.to(dtype) for k, v in tensors.items()}

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install what is missing (Debian packages, idempotent), then configure and build uatlab (Release).
-# Sourced by scripts/run.sh and scripts/test.sh; BUILD_DIR defaults to ./build.
+# Sourced by scripts/run.sh and scripts/test.sh; BUILD_DIR defaults to ./build. EXTRA_PACKAGES and
+# CMAKE_EXTRA (scripts/fuzz.sh, scripts/sanitize.sh) add packages and CMake options.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD_DIR="${BUILD_DIR:-$ROOT/build}"
@@ -19,16 +20,9 @@ PACKAGES=(
   gnuplot-nox                           # plots written by uatlab reproduce / sweep
   libopenmpi-dev openmpi-bin            # mpirun -n K uatlab sweep: a sweep over several processes/machines
 )
-missing=()
-for p in "${PACKAGES[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if ((${#missing[@]})); then
-  echo "setup: installing ${missing[*]}"
-  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
-fi
+# shellcheck disable=SC2086
+"$ROOT/scripts/install.sh" "${PACKAGES[@]}" ${EXTRA_PACKAGES:-}
 
-cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+# shellcheck disable=SC2086
+cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release ${CMAKE_EXTRA:-} >/dev/null
 ninja -C "$BUILD_DIR"

@@ -17,14 +17,13 @@ import resource
 import subprocess
 import sys
 import tempfile
-import time
 
 LIMIT_S = 30
 MEMORY = 6 << 30  # address space per run
 
 HOSTILE = {
-    "INT": ["-1", "0", "99999999999999999999", "1e999999999", "x"],
-    "UINT": ["-1", "0", "99999999999999999999", "x"],
+    "INT": ["-1", "0", "2147483647", "99999999999999999999", "1e999999999", "x"],
+    "UINT": ["-1", "0", "4294967295", "99999999999999999999", "x"],
     "FLOAT": ["-1", "0", "nan", "inf", "1e999999999", "x"],
     "TEXT": ["", "/nonexistent/dir/x", "[[[[[[[[", "1e999999999", "-5"],
 }
@@ -41,7 +40,7 @@ BASE = {
     "hardmax-counterexample": "--draws 3 --report {o}",
     "make-data": "--out {o}",
     "train": "--task memorize --task-N 8 --task-n 4 --d 4 --layer attention --steps 3 --out {o}",
-    "gradient": "{t}/net.safetensors {t}/labelled.jsonl --loss mse --out {o}",
+    "gradient": "{t}/net.safetensors {t}/labelled4.jsonl --loss mse --out {o}",
     "polynomial": "x1^2-x2 --vars x1,x2 --report {o}",
     "fang-fit": "x1 --vars x1 --degree 2 --samples 20 --test 10 --csv {o}",
     "fang-regression": "x1^2 --vars x1 --sizes 8,16 --repeats 2 --csv {o}",
@@ -80,12 +79,16 @@ def limit():
 
 
 def run(uatlab, args):
-    start = time.time()
+    """(status or None after LIMIT_S, stdout, stderr); what a killed run printed is kept."""
+    p = subprocess.Popen([uatlab] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=limit)
     try:
-        p = subprocess.run([uatlab] + args, capture_output=True, text=True, timeout=LIMIT_S, preexec_fn=limit)
-        return p.returncode, p.stdout, p.stderr, time.time() - start
+        out, err = p.communicate(timeout=LIMIT_S)
+        return p.returncode, out, err
     except subprocess.TimeoutExpired:
-        return None, "", "", time.time() - start
+        p.kill()
+        out, err = p.communicate()
+        return None, out, err
 
 
 def fixtures(uatlab, t):
@@ -97,16 +100,18 @@ def fixtures(uatlab, t):
     with open(f"{t}/labelled.jsonl", "w") as f:
         f.write('{"x": [[0.5, 1, 2, 3], [1, 2, 3, 4]], "y": [1, 0]}\n'
                 '{"x": [[0.25, 1, 2, 3], [1, 2, -3, 4]], "y": [0, 1]}\n')
+    with open(f"{t}/labelled4.jsonl", "w") as f:  # one label per output of net.safetensors
+        f.write('{"x": [[0.5, 1, 2, 3], [1, 2, 3, 4]], "y": [[1, 0, 0, 1], [0, 1, 1, 0]]}\n')
 
 
 def check(uatlab, t, cmd, flag, value, n):
     o = f"{t}/out{n}"
     base = BASE[cmd].format(t=t, o=o)
     args = [cmd] + (without(base, flag) if flag else base.split()) + ([flag, value] if flag else [])
-    code, out, err, took = run(uatlab, args)
+    code, out, err = run(uatlab, args)
     what = f"{cmd} {flag or ''} {value!r}" if flag else f"{cmd} (base)"
-    if code is None:
-        return f"{what}: still running after {LIMIT_S} s"
+    if code is None:  # long work that a valid value asked for must say how far it is
+        return None if re.search(r"\b(step|\d+/\d+)", err) else f"{what}: silent after {LIMIT_S} s"
     if code < 0 or code > 2:
         return f"{what}: exit status {code} ({err.strip()[-200:]})"
     if flag is None and code != 0:

@@ -42,11 +42,43 @@ def architectures():
         yield arch
 
 
+def check_every_file_kind(tmp):
+    """The loader reads what uatlab writes besides init's files: an architecture with every optional
+    key omitted (its defaults agree with the C++ reader's), the lossless .json, and a training
+    checkpoint (the model it holds); each computes what `uatlab eval` computes."""
+    minimal = {"d": 2, "layers": [{"type": "attention", "heads": 2}, {"type": "feedforward", "width": 3},
+                                  {"type": "layernorm"}, {"type": "feedforward", "width": 2, "pre_norm": True}],
+               "readout": 3}
+    st, js, ck = (os.path.join(tmp, n) for n in ("min.safetensors", "min.json", "ck.safetensors"))
+    data = os.path.join(tmp, "min.jsonl")
+    subprocess.run([UATLAB, "init", "--arch", json.dumps(minimal), "--seed", "3", "-o", st], check=True,
+                   capture_output=True)
+    canonical = json.loads(uatlab_torch.read_safetensors(st)[0]["uatlab"])
+    canonical.pop("format")
+    assert uatlab_torch.complete(canonical) == uatlab_torch.complete(minimal), "defaults differ from C++"
+    subprocess.run([UATLAB, "convert", st, js], check=True, capture_output=True)
+    subprocess.run([UATLAB, "train", "--task", "memorize", "--task-N", "8", "--task-n", "4", "--task-d", "2",
+                    "--arch", json.dumps(minimal), "--steps", "2", "--checkpoint", ck, "--dtype", "double",
+                    "-o", os.path.join(tmp, "trained.safetensors")], check=True, capture_output=True)
+    x = torch.rand(2, 4, 2, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    with open(data, "w") as f:
+        f.write("".join(json.dumps({"x": s.tolist()}) + "\n" for s in x))
+    for path in (st, js, ck):
+        out = subprocess.run([UATLAB, "eval", path, data, "--precision", "double"], check=True,
+                             capture_output=True, text=True).stdout
+        y = torch.tensor([json.loads(l)["y"] for l in out.splitlines()], dtype=torch.float64)
+        with torch.no_grad():
+            yt = uatlab_torch.load(path)(x)
+        assert (y - yt).abs().max().item() <= TOL * yt.abs().max().item(), path
+    print("torch loader: omitted keys, lossless .json and a checkpoint read like uatlab reads them")
+
+
 def main():
     gen = torch.Generator().manual_seed(0)
     worst, count = 0.0, 0
     failures = []
     with tempfile.TemporaryDirectory() as tmp:
+        check_every_file_kind(tmp)
         model, data = os.path.join(tmp, "m.safetensors"), os.path.join(tmp, "d.jsonl")
         for seed, arch in enumerate(architectures()):
             subprocess.run([UATLAB, "init", "--arch", json.dumps(arch), "--seed", str(seed), "-o", model],

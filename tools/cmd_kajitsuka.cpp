@@ -83,6 +83,7 @@ ks::ContextualOptions contextual_options(const Opts& o) {
   opt.tied = o.tied;
   opt.seed = o.seed;
   opt.max_bits = o.max_bits;
+  opt.progress = progress_reporter();
   return opt;
 }
 

@@ -5,6 +5,7 @@
 #include <omp.h>
 #include <Eigen/Core>
 
+#include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -99,7 +100,7 @@ int cmd_eval(const EvalOpts& o) {
   const Dataset ds = read_dataset(o.data);
   EvalOptions opt;
   opt.hardmax_tolerance = o.tolerance;
-  write_output(o.out, lines_text(evaluate_file(o.model, ds, p, opt)));
+  write_output(o.out, lines_text(evaluate_file(o.model, ds, p, opt, progress_reporter())));
   if (!o.out.empty() && o.out != "-")
     std::cerr << "evaluated " << ds.sequences.size() << " sequences in " << p.name() << " arithmetic → "
               << o.out << "\n";
@@ -203,6 +204,35 @@ int cmd_demo(std::uint64_t seed) {
 }
 
 }  // namespace
+
+bool& quiet() {
+  static bool q = false;
+  return q;
+}
+
+OnProgress progress_reporter() {
+  if (quiet()) return {};
+  struct State {
+    std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now(), shown;
+    std::string stage;
+  };
+  auto st = std::make_shared<State>();
+  return [st](const std::string& stage, long long done, long long total) {
+    const auto now = std::chrono::steady_clock::now();
+    const bool last = total > 0 && done == total;
+    // Nothing in the first second (a short job prints nothing); then each new stage, the end of
+    // one, and a line a second in between.
+    if (now - st->start < std::chrono::seconds(1)) return;
+    if (stage == st->stage && !last && now - st->shown < std::chrono::seconds(1)) return;
+    st->stage = stage;
+    st->shown = now;
+    const double secs = std::chrono::duration<double>(now - st->start).count();
+    if (total > 0)
+      std::fprintf(stderr, "[%7.1f s] %s: %lld/%lld\n", secs, stage.c_str(), done, total);
+    else
+      std::fprintf(stderr, "[%7.1f s] %s\n", secs, stage.c_str());
+  };
+}
 
 void write_output(const std::string& path, const std::string& text) {
   if (path.empty() || path == "-")

@@ -27,6 +27,7 @@ int cmd_approximate(ApproximateOpts& o) {
   o.run.ps = parse_int_list(o.ps, "--p", 1, 16);
   if (o.run.ps.size() > 2) throw Error("--p takes one or two exponents, e.g. 1,2");
   o.run.check = !o.no_check;
+  o.run.progress = progress_reporter();
   const yun::Target f = ex::yun_target(o.target, o.run.d, o.run.n);
   if (o.sweep.empty()) {
     const ex::Approximation r = ex::approximate(f, o.K, o.run);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "uatlab/model/architecture.hpp"
+#include "uatlab/progress.hpp"
 
 namespace uatlab::cli {
 
@@ -30,6 +31,11 @@ struct ArchitectureFlags {
 };
 void add_architecture_flags(CLI::App* app, ArchitectureFlags& flags);
 Architecture architecture_from_flags(const ArchitectureFlags& flags);
+
+// --quiet: no progress lines. progress_reporter() prints long work's stages on stderr (from one
+// second on, at most about once a second, with the time so far), or nothing when quiet.
+bool& quiet();
+OnProgress progress_reporter();
 
 // Write text to a file atomically, or to standard output for "" and "-".
 void write_output(const std::string& path, const std::string& text);

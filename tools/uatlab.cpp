@@ -12,6 +12,8 @@ int main(int argc, char** argv) {
   CLI::App app{"uatlab: construct, verify and train the Transformers of expressivity theory"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string(UATLAB_VERSION));
+  app.add_flag("--quiet,-q", uatlab::cli::quiet(), "No progress lines on stderr (anywhere on the line)");
+  app.fallthrough();  // subcommands accept --quiet after their name too
   uatlab::cli::Commands commands;
   for (auto add :
        {uatlab::cli::add_model_commands, uatlab::cli::add_kajitsuka_commands, uatlab::cli::add_train_commands,

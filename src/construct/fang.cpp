@@ -127,9 +127,14 @@ class Parser {
     }
   }
   Polynomial unary() {
-    const Nested nested(*this);
-    if (eat('-')) return add(Polynomial{}, unary(), -1);
-    if (eat('+')) return unary();
+    if (eat('-')) {
+      const Nested nested(*this);
+      return add(Polynomial{}, unary(), -1);
+    }
+    if (eat('+')) {
+      const Nested nested(*this);
+      return unary();
+    }
     return power();
   }
   Polynomial power() {

@@ -365,6 +365,7 @@ Contextual build_contextual(const Facts& f, const ContextualOptions& opt) {
   unsigned bits = static_cast<unsigned>(guess);
   for (;;) {
     bits = mpfr_carried_bits(bits);
+    report(opt.progress, "contextual: certify the separation at " + std::to_string(bits) + " bits", 0, 0);
     out.separation = certify_separation(out.net, f, bits);
     if (out.separation.certified) break;
     if (bits >= opt.max_bits)
@@ -374,8 +375,11 @@ Contextual build_contextual(const Facts& f, const ContextualOptions& opt) {
   }
   out.bits_used = out.min_bits = bits;
   if (opt.search_min_bits)
-    out.min_bits =
-        min_certified_bits(bits, [&](unsigned b) { return certify_separation(out.net, f, b).certified; });
+    out.min_bits = min_certified_bits(bits, [&](unsigned b) {
+      report(opt.progress, "contextual: smallest certified precision, trying " + std::to_string(b) + " bits",
+             0, 0);
+      return certify_separation(out.net, f, b).certified;
+    });
   return out;
 }
 
@@ -411,12 +415,13 @@ json Contextual::report() const {
 
 // ---- stage 4: Zhang's feed-forward layer and the certificate of memorization -----------------------
 
-double certified_max_error(const Network<Rational>& net, const Dataset& ds, unsigned bits,
-                           double stop_above) {
+double certified_max_error(const Network<Rational>& net, const Dataset& ds, unsigned bits, double stop_above,
+                           const OnProgress& progress) {
   const MpfrPrecision precision(bits);
   const Network<Mpfi> ni = network_cast<Mpfi>(net);
   std::vector<double> worst(ds.sequences.size(), 0);
   bool stop = false;
+  long long done = 0;
 #pragma omp parallel for schedule(dynamic)
   for (long i = 0; i < static_cast<long>(ds.sequences.size()); ++i) {
     bool stopped;
@@ -433,6 +438,8 @@ double certified_max_error(const Network<Rational>& net, const Dataset& ds, unsi
         w = std::max(w, mpfr_number_p(hi.backend().data()) ? up(hi) : kInf);
       }
     worst[i] = w;
+#pragma omp critical(uatlab_certify_progress)
+    report(progress, "certify", ++done, static_cast<long long>(ds.sequences.size()));
     if (w > stop_above) {
 #pragma omp atomic write
       stop = true;
@@ -532,6 +539,8 @@ Memorized memorize(const Dataset& ds, const MemorizeOptions& opt) {
   for (int attempt = 0;; ++attempt) {
     bits = mpfr_carried_bits(bits);
     const MpfrPrecision precision(bits);  // zhang_layer computes the contexts at it
+    report(opt.contextual.progress, "memorize: the feed-forward layer at " + std::to_string(bits) + " bits",
+           0, 0);
     Layer<Rational> ff;
     bool ok = false;
     for (int dir = 0; dir < 3 && !ok; ++dir)
@@ -554,14 +563,21 @@ Memorized memorize(const Dataset& ds, const MemorizeOptions& opt) {
         net.readout_b = Mat<Rational>::Zero(k, 1);
       }
       const double tol = Scalar<Mpfr>::to_double(lower(Scalar<Mpfi>::from(tol_q)));
-      m.max_error = certified_max_error(net, ds, bits);
+      const std::string at = " at " + std::to_string(bits) + " bits";
+      m.max_error =
+          certified_max_error(net, ds, bits, kInf, [&](const std::string&, long long i, long long n) {
+            report(opt.contextual.progress, "memorize: certify every sequence" + at, i, n);
+          });
       if (m.max_error <= tol) {
         m.seconds_construct_certify = since(t0);
         const auto t1 = std::chrono::steady_clock::now();
         m.net = std::move(net);
         m.bits_used = bits;
-        m.min_bits = min_certified_bits(
-            bits, [&](unsigned b) { return certified_max_error(m.net, ds, b, tol) <= tol; });
+        m.min_bits = min_certified_bits(bits, [&](unsigned b) {
+          report(opt.contextual.progress,
+                 "memorize: smallest certified precision, trying " + std::to_string(b) + " bits", 0, 0);
+          return certified_max_error(m.net, ds, b, tol) <= tol;
+        });
         m.seconds_min_bits = since(t1);
         break;
       }
@@ -571,7 +587,7 @@ Memorized memorize(const Dataset& ds, const MemorizeOptions& opt) {
     bits = std::min(2 * bits, opt.contextual.max_bits);
   }
   // float64: the weights rounded to double, evaluated in double.
-  {
+  try {
     const Network<double> nd = network_cast<double>(m.net);
     double worst = 0;
     for (const auto& s : ds.sequences) {
@@ -580,8 +596,10 @@ Memorized memorize(const Dataset& ds, const MemorizeOptions& opt) {
       worst = std::isfinite(e) ? std::max(worst, e) : kInf;
     }
     m.float64_max_error = worst;
-    m.float64_works = worst <= Scalar<Rational>::to_double(tol_q);
+  } catch (const Error&) {  // a weight beyond the range of double
+    m.float64_max_error = kInf;
   }
+  m.float64_works = m.float64_max_error <= Scalar<Rational>::to_double(tol_q);
   auto count = [](const Network<Rational>& net, const std::string& prefix) {
     std::size_t c = 0;
     net.for_each_tensor([&](const std::string& name, const Mat<Rational>& t, Layout) {

@@ -449,8 +449,9 @@ Modified build_modified(const Target& f, int d, int n, int K, bool pe, long max_
   for (int i = 0; i < d; ++i)  // negative entries ↦ 0
     b.add(phi_layer({0}, {{-1, 0}, {0, 0}}),
           [=](Layer<Rational>& L) { L.w1 = unit(d, i).transpose(), L.w2 = unit(d, i); });
-  for (const auto& [v, cols] : value_of) {
+  for (const auto& [value, cols] : value_of) {
     const Mat<Rational> w2 = cols.second - cols.first;
+    const Rational v = value;  // (a structured binding cannot be captured in C++17)
     b.add(phi_layer({-half, half}, {{0, 0}, {0, 1}, {0, 0}}), [=](Layer<Rational>& L) {
       L.w1 = ut;
       L.b1(0, 0) = -v;

@@ -18,6 +18,8 @@ Approximation approximate(const yun::Target& f, int K, const ApproximateOptions&
   const bool kaj = o.construction == "kajitsuka";
   if (kaj && o.pe)
     throw Error("--construction kajitsuka covers permutation-equivariant targets only (no --pe)");
+  report(o.progress, "approximate: build the " + o.construction + " construction, K = " + std::to_string(K),
+         0, 0);
   yun::Modified m = kaj ? yun::build_kajitsuka(f, o.d, o.n, K, o.max_layers)
                         : yun::build_modified(f, o.d, o.n, K, o.pe, o.max_layers);
   Approximation r;
@@ -28,6 +30,7 @@ Approximation approximate(const yun::Target& f, int K, const ApproximateOptions&
     r.report["grid_max_error"] =
         yun::grid_max_error(network_cast<Mpfr>(m.net), m.plan, f, o.check_limit, o.seed);
   }
+  if (o.check) report(o.progress, "approximate: the exact check", 0, 0);
   if (!kaj && o.check) {
     const yun::Lemma6 c = yun::check_lemma6(m, f, o.check_limit, o.seed);
     r.report["lemma6"] = c.report();
@@ -57,6 +60,7 @@ Approximation approximate(const yun::Target& f, int K, const ApproximateOptions&
   const Network<double> md = m.float64_ok ? network_cast<double>(m.net) : Network<double>();
   const Network<Mpfr> gd = network_cast<Mpfr>(g),
                       mm = m.float64_ok ? Network<Mpfr>() : network_cast<Mpfr>(m.net);
+  report(o.progress, "approximate: d_p by Monte Carlo", 0, 0);
   for (std::size_t k = 0; k < ps.size(); ++k) {
     r.modified.push_back(m.float64_ok ? yun::distance(md, f, o.d, o.n, ps[k], o.samples, o.seed)
                                       : yun::distance(mm, f, o.d, o.n, ps[k], o.samples_standard, o.seed));

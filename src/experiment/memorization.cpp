@@ -155,7 +155,7 @@ json sweep_config(const std::string& text) {
   return parse_json(read_file(text), "sweep config " + text);
 }
 
-std::vector<json> sweep_cells(const json& cfg) {
+std::vector<json> sweep_cells(const json& cfg) try {
   static const std::set<std::string> known = {"comment", "task", "d",     "n",     "V",
                                               "classes", "N",    "H",     "s",     "m",
                                               "seeds",   "tied", "steps", "batch", "lr"};
@@ -209,6 +209,8 @@ std::vector<json> sweep_cells(const json& cfg) {
               cells.push_back(c);
             }
   return cells;
+} catch (const nlohmann::json::exception& e) {  // a JSON value of an unexpected type
+  throw Error(std::string("sweep config") + ": malformed (" + e.what() + ")");
 }
 
 std::string config_key(const json& c) {

@@ -41,7 +41,7 @@ Mat<Rational> columns(const json& v, const std::string& field, bool allow_scalar
 
 }  // namespace
 
-Dataset parse_dataset(const std::string& text, const std::string& what) {
+Dataset parse_dataset(const std::string& text, const std::string& what) try {
   Dataset ds;
   std::size_t start = 0, line_no = 0;
   while (start < text.size()) {
@@ -108,6 +108,8 @@ Dataset parse_dataset(const std::string& text, const std::string& what) {
   }
   if (ds.sequences.empty()) throw Error(what + ": no sequences");
   return ds;
+} catch (const nlohmann::json::exception& e) {  // a JSON value of an unexpected type
+  throw Error(std::string(what) + ": malformed (" + e.what() + ")");
 }
 
 Dataset read_dataset(const std::string& path) {

@@ -45,6 +45,11 @@ class Builder : public nlohmann::json_sax<json> {
   bool start_array(std::size_t) override { return open(json::array()); }
   bool end_array() override { return close(); }
   bool parse_error(std::size_t pos, const std::string&, const nlohmann::detail::exception& e) override {
+    if (e.id == 406) {  // the lexer's own overflow, before the text reaches number_float
+      error = "number at byte " + std::to_string(pos) +
+              " overflows double: write it as a string (\"1e400\") to keep it exact";
+      return false;
+    }
     error = "invalid JSON at byte " + std::to_string(pos) + ": " + e.what();
     return false;
   }
@@ -88,6 +93,12 @@ json parse_json(const std::string& text, const std::string& what, bool exact_num
   if (!json::sax_parse(text, &b) || !b.error.empty())
     throw Error(what + ": " + (b.error.empty() ? std::string("invalid JSON") : b.error));
   return b.root;
+}
+
+std::string string_field(const json& obj, const std::string& key) {
+  if (!obj.is_object()) return "";
+  auto it = obj.find(key);
+  return it != obj.end() && it->is_string() ? it->get<std::string>() : "";
 }
 
 std::string read_file(const std::string& path) {

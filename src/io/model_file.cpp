@@ -55,87 +55,96 @@ std::string shape_text(const std::vector<std::int64_t>& s) {
 template <class S>
 Network<S> load_network(const std::string& path) {
   const std::string bytes = read_file(path);
-  json arch_json;
-  // name -> (torch shape, exact values as S)
-  std::map<std::string, std::pair<std::vector<std::int64_t>, std::vector<S>>> stored;
   try {
-    if (format_for_path(path) == FileFormat::json) {
-      json j = parse_json(bytes, "model file", true);
-      if (!j.is_object() || j.value("format", "") != "uatlab-model-1")
-        throw Error("not a uatlab model file (expected \"format\": \"uatlab-model-1\")");
-      if (!j.contains("architecture") || !j.contains("tensors") || !j["tensors"].is_object())
-        throw Error("model file needs \"architecture\" and \"tensors\"");
-      arch_json = j["architecture"];
-      for (auto& [name, t] : j["tensors"].items()) {
-        if (!t.is_object() || !t.contains("shape") || !t.contains("data") || !t["data"].is_array())
-          throw Error("tensor \"" + name + "\" needs \"shape\" and \"data\"");
-        auto& entry = stored[name];
-        for (auto& s : t["shape"]) {
-          if (!s.is_number_unsigned()) throw Error("tensor \"" + name + "\": bad shape " + t["shape"].dump());
-          entry.first.push_back(s.template get<std::int64_t>());
-        }
-        for (auto& v : t["data"]) {
-          std::string text = v.is_string() ? v.template get<std::string>() : v.is_number() ? v.dump() : "";
-          if (text.empty()) throw Error("tensor \"" + name + "\": value " + v.dump() + " is not a number");
-          entry.second.push_back(Scalar<S>::from(parse_rational(text)));
-        }
-      }
-    } else {
-      Safetensors st = Safetensors::parse(bytes, "safetensors");
-      if (!st.metadata.count("uatlab"))
-        throw Error("safetensors file has no \"uatlab\" architecture in __metadata__");
-      arch_json = parse_json(st.metadata.at("uatlab"), "architecture in __metadata__", true);
-      // A training checkpoint also holds networks under the prefixes it lists: not the model's.
-      const std::vector<std::string> extras =
-          st.metadata.count(kCheckpointExtras)
-              ? parse_list(st.metadata.at(kCheckpointExtras), kCheckpointExtras)
-              : std::vector<std::string>{};
-      for (auto& [name, t] : st.tensors) {
-        if (std::any_of(extras.begin(), extras.end(),
-                        [&](const std::string& p) { return name.rfind(p, 0) == 0; }))
-          continue;
-        auto& entry = stored[name];
-        entry.first = t.shape;
-        for (double v : t.values()) {
-          if (!std::isfinite(v)) throw Error("tensor \"" + name + "\" contains NaN or infinity");
-          entry.second.push_back(scalar_cast<S>(v));
-        }
-      }
-    }
-    // The architecture's size is checked against the values the file holds before anything of
-    // that size is allocated: a small file cannot make uatlab allocate a huge network.
-    const Architecture arch = Architecture::from_json(arch_json);
-    long long held = 0;
-    for (auto& [name, entry] : stored)
-      held += static_cast<long long>(entry.second.size());
-    if (arch.parameter_count() > std::max(held, 1LL << 20))  // small ones get the tensor-by-tensor check
-      throw Error("the architecture has " + std::to_string(arch.parameter_count()) +
-                  " weights, the file holds only " + std::to_string(held));
-    Network<S> net(arch);
-    std::size_t used = 0;
-    net.for_each_tensor([&](const std::string& name, Mat<S>& m, Layout l) {
-      auto it = stored.find(name);
-      if (it == stored.end()) throw Error("missing tensor \"" + name + "\"");
-      auto want = torch_shape(m, l);
-      if (it->second.first != want)
-        throw Error("tensor \"" + name + "\" has shape " + shape_text(it->second.first) +
-                    ", the architecture needs " + shape_text(want));
-      if (static_cast<Eigen::Index>(it->second.second.size()) != m.size())
-        throw Error("tensor \"" + name + "\" has " + std::to_string(it->second.second.size()) +
-                    " values, its shape needs " + std::to_string(m.size()));
-      assign_torch_order(m, l, it->second.second);
-      ++used;
-    });
-    if (used != stored.size())
-      for (auto& [name, _] : stored) {
-        bool known = false;
-        net.for_each_tensor([&](const std::string& n, const Mat<S>&, Layout) { known |= n == name; });
-        if (!known) throw Error("unexpected tensor \"" + name + "\" (not part of the architecture)");
-      }
-    return net;
+    return parse_network<S>(bytes, format_for_path(path));
   } catch (const Error& e) {
     throw Error(path + ": " + e.what());
   }
+}
+
+template <class S>
+Network<S> parse_network(const std::string& bytes, FileFormat format) try {
+  json arch_json;
+  // name -> (torch shape, exact values as S)
+  std::map<std::string, std::pair<std::vector<std::int64_t>, std::vector<S>>> stored;
+  if (format == FileFormat::json) {
+    json j = parse_json(bytes, "model file", true);
+    if (!j.is_object() || string_field(j, "format") != "uatlab-model-1")
+      throw Error("not a uatlab model file (expected \"format\": \"uatlab-model-1\")");
+    if (!j.contains("architecture") || !j.contains("tensors") || !j["tensors"].is_object())
+      throw Error("model file needs \"architecture\" and \"tensors\"");
+    arch_json = j["architecture"];
+    for (auto& [name, t] : j["tensors"].items()) {
+      if (!t.is_object() || !t.contains("shape") || !t.contains("data") || !t["data"].is_array())
+        throw Error("tensor \"" + name + "\" needs \"shape\" and \"data\"");
+      auto& entry = stored[name];
+      for (auto& s : t["shape"]) {
+        if (!s.is_number_unsigned()) throw Error("tensor \"" + name + "\": bad shape " + t["shape"].dump());
+        entry.first.push_back(s.template get<std::int64_t>());
+      }
+      for (auto& v : t["data"]) {
+        std::string text = v.is_string() ? v.template get<std::string>() : v.is_number() ? v.dump() : "";
+        if (text.empty()) throw Error("tensor \"" + name + "\": value " + v.dump() + " is not a number");
+        entry.second.push_back(Scalar<S>::from(parse_rational(text)));
+      }
+    }
+  } else {
+    Safetensors st = Safetensors::parse(bytes, "safetensors");
+    if (!st.metadata.count("uatlab"))
+      throw Error("safetensors file has no \"uatlab\" architecture in __metadata__");
+    arch_json = parse_json(st.metadata.at("uatlab"), "architecture in __metadata__", true);
+    // A training checkpoint also holds networks under the prefixes it lists: not the model's.
+    const std::vector<std::string> extras =
+        st.metadata.count(kCheckpointExtras)
+            ? parse_list(st.metadata.at(kCheckpointExtras), kCheckpointExtras)
+            : std::vector<std::string>{};
+    for (auto& [name, t] : st.tensors) {
+      const std::string& tensor = name;  // (a structured binding cannot be captured in C++17)
+      if (std::any_of(extras.begin(), extras.end(),
+                      [&](const std::string& p) { return tensor.rfind(p, 0) == 0; }))
+        continue;
+      auto& entry = stored[name];
+      entry.first = t.shape;
+      for (double v : t.values()) {
+        if (!std::isfinite(v)) throw Error("tensor \"" + name + "\" contains NaN or infinity");
+        entry.second.push_back(scalar_cast<S>(v));
+      }
+    }
+  }
+  // The architecture's size is checked against the values the file holds before anything of
+  // that size is allocated: a small file cannot make uatlab allocate a huge network.
+  const Architecture arch = Architecture::from_json(arch_json);
+  long long held = 0;
+  for (auto& [name, entry] : stored)
+    held += static_cast<long long>(entry.second.size());
+  if (arch.parameter_count() > std::max(held, 1LL << 20))  // small ones get the tensor-by-tensor check
+    throw Error("the architecture has " + std::to_string(arch.parameter_count()) +
+                " weights, the file holds only " + std::to_string(held));
+  Network<S> net(arch);
+  std::size_t used = 0;
+  net.for_each_tensor([&](const std::string& name, Mat<S>& m, Layout l) {
+    auto it = stored.find(name);
+    if (it == stored.end()) throw Error("missing tensor \"" + name + "\"");
+    auto want = torch_shape(m, l);
+    if (it->second.first != want)
+      throw Error("tensor \"" + name + "\" has shape " + shape_text(it->second.first) +
+                  ", the architecture needs " + shape_text(want));
+    if (static_cast<Eigen::Index>(it->second.second.size()) != m.size())
+      throw Error("tensor \"" + name + "\" has " + std::to_string(it->second.second.size()) +
+                  " values, its shape needs " + std::to_string(m.size()));
+    assign_torch_order(m, l, it->second.second);
+    ++used;
+  });
+  if (used != stored.size())
+    for (const auto& entry : stored) {
+      const std::string& name = entry.first;
+      bool known = false;
+      net.for_each_tensor([&](const std::string& n, const Mat<S>&, Layout) { known |= n == name; });
+      if (!known) throw Error("unexpected tensor \"" + name + "\" (not part of the architecture)");
+    }
+  return net;
+} catch (const nlohmann::json::exception& e) {  // a JSON value of an unexpected type
+  throw Error(std::string("model file") + ": malformed (" + e.what() + ")");
 }
 
 template <class S>
@@ -243,6 +252,7 @@ template std::map<std::string, std::string> load_checkpoint<double>(const std::s
 
 #define UATLAB_INSTANTIATE_IO(S)                                                           \
   template Network<S> load_network<S>(const std::string&);                                 \
+  template Network<S> parse_network<S>(const std::string&, FileFormat);                    \
   template void save_network<S>(const Network<S>&, const std::string&, const std::string&, \
                                 const std::string&);
 UATLAB_INSTANTIATE_IO(float)

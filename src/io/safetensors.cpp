@@ -115,7 +115,7 @@ std::string Safetensors::serialize() const {
   return s;
 }
 
-Safetensors Safetensors::parse(const std::string& bytes, const std::string& what) {
+Safetensors Safetensors::parse(const std::string& bytes, const std::string& what) try {
   auto fail = [&](const std::string& why) { return Error(what + ": invalid safetensors file: " + why); };
   if (bytes.size() < 8) throw fail("shorter than the 8-byte header size");
   const std::uint64_t n = read_le<std::uint64_t>(reinterpret_cast<const std::uint8_t*>(bytes.data()));
@@ -186,6 +186,8 @@ Safetensors Safetensors::parse(const std::string& bytes, const std::string& what
   if (8 + n + end != bytes.size())
     throw fail(std::to_string(bytes.size() - 8 - n - end) + " trailing bytes after the last tensor");
   return st;
+} catch (const nlohmann::json::exception& e) {  // a JSON value of an unexpected type
+  throw Error(std::string(what) + ": malformed (" + e.what() + ")");
 }
 
 }  // namespace uatlab

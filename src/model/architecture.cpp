@@ -1,5 +1,6 @@
 #include "uatlab/model/architecture.hpp"
 
+#include "uatlab/io/json.hpp"
 #include "uatlab/limits.hpp"
 
 #include <algorithm>
@@ -260,7 +261,7 @@ json Architecture::to_json() const {
           {"layers", ls}};
 }
 
-Architecture Architecture::from_json(const json& j) {
+Architecture Architecture::from_json(const json& j) try {
   if (!j.is_object()) throw Error("architecture must be a JSON object");
   reject_unknown(j, {"format", "d", "vocab", "max_len", "readout", "pool", "layers"}, "architecture: ");
   if (j.contains("format") && j["format"] != "uatlab-architecture-1")
@@ -324,7 +325,7 @@ Architecture Architecture::from_json(const json& j) {
         l.width = positive_int(lj["width"], w + "width");
         if (lj.contains("activation") && lj["activation"] != "relu") {
           const json& aj = lj["activation"];
-          if (!aj.is_object() || aj.value("type", "") != "piecewise" || !aj.contains("breakpoints") ||
+          if (!aj.is_object() || string_field(aj, "type") != "piecewise" || !aj.contains("breakpoints") ||
               !aj.contains("pieces") || !aj["breakpoints"].is_array() || !aj["pieces"].is_array())
             throw Error(w +
                         "activation must be \"relu\" or "
@@ -346,6 +347,8 @@ Architecture Architecture::from_json(const json& j) {
   }
   a.validate();
   return a;
+} catch (const nlohmann::json::exception& e) {  // a JSON value of an unexpected type
+  throw Error(std::string("architecture") + ": malformed (" + e.what() + ")");
 }
 
 }  // namespace uatlab

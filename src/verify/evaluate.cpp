@@ -9,7 +9,8 @@ namespace uatlab {
 using nlohmann::json;
 
 template <class S>
-std::vector<Mat<S>> forward_dataset(const Network<S>& net, const Dataset& ds, const EvalOptions& opt) {
+std::vector<Mat<S>> forward_dataset(const Network<S>& net, const Dataset& ds, const EvalOptions& opt,
+                                    const OnProgress& progress) {
   check_evaluable<S>(net.arch);
   if (ds.token_input != (net.arch.vocab > 0))
     throw Error(ds.token_input ? "the dataset has token ids but the network takes continuous inputs"
@@ -18,6 +19,7 @@ std::vector<Mat<S>> forward_dataset(const Network<S>& net, const Dataset& ds, co
   std::vector<Mat<S>> out(n);
   std::exception_ptr first;
   long first_at = n;
+  long long done = 0;
 #pragma omp parallel for schedule(dynamic)
   for (long i = 0; i < n; ++i) {
     try {
@@ -27,6 +29,8 @@ std::vector<Mat<S>> forward_dataset(const Network<S>& net, const Dataset& ds, co
         if (!out[i].allFinite())
           throw Error(std::string("the output overflows ") + Scalar<S>::name +
                       " (inf or NaN): use MPFR, interval or rational precision");
+#pragma omp critical(uatlab_eval_progress)
+      report(progress, "eval", ++done, n);
     } catch (...) {
 #pragma omp critical
       if (i < first_at) {
@@ -48,9 +52,10 @@ std::vector<Mat<S>> forward_dataset(const Network<S>& net, const Dataset& ds, co
 namespace {
 
 template <class S>
-std::vector<json> run(const std::string& path, const Dataset& ds, const EvalOptions& opt) {
+std::vector<json> run(const std::string& path, const Dataset& ds, const EvalOptions& opt,
+                      const OnProgress& progress) {
   Network<S> net = load_network<S>(path);
-  std::vector<Mat<S>> ys = forward_dataset(net, ds, opt);
+  std::vector<Mat<S>> ys = forward_dataset(net, ds, opt, progress);
   std::vector<json> lines;
   for (const Mat<S>& y : ys) {
     json tok = json::array(), lo = json::array(), hi = json::array(), width = json::array();
@@ -80,31 +85,35 @@ std::vector<json> run(const std::string& path, const Dataset& ds, const EvalOpti
 }  // namespace
 
 std::vector<json> evaluate_file(const std::string& model_path, const Dataset& ds, const Precision& p,
-                                const EvalOptions& opt) {
+                                const EvalOptions& opt, const OnProgress& progress) {
   switch (p.kind) {
     case Precision::Kind::Float:
-      return run<float>(model_path, ds, opt);
+      return run<float>(model_path, ds, opt, progress);
     case Precision::Kind::Double:
-      return run<double>(model_path, ds, opt);
+      return run<double>(model_path, ds, opt, progress);
     case Precision::Kind::Mpfr: {
       const MpfrPrecision scope(p.bits);
-      return run<Mpfr>(model_path, ds, opt);
+      return run<Mpfr>(model_path, ds, opt, progress);
     }
     case Precision::Kind::Interval: {
       const MpfrPrecision scope(p.bits);
-      return run<Mpfi>(model_path, ds, opt);
+      return run<Mpfi>(model_path, ds, opt, progress);
     }
     case Precision::Kind::Rational:
-      return run<Rational>(model_path, ds, opt);
+      return run<Rational>(model_path, ds, opt, progress);
   }
   return {};
 }
 
-template std::vector<Mat<float>> forward_dataset(const Network<float>&, const Dataset&, const EvalOptions&);
-template std::vector<Mat<double>> forward_dataset(const Network<double>&, const Dataset&, const EvalOptions&);
-template std::vector<Mat<Mpfr>> forward_dataset(const Network<Mpfr>&, const Dataset&, const EvalOptions&);
-template std::vector<Mat<Mpfi>> forward_dataset(const Network<Mpfi>&, const Dataset&, const EvalOptions&);
+template std::vector<Mat<float>> forward_dataset(const Network<float>&, const Dataset&, const EvalOptions&,
+                                                 const OnProgress&);
+template std::vector<Mat<double>> forward_dataset(const Network<double>&, const Dataset&, const EvalOptions&,
+                                                  const OnProgress&);
+template std::vector<Mat<Mpfr>> forward_dataset(const Network<Mpfr>&, const Dataset&, const EvalOptions&,
+                                                const OnProgress&);
+template std::vector<Mat<Mpfi>> forward_dataset(const Network<Mpfi>&, const Dataset&, const EvalOptions&,
+                                                const OnProgress&);
 template std::vector<Mat<Rational>> forward_dataset(const Network<Rational>&, const Dataset&,
-                                                    const EvalOptions&);
+                                                    const EvalOptions&, const OnProgress&);
 
 }  // namespace uatlab

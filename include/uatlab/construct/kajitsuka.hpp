@@ -20,6 +20,7 @@
 
 #include "uatlab/io/dataset.hpp"
 #include "uatlab/model/network.hpp"
+#include "uatlab/progress.hpp"
 
 namespace uatlab::kajitsuka {
 
@@ -60,6 +61,7 @@ struct ContextualOptions {
   std::uint64_t seed = 1;
   unsigned max_bits = 1u << 18;
   bool search_min_bits = true;
+  OnProgress progress;  // the precision tried, the sequences certified (contextual and memorize)
 };
 
 // The outcome of certifying the context ids at one precision.
@@ -121,7 +123,8 @@ Memorized memorize(const Dataset& ds, const MemorizeOptions& opt);
 // |output − label|, or +inf when an enclosure is undecided/unbounded. Stops early (returning some
 // value above stop_above) once one sequence exceeds stop_above.
 double certified_max_error(const Network<Rational>& net, const Dataset& ds, unsigned bits,
-                           double stop_above = std::numeric_limits<double>::infinity());
+                           double stop_above = std::numeric_limits<double>::infinity(),
+                           const OnProgress& progress = {});
 
 // Theorem 1. Tokens λ·u on a line, Λ1 = {1,3,5,7}, Λ2 = {1,2,6,7} (same min, max and mean).
 struct HardmaxCounterexample {

@@ -4,6 +4,8 @@
 // and calls these.
 #pragma once
 
+#include "uatlab/progress.hpp"
+
 #include <functional>
 #include <string>
 #include <vector>
@@ -22,6 +24,7 @@ struct ApproximateOptions {
   std::vector<int> ps = {1, 2};  // exponents of d_p (one or two)
   std::uint64_t seed = 1;
   std::string out, standard_out;  // optional safetensors of the two networks
+  OnProgress progress;            // the stage (construction, exact check, d_p of each network)
 };
 
 struct Approximation {

@@ -12,6 +12,10 @@ namespace uatlab {
 // errors ("dataset line 3", "safetensors header").
 nlohmann::json parse_json(const std::string& text, const std::string& what, bool exact_numbers = false);
 
+// obj[key] when obj is an object holding a string there, else "" (never throws: for checks like
+// "format" == "uatlab-model-1" on untrusted input).
+std::string string_field(const nlohmann::json& obj, const std::string& key);
+
 // Read a whole file; throws Error naming the path.
 std::string read_file(const std::string& path);
 

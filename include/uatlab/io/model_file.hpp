@@ -18,6 +18,9 @@ FileFormat format_for_path(const std::string& path);  // ".json" → json, anyth
 // and is rounded once to S (enclosed, for intervals). Throws Error naming the file and problem.
 template <class S>
 Network<S> load_network(const std::string& path);
+// The same from the bytes of a file in memory (errors do not name a file).
+template <class S>
+Network<S> parse_network(const std::string& bytes, FileFormat format);
 
 // Write atomically. Safetensors rounds every value to the dtype ("F64" or "F32") and records the
 // source scalar in __metadata__; JSON is lossless. `source` describes the scalar (e.g. "mpfr:256").

@@ -7,20 +7,24 @@
 
 #include "uatlab/io/dataset.hpp"
 #include "uatlab/model/network.hpp"
+#include "uatlab/progress.hpp"
 #include "uatlab/verify/precision.hpp"
 
 namespace uatlab {
 
 // Forward every sequence (OpenMP over sequences). The first error thrown by any sequence is
-// rethrown, prefixed with its index.
+// rethrown, prefixed with its number (from 1); a float or double output that overflows to inf or
+// NaN is an error. `progress` hears each finished sequence.
 template <class S>
-std::vector<Mat<S>> forward_dataset(const Network<S>& net, const Dataset& ds, const EvalOptions& opt = {});
+std::vector<Mat<S>> forward_dataset(const Network<S>& net, const Dataset& ds, const EvalOptions& opt = {},
+                                    const OnProgress& progress = {});
 
 // One JSON object per sequence: {"y": n tokens × out_dim values}; doubles and floats as JSON
 // numbers, MPFR values and rationals as exact strings, intervals as "y" (midpoint), "lo", "hi"
 // (strings) and "width" (numbers).
 // MPFR and intervals run at p.bits (an MpfrPrecision scope for the call).
 std::vector<nlohmann::json> evaluate_file(const std::string& model_path, const Dataset& ds,
-                                          const Precision& p, const EvalOptions& opt = {});
+                                          const Precision& p, const EvalOptions& opt = {},
+                                          const OnProgress& progress = {});
 
 }  // namespace uatlab

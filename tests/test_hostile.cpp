@@ -1,0 +1,250 @@
+// Hostile inputs, by class: every reader of a kind refuses the same attack with an Error that
+// names the problem, quickly and before allocating (limits.hpp). tests/test_hostile_flags.py does
+// the same for every command-line flag; tests/fuzz/ holds the inputs the fuzzers found.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+
+#include "run_cli.hpp"
+#include "uatlab/construct/fang.hpp"
+#include "uatlab/construct/kajitsuka.hpp"
+#include "uatlab/construct/yun.hpp"
+#include "uatlab/experiment/memorization.hpp"
+#include "uatlab/experiment/targets.hpp"
+#include "uatlab/io/dataset.hpp"
+#include "uatlab/io/json.hpp"
+#include "uatlab/io/model_file.hpp"
+#include "uatlab/io/safetensors.hpp"
+#include "uatlab/limits.hpp"
+#include "uatlab/model/init.hpp"
+#include "uatlab/verify/evaluate.hpp"
+
+using namespace uatlab;
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+// f refuses with an Error containing `fragment`, within a second.
+void refuses(const std::function<void()>& f, const std::string& fragment, const std::string& what) {
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    f();
+    ADD_FAILURE() << what << ": accepted; expected an error with \"" << fragment << "\"";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << what << ": " << e.what();
+  }
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 1.0) << what;
+}
+
+std::string deep(int k) {
+  return std::string(k, '[') + std::string(k, ']');
+}
+
+// A safetensors file with this metadata and no tensors.
+std::string safetensors_with(const std::map<std::string, std::string>& metadata) {
+  Safetensors st;
+  st.metadata = metadata;
+  return st.serialize();
+}
+
+std::string model_json(const std::string& arch, const std::string& tensors = "{}") {
+  return R"({"format": "uatlab-model-1", "architecture": )" + arch + R"(, "tensors": )" + tensors + "}";
+}
+
+std::string tmp(const std::string& name) {
+  const fs::path d = fs::path(UATLAB_TEST_TMP) / "hostile";
+  fs::create_directories(d);
+  return (d / name).string();
+}
+
+}  // namespace
+
+TEST(Hostile, EveryJsonReaderRefusesDeepNesting) {
+  const std::string nested = deep(limits::kJsonDepth + 1), fine = deep(limits::kJsonDepth - 8);
+  const std::string why = "nested deeper than 64 levels";
+  refuses([&] { parse_dataset("{\"x\": " + nested + "}", "d.jsonl"); }, why, "dataset line");
+  refuses([&] { parse_network<double>(model_json(nested), FileFormat::json); }, why, "JSON model");
+  refuses(
+      [&] {
+        parse_network<double>(safetensors_with({{"uatlab", nested}}), FileFormat::safetensors);
+      },
+      why, "architecture in safetensors metadata");
+  refuses([&] { Safetensors::parse(std::string(8, '\0') + nested, "s"); }, "", "safetensors header");
+  refuses([&] { experiment::sweep_cells(parse_json("{\"N\": " + nested + "}", "sweep config")); }, why,
+          "sweep config");
+  // Just below the limit the JSON itself is fine: the refusal is about the content.
+  refuses([&] { parse_dataset("{\"x\": " + fine + "}", "d.jsonl"); }, "d.jsonl line 1", "shallower");
+}
+
+TEST(Hostile, EveryExactNumberRefusesHugeExponentsAndDigits) {
+  const std::string huge = "1e999999999", why = "decimal exponent beyond 10^6";
+  refuses([&] { parse_rational(huge); }, why, "parse_rational");
+  refuses([&] { parse_rational("0." + std::string(1100000, '0') + "1"); }, "", "many leading zeros");
+  refuses([&] { parse_rational(std::string(1000001, '7')); }, "more than 10^6 digits", "many digits");
+  refuses([&] { parse_rational("1/" + std::string(1000001, '3')); }, "more than 10^6 digits", "p/q");
+  refuses([&] { parse_dataset("{\"x\": [[\"" + huge + "\"]]}", "d"); }, why, "dataset value");
+  refuses([&] { parse_dataset("{\"x\": [[1e999999999]]}", "d"); }, "write it as a string", "JSON number");
+  const std::string attention = R"({"d": 1, "layers": [{"type": "attention", "scale": ")" + huge + R"("}]})";
+  refuses([&] { parse_network<double>(model_json(attention), FileFormat::json); }, why, "architecture scale");
+  refuses([&] { fang::parse_polynomial(huge + "*x1", {"x1"}); }, why, "polynomial constant");
+  kajitsuka::MemorizeOptions mo;
+  mo.tolerance = huge;
+  refuses([&] { kajitsuka::memorize(kajitsuka::demo_dataset(4, 2, 2, 4, 1), mo); }, why,
+          "memorize tolerance");
+  // At the limit a number is read in milliseconds.
+  EXPECT_GT(parse_rational("1e1000000"), 0);
+}
+
+TEST(Hostile, ValuesBeyondTheWorkingPrecisionAreErrorsNotNull) {
+  Network<double> net(Architecture::from_json(json::parse(R"({"d": 1, "layers": [{"type": "feedforward",
+                                                                                   "width": 1}]})")));
+  init_random(net, 1);
+  const std::string model = tmp("one.safetensors");
+  save_network(net, model);
+  for (auto [value, precision] :
+       {std::pair<std::string, std::string>{"1e400", "double"}, {"1e39", "float"}}) {
+    const Dataset ds = parse_dataset("{\"x\": [[\"" + value + "\"]]}", "d");
+    refuses([&] { evaluate_file(model, ds, Precision::parse(precision)); },
+            "beyond the range of " + precision, value + " in " + precision);
+    EXPECT_NO_THROW(evaluate_file(model, ds, Precision::parse("interval:64")));  // MPFR's range is wider
+  }
+  refuses(
+      [&] {
+        parse_network<double>(model_json(R"({"d": 1, "readout": 1, "layers": []})",
+                                         R"({"readout.weight": {"shape": [1, 1], "data": ["1e400"]},
+                                                     "readout.bias": {"shape": [1], "data": ["0"]}})"),
+                              FileFormat::json);
+      },
+      "beyond the range of double", "a weight");
+}
+
+TEST(Hostile, DeclaredSizesAreCheckedBeforeAllocation) {
+  // Every product of sizes in range, the total not, or more weights than the file holds.
+  refuses(
+      [] {
+        Architecture::from_json(json::parse(R"({"d": 65536, "layers": [
+            {"type": "feedforward", "width": 16384}]})"));
+      },
+      "weights in all exceed 2^30", "total");
+  refuses(
+      [] {
+        Architecture::from_json(json::parse(R"({"d": 4, "layers": [
+            {"type": "attention", "heads": 65536, "head_size": 65536}]})"));
+      },
+      "exceeds 2^30", "heads");
+  refuses(
+      [] {
+        parse_network<double>(model_json(R"({"d": 16384, "layers": [
+            {"type": "feedforward", "width": 16384}]})"),
+                              FileFormat::json);
+      },
+      "the file holds only 0", "a small file declaring a large network");
+  refuses(
+      [] {
+        Architecture::from_json(json::parse(R"({"d": 4, "layers": [{"type": "attention",
+            "rpe": "t5", "t5_buckets": 3}]})"));
+      },
+      "t5 needs 4 <= t5_buckets", "bidirectional T5");
+  EXPECT_EQ(
+      Architecture::from_json(json::parse(R"({"d": 3, "vocab": 5, "max_len": 4, "readout": 2, "layers": [
+            {"type": "attention", "heads": 2, "head_size": 3, "bias": true, "rpe": "t5", "t5_buckets": 4,
+             "t5_max_distance": 8, "pre_norm": true}, {"type": "feedforward", "width": 7},
+            {"type": "layernorm"}, {"type": "attention", "tied_qkv": true, "rpe": "lin"}]})"))
+          .parameter_count(),
+      static_cast<long long>(
+          Network<double>(
+              Architecture::from_json(json::parse(
+                  R"({"d": 3, "vocab": 5, "max_len": 4, "readout": 2, "layers": [{"type": "attention", "heads": 2,
+                "head_size": 3, "bias": true, "rpe": "t5", "t5_buckets": 4, "t5_max_distance": 8,
+                "pre_norm": true}, {"type": "feedforward", "width": 7}, {"type": "layernorm"},
+                {"type": "attention", "tied_qkv": true, "rpe": "lin"}]})")))
+              .parameter_count()));
+  // Yun et al.'s grid: closed-form counts refuse before any window is built, overflow included.
+  for (int d : {22, 31, 63, 64})
+    refuses([d] { yun::build_modified(yun::builtin_target("tokenwise-sin"), d, 2, 2, false, 20000); },
+            "layers, over the limit", "d = " + std::to_string(d));
+  refuses([] { yun::plan(40, 2, 2, true); }, "over the limit of 2^30", "plan");
+  refuses([] { yun::build_kajitsuka(yun::builtin_target("tokenwise-sin"), 63, 2, 2); }, "over the limit",
+          "Proposition 1");
+}
+
+TEST(Hostile, ExpressionsAreBoundedInDepthDegreeTermsAndLength) {
+  const std::vector<std::string> v = {"x1", "x2"};
+  refuses([&] { fang::parse_polynomial(std::string(300, '(') + "x1" + std::string(300, ')'), v); },
+          "nested deeper than 256", "parentheses");
+  refuses([&] { fang::parse_polynomial(std::string(300, '-') + "x1", v); }, "nested deeper", "unary minus");
+  refuses([&] { fang::parse_polynomial("(x1+x2+1)^999", v); }, "degree exceeds 64", "degree");
+  refuses([&] { fang::parse_polynomial(std::string(100001, '1'), v); }, "the limit is 100000", "length");
+  refuses([&] { fang::parse_polynomial("x1", {"x1", "x1"}); }, "listed twice", "duplicate variables");
+  refuses([&] { fang::parse_polynomial("x1", {"1x"}); }, "is not a name", "bad variable");
+  EXPECT_EQ(fang::degree(fang::parse_polynomial(std::string(200, '(') + "x1^64" + std::string(200, ')'), v)),
+            64);
+  refuses([&] { experiment::scalar_expression("x1=1", {"x1"}); }, "assignment", "muParser assignment");
+  refuses([&] { experiment::scalar_expression("x1, x1", {"x1"}); }, "several values", "muParser list");
+  refuses([&] { experiment::yun_target("x=2", 1, 2).f(Mat<double>::Zero(1, 2)); }, "assignment", "target");
+  EXPECT_NO_THROW(
+      experiment::scalar_expression("x1 <= 0.5 ? x1 : (x1 == 1) + (x1 != 2) + (x1 >= 0)", {"x1"}));
+}
+
+TEST(Hostile, SweepConfigKeysAreTyped) {
+  auto cells = [](const std::string& text) { return experiment::sweep_cells(parse_json(text, "cfg")); };
+  refuses([&] { cells(R"({"d": [4, 8]})"); }, "\"d\" takes one integer", "list for a scalar");
+  refuses([&] { cells(R"({"tied": 1})"); }, "\"tied\" takes one true or false", "wrong type");
+  refuses([&] { cells(R"({"seeds": 0})"); }, "\"seeds\" must hold integers from 1", "zero seeds");
+  refuses([&] { cells(R"({"lr": -1})"); }, "lr must be", "negative rate");
+  refuses(
+      [&] {
+        cells(R"({"N": [1, 2, 3, 4, 5, 6, 7, 8, 9, 10], "n": [1, 2, 3, 4, 5, 6, 7, 8, 9, 10],
+                           "H": [1, 2, 3, 4, 5, 6, 7, 8, 9, 10], "s": [1, 2, 3, 4, 5, 6, 7, 8, 9, 10],
+                           "m": [1, 2, 3, 4, 5, 6, 7, 8, 9, 10], "seeds": 11})");
+      },
+      "more than 10^6 runs", "grid size");
+  EXPECT_EQ(cells(R"({"N": [8, 16], "seeds": 3})").size(), 6u);
+}
+
+TEST(Hostile, CheckpointsReadAsTheModelTheyHold) {
+  Network<double> net(Architecture::from_json(json::parse(R"({"d": 2, "layers": [{"type": "attention"}]})")));
+  init_random(net, 2);
+  Network<double> m = zero_like(net), v = zero_like(net);
+  const std::string path = tmp("ck.safetensors");
+  save_checkpoint<double>(path, net, {{"adam_m.", &m}, {"adam_v.", &v}}, {{"uatlab_step", "3"}});
+  const Network<double> back = load_network<double>(path);
+  EXPECT_TRUE(back.layers[0].wq == net.layers[0].wq);
+}
+
+TEST(Hostile, CommandLineRefusalsNameTheFlagAndWriteNothing) {
+  CliResult r = run_cli("approximate --d 0");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.out.find("uatlab: error: --d: Value 0 not in range"), std::string::npos) << r.out;
+  r = run_cli("eval");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.out.find("uatlab: error: model is required"), std::string::npos) << r.out;
+  // memorize writes a lossless .json and refuses to replace the F64 file beside it.
+  const std::string out = tmp("mine.json"), beside = tmp("mine.safetensors");
+  fs::remove(out);
+  std::ofstream(beside) << "mine";
+  r = run_cli("memorize demo --out " + out);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("exists: memorize writes the F64 model there (--force replaces it)"),
+            std::string::npos);
+  EXPECT_FALSE(fs::exists(out));
+  std::ifstream in(beside);
+  std::string kept;
+  in >> kept;
+  EXPECT_EQ(kept, "mine");
+  r = run_cli("memorize demo --out " + beside);
+  EXPECT_NE(r.out.find("a .json file"), std::string::npos) << r.out;
+  r = run_cli("memorize demo --quiet --force --out " + out);
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(r.out.find("[ "), std::string::npos) << "--quiet printed progress";
+  EXPECT_TRUE(fs::exists(out) && fs::file_size(beside) > 100);
+  // A check that fails is a failure: Lemma 6 does not hold for n = 1.
+  r = run_cli("approximate tokenwise-sin --d 1 --n 1 --K 2 --report " + tmp("n1.json"));
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("Lemma 6 does not hold"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(tmp("n1.json")));
+}
