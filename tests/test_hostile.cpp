@@ -247,4 +247,27 @@ TEST(Hostile, CommandLineRefusalsNameTheFlagAndWriteNothing) {
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.out.find("Lemma 6 does not hold"), std::string::npos) << r.out;
   EXPECT_FALSE(fs::exists(tmp("n1.json")));
+
+  ASSERT_EQ(run_cli("init --d 1 --layer attention:score=hardmax -o " + tmp("hm.safetensors")).code, 0);
+  std::ofstream(tmp("hm.jsonl")) << "{\"x\": [[1], [2]]}\n";
+  r = run_cli("eval " + tmp("hm.safetensors") + " " + tmp("hm.jsonl") + " --hardmax-tol -1");
+  EXPECT_NE(r.out.find("hardmax tie tolerance must be"), std::string::npos) << r.out;
+}
+
+TEST(Hostile, AResumedResultWithoutItsFieldsIsAnError) {
+  const std::string dir = tmp("sweep"), config = "'{\"N\": [8], \"n\": [4], \"steps\": 3}'";
+  fs::remove_all(dir);
+  ASSERT_EQ(run_cli("sweep " + config + " --quiet --out-dir " + dir).code, 0);
+  std::string line;
+  std::getline(std::ifstream(dir + "/runs.jsonl"), line);
+  json j = json::parse(line);
+  j["result"].erase("accuracy");
+  std::ofstream(dir + "/runs.jsonl") << j.dump() << "\n";
+  fs::remove(dir + "/summary.csv");
+  const CliResult r = run_cli("sweep " + config + " --out-dir " + dir);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("runs.jsonl: a stored result lacks what the report reads"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("accuracy"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(dir + "/summary.csv"));
 }

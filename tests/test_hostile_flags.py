@@ -75,7 +75,8 @@ def without(args, flag):
 
 
 def limit():
-    resource.setrlimit(resource.RLIMIT_AS, (MEMORY, MEMORY))
+    if "ASAN_OPTIONS" not in os.environ:  # AddressSanitizer reserves terabytes of address space
+        resource.setrlimit(resource.RLIMIT_AS, (MEMORY, MEMORY))
 
 
 def run(uatlab, args):

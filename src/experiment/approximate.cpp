@@ -1,5 +1,7 @@
 #include "uatlab/experiment/approximate.hpp"
 
+#include "uatlab/limits.hpp"
+
 #include <cmath>
 
 #include "uatlab/io/json.hpp"
@@ -12,6 +14,12 @@ namespace uatlab::experiment {
 Approximation approximate(const yun::Target& f, int K, const ApproximateOptions& o) {
   const std::vector<int>& ps = o.ps;
   if (ps.empty() || ps.size() > 2) throw Error("d_p takes one or two exponents, e.g. 1,2");
+  for (int p : ps)
+    limits::check_count(p, 1, 16, "the exponent p of d_p");
+  limits::check_count(o.samples, 2, limits::kSize, "samples");
+  limits::check_count(o.samples_standard, 2, limits::kSize, "samples of the standard network");
+  limits::check_count(o.check_limit, 1, 1LL << 40, "check limit");
+  limits::check_count(o.max_layers, 1, 1LL << 40, "max layers");
   if (!o.pe && !yun::looks_equivariant(f, o.d, o.n, 20, o.seed))
     throw Error("target \"" + f.name +
                 "\" is not permutation equivariant (f(XP) != f(X)P on a random input): use --pe (Theorem 3)");

@@ -44,7 +44,7 @@ std::string csv_of(const std::vector<json>& results, const Row& header) {
   for (const json& r : results) {
     Row row;
     for (const std::string& k : header)
-      row.push_back(r[k].is_number_integer() ? r[k].dump() : fixed(r[k].get<double>(), 6));
+      row.push_back(r.at(k).is_number_integer() ? r.at(k).dump() : fixed(r.at(k).get<double>(), 6));
     rows.push_back(row);
   }
   return csv_text(header, rows);

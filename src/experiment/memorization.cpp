@@ -223,7 +223,7 @@ std::string summarise_sweep(const std::vector<json>& lines, const std::string& d
   // One row per configuration (its seeds grouped), through the one aggregation (group).
   auto all = [](const json&) { return std::string("runs"); };
   auto metric = [&](const char* key) {
-    return group(lines, config_key, all, [key](const json& r) { return r[key].get<double>(); });
+    return group(lines, config_key, all, [key](const json& r) { return r.at(key).get<double>(); });
   };
   const Grouped acc = metric("accuracy"), steps = metric("steps"), params = metric("parameters");
   const Grouped mem =
@@ -246,7 +246,7 @@ std::string summarise_sweep(const std::vector<json>& lines, const std::string& d
     const std::vector<double>& a = acc.values[r][0];
     const long p = static_cast<long>(params.values[r][0].back());
     configs.push_back({c, p, mean(a), mean(mem.values[r][0]) == 1.0});
-    auto num = [&](const char* k) { return std::to_string(c[k].get<int>()); };
+    auto num = [&](const char* k) { return std::to_string(c.at(k).get<int>()); };
     rows.push_back({num("N"), num("n"), num("H"), num("s"), num("m"), std::to_string(p),
                     std::to_string(a.size()), fixed(mean(a), 6), fixed(sd(a), 3),
                     fixed(mean(mem.values[r][0]), 3), fixed(mean(steps.values[r][0]), 5)});

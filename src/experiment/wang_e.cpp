@@ -285,7 +285,7 @@ Experiment hm_grid(const GridSpec& spec) {
       return (spec.with_dp ? std::string(c.at("dp").get<bool>() ? "DP, " : "DP-free, ") : std::string()) +
              "H=" + label(c.at("H"));
     };
-    auto value = [ce](const json& r) { return r[ce ? "val_loss" : "val_nmse"].get<double>(); };
+    auto value = [ce](const json& r) { return r.at(ce ? "val_loss" : "val_nmse").get<double>(); };
     Grouped g = group(
         lines, row, [](const json& c) { return "m=" + label(c.at("m")); }, value);
     std::string md = write_grouped(g, ce ? "validation loss" : "validation MSE / Var(y)", out);

@@ -3,6 +3,7 @@
 #include <exception>
 
 #include "uatlab/io/model_file.hpp"
+#include "uatlab/limits.hpp"
 
 namespace uatlab {
 
@@ -12,6 +13,7 @@ template <class S>
 std::vector<Mat<S>> forward_dataset(const Network<S>& net, const Dataset& ds, const EvalOptions& opt,
                                     const OnProgress& progress) {
   check_evaluable<S>(net.arch);
+  limits::check_real(opt.hardmax_tolerance, 0.0, 1e300, "the hardmax tie tolerance");
   if (ds.token_input != (net.arch.vocab > 0))
     throw Error(ds.token_input ? "the dataset has token ids but the network takes continuous inputs"
                                : "the dataset has continuous inputs but the network takes token ids");
