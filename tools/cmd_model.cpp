@@ -269,7 +269,11 @@ Architecture architecture_from_flags(const ArchitectureFlags& a) {
     for (auto& l : a.layers)
       aj["layers"].push_back(layer_from_flag(l));
   }
-  return Architecture::from_json(aj);
+  try {
+    return Architecture::from_json(aj);
+  } catch (const Error& e) {
+    throw Error(std::string(a.arch.empty() ? "--d/--layer" : "--arch") + ": " + e.what());
+  }
 }
 
 void add_model_commands(CLI::App& app, Commands& commands) {

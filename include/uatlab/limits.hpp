@@ -6,6 +6,7 @@
 
 #include <climits>
 #include <cmath>
+#include <cstdio>
 #include <string>
 
 #include "uatlab/model/scalar.hpp"
@@ -47,9 +48,11 @@ inline void check_count(long long v, long long lo, long long hi, const std::stri
                 std::to_string(v));
 }
 inline void check_real(double v, double lo, double hi, const std::string& what) {
-  if (!(v >= lo && v <= hi))
-    throw Error(what + " must be a number from " + std::to_string(lo) + " to " + std::to_string(hi) +
-                ", got " + std::to_string(v));
+  if (!(v >= lo && v <= hi)) {
+    char text[128];
+    std::snprintf(text, sizeof text, " must be a number from %g to %g, got %g", lo, hi, v);
+    throw Error(what + text);
+  }
 }
 
 // a·b for counts >= 0, LLONG_MAX where it would overflow: closed-form sizes compared to a limit.

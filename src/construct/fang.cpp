@@ -173,7 +173,12 @@ class Parser {
           i_ = save;
         }
       }
-      return constant(parse_rational(s_.substr(start, i_ - start)));
+      try {
+        return constant(parse_rational(s_.substr(start, i_ - start)));
+      } catch (const Error& e) {
+        i_ = start;
+        fail(e.what());
+      }
     }
     if (i_ < s_.size() && (std::isalpha(static_cast<unsigned char>(s_[i_])) || s_[i_] == '_')) {
       std::size_t start = i_;

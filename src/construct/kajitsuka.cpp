@@ -520,7 +520,13 @@ Memorized memorize(const Dataset& ds, const MemorizeOptions& opt) {
   if (f.label_dim > f.d)
     throw Error("labels have " + std::to_string(f.label_dim) + " numbers per token but tokens have d = " +
                 std::to_string(f.d) + "; the residual stream carries at most d");
-  const Rational tol_q = parse_rational(opt.tolerance);
+  const Rational tol_q = [&] {
+    try {
+      return parse_rational(opt.tolerance);
+    } catch (const Error& e) {
+      throw Error(std::string("tolerance: ") + e.what());
+    }
+  }();
   if (tol_q <= 0) throw Error("tolerance must be positive, got " + opt.tolerance);
   Memorized m;
   const auto t0 = std::chrono::steady_clock::now();

@@ -123,6 +123,7 @@ Target builtin_target(const std::string& name) {
 }
 
 bool looks_equivariant(const Target& t, int d, int n, int trials, std::uint64_t seed) {
+  check_sizes(d, n, 2);
   Rng rng(seed);
   for (int k = 0; k < trials; ++k) {
     Mat<double> X(d, n);
