@@ -179,6 +179,8 @@ TEST(Hostile, ExpressionsAreBoundedInDepthDegreeTermsAndLength) {
   refuses([&] { fang::parse_polynomial(std::string(300, '-') + "x1", v); }, "nested deeper", "unary minus");
   refuses([&] { fang::parse_polynomial("(x1+x2+1)^999", v); }, "degree exceeds 64", "degree");
   refuses([&] { fang::parse_polynomial(std::string(100001, '1'), v); }, "the limit is 100000", "length");
+  refuses([&] { fang::parse_polynomial("(x1 + 1e300000)^63", v); }, "coefficients grow beyond",
+          "coefficients");
   refuses([&] { fang::parse_polynomial("x1", {"x1", "x1"}); }, "listed twice", "duplicate variables");
   refuses([&] { fang::parse_polynomial("x1", {"1x"}); }, "is not a name", "bad variable");
   EXPECT_EQ(fang::degree(fang::parse_polynomial(std::string(200, '(') + "x1^64" + std::string(200, ')'), v)),

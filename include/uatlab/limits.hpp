@@ -32,6 +32,10 @@ constexpr long long kNumberDigits = 1000000;
 constexpr int kExpressionDepth = 256;
 constexpr int kPolynomialDegree = 64;
 constexpr long long kPolynomialTerms = 1000000;
+// Bits of one exact coefficient of a polynomial, and of all of them (products are refused before
+// they are computed): 2^23 bits is 2.5 million digits.
+constexpr long long kCoefficientBits = 1LL << 23;
+constexpr long long kPolynomialBits = 1LL << 30;
 
 // Characters of an expression (polynomial, muParser function or target).
 constexpr long long kExpressionLength = 100000;

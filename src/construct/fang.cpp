@@ -41,14 +41,27 @@ int degree_of(const std::vector<int>& e) {
   return t;
 }
 
+// Bits of a coefficient (numerator and denominator).
+long long bits_of(const Rational& q) {
+  return static_cast<long long>(mpz_sizeinbase(mpq_numref(q.backend().data()), 2) +
+                                mpz_sizeinbase(mpq_denref(q.backend().data()), 2));
+}
+
+// The product's size is bounded before it is computed: terms, degree, the bits of one
+// coefficient and of all of them (a power of a polynomial with long constants grows fast).
 Polynomial mul(const Polynomial& a, const Polynomial& b) {
-  if (static_cast<long long>(a.size()) * static_cast<long long>(b.size()) > limits::kPolynomialTerms)
+  const long long pairs = static_cast<long long>(a.size()) * static_cast<long long>(b.size());
+  if (pairs > limits::kPolynomialTerms)
     throw Error("the polynomial grows beyond " + std::to_string(limits::kPolynomialTerms) + " terms");
   int da = 0, db = 0;
+  long long ba = 0, bb = 0;
   for (auto& [e, c] : a)
-    da = std::max(da, degree_of(e));
+    da = std::max(da, degree_of(e)), ba = std::max(ba, bits_of(c));
   for (auto& [e, c] : b)
-    db = std::max(db, degree_of(e));
+    db = std::max(db, degree_of(e)), bb = std::max(bb, bits_of(c));
+  if (ba + bb > limits::kCoefficientBits || pairs * (ba + bb) > limits::kPolynomialBits)
+    throw Error("the polynomial's coefficients grow beyond " + std::to_string(limits::kCoefficientBits) +
+                " bits each or " + std::to_string(limits::kPolynomialBits) + " bits in all");
   if (da + db > limits::kPolynomialDegree)
     throw Error("the polynomial's degree exceeds " + std::to_string(limits::kPolynomialDegree));
   Polynomial r;
