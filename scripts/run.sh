@@ -3,4 +3,5 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$ROOT/scripts/setup.sh"
-"$BUILD_DIR/uatlab" memorize --out "$BUILD_DIR/demo-memorized.json" "$@"
+# --force: the main job owns its two outputs in the build folder and replaces them on every run.
+"$BUILD_DIR/uatlab" memorize --force --out "$BUILD_DIR/demo-memorized.json" "$@"
