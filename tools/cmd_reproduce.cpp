@@ -39,6 +39,7 @@ int cmd_reproduce(const ReproduceOpts& o) {
   run.out_dir = o.out_dir.empty() ? "results/" + e.name + "-" + o.mode : o.out_dir;
   run.threads = o.threads;
   run.on_result = [](std::size_t done, std::size_t total, const json& line) {
+    if (quiet()) return;
     std::fprintf(stderr, "[%zu/%zu] %s -> %s\n", done, total, line["cell"].dump().c_str(),
                  line["result"].dump().c_str());
   };
@@ -59,9 +60,10 @@ int cmd_sweep(const SweepOpts& o) {
   run.out_dir = o.out_dir;
   run.threads = o.threads;
   run.on_result = [](std::size_t done, std::size_t total, const json& line) {
+    if (quiet()) return;
     std::fprintf(stderr, "[rank %d: %zu/%zu] %s: accuracy %.4g in %ld steps\n", sweep_rank(), done, total,
-                 ex::config_key(line["cell"]).c_str(), line["result"]["accuracy"].get<double>(),
-                 line["result"]["steps"].get<long>());
+                 ex::config_key(line.at("cell")).c_str(), line.at("result").at("accuracy").get<double>(),
+                 line.at("result").at("steps").get<long>());
   };
   if (sweep_writer())
     std::fprintf(stderr, "sweep: %zu runs over %d rank(s), results appended to %s/runs.jsonl\n",

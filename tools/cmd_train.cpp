@@ -54,6 +54,7 @@ int run_train(TrainOpts& o, const Dataset& data, const Dataset* val, Architectur
   }
   const bool tty = isatty(2);
   auto log = [&](const Progress& p) {
+    if (quiet()) return;
     char line[256];
     std::snprintf(line, sizeof line, "step %ld/%ld  loss %.6g  lr %.3g  |g| %.3g  %.1f steps/s  ETA %s",
                   p.step, p.steps, p.loss, p.lr, p.grad_norm, p.steps_per_second,

@@ -45,7 +45,7 @@ inline std::string excerpt(const std::string& text) {
   return text.size() <= 80 ? text : text.substr(0, 77) + "...";
 }
 
-// Throws Error("WHAT must be from LO to HI, got V"); NaN is never in range.
+// Throws Error("WHAT must be from LO to HI, got V"); for check_real, NaN is never in range.
 inline void check_count(long long v, long long lo, long long hi, const std::string& what) {
   if (v < lo || v > hi)
     throw Error(what + " must be from " + std::to_string(lo) + " to " + std::to_string(hi) + ", got " +
