@@ -14,9 +14,6 @@ namespace uatlab::experiment {
 Approximation approximate(const yun::Target& f, int K, const ApproximateOptions& o) {
   const std::vector<int>& ps = o.ps;
   if (ps.empty() || ps.size() > 2) throw Error("d_p takes one or two exponents, e.g. 1,2");
-  limits::check_count(o.d, 1, 64, "d");
-  limits::check_count(o.n, 1, 64, "n");
-  limits::check_count(K, 2, 1 << 20, "K = 1/delta");
   for (int p : ps)
     limits::check_count(p, 1, 16, "the exponent p of d_p");
   limits::check_count(o.samples, 2, limits::kSize, "samples");
