@@ -216,6 +216,14 @@ TEST(Hostile, CheckpointsReadAsTheModelTheyHold) {
   save_checkpoint<double>(path, net, {{"adam_m.", &m}, {"adam_v.", &v}}, {{"uatlab_step", "3"}});
   const Network<double> back = load_network<double>(path);
   EXPECT_TRUE(back.layers[0].wq == net.layers[0].wq);
+  Network<double> resumed, moment;
+  load_checkpoint<double>(path, resumed, {{"adam_m.", &moment}});
+  EXPECT_TRUE(resumed.layers[0].wq == net.layers[0].wq);
+  // Resuming reads a checkpoint like any model file: its size is checked before allocation.
+  const std::string large = tmp("large-ck.safetensors");
+  write_file_atomic(large, safetensors_with({{"uatlab", R"({"d": 16384, "layers": [{"type": "feedforward",
+                                                            "width": 16384}]})"}}));
+  refuses([&] { load_checkpoint<double>(large, resumed, {}); }, "the file holds only 0", "a checkpoint");
 }
 
 TEST(Hostile, CommandLineRefusalsNameTheFlagAndWriteNothing) {

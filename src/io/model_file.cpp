@@ -1,11 +1,10 @@
 #include "uatlab/io/model_file.hpp"
 
-#include "uatlab/io/lists.hpp"
-
 #include <algorithm>
 #include <cmath>
 
 #include "uatlab/io/json.hpp"
+#include "uatlab/io/lists.hpp"
 #include "uatlab/io/safetensors.hpp"
 
 namespace uatlab {
@@ -50,69 +49,37 @@ std::string shape_text(const std::vector<std::int64_t>& s) {
   return json(s).dump();
 }
 
-}  // namespace
-
+// A file's tensors: name -> (torch shape, exact values as S).
 template <class S>
-Network<S> load_network(const std::string& path) {
-  const std::string bytes = read_file(path);
-  try {
-    return parse_network<S>(bytes, format_for_path(path));
-  } catch (const Error& e) {
-    throw Error(path + ": " + e.what());
+using Stored = std::map<std::string, std::pair<std::vector<std::int64_t>, std::vector<S>>>;
+
+// The model's tensors of a safetensors file: a training checkpoint also holds networks under the
+// prefixes its metadata lists (and `skip` names), which are not the model's.
+template <class S>
+Stored<S> model_tensors(const Safetensors& st, std::vector<std::string> skip = {}) {
+  if (st.metadata.count(kCheckpointExtras))
+    for (const std::string& p : parse_list(st.metadata.at(kCheckpointExtras), kCheckpointExtras))
+      skip.push_back(p);
+  Stored<S> stored;
+  for (auto& [name, t] : st.tensors) {
+    const std::string& tensor = name;  // (a structured binding cannot be captured in C++17)
+    if (std::any_of(skip.begin(), skip.end(), [&](const std::string& p) { return tensor.rfind(p, 0) == 0; }))
+      continue;
+    auto& entry = stored[name];
+    entry.first = t.shape;
+    for (double v : t.values()) {
+      if (!std::isfinite(v)) throw Error("tensor \"" + name + "\" contains NaN or infinity");
+      entry.second.push_back(scalar_cast<S>(v));
+    }
   }
+  return stored;
 }
 
+// The network of an architecture with every tensor from `stored`: each present, of its shape,
+// and none left over. The architecture's size is checked against the values the file holds before
+// anything of that size is allocated: a small file cannot make uatlab allocate a huge network.
 template <class S>
-Network<S> parse_network(const std::string& bytes, FileFormat format) try {
-  json arch_json;
-  // name -> (torch shape, exact values as S)
-  std::map<std::string, std::pair<std::vector<std::int64_t>, std::vector<S>>> stored;
-  if (format == FileFormat::json) {
-    json j = parse_json(bytes, "model file", true);
-    if (!j.is_object() || string_field(j, "format") != "uatlab-model-1")
-      throw Error("not a uatlab model file (expected \"format\": \"uatlab-model-1\")");
-    if (!j.contains("architecture") || !j.contains("tensors") || !j["tensors"].is_object())
-      throw Error("model file needs \"architecture\" and \"tensors\"");
-    arch_json = j["architecture"];
-    for (auto& [name, t] : j["tensors"].items()) {
-      if (!t.is_object() || !t.contains("shape") || !t.contains("data") || !t["data"].is_array())
-        throw Error("tensor \"" + name + "\" needs \"shape\" and \"data\"");
-      auto& entry = stored[name];
-      for (auto& s : t["shape"]) {
-        if (!s.is_number_unsigned()) throw Error("tensor \"" + name + "\": bad shape " + t["shape"].dump());
-        entry.first.push_back(s.template get<std::int64_t>());
-      }
-      for (auto& v : t["data"]) {
-        std::string text = v.is_string() ? v.template get<std::string>() : v.is_number() ? v.dump() : "";
-        if (text.empty()) throw Error("tensor \"" + name + "\": value " + v.dump() + " is not a number");
-        entry.second.push_back(Scalar<S>::from(parse_rational(text)));
-      }
-    }
-  } else {
-    Safetensors st = Safetensors::parse(bytes, "safetensors");
-    if (!st.metadata.count("uatlab"))
-      throw Error("safetensors file has no \"uatlab\" architecture in __metadata__");
-    arch_json = parse_json(st.metadata.at("uatlab"), "architecture in __metadata__", true);
-    // A training checkpoint also holds networks under the prefixes it lists: not the model's.
-    const std::vector<std::string> extras =
-        st.metadata.count(kCheckpointExtras)
-            ? parse_list(st.metadata.at(kCheckpointExtras), kCheckpointExtras)
-            : std::vector<std::string>{};
-    for (auto& [name, t] : st.tensors) {
-      const std::string& tensor = name;  // (a structured binding cannot be captured in C++17)
-      if (std::any_of(extras.begin(), extras.end(),
-                      [&](const std::string& p) { return tensor.rfind(p, 0) == 0; }))
-        continue;
-      auto& entry = stored[name];
-      entry.first = t.shape;
-      for (double v : t.values()) {
-        if (!std::isfinite(v)) throw Error("tensor \"" + name + "\" contains NaN or infinity");
-        entry.second.push_back(scalar_cast<S>(v));
-      }
-    }
-  }
-  // The architecture's size is checked against the values the file holds before anything of
-  // that size is allocated: a small file cannot make uatlab allocate a huge network.
+Network<S> assemble(const json& arch_json, const Stored<S>& stored) {
   const Architecture arch = Architecture::from_json(arch_json);
   long long held = 0;
   for (auto& [name, entry] : stored)
@@ -143,6 +110,53 @@ Network<S> parse_network(const std::string& bytes, FileFormat format) try {
       if (!known) throw Error("unexpected tensor \"" + name + "\" (not part of the architecture)");
     }
   return net;
+}
+
+}  // namespace
+
+template <class S>
+Network<S> load_network(const std::string& path) {
+  const std::string bytes = read_file(path);
+  try {
+    return parse_network<S>(bytes, format_for_path(path));
+  } catch (const Error& e) {
+    throw Error(path + ": " + e.what());
+  }
+}
+
+template <class S>
+Network<S> parse_network(const std::string& bytes, FileFormat format) try {
+  json arch_json;
+  Stored<S> stored;
+  if (format == FileFormat::json) {
+    json j = parse_json(bytes, "model file", true);
+    if (!j.is_object() || string_field(j, "format") != "uatlab-model-1")
+      throw Error("not a uatlab model file (expected \"format\": \"uatlab-model-1\")");
+    if (!j.contains("architecture") || !j.contains("tensors") || !j["tensors"].is_object())
+      throw Error("model file needs \"architecture\" and \"tensors\"");
+    arch_json = j["architecture"];
+    for (auto& [name, t] : j["tensors"].items()) {
+      if (!t.is_object() || !t.contains("shape") || !t.contains("data") || !t["data"].is_array())
+        throw Error("tensor \"" + name + "\" needs \"shape\" and \"data\"");
+      auto& entry = stored[name];
+      for (auto& s : t["shape"]) {
+        if (!s.is_number_unsigned()) throw Error("tensor \"" + name + "\": bad shape " + t["shape"].dump());
+        entry.first.push_back(s.template get<std::int64_t>());
+      }
+      for (auto& v : t["data"]) {
+        std::string text = v.is_string() ? v.template get<std::string>() : v.is_number() ? v.dump() : "";
+        if (text.empty()) throw Error("tensor \"" + name + "\": value " + v.dump() + " is not a number");
+        entry.second.push_back(Scalar<S>::from(parse_rational(text)));
+      }
+    }
+  } else {
+    Safetensors st = Safetensors::parse(bytes, "safetensors");
+    if (!st.metadata.count("uatlab"))
+      throw Error("safetensors file has no \"uatlab\" architecture in __metadata__");
+    arch_json = parse_json(st.metadata.at("uatlab"), "architecture in __metadata__", true);
+    stored = model_tensors<S>(st);
+  }
+  return assemble(arch_json, stored);
 } catch (const nlohmann::json::exception& e) {  // a JSON value of an unexpected type
   throw Error(std::string("model file") + ": malformed (" + e.what() + ")");
 }
@@ -173,8 +187,8 @@ void save_network(const Network<S>& net, const std::string& path, const std::str
     for_each_torch_element(m, l, [&](const S& x) {
       try {
         v.push_back(dtype == "F64" ? Scalar<S>::to_double(x) : static_cast<double>(scalar_cast<float>(x)));
-      } catch (const Error&) {  // beyond the range of the dtype
-        v.push_back(NAN);
+      } catch (const Error&) {  // beyond the range of float
+        throw Error("tensor \"" + name + "\" has a value that does not fit " + dtype);
       }
     });
     for (double x : v)
@@ -214,7 +228,11 @@ std::map<std::string, std::string> load_checkpoint(const std::string& path, Netw
   try {
     Safetensors st = Safetensors::parse(read_file(path), "checkpoint");
     if (!st.metadata.count("uatlab")) throw Error("no \"uatlab\" architecture in __metadata__");
-    net = Network<S>(Architecture::from_json(parse_json(st.metadata.at("uatlab"), "architecture", true)));
+    std::vector<std::string> prefixes;
+    for (auto& [prefix, n] : extras)
+      prefixes.push_back(prefix);
+    net =
+        assemble(parse_json(st.metadata.at("uatlab"), "architecture", true), model_tensors<S>(st, prefixes));
     auto get = [&](const std::string& prefix, Network<S>& n) {
       n.for_each_tensor([&](const std::string& name, Mat<S>& m, Layout l) {
         auto it = st.tensors.find(prefix + name);
@@ -229,7 +247,6 @@ std::map<std::string, std::string> load_checkpoint(const std::string& path, Netw
         assign_torch_order(m, l, v);
       });
     };
-    get("", net);
     for (auto& [prefix, n] : extras) {
       *n = Network<S>(net.arch);
       get(prefix, *n);
