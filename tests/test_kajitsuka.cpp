@@ -132,7 +132,7 @@ TEST(Kajitsuka, MemorizesEveryLabelCheckedIndependentlyIn1000Bits) {
   EXPECT_EQ(m.net.arch.layers[0].heads, 1);
   EXPECT_EQ(m.net.arch.layers[0].head_size, 1);
   EXPECT_EQ(m.hidden, static_cast<std::size_t>(m.net.arch.layers[1].width));
-  EXPECT_EQ(m.paper_ff, 3 + m.hidden + 3 * m.hidden);
+  EXPECT_EQ(m.zhang_form_ff, 3 + m.hidden + 3 * m.hidden);
   // An independent check: the whole network in 1000-bit MPFR (not intervals) on every sequence.
   const MpfrPrecision reference(1000);
   const Network<Mpfr> net = network_cast<Mpfr>(m.net);
@@ -145,6 +145,41 @@ TEST(Kajitsuka, MemorizesEveryLabelCheckedIndependentlyIn1000Bits) {
   EXPECT_GT(ks::certified_max_error(m.net, ds, m.min_bits / 2), 1e-6);
   EXPECT_LE(ks::certified_max_error(m.net, ds, m.min_bits), 1e-6);
   EXPECT_EQ(mpfr_carried_bits(m.min_bits), m.min_bits);  // the minimum is a precision MPFR carries exactly
+}
+
+TEST(Kajitsuka, TheBoundedValueMapStaysWithinItsTargetsWhereZhangsDoesNot) {
+  const Dataset ds = ks::demo_dataset(40, 4, 3, 10, 1);
+  ks::MemorizeOptions opt;
+  opt.value_map = ks::ValueMap::bounded;
+  const ks::Memorized b = ks::memorize(ds, opt);
+  EXPECT_LE(b.max_error, 1e-6);  // certified on every sequence, as Zhang's
+  EXPECT_EQ(b.hidden, 156u);     // the same q units
+  ASSERT_TRUE(std::isfinite(b.value_map_sup));
+  EXPECT_LE(b.value_map_sup, b.target_max * (1 + 1e-9));  // the interpolant stays between its targets
+  opt.value_map = ks::ValueMap::zhang;
+  const ks::Memorized z = ks::memorize(ds, opt);
+  EXPECT_FALSE(std::isfinite(z.value_map_sup));  // the last slope runs on
+  // Independently, in 512-bit MPFR: F(t) − b2 on a sweep across and beyond the data.
+  const MpfrPrecision precision(512);
+  const double lo = b.profile.t.front(), hi = b.profile.t.back(), span = hi - lo;
+  double zhang_max = 0;
+  for (int k = -50; k <= 150; ++k) {
+    const Mpfr t = Mpfr(lo) + Mpfr(span) * k / 100;
+    for (const ks::Memorized* m : {&b, &z}) {
+      const Layer<Rational>& ff = m->net.layers[1];
+      Mpfr F = Scalar<Mpfr>::from(ff.b2(0, 0));
+      for (Eigen::Index j = 0; j < ff.b1.rows(); ++j) {
+        const Mpfr pre = t + Scalar<Mpfr>::from(ff.b1(j, 0));
+        if (pre > 0) F += Scalar<Mpfr>::from(ff.w2(0, j)) * pre;
+      }
+      const double v = std::abs(Scalar<Mpfr>::to_double(F));
+      if (m == &b)
+        EXPECT_LE(v, b.target_max * (1 + 1e-9)) << "t = " << Scalar<Mpfr>::to_double(t);
+      else
+        zhang_max = std::max(zhang_max, v);
+    }
+  }
+  EXPECT_GT(zhang_max, 10 * b.target_max);  // the overshoot this map exists to remove
 }
 
 TEST(Kajitsuka, LabelsWiderThanTokensAreRejected) {

@@ -64,10 +64,23 @@ TEST(Yun, Lemma6AndTheGridHoldExactly) {
     EXPECT_GT(r.with_sentinel, 0);
     EXPECT_GT(r.cubes, 0);
     EXPECT_LE(r.max_abs_gc, Scalar<Rational>::to_double(m.plan.M));
-    if (!c.pe) {  // inputs with a repeated column map to 0
+    EXPECT_EQ(r.with_sentinel + r.repeated + r.distinct, r.inputs);
+    if (!c.pe) {  // inputs with a repeated column: property 4 checked on them, and they map to 0
+      EXPECT_GT(r.repeated, 0);
       EXPECT_EQ(r.repeated_zero, r.repeated_cubes);
     }
   }
+}
+
+TEST(Yun, PropertyFourCanFailOnRepeatedColumns) {
+  // A control: with t_r raised a thousandfold, shifted repeated-column entries fall inside
+  // [t_l, t_r] and the check must say so.
+  const yun::Target f = yun::builtin_target("tokenwise-sin");
+  yun::Modified m = yun::build_modified(f, 1, 2, 4, false);
+  m.plan.t_r *= 1000;
+  const yun::Lemma6 r = yun::check_lemma6(m, f, 100000, 1);
+  EXPECT_GT(r.violations[3], 0);
+  EXPECT_FALSE(r.ok());
 }
 
 TEST(Yun, LargeGridsAreSampledAndSaySo) {

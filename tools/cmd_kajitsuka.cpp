@@ -23,7 +23,7 @@ struct DemoSize {
 };
 
 struct Opts {
-  std::string data, out, report, mode = "tuned", tolerance = "1e-6";
+  std::string data, out, report, mode = "tuned", tolerance = "1e-6", value_map = "zhang";
   bool tied = false, force = false;
   std::uint64_t seed = 1;
   unsigned max_bits = 1u << 18;
@@ -125,17 +125,28 @@ int cmd_memorize(const Opts& o) {
   ks::MemorizeOptions opt;
   opt.contextual = contextual_options(o);
   opt.tolerance = tolerance;
+  opt.value_map = ks::parse_value_map(o.value_map);
   const ks::Memorized m = ks::memorize(ds, opt);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   print_contextual(ks::analyse(ds, true), m.contextual);
+  if (m.value_map == ks::ValueMap::zhang)
+    std::printf(
+        "feedforward Zhang et al.: one direction, %zu biases between the data, triangular solve (width q = "
+        "%zu)\n",
+        m.hidden, m.hidden);
+  else
+    std::printf(
+        "feedforward bounded: one direction, the piecewise-linear interpolant with knots at the data, flat "
+        "outside (width q = %zu)\n",
+        m.hidden);
+  std::printf("            sup over all inputs of |value map| <= %s (certified); the targets reach %.4g\n",
+              std::isfinite(m.value_map_sup) ? std::to_string(m.value_map_sup).c_str() : "inf (unbounded)",
+              m.target_max);
   std::printf(
-      "feedforward Zhang et al.: one direction, %zu interleaved biases, triangular solve (hidden width q = "
-      "%zu)\n",
-      m.hidden, m.hidden);
-  std::printf(
-      "parameters  attention %zu, feed-forward %zu, total %zu stored; Zhang form (paper's count): %zu + %zu "
-      "= %zu\n",
-      m.params_attention, m.params_ff, m.params_total, m.paper_attention, m.paper_ff, m.paper_total);
+      "parameters  attention %zu, feed-forward %zu, total %zu stored; Zhang form (4d or 2d tied, + d + q + "
+      "dq): %zu + %zu = %zu\n",
+      m.params_attention, m.params_ff, m.params_total, m.zhang_form_attention, m.zhang_form_ff,
+      m.zhang_form_total);
   std::printf(
       "certificate every output of all %zu sequences within %s of its label: max |y - label| <= %.3g (MPFI, "
       "%u bits)\n",
@@ -233,6 +244,10 @@ void add_kajitsuka_commands(CLI::App& app, Commands& commands) {
       ->required();
   mem->add_option("--tolerance", o->tolerance, "Every output within this of its label")
       ->capture_default_str();
+  mem->add_option("--value-map", o->value_map,
+                  "zhang (Zhang et al.'s layer) or bounded (knots at the data, flat outside them)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"zhang", "bounded"}));
   mem->add_flag("--force", o->force, "Replace an existing F64 .safetensors beside the output");
   commands.push_back({mem, [o] { return cmd_memorize(*o); }});
 

@@ -39,8 +39,10 @@ int cmd_approximate(ApproximateOpts& o) {
     return 0;
   }
   const std::vector<int> Ks = parse_int_list(o.sweep, "--sweep-delta", 2, 1 << 20);
-  std::cout << ex::sweep_delta(f, Ks, o.run, o.out_dir,
-                               [](int K) { std::fprintf(stderr, "K = %d ...\n", K); });
+  const OnProgress progress = progress_reporter();
+  std::cout << ex::sweep_delta(f, Ks, o.run, o.out_dir, [&](int K) {
+    report(progress, "approximate: K = " + std::to_string(K), 0, 0);
+  });
   return 0;
 }
 
@@ -59,6 +61,10 @@ void add_yun_commands(CLI::App& app, Commands& commands) {
                 "yun (Yun et al.'s proof) or kajitsuka (Proposition 1: FF, one rank-1 softmax head, FF)")
       ->capture_default_str()
       ->check(CLI::IsMember({"yun", "kajitsuka"}));
+  a->add_option(
+       "--value-map", o->run.value_map,
+       "kajitsuka: bounded (default; knots at the data, flat outside) or zhang (Zhang et al.'s layer)")
+      ->check(CLI::IsMember({"bounded", "zhang"}));
   a->add_option("--d", o->run.d, "Token dimension")->capture_default_str()->check(CLI::Range(1, 64));
   a->add_option("--n", o->run.n, "Sequence length")->capture_default_str()->check(CLI::Range(1, 64));
   a->add_option("--K", o->K, "Grid size: delta = 1/K")->capture_default_str()->check(CLI::Range(2, 1 << 20));

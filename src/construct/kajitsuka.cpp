@@ -450,14 +450,19 @@ double certified_max_error(const Network<Rational>& net, const Dataset& ds, unsi
 
 namespace {
 
-// Zhang et al.'s interpolation on the context ids: W1 = 1 aᵀ, biases interleaving the sorted
-// projections t_i, W2 = T H⁻¹ by the O(q) recurrence of the triangular system. Returns false
-// when the projections are not certified distinct at this precision.
-bool zhang_layer(const Facts& f, const Dataset& ds, const Network<Rational>& attention, std::uint64_t seed,
-                 Layer<Rational>& ff, std::size_t& q) {
+// The value map on the context ids, F(z) = z + W2 ReLU(1 aᵀz − b) + b2, with a seeded random
+// direction a; the sorted projections t_i = aᵀz_i must be certified distinct at this precision
+// (else false). Row r of W2 interpolates T_{r,i} = label_{r,i} − z_{r,i} at the t_i.
+//   zhang    Zhang et al.: biases interleaving the t_i (b_0 = t_0 − g, b_i = (t_{i−1} + t_i)/2),
+//            W2 from the triangular system Σ_{j≤i} w_j (t_i − b_j) = T_i by running sums. The
+//            slopes alternate and grow like ΔT/g, and the last one continues to infinity.
+//   bounded  knots at the data, b_i = t_i: b2 = T_0, unit j < q−1 carries the slope change at
+//            t_j of the piecewise-linear interpolant, and unit q−1 cancels the final slope, so
+//            F − z stays within [min T, max T] everywhere (the same q units).
+bool value_map_layer(const Facts& f, const Dataset& ds, const Network<Rational>& attention, ValueMap kind,
+                     std::uint64_t seed, Layer<Rational>& ff, ValueMapProfile& profile) {
   const auto z = context_ids<Mpfi>(attention, f);
-  // One context per (token, set); its label from a sequence holding that set.
-  struct Ctx {
+  struct Ctx {  // one context per (token, set); its label from a sequence holding that set
     Mpfi t;
     int set, col;
   };
@@ -472,7 +477,7 @@ bool zhang_layer(const Facts& f, const Dataset& ds, const Network<Rational>& att
       cs.push_back({Mpfi(ai.dot(z[s].col(k))), static_cast<int>(s), k});
   std::sort(cs.begin(), cs.end(),
             [](const Ctx& x, const Ctx& y) { return mp::median(x.t) < mp::median(y.t); });
-  q = cs.size();
+  const std::size_t q = cs.size();
   Mpfr g = -1;
   for (std::size_t i = 0; i + 1 < q; ++i) {
     if (!(upper(cs[i].t) < lower(cs[i + 1].t))) return false;
@@ -485,7 +490,10 @@ bool zhang_layer(const Facts& f, const Dataset& ds, const Network<Rational>& att
   for (std::size_t i = 0; i < q; ++i)
     t[i] = mp::median(cs[i].t);
   for (std::size_t i = 0; i < q; ++i) {
-    b[i] = i == 0 ? Mpfr(t[0] - g) : Mpfr((t[i - 1] + t[i]) / 2);
+    if (kind == ValueMap::bounded)
+      b[i] = t[i];
+    else
+      b[i] = i == 0 ? Mpfr(t[0] - g) : Mpfr((t[i - 1] + t[i]) / 2);
     bq[i] = Scalar<Mpfr>::to_rational(b[i]);
     b[i] = Scalar<Mpfr>::from(bq[i]);
   }
@@ -497,23 +505,100 @@ bool zhang_layer(const Facts& f, const Dataset& ds, const Network<Rational>& att
     ff.w1.row(j) = a.transpose();
     ff.b1(j, 0) = -bq[j];
   }
-  // Row r of W2: Σ_{j≤i} w_j (t_i − b_j) = T_{r,i}; with S = Σ w_j and P = Σ w_j b_j over j < i,
-  // w_i = (T_{r,i} − (t_i S − P)) / (t_i − b_i).
-  const int k_out = f.label_dim;
-  for (int r = 0; r < k_out; ++r) {
+  auto target = [&](int r, std::size_t i) {
+    const Sequence& seq = ds.sequences[f.first_with_set[cs[i].set]];
+    return Mpfr(Scalar<Mpfr>::from(seq.y(r, cs[i].col)) - mp::median(z[cs[i].set](r, cs[i].col)));
+  };
+  profile.t.resize(q), profile.target.resize(q);
+  for (std::size_t i = 0; i < q; ++i)
+    profile.t[i] = Scalar<Mpfr>::to_double(t[i]), profile.target[i] = Scalar<Mpfr>::to_double(target(0, i));
+  // With S = Σ w_j and P = Σ w_j b_j over the units already set, the value at t_i is t_i S − P.
+  for (int r = 0; r < f.label_dim; ++r) {
     Mpfr S(0), P(0);
-    for (std::size_t i = 0; i < q; ++i) {
-      const Sequence& seq = ds.sequences[f.first_with_set[cs[i].set]];
-      Mpfr target = Scalar<Mpfr>::from(seq.y(r, cs[i].col)) - mp::median(z[cs[i].set](r, cs[i].col));
-      Mpfr w = (target - (t[i] * S - P)) / (t[i] - b[i]);
-      S += w, P += w * b[i];
-      ff.w2(r, i) = Scalar<Mpfr>::to_rational(w);
+    if (kind == ValueMap::zhang)
+      for (std::size_t i = 0; i < q; ++i) {  // unit i is the last one active at t_i
+        Mpfr w = (target(r, i) - (t[i] * S - P)) / (t[i] - b[i]);
+        S += w, P += w * b[i];
+        ff.w2(r, i) = Scalar<Mpfr>::to_rational(w);
+      }
+    else {
+      const Mpfr T0 = target(r, 0);
+      ff.b2(r, 0) = Scalar<Mpfr>::to_rational(T0);
+      Rational slope(0);                     // exact, so that the last unit cancels it exactly
+      for (std::size_t i = 1; i < q; ++i) {  // unit i − 1 sets the slope on [t_{i−1}, t_i]
+        Mpfr w = (target(r, i) - T0 - (t[i] * S - P)) / (t[i] - b[i - 1]);
+        S += w, P += w * b[i - 1];
+        ff.w2(r, i - 1) = Scalar<Mpfr>::to_rational(w);
+        slope += ff.w2(r, i - 1);
+      }
+      ff.w2(r, q - 1) = -slope;  // flat beyond t_{q−1}
     }
   }
   return true;
 }
 
 }  // namespace
+
+ValueMap parse_value_map(const std::string& s) {
+  if (s == "zhang") return ValueMap::zhang;
+  if (s == "bounded") return ValueMap::bounded;
+  throw Error("value map \"" + s + "\": expected zhang or bounded");
+}
+
+const char* value_map_name(ValueMap v) {
+  return v == ValueMap::zhang ? "zhang" : "bounded";
+}
+
+ValueMapBound value_map_bound(const Layer<Rational>& ff, int row, unsigned bits) {
+  // F(t) = b2 + Σ_j w_j ReLU(t − b_j) is piecewise linear with knots b_j: its supremum over R is at a
+  // knot, or infinite unless the final slope Σ w_j is 0 (exact, in rationals). The values at the
+  // knots come from running sums over the sorted knots, in MPFI.
+  const MpfrPrecision precision(bits);
+  const Eigen::Index q = ff.b1.rows();
+  std::vector<std::pair<Rational, Rational>> units;  // (b_j, w_j), sorted by b_j
+  Rational slope(0);
+  for (Eigen::Index j = 0; j < q; ++j) {
+    units.push_back({Rational(-ff.b1(j, 0)), ff.w2(row, j)});
+    slope += ff.w2(row, j);
+  }
+  std::sort(units.begin(), units.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+  ValueMapBound r;
+  Mpfi S(0), P(0);
+  const Mpfi b2 = Scalar<Mpfi>::from(ff.b2(row, 0));
+  for (const auto& [bj, wj] : units) {
+    const Mpfi knot = Scalar<Mpfi>::from(bj), w = Scalar<Mpfi>::from(wj);
+    const Mpfr hi = upper(mp::abs(b2 + S * knot - P));  // the value at b_j (the units before it)
+    r.sup = std::max(r.sup, mpfr_number_p(hi.backend().data()) ? up(hi) : kInf);
+    S += w, P += w * knot;
+  }
+  r.final_slope = Scalar<Rational>::to_double(slope);
+  if (slope != 0) r.sup = kInf;
+  return r;
+}
+
+std::vector<double> value_map_curve(const Layer<Rational>& ff, int row, const std::vector<double>& ts,
+                                    unsigned bits) {
+  const MpfrPrecision precision(bits);
+  std::vector<std::pair<Rational, Rational>> units;  // (b_j, w_j), sorted by b_j
+  for (Eigen::Index j = 0; j < ff.b1.rows(); ++j)
+    units.push_back({Rational(-ff.b1(j, 0)), ff.w2(row, j)});
+  std::sort(units.begin(), units.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+  std::vector<Mpfr> S(units.size() + 1, Mpfr(0)), P(units.size() + 1, Mpfr(0));  // over the first k
+  for (std::size_t k = 0; k < units.size(); ++k) {
+    S[k + 1] = S[k] + Scalar<Mpfr>::from(units[k].second);
+    P[k + 1] = P[k] + Scalar<Mpfr>::from(units[k].second) * Scalar<Mpfr>::from(units[k].first);
+  }
+  std::vector<double> out;
+  for (double t : ts) {
+    const Rational tq = rational_of(t);
+    const std::size_t k = static_cast<std::size_t>(
+        std::upper_bound(units.begin(), units.end(), tq,
+                         [](const Rational& x, const auto& u) { return x < u.first; }) -
+        units.begin());  // the units with b_j ≤ t are on
+    out.push_back(Scalar<Mpfr>::to_double(Scalar<Mpfr>::from(ff.b2(row, 0)) + Mpfr(t) * S[k] - P[k]));
+  }
+  return out;
+}
 
 Memorized memorize(const Dataset& ds, const MemorizeOptions& opt) {
   const Facts f = analyse(ds, true);
@@ -550,7 +635,8 @@ Memorized memorize(const Dataset& ds, const MemorizeOptions& opt) {
     Layer<Rational> ff;
     bool ok = false;
     for (int dir = 0; dir < 3 && !ok; ++dir)
-      ok = zhang_layer(f, ds, m.contextual.net, opt.contextual.seed + dir, ff, m.hidden);
+      ok = value_map_layer(f, ds, m.contextual.net, opt.value_map, opt.contextual.seed + dir, ff, m.profile);
+    m.hidden = static_cast<std::size_t>(ff.b1.rows());
     if (ok) {
       ffs.width = static_cast<int>(m.hidden);
       Architecture a = arch;
@@ -617,9 +703,14 @@ Memorized memorize(const Dataset& ds, const MemorizeOptions& opt) {
   m.params_ff = count(m.net, "layers.1.");
   m.params_total = m.net.parameter_count();
   const std::size_t q = m.hidden;
-  m.paper_attention = opt.contextual.tied ? 2 * d : 4 * d;
-  m.paper_ff = d + q + d * q;
-  m.paper_total = m.paper_attention + m.paper_ff;
+  m.zhang_form_attention = opt.contextual.tied ? 2 * d : 4 * d;
+  m.zhang_form_ff = d + q + d * q;
+  m.zhang_form_total = m.zhang_form_attention + m.zhang_form_ff;
+  m.value_map = opt.value_map;
+  for (int r = 0; r < k; ++r)
+    m.value_map_sup = std::max(m.value_map_sup, value_map_bound(m.net.layers[1], r, m.bits_used).sup);
+  for (double x : m.profile.target)
+    m.target_max = std::max(m.target_max, std::abs(x));
   return m;
 }
 
@@ -638,7 +729,11 @@ json Memorized::report() const {
       {"float64_max_error", std::isfinite(float64_max_error) ? json(float64_max_error) : json(nullptr)},
       {"parameters", {{"attention", params_attention}, {"feedforward", params_ff}, {"total", params_total}}},
       {"parameters_zhang_form",
-       {{"attention", paper_attention}, {"feedforward", paper_ff}, {"total", paper_total}}}};
+       {{"attention", zhang_form_attention}, {"feedforward", zhang_form_ff}, {"total", zhang_form_total}}},
+      {"value_map",
+       {{"form", value_map_name(value_map)},
+        {"sup_abs_certified", std::isfinite(value_map_sup) ? json(value_map_sup) : json("inf")},
+        {"max_abs_target_row0", target_max}}}};
 }
 
 // ---- Theorem 1 ---------------------------------------------------------------------------------

@@ -257,20 +257,20 @@ void add_quantization(Builder& b, const Plan& p) {
       });
 }
 
-// Proposition 1's F1: one FF sub-layer of width dK. Unit (i, k) applies φ(t) = δ/2 − t on [0, δ)
-// (0 elsewhere) to x_i − kδ; on [0, 1) exactly one unit per coordinate is on, so
-// x_i + Σ_k φ(x_i − kδ) = kδ + δ/2, the centre of x_i's cell (never 0).
+// Proposition 1's F1: one FF sub-layer of width dK (PE: dnK, the entries of column j lie in
+// [j, j+1)). Unit (i, k) applies φ(t) = δ/2 − t on [0, δ) (0 elsewhere) to x_i − kδ; exactly one
+// unit per coordinate is on, so x_i + Σ_k φ(x_i − kδ) = kδ + δ/2, the centre of x_i's cell (never 0).
 void add_centre_quantization(Builder& b, const Plan& p) {
-  const int d = p.d, K = p.K;
+  const int d = p.d, cells = p.K * (p.pe ? p.n : 1);
   LayerSpec s = phi_layer({0, p.delta}, {{0, 0}, {-1, p.delta / 2}, {0, 0}});
-  s.width = d * K;
+  s.width = d * cells;
   b.add(s, [=](Layer<Rational>& L) {
     L.w1.setZero(), L.w2.setZero();
     for (int i = 0; i < d; ++i)
-      for (int k = 0; k < K; ++k) {
-        L.w1(i * K + k, i) = 1;
-        L.w2(i, i * K + k) = 1;
-        L.b1(i * K + k, 0) = -Rational(k, K);
+      for (int k = 0; k < cells; ++k) {
+        L.w1(i * cells + k, i) = 1;
+        L.w2(i, i * cells + k) = 1;
+        L.b1(i * cells + k, 0) = -Rational(k, p.K);
       }
   });
 }
@@ -469,31 +469,47 @@ Modified build_modified(const Target& f, int d, int n, int K, bool pe, long max_
   return m;
 }
 
-Modified build_kajitsuka(const Target& f, int d, int n, int K, long max_sequences) {
+Modified build_kajitsuka(const Target& f, int d, int n, int K, bool pe, kajitsuka::ValueMap value_map,
+                         long max_sequences) {
   Modified m;
   m.construction = "kajitsuka";
   check_sizes(d, n, K);
   const long long Kd = grid_columns(d, K);
-  check_fills(Kd, n);
-  if (binomial(Kd, n) > max_sequences)
-    throw Error("Proposition 1 on this grid memorizes " + count_text(binomial(Kd, n)) +
+  long long sequences = 1;  // PE: every grid input (K^{dn}); without: every set of n distinct columns
+  if (pe)
+    for (int j = 0; j < n; ++j)
+      sequences = limits::saturating_mul(sequences, Kd);
+  else {
+    check_fills(Kd, n);
+    sequences = binomial(Kd, n);
+  }
+  if (sequences > max_sequences)
+    throw Error("Proposition 1 on this grid memorizes " + count_text(sequences) +
                 " sequences, over the limit of " + std::to_string(max_sequences) + " (--max-layers)");
-  m.plan = plan(d, n, K, false);
+  m.plan = plan(d, n, K, pe);
   const Plan& p = m.plan;
+  // The memorized data: cell centres (plus the positional encoding j, which makes the tokens of a
+  // sequence distinct), labelled with f at the centres.
   Dataset ds;
   ds.d = d;
   ds.label_dim = d;
   for (const Mat<Rational>& L0 : grid_inputs(p)) {
     Sequence s;
-    s.x = L0.unaryExpr([&](const Rational& x) { return Rational(x + p.delta / 2); });
-    s.y = to_rational(f.f(to_double(s.x)));
+    const Mat<Rational> centre = L0.unaryExpr([&](const Rational& x) { return Rational(x + p.delta / 2); });
+    s.x = centre;
+    if (pe)
+      for (int j = 0; j < n; ++j)
+        s.x.col(j).array() += Rational(j);
+    s.y = to_rational(f.f(to_double(centre)));
     ds.sequences.push_back(std::move(s));
   }
   kajitsuka::MemorizeOptions mo;
   mo.contextual.search_min_bits = false;
+  mo.value_map = value_map;
   const kajitsuka::Memorized mem = kajitsuka::memorize(ds, mo);
   Builder b;
   b.arch.d = d;
+  if (pe) b.arch.max_len = n;
   add_centre_quantization(b, p);
   const Network<Rational> q = b.make();
   Architecture arch = q.arch;
@@ -501,6 +517,9 @@ Modified build_kajitsuka(const Target& f, int d, int n, int K, long max_sequence
     arch.layers.push_back(s);
   arch.readout = mem.net.arch.readout;
   m.net = Network<Rational>(arch);
+  if (pe)
+    for (int j = 0; j < n; ++j)
+      m.net.pe.col(j).setConstant(Rational(j));
   for (std::size_t i = 0; i < q.layers.size(); ++i)
     m.net.layers[i] = q.layers[i];
   for (std::size_t i = 0; i < mem.net.layers.size(); ++i)
@@ -518,6 +537,8 @@ Modified build_kajitsuka(const Target& f, int d, int n, int K, long max_sequence
   m.float64_ok = mem.float64_works;
   m.bits = mem.bits_used;
   m.extra = mem.report();
+  m.profile = mem.profile;
+  m.value_map = m.net.layers[q.layers.size() + 1];
   return m;
 }
 
@@ -541,11 +562,11 @@ json Modified::report() const {
               {"value_map", kaj ? 1L : counts.formula_value_map}}},
             {"parameters", counts.parameters},
             {"contexts", contexts}};
+  r["positional_encoding"] = p.pe;
   if (kaj) {
     r["memorize"] = extra;
     return r;
   }
-  r["positional_encoding"] = p.pe;
   r["constants"] = {{"J", num(p.J)},     {"c", num(p.c)},
                     {"t_l", num(p.t_l)}, {"t_r", num(p.t_r)},
                     {"M", num(p.M)},     {"log2_t_r_over_delta", std::log2(num(p.t_r) * p.K)}};
@@ -668,12 +689,13 @@ json Lemma6::report() const {
   return {{"inputs", inputs},
           {"exhaustive", exhaustive},
           {"with_sentinel", with_sentinel},
+          {"repeated_columns", repeated},
           {"distinct_columns", distinct},
           {"violations",
            {{"1_distinct_entries", violations[0]},
             {"2_disjoint_contexts", violations[1]},
             {"3_inside_thresholds", violations[2]},
-            {"4_sentinel_outside", violations[3]}}},
+            {"4_outside_for_sentinel_or_repeated_columns", violations[3]}}},
           {"max_abs_gc", max_abs_gc},
           {"cubes_distinct_columns", cubes},
           {"cubes_equal_fbar", cubes_equal},
@@ -717,15 +739,17 @@ Lemma6 check_lemma6(const Modified& m, const Target& f, long limit, std::uint64_
     for (Eigen::Index i = 0; i < Z.size(); ++i)
       r.max_abs_gc = std::max(r.max_abs_gc, std::abs(Scalar<Rational>::to_double(Z(i))));
     const Mat<Rational> q = p.u.transpose() * Z;
-    if (sentinel) {
-      ++r.with_sentinel;
+    // Property 4 on G_δ^+ − G̃_δ (a sentinel entry, or two equal columns): the slides ask that q(L)
+    // not lie in [t_l, t_r]^{1×n}; the value map needs more, every entry outside, checked here.
+    const bool repeated = !sentinel && !distinct_columns(L);
+    if (sentinel || repeated) {
+      ++(sentinel ? r.with_sentinel : r.repeated);
       bool bad = false;
       for (int j = 0; j < n; ++j)
         bad |= q(0, j) >= lo && q(0, j) <= hi;
       r.violations[3] += bad;
       continue;
     }
-    if (!distinct_columns(L)) continue;
     ++r.distinct;
     std::vector<std::string> cols;  // canonical form: the multiset of columns (PE: the sequence)
     for (int j = 0; j < n; ++j) {

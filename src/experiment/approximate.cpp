@@ -4,6 +4,8 @@
 
 #include <cmath>
 
+#include "uatlab/construct/kajitsuka.hpp"
+
 #include "uatlab/io/json.hpp"
 #include "uatlab/io/model_file.hpp"
 #include "uatlab/io/report.hpp"
@@ -24,12 +26,15 @@ Approximation approximate(const yun::Target& f, int K, const ApproximateOptions&
     throw Error("target \"" + f.name +
                 "\" is not permutation equivariant (f(XP) != f(X)P on a random input): use --pe (Theorem 3)");
   const bool kaj = o.construction == "kajitsuka";
-  if (kaj && o.pe)
-    throw Error("--construction kajitsuka covers permutation-equivariant targets only (no --pe)");
+  if (!kaj && !o.value_map.empty())
+    throw Error("--value-map applies to --construction kajitsuka (Yun's value map is its own)");
   report(o.progress, "approximate: build the " + o.construction + " construction, K = " + std::to_string(K),
          0, 0);
-  yun::Modified m = kaj ? yun::build_kajitsuka(f, o.d, o.n, K, o.max_layers)
-                        : yun::build_modified(f, o.d, o.n, K, o.pe, o.max_layers);
+  yun::Modified m =
+      kaj ? yun::build_kajitsuka(f, o.d, o.n, K, o.pe,
+                                 kajitsuka::parse_value_map(o.value_map.empty() ? "bounded" : o.value_map),
+                                 o.max_layers)
+          : yun::build_modified(f, o.d, o.n, K, o.pe, o.max_layers);
   Approximation r;
   r.report = m.report();
   r.report["target"] = f.name;
@@ -45,6 +50,8 @@ Approximation approximate(const yun::Target& f, int K, const ApproximateOptions&
     if (c.max_abs_gc > Scalar<Rational>::to_double(m.plan.M))
       throw Error("an entry of g_c exceeds the bound M: the value map would be wrong");
   }
+  if (kaj && !o.lambda.empty())
+    throw Error("--lambda: Proposition 1's attention is softmax already, there is no hardmax to replace");
   const Rational lambda = o.lambda.empty() ? yun::default_lambda(m.plan) : parse_rational(o.lambda);
   Rational eta = o.eta.empty() ? Rational(1, K) : parse_rational(o.eta);
   if (o.eta.empty())
@@ -53,7 +60,7 @@ Approximation approximate(const yun::Target& f, int K, const ApproximateOptions&
   const Network<Rational> g = yun::standardize(m.net, lambda, eta);
   const MpfrPrecision precision(std::max(m.bits + 64, yun::standard_bits(m.plan, eta)));
   const unsigned bits = precision.bits();
-  r.report["standard"] = {{"lambda", lambda.str()},
+  r.report["standard"] = {{"lambda", kaj ? json("not used (no hardmax layer)") : json(lambda.str())},
                           {"eta", eta.str()},
                           {"parameters", g.parameter_count()},
                           {"mpfr_bits", bits},
@@ -118,6 +125,7 @@ std::string sweep_delta(const yun::Target& f, const std::vector<int>& Ks, const 
           err_std[k].err.push_back((r.standard[k].hi - r.standard[k].lo) / 2);
     }
     if (j.contains("lemma6")) row.push_back(j.at("lemma6").at("ok").get<bool>() ? "yes" : "NO");
+    if (j.contains("grid_max_error")) row.push_back(fixed(j.at("grid_max_error").get<double>(), 3));
     rows.push_back(row);
     layers.x.push_back(delta), layers.y.push_back(static_cast<double>(total));
     params.x.push_back(delta), params.y.push_back(j.at("parameters").get<double>());
@@ -129,7 +137,7 @@ std::string sweep_delta(const yun::Target& f, const std::vector<int>& Ks, const 
     for (std::string w : {"modified", "standard"})
       for (std::string s : {"", "_lo", "_hi"})
         header.push_back("d" + std::to_string(p) + "_" + w + s);
-  if (o.check) header.push_back("exact_check_ok");
+  if (o.check) header.push_back(o.construction == "kajitsuka" ? "grid_max_error" : "exact_check_ok");
   make_dirs(out_dir);
   write_file_atomic(out_dir + "/sweep.csv", csv_text(header, rows));
   LinePlot e{"Yun et al. on \"" + f.name + "\" (d = " + std::to_string(o.d) + ", n = " + std::to_string(o.n) +
@@ -155,7 +163,41 @@ std::string sweep_delta(const yun::Target& f, const std::vector<int>& Ks, const 
   s.logx = s.logy = true;
   s.series = {layers, lay_formula, params};
   plot_png(out_dir + "/size_vs_delta.png", s);
+  if (o.construction == "kajitsuka") plot_value_maps(f, Ks.back(), o, out_dir + "/value_map.png");
   return markdown_table(header, rows);
+}
+
+void plot_value_maps(const yun::Target& f, int K, const ApproximateOptions& o, const std::string& path) {
+  // Both value maps on the same attention (same seed, so the same direction a and the same t_i).
+  LinePlot p{"Prop. 1's value map, " + f.name + ", K = " + std::to_string(K), "t = a^T z",
+             "F2(t), first output row (MPFR)"};
+  double lo = 0, hi = 0, reach = 0;
+  for (const auto map : {kajitsuka::ValueMap::bounded, kajitsuka::ValueMap::zhang}) {
+    const yun::Modified m = yun::build_kajitsuka(f, o.d, o.n, K, o.pe, map, o.max_layers);
+    const auto& pr = m.profile;
+    if (map == kajitsuka::ValueMap::bounded) {
+      lo = pr.t.front(), hi = pr.t.back();
+      for (double y : pr.target)
+        reach = std::max(reach, std::abs(y));
+      Series data{"fitted contexts (t_i, label - z)", pr.t, pr.target, {}};
+      data.style = Series::Style::points;
+      p.series.push_back(data);
+    }
+    const json& sup = m.extra.at("value_map").at("sup_abs_certified");
+    Series c{std::string(kajitsuka::value_map_name(map)) + " (certified sup |F2| = " +
+                 (sup.is_number() ? fixed(sup.get<double>(), 3) : std::string("inf")) + ")",
+             {},
+             {},
+             {}};
+    c.style = Series::Style::lines;
+    const double margin = 0.25 * (hi - lo);
+    for (int k = 0; k <= 2000; ++k)
+      c.x.push_back(lo - margin + (hi - lo + 2 * margin) * k / 2000);
+    c.y = kajitsuka::value_map_curve(m.value_map, 0, c.x, std::max(m.bits, 64u));
+    p.series.push_back(c);
+  }
+  p.ymin = -3 * reach, p.ymax = 3 * reach;
+  plot_png(path, p);
 }
 
 }  // namespace uatlab::experiment

@@ -127,6 +127,7 @@ void plot_png(const std::string& path, const LinePlot& p) {
     << "\nset grid\nset key outside right top\n";
   if (p.logx) s << "set logscale x\n";
   if (p.logy) s << "set logscale y\n";
+  if (p.ymin < p.ymax) s << "set yrange [" << num(p.ymin) << ":" << num(p.ymax) << "]\n";
   if (!p.xtics.empty()) {
     s << "set xtics (";
     for (std::size_t i = 0; i < p.xtics.size(); ++i)
@@ -142,8 +143,11 @@ void plot_png(const std::string& path, const LinePlot& p) {
   }
   s << "plot ";
   for (std::size_t k = 0; k < p.series.size(); ++k)
-    s << (k ? ", " : "") << "$d" << k << " using 1:2:3 with yerrorlines lw 2 pt 7 title "
-      << gq(p.series[k].label);
+    s << (k ? ", " : "") << "$d" << k
+      << (p.series[k].style == Series::Style::errorlines ? " using 1:2:3 with yerrorlines lw 2 pt 7"
+          : p.series[k].style == Series::Style::lines    ? " using 1:2 with lines lw 2"
+                                                         : " using 1:2 with points pt 7 ps 0.8")
+      << " title " << gq(p.series[k].label);
   run_gnuplot(path, s.str());
 }
 

@@ -8,7 +8,8 @@
 //   find_projection    Lemma 3: a seeded random unit v with |vᵀ(x−x')| ≥ κ‖x−x'‖ over V ∪ {0}
 //   build_contextual   W_K = vᵀ, W_Q = c·vᵀ, W_V = vᵀ, W_O = ε/(4 r_max)·v  (faithful or tuned c),
 //                      certify the context ids' separation with MPFI, find the bits it needs
-//   memorize           + Zhang's interpolating ReLU layer on the context ids, certified end to end
+//   memorize           + an interpolating ReLU layer on the context ids (Zhang et al.'s, or the
+//                      bounded interpolant with knots at the data), certified end to end
 //   hardmax_counterexample  Theorem 1's collinear pair, exact in rationals
 #pragma once
 
@@ -95,9 +96,33 @@ Separation certify_separation(const Network<Rational>& attention, const Facts& f
 
 Contextual build_contextual(const Facts& f, const ContextualOptions& opt);
 
+// The feed-forward value map on the context ids (see value_map_layer in kajitsuka.cpp):
+// zhang (Zhang et al.: biases between the data, slopes that alternate and grow, unbounded outside)
+// or bounded (knots at the data, the piecewise-linear interpolant, flat outside).
+enum class ValueMap { zhang, bounded };
+ValueMap parse_value_map(const std::string& s);
+const char* value_map_name(ValueMap v);
+
+// What the value map was fitted to, for plots: the sorted projections t_i = aᵀz_i of the context
+// ids and the first output row's target label − z (doubles).
+struct ValueMapProfile {
+  std::vector<double> t, target;
+};
+
+// Certified bound on F(t) = b2 + Σ_j w2_{row,j} ReLU(t + b1_j) over all real t (MPFI at `bits`):
+// infinite when the final slope Σ_j w2_{row,j} is not exactly 0.
+struct ValueMapBound {
+  double sup = 0, final_slope = 0;
+};
+ValueMapBound value_map_bound(const Layer<Rational>& ff, int row, unsigned bits);
+// F(t) of the same layer at each t, in MPFR at `bits` (the weights cancel
+// catastrophically in double), for plots.
+std::vector<double> value_map_curve(const Layer<Rational>& ff, int row, const std::vector<double>& ts,
+                                    unsigned bits);
+
 struct Memorized {
   Contextual contextual;
-  Network<Rational> net;   // attention + Zhang feed-forward (+ readout when labels are shorter than d)
+  Network<Rational> net;   // attention + value map (+ readout when labels are shorter than d)
   std::size_t hidden = 0;  // q: distinct contexts
   double max_error = 0;    // largest |output − label| enclosure bound at bits_used
   double seconds_contextual = 0, seconds_construct_certify = 0, seconds_min_bits = 0;
@@ -105,13 +130,19 @@ struct Memorized {
   bool float64_works = false;
   double float64_max_error = 0;
   std::size_t params_attention = 0, params_ff = 0, params_total = 0;  // stored
-  std::size_t paper_attention = 0, paper_ff = 0, paper_total = 0;     // Zhang form: 4d (2d tied), d + q + dq
+  // The Zhang form's count (uatlab's, not a formula from the paper): 4d (2d tied) + d + q + dq.
+  std::size_t zhang_form_attention = 0, zhang_form_ff = 0, zhang_form_total = 0;
+  ValueMap value_map = ValueMap::zhang;
+  ValueMapProfile profile;
+  double value_map_sup = 0;  // certified sup over all t and output rows of |F(t)| (inf: unbounded)
+  double target_max = 0;     // max |label − z| over the contexts, what F must reach
   nlohmann::json report() const;
 };
 
 struct MemorizeOptions {
   ContextualOptions contextual;
   std::string tolerance = "1e-6";  // every output within this of its label
+  ValueMap value_map = ValueMap::zhang;
 };
 
 // Certified memorization: every training sequence is evaluated through the whole network in

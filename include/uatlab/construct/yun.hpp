@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "uatlab/construct/kajitsuka.hpp"
 #include "uatlab/model/network.hpp"
 
 namespace uatlab::yun {
@@ -68,17 +69,25 @@ struct Modified {
   Network<Rational> net;  // ḡ: hardmax attention, Φ activations, exact weights
   Counts counts;
   std::size_t contexts = 0;  // distinct contextual values (value-map layers)
+  // Kajitsuka: the value-map sub-layer F2 and what it was fitted to (for plots along aᵀz).
+  Layer<Rational> value_map;
+  kajitsuka::ValueMapProfile profile;
   nlohmann::json report() const;
 };
 // Throws Error when the network would exceed max_layers (the count is in the message).
 Modified build_modified(const Target& f, int d, int n, int K, bool pe, long max_layers = 20000);
 
 // Kajitsuka & Sato's Proposition 1 on the same grid: F2(FF) ∘ F(SA) ∘ F1(FF) with F1 one FF
-// sub-layer of width dK quantizing onto cell centres (so that no token is 0), F(SA) one rank-1 softmax head
-// and F2 Zhang's memorizing layer, both from `uatlab memorize` on the grid's distinct-column
-// sequences labelled with f at the cube centres (certified in MPFI there). `counts.attention` is
-// 1, `counts.value_map` 1 (one FF layer of width `contexts`). The report adds the memorization's.
-Modified build_kajitsuka(const Target& f, int d, int n, int K, long max_sequences = 20000);
+// sub-layer of width dK quantizing onto cell centres (so that no token is 0), F(SA) one rank-1
+// softmax head and F2 a memorizing ReLU layer (`value_map`: bounded, or Zhang et al.'s, which
+// overshoots between and beyond the data), both from `uatlab memorize` on the grid's
+// distinct-column sequences labelled with f at the cube centres (certified in MPFI there). With
+// pe, column j gets j added (every grid input is memorized, its tokens distinct by position) and f
+// need not be permutation equivariant. `counts.attention` is 1, `counts.value_map` 1 (one FF layer
+// of width `contexts`). The report adds the memorization's.
+Modified build_kajitsuka(const Target& f, int d, int n, int K, bool pe = false,
+                         kajitsuka::ValueMap value_map = kajitsuka::ValueMap::bounded,
+                         long max_sequences = 20000);
 
 // Lemma 9: the same network with softmax scale λ and every Φ unit replaced by ReLUs (two per
 // breakpoint: width ≤ 4 per unit) that agree with it outside ramps of width η before each breakpoint.
@@ -87,8 +96,9 @@ Network<Rational> standardize(const Network<Rational>& modified, const Rational&
 Rational default_lambda(const Plan& p);
 
 struct Lemma6 {
-  // G_δ^+ inputs checked, of which with a sentinel / distinct columns (no sentinel)
-  long inputs = 0, with_sentinel = 0, distinct = 0;
+  // G_δ^+ inputs checked, of which with a sentinel / repeated columns (no sentinel) / distinct
+  // columns (no sentinel: G̃_δ). Properties 1-3 are checked on G̃_δ, 4 on the other two.
+  long inputs = 0, with_sentinel = 0, repeated = 0, distinct = 0;
   bool exhaustive = false;
   long violations[4] = {0, 0, 0, 0};  // properties 1-4
   double max_abs_gc = 0;              // largest |entry| of g_c seen (must be ≤ M)

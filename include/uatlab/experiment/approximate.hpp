@@ -21,6 +21,7 @@ struct ApproximateOptions {
   bool pe = false, check = true;
   long samples = 20000, samples_standard = 2000, check_limit = 200000, max_layers = 20000;
   std::string lambda, eta;       // exact; empty: the defaults (default_lambda, δ·2^-40)
+  std::string value_map;         // kajitsuka: "bounded" (empty: the default) or "zhang"
   std::vector<int> ps = {1, 2};  // exponents of d_p (one or two)
   std::uint64_t seed = 1;
   std::string out, standard_out;  // optional safetensors of the two networks
@@ -34,8 +35,14 @@ struct Approximation {
 // Refuses a target that is not permutation equivariant without pe (20 seeded random trials).
 Approximation approximate(const yun::Target& f, int K, const ApproximateOptions& o);
 
-// For each K: approximate, then out_dir/sweep.csv, error_vs_delta.png and size_vs_delta.png;
-// returns the Markdown table. `progress` is told each K before it starts.
+// Proposition 1 at K with both value maps (bounded and Zhang's): F2 along the direction aᵀz of
+// its first output row, over the fitted range and a quarter beyond each side, with the fitted
+// contexts as points (PNG).
+void plot_value_maps(const yun::Target& f, int K, const ApproximateOptions& o, const std::string& path);
+
+// For each K: approximate, then out_dir/sweep.csv, error_vs_delta.png and size_vs_delta.png
+// (Proposition 1: and value_map.png at the last K); returns the Markdown table. `progress` is
+// told each K before it starts.
 std::string sweep_delta(const yun::Target& f, const std::vector<int>& Ks, const ApproximateOptions& o,
                         const std::string& out_dir, const std::function<void(int K)>& progress = {});
 

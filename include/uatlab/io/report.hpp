@@ -20,6 +20,7 @@ double sd(const std::vector<double>& v);  // sample standard deviation, 0 for on
 struct Series {
   std::string label;
   std::vector<double> x, y, err;  // err empty, or one half-width per point (error bars)
+  enum class Style { errorlines, lines, points } style = Style::errorlines;
 };
 
 struct LinePlot {
@@ -28,6 +29,7 @@ struct LinePlot {
       : title(std::move(t)), xlabel(std::move(x)), ylabel(std::move(y)) {}
   std::string title, xlabel, ylabel;
   bool logx = false, logy = false;
+  double ymin = 0, ymax = 0;  // ymin < ymax: a fixed y range (what leaves it is cut off)
   std::vector<Series> series;
   std::vector<std::string> xtics;  // non-empty: categorical x (x = 0, 1, ... labelled by these)
 };
