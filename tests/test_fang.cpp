@@ -67,6 +67,23 @@ TEST(Fang, TheProofFailsOutsideTheBoxAndForWrongReadouts) {
   fg::Proof wide = fg::prove(net, L, p, Rational(3), fg::Variant::single_head, 1);  // claimed on [-3, 3]^2
   EXPECT_FALSE(wide.gates);
   EXPECT_FALSE(wide.exact());
+  // A network of this layout that computes a higher degree than N is refused by the degree bound,
+  // whatever the grid says: here block 1's query also reads x_1.
+  {
+    const fg::Layout L2 = fg::layout(2, 2);
+    Network<Rational> deep = fg::build(2, 2, Rational(1), fg::Variant::multi_head);
+    fg::set_readout(deep, L2, fg::parse_polynomial("x1*x2", v));
+    const fg::Proof ok =
+        fg::prove(deep, L2, fg::parse_polynomial("x1*x2", v), Rational(1), fg::Variant::multi_head, 1);
+    EXPECT_EQ(ok.degree, 2);
+    EXPECT_TRUE(ok.exact());
+    deep.layers[0].wq(0, L2.x0) = Rational(1, 1000);
+    const fg::Proof bad =
+        fg::prove(deep, L2, fg::parse_polynomial("x1*x2", v), Rational(1), fg::Variant::multi_head, 1);
+    EXPECT_EQ(bad.degree, 3);
+    EXPECT_FALSE(bad.degree_ok());
+    EXPECT_FALSE(bad.exact());
+  }
   // A readout for a different polynomial must fail the grid.
   Network<Rational> other = net;
   fg::set_readout(other, L, fg::parse_polynomial("x1^2*x2", v));

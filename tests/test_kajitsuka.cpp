@@ -119,6 +119,21 @@ TEST(Kajitsuka, TunedConstructionIsSeparatedAtLowPrecisionTiedOrNot) {
     EXPECT_LT(c.min_bits, 128u);
     EXPECT_EQ(c.net.arch.layers[0].tied_qkv, tied);
     EXPECT_GT(c.separation.cross_lower, 0);
+    EXPECT_TRUE(c.projection.certified);
+    EXPECT_TRUE(ks::lemma3_holds(f, c.projection.v));
+    EXPECT_TRUE(c.separation.r_within_bound);
+    EXPECT_LE(c.separation.log10_delta, c.separation.log10_delta_same_token);  // δ covers every pair
+    EXPECT_LE(c.separation.log10_delta, std::log10(c.separation.cross_lower));
+    EXPECT_LE(c.separation.log10_delta_lo, c.separation.log10_delta);
+    // Controls: ten times W_O breaks the norm condition, and a direction orthogonal to a token
+    // difference breaks Lemma 3.
+    Network<Rational> loud = c.net;
+    loud.layers[0].wo *= Rational(10);
+    EXPECT_FALSE(ks::certify_separation(loud, f, c.bits_used).r_within_bound);
+    const Vec<Rational> diff = f.vocab[0] - f.vocab[1];
+    Vec<Rational> v = Vec<Rational>::Zero(f.d);
+    v(0) = diff(1), v(1) = -diff(0);  // ⟂ diff in the first two coordinates
+    EXPECT_FALSE(ks::lemma3_holds(f, v));
   }
 }
 

@@ -48,6 +48,8 @@ int cmd_polynomial(const PolynomialOpts& o) {
     std::printf("gates       %s on the box [-%s, %s]^%d (largest |z|/C_b = %s)\n",
                 pr.gates ? "proven in their linear regime" : "NOT proven", o.box.c_str(), o.box.c_str(), L.d,
                 pr.worst_gate_ratio.str().c_str());
+  std::printf("degree      of the network's output in x <= %d (propagated through the layers), N = %d: %s\n",
+              pr.degree, N, pr.degree_ok() ? "yes" : "NO");
   std::printf("grid        network == polynomial exactly at all %zu points of the (N+1)^d grid: %s\n",
               pr.grid_points, pr.grid ? "yes" : "NO");
   std::printf("random      and at %zu random rational points: %s\n", pr.random_points,
@@ -62,6 +64,7 @@ int cmd_polynomial(const PolynomialOpts& o) {
                                  {"variant", o.variant},
                                  {"gates", pr.gates},
                                  {"worst_gate_ratio", pr.worst_gate_ratio.str()},
+                                 {"degree_bound", pr.degree},
                                  {"grid_points", pr.grid_points},
                                  {"grid", pr.grid},
                                  {"random_points", pr.random_points},

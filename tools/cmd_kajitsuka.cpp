@@ -58,19 +58,23 @@ void print_contextual(const ks::Facts& f, const ks::Contextual& c) {
   std::printf("            r_min = %.6g, r_max = %.6g, eps = %.6g (tokenwise separated, no duplicates)\n",
               f.r_min, f.r_max, f.eps);
   std::printf(
-      "projection  Lemma 3 over V u {0}: achieved %.4g >= required %.4g (sqrt(8/(pi d))/(|V|+1)^2), %d "
-      "tr%s\n",
-      c.projection.achieved, c.projection.required, c.projection.tries,
-      c.projection.tries == 1 ? "y" : "ies");
+      "projection  Lemma 3 over V u {0}: achieved %.4g (measured) >= required %.4g (sqrt(8/(pi "
+      "d))/(|V|+1)^2), "
+      "%s, %d tr%s\n",
+      c.projection.achieved, c.projection.required, c.projection.certified ? "certified" : "NOT certified",
+      c.projection.tries, c.projection.tries == 1 ? "y" : "ies");
   std::printf(
       "attention   mode %s%s: c = %.6g (theorem's c = %.6g, gap condition c = %.6g), W_O = eps/(4 r_max) v\n",
       c.mode == ks::Mode::faithful ? "faithful" : "tuned", c.tied ? ", tied Q=K=V" : "",
       Scalar<Rational>::to_double(c.c), c.c_theorem, c.c_gap);
-  std::printf("contexts    %zu context ids; r = %.6g (bound r_max + eps/4 = %.6g)\n", c.contexts,
-              c.separation.r, c.r_bound);
-  std::printf("separation  log10 delta measured = %s (certified >= %s), theorem's bound log10 delta = %s\n",
-              log10_text(c.separation.log10_delta).c_str(), log10_text(c.separation.log10_delta_lo).c_str(),
-              log10_text(c.log10_delta_bound).c_str());
+  std::printf("contexts    %zu context ids; r <= %.6g (certified), %s the bound r_max + eps/4 = %.6g\n",
+              c.contexts, c.separation.r, c.separation.r_within_bound ? "within" : "NOT certified within",
+              c.r_bound);
+  std::printf(
+      "separation  log10 delta over all pairs = %s (certified >= %s; same token: %s), theorem's bound log10 "
+      "delta = %s\n",
+      log10_text(c.separation.log10_delta).c_str(), log10_text(c.separation.log10_delta_lo).c_str(),
+      log10_text(c.separation.log10_delta_same_token).c_str(), log10_text(c.log10_delta_bound).c_str());
   std::printf("            contexts of different tokens >= %.4g apart (certified)\n",
               c.separation.cross_lower);
   std::printf("precision   certified with MPFI at %u bits; separation still certified down to %u bits\n",

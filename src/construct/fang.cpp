@@ -418,9 +418,25 @@ Mat<Rational> abs_m(const Mat<Rational>& m) {
   return m.unaryExpr([](const Rational& q) { return abs_q(q); });
 }
 
-// Bound propagation (exact rationals) for the gate precondition; see prove().
-bool gates_hold(const Network<Rational>& net, const Layout& L, const Rational& B, Rational& worst) {
+// The largest degree (in x) among the slots with a nonzero weight in `w`'s row r; −1 for none.
+int row_degree(const Mat<Rational>& w, Eigen::Index r, const std::vector<int>& deg) {
+  int m = -1;
+  for (Eigen::Index c = 0; c < w.cols(); ++c)
+    if (w(r, c) != 0) m = std::max(m, deg[c]);
+  return m;
+}
+
+// Bound propagation (exact rationals) for the gate precondition; see prove(). Alongside, an upper
+// bound on the degree in x of every slot of every token (−1: identically 0), with the gates in
+// their linear regime: x slots 1, the rest 0 at the input; a linear-score head adds
+// deg q_i + deg k_j + deg v_j; a gate keeps or clears its slot. `degree` gets the output's bound.
+bool gates_hold(const Network<Rational>& net, const Layout& L, const Rational& B, Rational& worst,
+                int& degree) {
   const int n = L.d;
+  std::vector<std::vector<int>> deg(n, std::vector<int>(L.D, 0));
+  for (int i = 0; i < n; ++i)
+    for (int p = 0; p < L.d; ++p)
+      deg[i][L.x0 + p] = 1;
   // Slots the layers write: pos slots must be written by none (their values stay the table's 0/1).
   std::vector<Mat<Rational>> U(n);
   for (int i = 0; i < n; ++i) {
@@ -453,6 +469,24 @@ bool gates_hold(const Network<Rational>& net, const Layout& L, const Rational& B
         }
       for (int i = 0; i < n; ++i)
         U[i] += add[i];
+      std::vector<std::vector<int>> next = deg;
+      for (int h = 0; h < s.heads; ++h)
+        for (int i = 0; i < n; ++i) {
+          int head = -1;  // the head's degree at token i
+          for (int j = 0; j < n; ++j) {
+            int dq = -1, dk = -1, dv = -1;
+            for (int r = h * hs; r < (h + 1) * hs; ++r) {
+              dq = std::max(dq, row_degree(layer.wq, r, deg[i]));
+              dk = std::max(dk, row_degree(layer.wk, r, deg[j]));
+              dv = std::max(dv, row_degree(layer.wv, r, deg[j]));
+            }
+            if (dq >= 0 && dk >= 0 && dv >= 0) head = std::max(head, dq + dk + dv);
+          }
+          for (Eigen::Index r = 0; r < L.D; ++r)
+            if (head >= 0 && ao.row(r).segment(h * hs, hs).sum() != 0)
+              next[i][r] = std::max(next[i][r], head);
+        }
+      deg = std::move(next);
     } else if (s.kind == LayerKind::feedforward) {
       // Every hidden pair must be a gate h± = ReLU(±z_a − C·pos_q) feeding ∓1 back into slot a.
       if (s.width % 2 || s.piecewise) return false;
@@ -485,9 +519,10 @@ bool gates_hold(const Network<Rational>& net, const Layout& L, const Rational& B
         }
         for (int i = 0; i < n; ++i) {
           const Rational pos = net.pe(q, i);  // exact: no layer writes the pos slots (checked above)
-          if (pos == 0)
+          if (pos == 0) {
             next[i](a, 0) = 0;  // −ReLU(z) + ReLU(−z) = −z: the slot is cleared for every z
-          else if (pos == 1) {  // kept exactly when |z| ≤ C
+            deg[i][a] = -1;
+          } else if (pos == 1) {  // kept exactly when |z| ≤ C
             if (U[i](a, 0) > C) return false;
             worst = std::max(worst, Rational(U[i](a, 0) / C));
           } else
@@ -499,6 +534,9 @@ bool gates_hold(const Network<Rational>& net, const Layout& L, const Rational& B
       return false;
     }
   }
+  degree = 0;  // the readout of the pooled stream: Σ_i readout · X_i, plus a constant
+  for (int i = 0; i < n; ++i)
+    degree = std::max(degree, row_degree(net.readout_w, 0, deg[i]));
   return true;
 }
 
@@ -509,8 +547,10 @@ Proof prove(const Network<Rational>& net, const Layout& L, const Polynomial& p, 
   Proof pr;
   // (1) Gates. With them in their linear regime (or without gates), every sub-layer is a
   // polynomial map, so the output is a polynomial in x of total degree ≤ N on the box.
-  pr.gates = gates_hold(net, L, B, pr.worst_gate_ratio);
+  pr.gates = gates_hold(net, L, B, pr.worst_gate_ratio, pr.degree);
   if (v == Variant::multi_head) pr.gates = pr.gates && pr.worst_gate_ratio == 0;
+  if (!pr.gates) pr.degree = -1;
+  pr.N = L.N;
   // (2) The product grid {−B + 2Bk/N : k = 0..N}^d.
   std::vector<int> k(L.d, 0);
   pr.grid = true;

@@ -42,6 +42,9 @@ double log10_of(const Mpfr& x) {
 double up(const Mpfr& x) {
   return mpfr_get_d(x.backend().data(), MPFR_RNDU);
 }
+double down(const Mpfr& x) {
+  return mpfr_get_d(x.backend().data(), MPFR_RNDD);
+}
 
 // Context ids F^SA(X)_{:,k} for one representative sequence of every vocabulary set, in S.
 template <class S>
@@ -199,6 +202,27 @@ Facts analyse(const Dataset& ds, bool require_labels) {
 
 // ---- stage 2: Lemma 3's projection ---------------------------------------------------------------
 
+// (vᵀΔ)² against κ²‖v‖²‖Δ‖² in MPFI at 128 bits, π enclosed by MPFI's constant.
+bool lemma3_holds(const Facts& f, const Vec<Rational>& v) {
+  const MpfrPrecision precision(128);
+  std::vector<Vec<Mpfi>> pts;
+  for (const auto& x : f.vocab)
+    pts.push_back(x.unaryExpr([](const Rational& q) { return Scalar<Mpfi>::from(q); }));
+  pts.push_back(Vec<Mpfi>::Constant(f.d, Mpfi(0)));
+  const Vec<Mpfi> vi = v.unaryExpr([](const Rational& q) { return Scalar<Mpfi>::from(q); });
+  const Mpfi N = Mpfi(static_cast<double>(f.vocab.size() + 1));
+  Mpfi pi;
+  mpfi_const_pi(pi.backend().data());
+  const Mpfi k2v = 8 / (pi * f.d * N * N * N * N) * vi.squaredNorm();  // κ²‖v‖²
+  for (std::size_t i = 0; i < pts.size(); ++i)
+    for (std::size_t j = i + 1; j < pts.size(); ++j) {
+      const Vec<Mpfi> diff = pts[i] - pts[j];
+      const Mpfi dot = vi.dot(diff);
+      if (!(lower(Mpfi(dot * dot)) >= upper(Mpfi(k2v * diff.squaredNorm())))) return false;
+    }
+  return true;
+}
+
 Projection find_projection(const Facts& f, std::uint64_t seed, int max_tries) {
   std::vector<Vec<double>> pts;
   for (auto& x : f.vocab)
@@ -220,8 +244,10 @@ Projection find_projection(const Facts& f, std::uint64_t seed, int max_tries) {
         worst = std::min(worst, std::abs(v.dot(diff)) / diff.norm());
       }
     if (worst >= p.required) {
-      p.achieved = worst;
       p.v = v.unaryExpr([](double t) { return rational_of(t); });
+      if (!lemma3_holds(f, p.v)) continue;  // measured in double only: certify it or try again
+      p.achieved = worst;
+      p.certified = true;
       return p;
     }
   }
@@ -242,9 +268,8 @@ Separation certify_separation(const Network<Rational>& attention, const Facts& f
   const auto z = context_ids<Mpfi>(attention, f);
   const auto by = contexts_by_token(f);
   Separation sep;
-  // Largest attention term ‖z − x‖ (upper bound) and context norm.
-  Mpfr t_max(0);
-  double r = 0;
+  // Largest attention term ‖z − x‖ and squared context norm, as upper ends of their enclosures.
+  Mpfr t_max(0), nz_max(0);
   for (std::size_t t = 0; t < by.size(); ++t)
     for (auto [s, k] : by[t]) {
       Mpfi sq(0), nz(0);
@@ -254,11 +279,16 @@ Separation certify_separation(const Network<Rational>& attention, const Facts& f
         nz += z[s](i, k) * z[s](i, k);
       }
       t_max = std::max(t_max, upper(mp::sqrt(sq)));
-      r = std::max(r, Scalar<Mpfr>::to_double(mp::sqrt(upper(nz))));
+      nz_max = std::max(nz_max, upper(nz));
     }
-  sep.r = r;
-  const Mpfr cross = lower(mp::sqrt(Scalar<Mpfi>::from(f.eps_sq))) - 2 * t_max;
-  sep.cross_lower = Scalar<Mpfr>::to_double(cross);
+  // The theorem's norm condition r ≤ r_max + ε/4, and contexts of different tokens at least
+  // ε − 2·max‖z − x‖ apart (triangle inequality), both in intervals.
+  const Mpfi eps = mp::sqrt(Scalar<Mpfi>::from(f.eps_sq));
+  const Mpfr r = upper(mp::sqrt(Mpfi(nz_max)));
+  sep.r = up(r);
+  sep.r_within_bound = r <= lower(Mpfi(mp::sqrt(Scalar<Mpfi>::from(f.r_max_sq)) + eps / 4));
+  const Mpfr cross = lower(Mpfi(eps - 2 * Mpfi(t_max)));
+  sep.cross_lower = down(cross);
   // Every pair of contexts of the same token.
   std::vector<Mpfr> best_mid(by.size(), Mpfr(-1)), best_lo(by.size(), Mpfr(-1));
 #pragma omp parallel for schedule(dynamic)
@@ -282,12 +312,17 @@ Separation certify_separation(const Network<Rational>& attention, const Facts& f
       if (mid < 0 || best_mid[t] < mid) mid = best_mid[t];
       if (lo < 0 || best_lo[t] < lo) lo = best_lo[t];
     }
+  // δ over every pair of different contexts: same-token pairs as computed, different-token pairs
+  // by their certified lower bound.
+  const double log10_cross = cross > 0 ? log10_of(cross) : -kInf;
   if (mid < 0) {  // no token occurs in two vocabulary sets: only the cross bound matters
-    sep.log10_delta = sep.log10_delta_lo = cross > 0 ? log10_of(cross) : -kInf;
+    sep.log10_delta_same_token = kInf;
+    sep.log10_delta = sep.log10_delta_lo = log10_cross;
     sep.certified = cross > 0;
   } else {
-    sep.log10_delta = log10_of(mid) / 2;
-    sep.log10_delta_lo = lo > 0 ? log10_of(lo) / 2 : -kInf;
+    sep.log10_delta_same_token = log10_of(mid) / 2;
+    sep.log10_delta = std::min(sep.log10_delta_same_token, log10_cross);
+    sep.log10_delta_lo = std::min(lo > 0 ? log10_of(lo) / 2 : -kInf, log10_cross);
     sep.certified = lo > 0 && cross > 0;
   }
   return sep;
@@ -395,8 +430,9 @@ json Contextual::report() const {
                  a.push_back(Scalar<Rational>::to_double(projection.v(i)));
                return a;
              }()},
-            {"achieved", projection.achieved},
+            {"achieved_measured", projection.achieved},
             {"lemma3_required", projection.required},
+            {"lemma3_certified", projection.certified},
             {"tries", projection.tries}}},
           {"c", Scalar<Rational>::to_double(c)},
           {"c_theorem", c_theorem},
@@ -404,7 +440,9 @@ json Contextual::report() const {
           {"contexts", contexts},
           {"r", separation.r},
           {"r_bound", r_bound},
+          {"r_within_bound_certified", separation.r_within_bound},
           {"log10_delta", num(separation.log10_delta)},
+          {"log10_delta_same_token", num(separation.log10_delta_same_token)},
           {"log10_delta_certified_lower", num(separation.log10_delta_lo)},
           {"log10_delta_bound", num(log10_delta_bound)},
           {"cross_token_lower_bound", separation.cross_lower},

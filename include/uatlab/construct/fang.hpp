@@ -55,16 +55,20 @@ void set_readout(Network<Rational>& net, const Layout& L, const Polynomial& p);
 struct Proof {
   bool gates = false;           // every gate works in its linear regime on the box (bound propagation)
   Rational worst_gate_ratio;    // max over kept slots of (bound on |z|) / C_b
+  int degree = -1;              // certified bound on the output's degree in x (−1: gates not proven)
   std::size_t grid_points = 0;  // (N+1)^d product grid inside the box
   bool grid = false;            // network == polynomial exactly at every grid point
   std::size_t random_points = 0;
   bool random = false;  // and at random rational points of the box
-  bool exact() const { return gates && grid && random; }
+  int N = 0;            // the layout's blocks: the grid proves equality for degree ≤ N
+  bool degree_ok() const { return gates && degree >= 0 && degree <= N; }
+  bool exact() const { return degree_ok() && grid && random; }
 };
-// The proof of docs/theory/fang.md: (1) the gate precondition by exact bound propagation over the box, which
-// makes the network a polynomial of degree ≤ N there; (2) equality with p on a product grid
-// of (N+1)^d points, which then proves equality as polynomials on the whole box; (3) random
-// rational points, reported separately.
+// The proof of docs/theory/fang.md for any network of this layout (not only build()'s): (1) the
+// gate precondition by exact bound propagation over the box, which makes the network a
+// polynomial there, and a bound on its degree propagated through the same layers (it must be
+// ≤ N = L.N); (2) equality with p on a product grid of (N+1)^d points, which then proves equality
+// as polynomials on the whole box; (3) random rational points, reported separately.
 Proof prove(const Network<Rational>& net, const Layout& L, const Polynomial& p, const Rational& B, Variant v,
             std::uint64_t seed);
 

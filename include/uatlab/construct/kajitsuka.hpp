@@ -46,11 +46,16 @@ struct Facts {
 Facts analyse(const Dataset& ds, bool require_labels = false);
 
 struct Projection {
-  Vec<Rational> v;      // unit up to rounding: v = u/‖u‖ rounded to doubles
-  double achieved = 0;  // min over pairs of V ∪ {0} of |vᵀ(x−x')| / ‖x−x'‖
-  double required = 0;  // Lemma 3's √(8/(πd)) / (|V|+1)²
+  Vec<Rational> v;         // unit up to rounding: v = u/‖u‖ rounded to doubles
+  double achieved = 0;     // min over pairs of V ∪ {0} of |vᵀ(x−x')| / ‖x−x'‖ (measured, double)
+  double required = 0;     // Lemma 3's κ = √(8/(πd)) / (|V|+1)²
+  bool certified = false;  // |vᵀ(x−x')| ≥ κ‖v‖‖x−x'‖ for every pair, proven in MPFI
   int tries = 0;
 };
+// Lemma 3's inequality |vᵀ(x − x')| ≥ κ‖v‖‖x − x'‖ over every pair of V ∪ {0}, with
+// κ² = 8/(π d (|V|+1)⁴), certified in MPFI (false when it fails or is undecided).
+bool lemma3_holds(const Facts& f, const Vec<Rational>& v);
+// Seeded Gaussian directions until one meets Lemma 3 in double and then lemma3_holds.
 Projection find_projection(const Facts& f, std::uint64_t seed, int max_tries = 100000);
 
 enum class Mode { faithful, tuned };
@@ -67,11 +72,15 @@ struct ContextualOptions {
 
 // The outcome of certifying the context ids at one precision.
 struct Separation {
-  bool certified = false;     // every pair of different contexts provably apart
-  double log10_delta = 0;     // log10 of the smallest context distance (midpoint)
-  double log10_delta_lo = 0;  // log10 of its certified lower bound (-inf when not certified)
-  double r = 0;               // largest context-id norm
-  double cross_lower = 0;     // certified lower bound on distances between contexts of different tokens
+  bool certified = false;  // every pair of different contexts provably apart
+  // δ over every pair of different contexts: log10 of the smallest distance, with same-token pairs
+  // at their computed (midpoint) distance and different-token pairs at their certified lower bound
+  // cross_lower; its certified lower bound (-inf when not certified); and the same-token part alone
+  // (+inf when no token occurs in two vocabulary sets).
+  double log10_delta = 0, log10_delta_lo = 0, log10_delta_same_token = 0;
+  double r = 0;                 // certified upper bound on the largest context-id norm
+  bool r_within_bound = false;  // r ≤ r_max + ε/4 (the theorem's norm condition), certified
+  double cross_lower = 0;       // certified lower bound on distances between contexts of different tokens
 };
 
 struct Contextual {
