@@ -197,6 +197,28 @@ TEST(Kajitsuka, TheBoundedValueMapStaysWithinItsTargetsWhereZhangsDoesNot) {
   EXPECT_GT(zhang_max, 10 * b.target_max);  // the overshoot this map exists to remove
 }
 
+TEST(Kajitsuka, SoftmaxSeparatesBetweenMeanPoolingAndHardmaxWhichCannot) {
+  // Theorem 1's pair shares min, max and mean: hardmax (c = ∞) gives exactly coinciding contexts,
+  // and δ(c) certified on a log grid rises from the mean-pooling end, peaks, and falls again.
+  const ks::Facts f = ks::analyse(ks::theorem1_pair());
+  ks::ContextualOptions opt;
+  opt.max_bits = 1u << 14;
+  const ks::ScaleSweep sw = ks::sweep_scale(f, opt, 12);
+  ASSERT_EQ(sw.points.size(), 12u);
+  EXPECT_TRUE(sw.hardmax_pairs);
+  EXPECT_EQ(sw.hardmax_log10_delta, -std::numeric_limits<double>::infinity());
+  std::size_t best = 0;
+  for (std::size_t k = 0; k < sw.points.size(); ++k) {
+    EXPECT_TRUE(sw.points[k].separation.certified) << "c = " << sw.points[k].c;
+    if (sw.points[k].separation.log10_delta_lo > sw.points[best].separation.log10_delta_lo) best = k;
+    if (k) EXPECT_GT(sw.points[k].c, sw.points[k - 1].c);
+  }
+  EXPECT_GT(best, 0u);
+  EXPECT_LT(best, sw.points.size() - 1);
+  EXPECT_LT(sw.points.back().separation.log10_delta_lo, sw.points[best].separation.log10_delta_lo - 50);
+  EXPECT_LT(sw.points.front().separation.log10_delta_lo, sw.points[best].separation.log10_delta_lo - 1);
+}
+
 TEST(Kajitsuka, LabelsWiderThanTokensAreRejected) {
   Dataset ds = parse("{\"x\": [[1,0],[0,1]], \"y\": [[1,2,3],[4,5,6]]}\n");
   ks::MemorizeOptions opt;

@@ -7,6 +7,7 @@
 
 #include "commands.hpp"
 #include "uatlab/construct/kajitsuka.hpp"
+#include "uatlab/experiment/contextual.hpp"
 #include "uatlab/io/json.hpp"
 #include "uatlab/io/model_file.hpp"
 #include "uatlab/verify/evaluate.hpp"
@@ -27,7 +28,8 @@ struct Opts {
   bool tied = false, force = false;
   std::uint64_t seed = 1;
   unsigned max_bits = 1u << 18;
-  int draws = 200;
+  int draws = 200, sweep_c = 0;
+  std::string out_dir = "results/contextual";
   DemoSize demo;
 };
 
@@ -35,6 +37,10 @@ Dataset load_data(const Opts& o) {
   const std::string& data = o.data;
   const DemoSize& demo = o.demo;
   const std::uint64_t seed = o.seed;
+  if (data == "theorem1") {
+    std::printf("data        Theorem 1's pair: tokens lambda*u, Lambda1 = {1,3,5,7}, Lambda2 = {1,2,6,7}\n");
+    return ks::theorem1_pair();
+  }
   if (data.empty() || data == "demo") {
     std::printf(
         "data        embedded demo: N = %d sequences of n = %d distinct tokens from |V| = %d in R^%d (seed "
@@ -95,6 +101,12 @@ int cmd_contextual(const Opts& o) {
   const Dataset ds = load_data(o);
   const ks::Facts f = ks::analyse(ds);
   const ks::ContextualOptions opt = contextual_options(o);
+  if (o.sweep_c > 0) {
+    const ks::ScaleSweep sw = ks::sweep_scale(f, opt, o.sweep_c);
+    std::cout << experiment::write_scale_sweep(sw, o.data.empty() ? "demo" : o.data, o.out_dir);
+    std::printf("wrote       %s/sweep_c.csv and sweep_c.png\n", o.out_dir.c_str());
+    return 0;
+  }
   const ks::Contextual c = ks::build_contextual(f, opt);
   print_contextual(f, c);
   if (!o.out.empty()) save_network(c.net, o.out, "F64", "rational");
@@ -221,7 +233,8 @@ void add_kajitsuka_commands(CLI::App& app, Commands& commands) {
     c->add_option("--demo-V", o->demo.V, "Embedded demo: vocabulary size")->capture_default_str();
   };
   auto common = [&](CLI::App* c) {
-    c->add_option("data", o->data, "Dataset (JSONL with \"x\"), or demo for the embedded one")
+    c->add_option("data", o->data,
+                  "Dataset (JSONL with \"x\"), demo for the embedded one, or theorem1 for Theorem 1's pair")
         ->capture_default_str();
     c->add_option("--mode", o->mode,
                   "faithful (the paper's constants) or tuned (c from the measured separation)")
@@ -238,6 +251,10 @@ void add_kajitsuka_commands(CLI::App& app, Commands& commands) {
       "contextual", "Kajitsuka & Sato Thm 2: rank-1 attention as a contextual mapping, certified");
   common(ctx);
   ctx->add_option("--out,-o", o->out, "Write the attention layer (lossless .json or safetensors)");
+  ctx->add_option(
+      "--sweep-c", o->sweep_c,
+      "Certify the separation at this many scales c, from mean pooling towards hardmax (CSV + PNG)");
+  ctx->add_option("--out-dir", o->out_dir, "Folder of --sweep-c's CSV and plot")->capture_default_str();
   commands.push_back({ctx, [o] { return cmd_contextual(*o); }});
 
   auto* mem = app.add_subcommand(

@@ -328,28 +328,67 @@ Separation certify_separation(const Network<Rational>& attention, const Facts& f
   return sep;
 }
 
+namespace {
+
+// The projected tokens α = vᵀx and what the scale of c depends on.
+struct Projected {
+  double gap = kInf, min_abs = kInf, range = 0, max_abs = 0;
+};
+Projected projected(const Facts& f, const Vec<Rational>& vq) {
+  const Vec<double> v = to_double(vq);
+  std::vector<double> alpha;
+  for (auto& x : f.vocab)
+    alpha.push_back(v.dot(to_double(x)));
+  std::sort(alpha.begin(), alpha.end());
+  Projected p;
+  for (std::size_t i = 0; i + 1 < alpha.size(); ++i)
+    p.gap = std::min(p.gap, alpha[i + 1] - alpha[i]);
+  for (double a : alpha)
+    p.min_abs = std::min(p.min_abs, std::abs(a));
+  p.range = alpha.back() - alpha.front();
+  p.max_abs = std::max(std::abs(alpha.front()), std::abs(alpha.back()));
+  return p;
+}
+
+// Precision: the scores of one query span c·max|α|·range nats, and the information sits in terms
+// e^{-span} below the largest; start above that.
+double bits_guess(const Facts& f, const Projected& p, double c) {
+  return 64 + 1.25 * c * p.max_abs * p.range / std::log(2.0) - std::log2(f.eps / (4 * f.r_max));
+}
+
+// Certify from `bits` up, doubling, until certified or past max_bits (then .certified is false).
+Separation certify_doubling(const Network<Rational>& net, const Facts& f, unsigned bits, unsigned max_bits,
+                            const OnProgress& progress, unsigned& used) {
+  for (;;) {
+    bits = mpfr_carried_bits(std::min(bits, max_bits));
+    report(progress, "contextual: certify the separation at " + std::to_string(bits) + " bits", 0, 0);
+    Separation sep = certify_separation(net, f, bits);
+    used = bits;
+    if (sep.certified || bits >= max_bits) return sep;
+    bits *= 2;
+  }
+}
+
+Rational wo_scale_of(const Facts& f) {
+  return rational_of(f.eps / (4 * f.r_max) * (1 - 1e-15));  // ≤ ε/(4 r_max)
+}
+
+double c_floor_of(const Projected& p) {  // one query's scores span 1 nat: below, nearly mean pooling
+  return 1 / (p.max_abs * p.range);
+}
+
+}  // namespace
+
 Contextual build_contextual(const Facts& f, const ContextualOptions& opt) {
   Contextual out;
   out.mode = opt.mode;
   out.tied = opt.tied;
   out.projection = find_projection(f, opt.seed);
-  const Vec<double> v = to_double(out.projection.v);
-  std::vector<double> alpha;
-  for (auto& x : f.vocab)
-    alpha.push_back(v.dot(to_double(x)));
-  std::vector<double> sorted = alpha;
-  std::sort(sorted.begin(), sorted.end());
-  double gap = kInf, min_abs = kInf;
-  for (std::size_t i = 0; i + 1 < sorted.size(); ++i)
-    gap = std::min(gap, sorted[i + 1] - sorted[i]);
-  for (double a : alpha)
-    min_abs = std::min(min_abs, std::abs(a));
-  const double range = sorted.back() - sorted.front();
-  const double max_abs = std::max(std::abs(sorted.front()), std::abs(sorted.back()));
+  const Projected pr = projected(f, out.projection.v);
   const double n = f.n, V1 = static_cast<double>(f.vocab.size() + 1), d = f.d;
   const double logn = std::log(n), G = 2 * logn + 3;
   out.c_theorem = G * kPi * d * std::pow(V1, 4) / (8 * f.eps * f.r_min);
-  out.c_gap = G / (min_abs * gap);
+  out.c_gap = G / (pr.min_abs * pr.gap);
   out.r_bound = f.r_max + f.eps / 4;
   // δ = [2 (log n)² ε² r_min / (r_max² (|V|+1)⁴ (2 log n + 3) π d)] · exp(−(|V|+1)⁴ (2 log n + 3) π d r_max²
   // / (4 ε r_min))
@@ -358,14 +397,13 @@ Contextual build_contextual(const Facts& f, const ContextualOptions& opt) {
                                                (f.r_max * f.r_max * std::pow(V1, 4) * G * kPi * d)) -
                                         std::pow(V1, 4) * G * kPi * d * f.r_max * f.r_max /
                                             (4 * f.eps * f.r_min) / std::log(10.0);
-  const Rational wo_scale = rational_of(f.eps / (4 * f.r_max) * (1 - 1e-15));  // ≤ ε/(4 r_max)
+  const Rational wo_scale = wo_scale_of(f);
 
   double c = out.c_theorem * (1 + 1e-15);
   if (opt.mode == Mode::tuned) {
-    // A halving grid from c_gap down to the c at which one query's scores span 1 nat (below it
-    // the softmax is nearly uniform and the layer degenerates to mean pooling), scanned in
-    // double; the c with the largest separation wins.
-    const double c_floor = 1 / (max_abs * range);
+    // A halving grid from c_gap down to c_floor, scanned in double; the c with the largest
+    // separation wins.
+    const double c_floor = c_floor_of(pr);
     double best = -1;
     int since = 0;
     for (int k = 0; k <= 80 && since < 8; ++k) {
@@ -388,34 +426,76 @@ Contextual build_contextual(const Facts& f, const ContextualOptions& opt) {
   for (auto& s : f.sets)
     out.contexts += s.size();
 
-  // Precision: the scores of one query span c·max|α|·range nats, and the information sits in
-  // terms e^{-span} below the largest; start above that and double until certified.
-  const double span = c * max_abs * range;
-  const double guess = 64 + 1.25 * span / std::log(2.0) - std::log2(f.eps / (4 * f.r_max));
+  const double guess = bits_guess(f, pr, c);
   if (guess > opt.max_bits)
     throw Error("the " + std::string(opt.mode == Mode::faithful ? "faithful" : "tuned") +
                 " construction needs about " + std::to_string(static_cast<long>(guess)) +
-                " bits (scores span " + std::to_string(span) + " nats), more than --max-bits " +
-                std::to_string(opt.max_bits));
-  unsigned bits = static_cast<unsigned>(guess);
-  for (;;) {
-    bits = mpfr_carried_bits(bits);
-    report(opt.progress, "contextual: certify the separation at " + std::to_string(bits) + " bits", 0, 0);
-    out.separation = certify_separation(out.net, f, bits);
-    if (out.separation.certified) break;
-    if (bits >= opt.max_bits)
-      throw Error("context ids not certified separated at " + std::to_string(bits) +
-                  " bits (--max-bits); the data may have coinciding contexts");
-    bits = std::min(2 * bits, opt.max_bits);
-  }
-  out.bits_used = out.min_bits = bits;
+                " bits (scores span " + std::to_string(c * pr.max_abs * pr.range) +
+                " nats), more than --max-bits " + std::to_string(opt.max_bits));
+  out.separation =
+      certify_doubling(out.net, f, static_cast<unsigned>(guess), opt.max_bits, opt.progress, out.bits_used);
+  if (!out.separation.certified)
+    throw Error("context ids not certified separated at " + std::to_string(out.bits_used) +
+                " bits (--max-bits); the data may have coinciding contexts");
+  out.min_bits = out.bits_used;
   if (opt.search_min_bits)
-    out.min_bits = min_certified_bits(bits, [&](unsigned b) {
+    out.min_bits = min_certified_bits(out.bits_used, [&](unsigned b) {
       report(opt.progress, "contextual: smallest certified precision, trying " + std::to_string(b) + " bits",
              0, 0);
       return certify_separation(out.net, f, b).certified;
     });
   return out;
+}
+
+ScaleSweep sweep_scale(const Facts& f, const ContextualOptions& opt, int points) {
+  limits::check_count(points, 2, 1000, "--sweep-c points");
+  ScaleSweep sw;
+  const Contextual base = [&] {
+    ContextualOptions o = opt;
+    o.search_min_bits = false;
+    return build_contextual(f, o);
+  }();
+  sw.projection = base.projection;
+  sw.c_construction = Scalar<Rational>::to_double(base.c);
+  sw.c_gap = base.c_gap;
+  sw.c_theorem = base.c_theorem;
+  const Projected pr = projected(f, base.projection.v);
+  // From a hundredth of the point where softmax is nearly uniform to the largest c whose
+  // certificate fits in max_bits / 4 (towards hardmax), at most 100 times the theorem's c.
+  const double lo = c_floor_of(pr) / 100;
+  double hi = 100 * std::max(sw.c_theorem, sw.c_gap);
+  while (hi > lo && bits_guess(f, pr, hi) > opt.max_bits / 4.0)
+    hi /= 2;
+  const Rational wo_scale = wo_scale_of(f);
+  for (int k = 0; k < points; ++k) {
+    ScalePoint p;
+    p.c = lo * std::pow(hi / lo, static_cast<double>(k) / (points - 1));
+    report(opt.progress, "contextual: sweep over c", k, points);
+    const Network<Rational> net =
+        attention_network(f, base.projection.v, rational_of(p.c), wo_scale, opt.tied);
+    p.separation = certify_doubling(
+        net, f, static_cast<unsigned>(std::min<double>(bits_guess(f, pr, p.c), opt.max_bits)), opt.max_bits,
+        {}, p.bits);
+    sw.points.push_back(p);
+  }
+  // Hardmax (c = ∞) with the same weights, exactly in rationals: the smallest same-token distance.
+  Network<Rational> hard = attention_network(f, base.projection.v, Rational(1), wo_scale, opt.tied);
+  hard.arch.layers[0].score = Score::hardmax;
+  hard.layers[0].spec.score = Score::hardmax;
+  const auto z = context_ids<Rational>(hard, f);
+  bool any = false;
+  Rational best(0);
+  for (const auto& g : contexts_by_token(f))
+    for (std::size_t a = 0; a < g.size(); ++a)
+      for (std::size_t b = a + 1; b < g.size(); ++b) {
+        const Rational sq = (z[g[a].first].col(g[a].second) - z[g[b].first].col(g[b].second)).squaredNorm();
+        if (!any || sq < best) best = sq, any = true;
+      }
+  sw.hardmax_pairs = any;
+  sw.hardmax_log10_delta = !any        ? kInf
+                           : best == 0 ? -kInf
+                                       : std::log10(Scalar<Rational>::to_double(best)) / 2;
+  return sw;
 }
 
 json Contextual::report() const {
@@ -776,13 +856,11 @@ json Memorized::report() const {
 
 // ---- Theorem 1 ---------------------------------------------------------------------------------
 
-HardmaxCounterexample hardmax_counterexample(int draws, std::uint64_t seed) {
-  limits::check_count(draws, 1, 1 << 20, "draws");
-  HardmaxCounterexample h;
-  h.draws = draws;
+Dataset theorem1_pair() {
   const std::vector<int> L1 = {1, 3, 5, 7}, L2 = {1, 2, 6, 7};
   const Rational u0(3, 5), u1(4, 5);
-  h.data.d = 2;
+  Dataset ds;
+  ds.d = 2;
   for (const auto* L : {&L1, &L2}) {
     Sequence s;
     s.x = Mat<Rational>(2, 4);
@@ -790,8 +868,16 @@ HardmaxCounterexample hardmax_counterexample(int draws, std::uint64_t seed) {
       s.x(0, k) = u0 * (*L)[k];
       s.x(1, k) = u1 * (*L)[k];
     }
-    h.data.sequences.push_back(s);
+    ds.sequences.push_back(s);
   }
+  return ds;
+}
+
+HardmaxCounterexample hardmax_counterexample(int draws, std::uint64_t seed) {
+  limits::check_count(draws, 1, 1 << 20, "draws");
+  HardmaxCounterexample h;
+  h.draws = draws;
+  h.data = theorem1_pair();
   const std::vector<int> heads = {1, 2, 3, 4}, sizes = {1, 2};
   h.heads_tried = heads;
   for (int i = 0; i < draws; ++i) {

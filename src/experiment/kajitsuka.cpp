@@ -1,6 +1,9 @@
 // Kajitsuka & Sato's experiments: kajitsuka-delta (the measured separation δ of the context ids
 // against Theorem 2's bound, over |V|) and kajitsuka-memorization (memorization.cpp).
+#include <cmath>
 #include <set>
+
+#include "uatlab/experiment/contextual.hpp"
 
 #include "uatlab/construct/kajitsuka.hpp"
 #include "uatlab/experiment/experiment.hpp"
@@ -91,6 +94,44 @@ Experiment delta_experiment() {
 }
 
 }  // namespace
+
+std::string write_scale_sweep(const kajitsuka::ScaleSweep& sw, const std::string& data_name,
+                              const std::string& out_dir) {
+  const Row header = {"c",         "log10_delta", "log10_delta_certified_lower", "log10_delta_same_token",
+                      "certified", "bits"};
+  std::vector<Row> rows;
+  Series certified{"certified: -log10 of delta's lower bound", {}, {}, {}};
+  double ymin = 1e300, ymax = 0;
+  for (const auto& p : sw.points) {
+    const auto& s = p.separation;
+    rows.push_back({fixed(p.c, 6), fixed(s.log10_delta, 6), fixed(s.log10_delta_lo, 6),
+                    fixed(s.log10_delta_same_token, 6), s.certified ? "yes" : "no", std::to_string(p.bits)});
+    if (s.certified && s.log10_delta_lo < 0) {
+      certified.x.push_back(p.c), certified.y.push_back(-s.log10_delta_lo);
+      ymin = std::min(ymin, -s.log10_delta_lo), ymax = std::max(ymax, -s.log10_delta_lo);
+    }
+  }
+  make_dirs(out_dir);
+  write_file_atomic(out_dir + "/sweep_c.csv", csv_text(header, rows));
+  const std::string hard = !sw.hardmax_pairs                    ? "no token in two sets"
+                           : std::isinf(sw.hardmax_log10_delta) ? "0"
+                                                                : "10^" + fixed(sw.hardmax_log10_delta, 4);
+  LinePlot plot{data_name + ": separation vs softmax scale (hardmax: delta = " + hard + ")", "c",
+                "-log10 delta (larger = closer contexts)"};
+  plot.logx = plot.logy = true;
+  plot.series = {certified};
+  if (!(ymin < ymax)) ymin = 0.5, ymax = 1;
+  for (const auto& [name, c] : {std::pair<std::string, double>{"construction's c", sw.c_construction},
+                                {"gap condition's c", sw.c_gap},
+                                {"theorem's c", sw.c_theorem}}) {
+    if (!(c >= sw.points.front().c && c <= sw.points.back().c)) continue;
+    Series mark{name, {c, c}, {ymin, ymax}, {}};
+    mark.style = Series::Style::lines;
+    plot.series.push_back(mark);
+  }
+  plot_png(out_dir + "/sweep_c.png", plot);
+  return markdown_table(header, rows);
+}
 
 std::vector<Experiment> kajitsuka_experiments() {
   return {kajitsuka_memorization_experiment(), delta_experiment()};

@@ -129,6 +129,24 @@ ValueMapBound value_map_bound(const Layer<Rational>& ff, int row, unsigned bits)
 std::vector<double> value_map_curve(const Layer<Rational>& ff, int row, const std::vector<double>& ts,
                                     unsigned bits);
 
+// The softmax → hardmax transition: the same projection and W_O with the score scale c swept on a
+// log grid, from a hundredth of the scale where one query's scores span 1 nat (softmax nearly
+// uniform: mean pooling) up to the largest c whose certificate fits in max_bits / 4 (at most
+// 100 times the theorem's c), the separation certified at each; and hardmax (c = ∞) exactly.
+struct ScalePoint {
+  double c = 0;
+  Separation separation;  // .certified false: not certified within max_bits
+  unsigned bits = 0;
+};
+struct ScaleSweep {
+  Projection projection;
+  double c_construction = 0, c_gap = 0, c_theorem = 0;  // the construction's c (opt.mode) and the references
+  std::vector<ScalePoint> points;
+  bool hardmax_pairs = false;      // some token occurs in two vocabulary sets
+  double hardmax_log10_delta = 0;  // exact: -inf when two contexts of a token coincide under hardmax
+};
+ScaleSweep sweep_scale(const Facts& f, const ContextualOptions& opt, int points);
+
 struct Memorized {
   Contextual contextual;
   Network<Rational> net;   // attention + value map (+ readout when labels are shorter than d)
@@ -166,7 +184,11 @@ double certified_max_error(const Network<Rational>& net, const Dataset& ds, unsi
                            double stop_above = std::numeric_limits<double>::infinity(),
                            const OnProgress& progress = {});
 
-// Theorem 1. Tokens λ·u on a line, Λ1 = {1,3,5,7}, Λ2 = {1,2,6,7} (same min, max and mean).
+// Theorem 1. Tokens λ·u on a line, Λ1 = {1,3,5,7}, Λ2 = {1,2,6,7} (same min, max and mean),
+// u = (3/5, 4/5): the two sequences, unlabelled.
+Dataset theorem1_pair();
+// Theorem 1 on that pair: random one-layer hardmax attentions in exact rationals, and the softmax
+// construction.
 struct HardmaxCounterexample {
   Dataset data;
   int draws = 0;
