@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "uatlab/experiment/approximate.hpp"
+#include "uatlab/experiment/domain.hpp"
 #include "uatlab/experiment/experiment.hpp"
 #include "uatlab/experiment/fang.hpp"
 #include "uatlab/experiment/memorization.hpp"
@@ -17,6 +18,7 @@
 #include "uatlab/experiment/targets.hpp"
 #include "uatlab/io/json.hpp"
 #include "uatlab/io/model_file.hpp"
+#include "uatlab/model/init.hpp"
 #include "uatlab/verify/evaluate.hpp"
 
 using namespace uatlab;
@@ -229,6 +231,67 @@ TEST(Experiment, PropositionOneConvergesWithTheBoundedValueMapAndNotWithZhangs) 
         EXPECT_GT(d1m[2], 0.5) << what;  // still far from f at K = 16
       }
     }
+}
+
+TEST(Experiment, BuiltInTargetsEncloseTheirDoubleValues) {
+  const MpfrPrecision precision(128);
+  Rng rng(3);
+  for (const yun::TargetSpec& t : yun::target_table())
+    for (int trial = 0; trial < 5; ++trial) {
+      Mat<double> X(2, 3);
+      for (Eigen::Index i = 0; i < X.size(); ++i)
+        X(i) = rng.uniform();
+      const Mat<double> Y = t.f(X);
+      const Mat<Mpfi> Yi = t.fi(matrix_cast<Mpfi>(X));
+      for (Eigen::Index i = 0; i < Y.size(); ++i) {
+        EXPECT_LE(lower(Yi(i)), Mpfr(Y(i) + 1e-12)) << t.name;
+        EXPECT_GE(upper(Yi(i)), Mpfr(Y(i) - 1e-12)) << t.name;
+        EXPECT_LT(Scalar<Mpfr>::to_double(Mpfr(upper(Yi(i)) - lower(Yi(i)))), 1e-20) << t.name;
+      }
+    }
+}
+
+TEST(Experiment, DomainCertificateBoundsTheMonteCarloEstimateAndCatchesABrokenNetwork) {
+  // Yun's modified network is constant on every cell, evaluated exactly: its certified d_p must lie
+  // above the Monte Carlo estimate's lower confidence limit and close to it; Proposition 1's
+  // standard network is certified over the whole domain (ramps included).
+  const yun::Target f = yun::builtin_target("tokenwise-sin");
+  const yun::Modified m = yun::build_modified(f, 1, 2, 4, false);
+  DomainOptions o;
+  o.max_boxes = 20000;
+  const DomainBound b = certify_domain(m.net, f, 1, 2, o);
+  EXPECT_EQ(b.cells, 16);
+  EXPECT_EQ(b.cells_constant, 16);
+  EXPECT_TRUE(b.finite);
+  const yun::Distance mc1 = yun::distance(network_cast<double>(m.net), f, 1, 2, 1, 20000, 1),
+                      mc2 = yun::distance(network_cast<double>(m.net), f, 1, 2, 2, 20000, 1);
+  EXPECT_GE(b.dp[0], mc1.lo);
+  EXPECT_GE(b.dp[1], mc2.lo);
+  EXPECT_LT(b.dp[0], mc1.hi + 0.05);
+  EXPECT_LT(b.dp[1], mc2.hi + 0.05);
+  EXPECT_GE(b.sup, 0.99);               // repeated-column cells output 0 where sin reaches ±1
+  EXPECT_LT(b.sup_distinct, b.sup);     // the fitted cells are closer
+  EXPECT_EQ(b.excluded_measure, 0.0);
+  // Control: one value-map weight changed by 1 moves a fitted cell's output; the bound must see it.
+  Network<Rational> broken = m.net;
+  broken.layers.back().w2(0, 0) += 1;
+  const DomainBound bb = certify_domain(broken, f, 1, 2, o);
+  EXPECT_GT(bb.dp[0], b.dp[0] + 0.05);
+  EXPECT_GT(bb.sup_distinct, b.sup_distinct + 0.5);
+  // Proposition 1 (softmax inside), standard network: finite on every cell, ramps included.
+  ApproximateOptions ao;
+  ao.construction = "kajitsuka";
+  ao.certify = true;
+  ao.certify_boxes = 4000;
+  ao.samples = 2000;
+  ao.samples_standard = 200;
+  const Approximation a = approximate(f, 4, ao);
+  const json& s = a.report.at("certified_domain").at("standard");
+  EXPECT_TRUE(s.at("all_finite").get<bool>());
+  EXPECT_GT(s.at("cells").get<long>(), s.at("cells_constant").get<long>());
+  EXPECT_GE(s.at("d_1").get<double>(), a.standard[0].lo);
+  EXPECT_LT(s.at("d_1").get<double>(), 0.7);
+  EXPECT_THROW(certify_domain(m.net, yun_target("x + 1", 1, 2), 1, 2, o), Error);  // no interval form
 }
 
 TEST(Experiment, RunExperimentWritesTablesAndResumesWithoutRunning) {

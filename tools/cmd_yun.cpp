@@ -88,6 +88,14 @@ void add_yun_commands(CLI::App& app, Commands& commands) {
       ->capture_default_str()
       ->check(CLI::Range(1L, 1L << 40));
   a->add_flag("--no-check", o->no_check, "Skip the exact Lemma 6 / grid check");
+  a->add_flag("--certify", o->run.certify,
+              "Certified bounds on sup |g - f| and d_p over all of [0,1]^{d x n}, both networks (MPFI)");
+  a->add_option("--certify-boxes", o->run.certify_boxes, "Branch-and-bound budget of boxes for --certify")
+      ->capture_default_str()
+      ->check(CLI::Range(1L, 1L << 30));
+  a->add_option("--certify-cells", o->run.certify_cells, "Refuse --certify above this many cells")
+      ->capture_default_str()
+      ->check(CLI::Range(1L, 1L << 30));
   a->add_option("--max-layers", o->run.max_layers, "Refuse constructions with more layers")
       ->capture_default_str();
   a->add_option("--out,-o", o->run.out, "Write the modified network (hardmax, Phi) as safetensors");

@@ -2,6 +2,8 @@
 
 #include "uatlab/limits.hpp"
 
+#include <mpfi.h>
+
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -66,46 +68,100 @@ std::string text(const Rational& q) {
   return q.str();
 }
 
-// ---- built-in targets --------------------------------------------------------------------------
+// ---- built-in targets ----------------------------------------------------------------------------
+// Each is written once for double and for MPFI intervals (an enclosure of f over a box, for the
+// domain certificate).
 
-Mat<double> tokenwise_sin(const Mat<double>& X) {
-  return (X * (2 * M_PI)).array().sin().matrix();
-}
-Mat<double> center(const Mat<double>& X) {
-  return X.colwise() - X.rowwise().mean();
-}
-Mat<double> attention(const Mat<double>& X) {  // X · softmax(XᵀX), column-wise
-  Mat<double> A = X.transpose() * X;
-  for (Eigen::Index j = 0; j < A.cols(); ++j) {
-    A.col(j) = (A.col(j).array() - A.col(j).maxCoeff()).exp().matrix();
-    A.col(j) /= A.col(j).sum();
+template <class S>
+S two_pi() {
+  if constexpr (std::is_same_v<S, double>) {
+    return 2 * M_PI;
+  } else {
+    S pi;
+    mpfi_const_pi(pi.backend().data());
+    return 2 * pi;
   }
-  return X * A;
 }
-Mat<double> max_pool(const Mat<double>& X) {
-  Mat<double> Y = X;
-  for (Eigen::Index i = 0; i < X.rows(); ++i)
-    Y.row(i) *= X.row(i).maxCoeff();
+template <class S>
+S larger(const S& a, const S& b) {  // intervals: the enclosure of max(a, b)
+  if constexpr (std::is_same_v<S, double>)
+    return std::max(a, b);
+  else
+    return hull(std::max(lower(a), lower(b)), std::max(upper(a), upper(b)));
+}
+
+template <class S>
+Mat<S> tokenwise_sin(const Mat<S>& X) {
+  const S w = two_pi<S>();
+  return X.unaryExpr([&](const S& x) {
+    using std::sin;
+    return S(sin(S(x * w)));
+  });
+}
+template <class S>
+Mat<S> center(const Mat<S>& X) {
+  Mat<S> Y = X;
+  for (Eigen::Index i = 0; i < X.rows(); ++i) {
+    const S m = S(X.row(i).sum()) / S(static_cast<double>(X.cols()));
+    for (Eigen::Index j = 0; j < X.cols(); ++j)
+      Y(i, j) -= m;
+  }
   return Y;
 }
-Mat<double> prefix_mean(const Mat<double>& X) {
-  Mat<double> Y = X;
+template <class S>
+Mat<S> attention(const Mat<S>& X) {  // X · softmax(XᵀX), column-wise
+  Mat<S> A = X.transpose() * X, W(A.rows(), A.cols());
+  for (Eigen::Index j = 0; j < A.cols(); ++j)
+    for (Eigen::Index l = 0; l < A.rows(); ++l) {
+      if constexpr (std::is_same_v<S, double>) {  // subtract the column's max
+        W(l, j) = std::exp(A(l, j) - A.col(j).maxCoeff());
+      } else {  // w_l = 1 / Σ_m exp(a_m − a_l): no shared interval subtracted twice
+        S den(0);
+        for (Eigen::Index m = 0; m < A.rows(); ++m)
+          den += Scalar<S>::exp(S(A(m, j) - A(l, j)));
+        W(l, j) = S(1) / den;
+      }
+    }
+  if constexpr (std::is_same_v<S, double>)
+    for (Eigen::Index j = 0; j < W.cols(); ++j)
+      W.col(j) /= W.col(j).sum();
+  return X * W;
+}
+template <class S>
+Mat<S> max_pool(const Mat<S>& X) {
+  Mat<S> Y = X;
+  for (Eigen::Index i = 0; i < X.rows(); ++i) {
+    S m = X(i, 0);
+    for (Eigen::Index j = 1; j < X.cols(); ++j)
+      m = larger(m, S(X(i, j)));
+    for (Eigen::Index j = 0; j < X.cols(); ++j)
+      Y(i, j) *= m;
+  }
+  return Y;
+}
+template <class S>
+Mat<S> prefix_mean(const Mat<S>& X) {
+  Mat<S> Y = X;
   for (Eigen::Index j = 1; j < X.cols(); ++j)
-    Y.col(j) = (Y.col(j - 1) * double(j) + X.col(j)) / double(j + 1);
+    Y.col(j) = (Y.col(j - 1) * S(static_cast<double>(j)) + X.col(j)) / S(static_cast<double>(j + 1));
   return Y;
 }
-Mat<double> reverse(const Mat<double>& X) {
+template <class S>
+Mat<S> reverse(const Mat<S>& X) {
   return X.rowwise().reverse();
 }
 
 }  // namespace
 
 const std::vector<TargetSpec>& target_table() {
+#define UATLAB_TARGET(name, eq, f) \
+  { name, eq, f<double>, f<Mpfi> }
   static const std::vector<TargetSpec> table = {
-      {"tokenwise-sin", true, tokenwise_sin}, {"center", true, center},
-      {"attention", true, attention},         {"max-pool", true, max_pool},
-      {"prefix-mean", false, prefix_mean},    {"reverse", false, reverse},
+      UATLAB_TARGET("tokenwise-sin", true, tokenwise_sin), UATLAB_TARGET("center", true, center),
+      UATLAB_TARGET("attention", true, attention),         UATLAB_TARGET("max-pool", true, max_pool),
+      UATLAB_TARGET("prefix-mean", false, prefix_mean),    UATLAB_TARGET("reverse", false, reverse),
   };
+#undef UATLAB_TARGET
   return table;
 }
 
@@ -118,7 +174,7 @@ std::string target_names() {
 
 Target builtin_target(const std::string& name) {
   for (const TargetSpec& t : target_table())
-    if (name == t.name) return {name, t.f};
+    if (name == t.name) return {name, t.f, t.fi};
   throw Error("unknown target \"" + name + "\" (built-in: " + target_names() + "; or give an expression)");
 }
 

@@ -3,8 +3,10 @@
 #include "uatlab/limits.hpp"
 
 #include <cmath>
+#include <tuple>
 
 #include "uatlab/construct/kajitsuka.hpp"
+#include "uatlab/experiment/domain.hpp"
 
 #include "uatlab/io/json.hpp"
 #include "uatlab/io/model_file.hpp"
@@ -85,6 +87,22 @@ Approximation approximate(const yun::Target& f, int K, const ApproximateOptions&
     };
     r.report["d_" + std::to_string(ps[k])] = {{"modified", js(r.modified[k])},
                                               {"standard", js(r.standard[k])}};
+  }
+  if (o.certify) {
+    DomainOptions dopt;
+    dopt.ps = ps;
+    dopt.max_boxes = o.certify_boxes;
+    dopt.max_cells = o.certify_cells;
+    dopt.progress = o.progress;
+    json c;
+    for (const auto& [name, net, b] : {std::tuple<const char*, const Network<Rational>*, unsigned>{
+                                           "modified", &m.net, std::max(m.bits + 64, 128u)},
+                                       {"standard", &g, bits}}) {
+      report(o.progress, std::string("approximate: certify the ") + name + " network over the domain", 0, 0);
+      dopt.bits = b;
+      c[name] = certify_domain(*net, f, o.d, o.n, dopt).report(ps);
+    }
+    r.report["certified_domain"] = c;
   }
   if (!o.out.empty()) save_network(m.net, o.out, "F64", "yun-modified");
   if (!o.standard_out.empty()) save_network(g, o.standard_out, "F64", "yun-standard");

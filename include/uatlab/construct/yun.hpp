@@ -26,16 +26,19 @@
 
 namespace uatlab::yun {
 
-// f: [0,1]^{d×n} → R^{d×n}, evaluated in double.
+// f: [0,1]^{d×n} → R^{d×n}, evaluated in double; fi, where given, encloses f over a box of
+// intervals (MPFI), which the domain certificate needs.
 struct Target {
   std::string name;
   std::function<Mat<double>(const Mat<double>&)> f;
+  std::function<Mat<Mpfi>(const Mat<Mpfi>&)> fi;
 };
-// The built-in targets, one row each (name, whether f(XP) = f(X)P, f).
+// The built-in targets, one row each (name, whether f(XP) = f(X)P, f in double and in intervals).
 struct TargetSpec {
   const char* name;
   bool equivariant;
   Mat<double> (*f)(const Mat<double>&);
+  Mat<Mpfi> (*fi)(const Mat<Mpfi>&);
 };
 const std::vector<TargetSpec>& target_table();
 std::string target_names();                      // "tokenwise-sin, center, ..."

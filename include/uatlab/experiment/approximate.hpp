@@ -22,6 +22,8 @@ struct ApproximateOptions {
   long samples = 20000, samples_standard = 2000, check_limit = 200000, max_layers = 20000;
   std::string lambda, eta;       // exact; empty: the defaults (default_lambda, δ·2^-40)
   std::string value_map;         // kajitsuka: "bounded" (empty: the default) or "zhang"
+  bool certify = false;          // certified bounds over the whole domain (experiment/domain.hpp)
+  long certify_boxes = 200000, certify_cells = 1L << 20;
   std::vector<int> ps = {1, 2};  // exponents of d_p (one or two)
   std::uint64_t seed = 1;
   std::string out, standard_out;  // optional safetensors of the two networks
@@ -29,7 +31,9 @@ struct ApproximateOptions {
 };
 
 struct Approximation {
-  json report;  // construction facts, exact check, standard network, d_p (value, ci95, samples)
+  // construction facts, exact check, standard network, d_p (value, ci95, samples), and with
+  // certify "certified_domain": the bounds of both networks over [0,1]^{d×n}
+  json report;
   std::vector<yun::Distance> modified, standard;  // one per exponent
 };
 // Refuses a target that is not permutation equivariant without pe (20 seeded random trials).

@@ -1,0 +1,56 @@
+// Certified error bounds over the whole input domain [0,1]^{d×n}, beyond the papers' sampled
+// checks: for a network g and a target f with an interval form, upper bounds on the essential
+// supremum of max_entries |g − f| and on d_p(f, g) = (∫ Σ_entries |g − f|^p dx)^{1/p}.
+//
+// The method, one stage each:
+//   1. The network's leading coordinatewise feed-forward sub-layers (every hidden unit reads one
+//      entry and writes that entry: the proofs' quantization stages) are composed exactly, in
+//      rationals, into one piecewise-affine map per input entry (i, j) on [0, 1]: pieces (a, b)
+//      on which the entry becomes α t + β.
+//   2. The domain splits into cells, one product of pieces each. On a cell where every α is 0
+//      (the quantization is constant there), the rest of the network runs once in MPFI on that
+//      point; elsewhere (the ramps of a standardized network) on the interval image, which
+//      encloses every output of the cell.
+//   3. On each cell, f is enclosed in MPFI over boxes, bisected where the bound is loosest
+//      (branch and bound) within a budget of boxes; |g − f| ≤ max(ḡ − f_lo, f̄ − g_lo) per
+//      entry, and d_p^p ≤ Σ_boxes vol · Σ_entries bound^p.
+// The cell boundaries (finitely many hyperplanes) have measure 0 and are not covered by the
+// supremum; everything else is. The bounds are also given without the non-constant cells,
+// with the measure of what that leaves out.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "uatlab/construct/yun.hpp"
+#include "uatlab/progress.hpp"
+
+namespace uatlab::experiment {
+
+struct DomainOptions {
+  std::vector<int> ps = {1, 2};
+  long max_cells = 1L << 20;  // refuse a finer partition
+  long max_boxes = 200000;    // the branch-and-bound budget, over all cells
+  unsigned bits = 128;        // MPFI precision of the network (and of f)
+  OnProgress progress;
+};
+
+struct DomainBound {
+  int front_layers = 0;  // the leading coordinatewise sub-layers composed exactly
+  long cells = 0, cells_constant = 0, boxes = 0;
+  bool finite = false;          // every cell's bound is finite
+  double sup = 0;               // ess sup over the domain of max_entries |g − f| (upper bound)
+  double sup_distinct = 0;      // the same over constant cells whose quantized columns are distinct
+  std::vector<double> dp;       // upper bounds on d_p(f, g), one per p
+  std::vector<double> dp_flat;  // on the constant cells only ...
+  double excluded_measure = 0;  // ... which leave out this much of the domain (upper bound)
+  double sup_flat = 0;
+  nlohmann::json report(const std::vector<int>& ps) const;
+};
+
+// Throws Error when f has no interval form, when the partition exceeds max_cells, or when the
+// network is not one on [0,1]^{d×n} (its d must equal d).
+DomainBound certify_domain(const Network<Rational>& g, const yun::Target& f, int d, int n,
+                           const DomainOptions& o);
+
+}  // namespace uatlab::experiment

@@ -1,0 +1,464 @@
+#include "uatlab/experiment/domain.hpp"
+
+#include <mpfr.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <queue>
+
+#include "uatlab/limits.hpp"
+
+namespace uatlab::experiment {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+double up(const Mpfr& x) {
+  return mpfr_number_p(x.backend().data()) ? mpfr_get_d(x.backend().data(), MPFR_RNDU) : kInf;
+}
+
+// ---- stage 1: the coordinatewise front, composed exactly -----------------------------------------
+
+struct Piece {  // on the open interval (a, b) of the input entry t, the entry becomes α t + β
+  Rational a, b, alpha, beta;
+};
+
+// Whether every hidden unit of L reads at most one entry and writes only that entry, with a
+// ReLU or piecewise-linear activation: such a sub-layer acts on each entry separately.
+bool coordinatewise(const Layer<Rational>& L) {
+  if (L.spec.kind != LayerKind::feedforward || L.spec.pre_norm) return false;
+  for (Eigen::Index u = 0; u < L.w1.rows(); ++u) {
+    Eigen::Index reads = -1;
+    int count = 0;
+    for (Eigen::Index c = 0; c < L.w1.cols(); ++c)
+      if (L.w1(u, c) != 0) reads = c, ++count;
+    if (count > 1) return false;
+    for (Eigen::Index r = 0; r < L.w2.rows(); ++r)
+      if (L.w2(r, u) != 0 && r != reads) return false;
+  }
+  return true;
+}
+
+// φ's breakpoints c and pieces (slope, intercept), piece k on [c_{k−1}, c_k).
+void activation(const Layer<Rational>& L, std::vector<Rational>& c, std::vector<std::pair<Rational, Rational>>& p) {
+  if (L.spec.piecewise) {
+    c = L.breakpoints, p = L.pieces;
+  } else {
+    c = {Rational(0)}, p = {{Rational(0), Rational(0)}, {Rational(1), Rational(0)}};
+  }
+}
+
+// One entry (row `row`) through the coordinatewise layers, starting from t + offset on (0, 1).
+std::vector<Piece> entry_map(const std::vector<const Layer<Rational>*>& front, int row, const Rational& offset) {
+  std::vector<Piece> pieces = {{Rational(0), Rational(1), Rational(1), offset}};
+  for (const Layer<Rational>* L : front) {
+    std::vector<Rational> c;
+    std::vector<std::pair<Rational, Rational>> act;
+    activation(*L, c, act);
+    std::vector<Eigen::Index> units;  // the units reading this entry
+    for (Eigen::Index u = 0; u < L->w1.rows(); ++u)
+      if (L->w1(u, row) != 0) units.push_back(u);
+    std::vector<Piece> next;
+    for (const Piece& p : pieces) {
+      // Split where a unit's pre-activation w·(αt + β) + b crosses a breakpoint.
+      std::vector<Rational> cuts = {p.a, p.b};
+      if (p.alpha != 0)
+        for (Eigen::Index u : units) {
+          const Rational w = L->w1(u, row), b = L->b1(u, 0);
+          for (const Rational& ck : c) {
+            const Rational t = (ck - b - w * p.beta) / (w * p.alpha);
+            if (t > p.a && t < p.b) cuts.push_back(t);
+          }
+        }
+      std::sort(cuts.begin(), cuts.end());
+      cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+      for (std::size_t k = 0; k + 1 < cuts.size(); ++k) {
+        Piece q{cuts[k], cuts[k + 1], p.alpha, Rational(p.beta + L->b2(row, 0))};
+        const Rational mid = p.alpha * (q.a + q.b) / 2 + p.beta;  // the entry inside the piece
+        for (Eigen::Index u : units) {
+          const Rational w = L->w1(u, row), v = L->w2(row, u), pre = w * mid + L->b1(u, 0);
+          const auto& [slope, intercept] = act[std::upper_bound(c.begin(), c.end(), pre) - c.begin()];
+          q.alpha += v * slope * w * p.alpha;
+          q.beta += v * (slope * (w * p.beta + L->b1(u, 0)) + intercept);
+        }
+        if (!next.empty() && next.back().alpha == q.alpha && next.back().beta == q.beta &&
+            next.back().b == q.a)
+          next.back().b = q.b;  // the same affine map: merge
+        else
+          next.push_back(q);
+      }
+    }
+    pieces = std::move(next);
+  }
+  return pieces;
+}
+
+// ---- stage 3: f against g's enclosure on one cell, branch and bound ------------------------------
+
+struct Box {
+  Mat<Rational> lo, hi;  // d×n
+  std::vector<double> upper;  // per p: vol · Σ_entries bound^p (certified, rounded up)
+  double sup = 0;             // max_entries bound
+  double gap = 0;             // upper − a midpoint estimate (what bisecting may gain), for p[0]
+  bool operator<(const Box& o) const { return gap < o.gap; }
+};
+
+Box bound_box(const Mat<Rational>& lo, const Mat<Rational>& hi, const Mat<Mpfi>& Y, const yun::Target& f,
+              const std::vector<int>& ps) {
+  Box B{lo, hi, {}, 0, 0};
+  Mat<Mpfi> X(lo.rows(), lo.cols());
+  Mat<double> centre(lo.rows(), lo.cols());
+  Rational vol(1);
+  for (Eigen::Index i = 0; i < lo.size(); ++i) {
+    X(i) = hull(lower(Scalar<Mpfi>::from(lo(i))), upper(Scalar<Mpfi>::from(hi(i))));
+    centre(i) = Scalar<Rational>::to_double(Rational((lo(i) + hi(i)) / 2));
+    vol *= hi(i) - lo(i);
+  }
+  const Mat<Mpfi> F = f.fi(X);
+  const Mat<double> fc = f.f(centre);
+  const Mpfi v = Scalar<Mpfi>::from(vol);
+  std::vector<Mpfi> sum(ps.size(), Mpfi(0));
+  double est = 0;
+  for (Eigen::Index i = 0; i < F.size(); ++i) {
+    const Mpfr e = upper(Mpfi(mp::abs(Mpfi(Y(i) - F(i)))));  // ≥ |g − f| at every point of the box
+    const Mpfi ei = hull(e, e);  // the bound as an exact interval; its powers round outward
+    for (std::size_t k = 0; k < ps.size(); ++k)
+      sum[k] += mp::pow(ei, ps[k]);
+    B.sup = std::max(B.sup, up(e));
+    est += std::pow(std::abs(Scalar<Mpfi>::to_double(Y(i)) - fc(i)), ps[0]);
+  }
+  for (std::size_t k = 0; k < ps.size(); ++k)
+    B.upper.push_back(up(upper(Mpfi(sum[k] * v))));
+  B.gap = B.upper[0] - est * Scalar<Rational>::to_double(vol);
+  return B;
+}
+
+// Bisect the loosest box (largest gap) along its widest entry until `budget` boxes.
+std::vector<Box> branch_and_bound(Box first, const Mat<Mpfi>& Y, const yun::Target& f, const std::vector<int>& ps,
+                                  long budget) {
+  std::priority_queue<Box> open;
+  open.push(std::move(first));
+  long count = 1;
+  while (count < budget && std::isfinite(open.top().upper[0]) && open.top().gap > 0) {
+    Box B = open.top();
+    open.pop();
+    Eigen::Index widest = 0;
+    for (Eigen::Index i = 1; i < B.lo.size(); ++i)
+      if (B.hi(i) - B.lo(i) > B.hi(widest) - B.lo(widest)) widest = i;
+    const Rational mid = (B.lo(widest) + B.hi(widest)) / 2;
+    Mat<Rational> left_hi = B.hi, right_lo = B.lo;
+    left_hi(widest) = mid, right_lo(widest) = mid;
+    open.push(bound_box(B.lo, left_hi, Y, f, ps));
+    open.push(bound_box(right_lo, B.hi, Y, f, ps));
+    ++count;
+  }
+  std::vector<Box> out;
+  for (; !open.empty(); open.pop())
+    out.push_back(open.top());
+  return out;
+}
+
+// ---- stage 2: the rest of the network on an enclosure, without MPFI's dependency loss -----------
+
+// A feed-forward sub-layer on a column z whose every unit's pre-activation enclosure lies in one
+// piece of φ is the affine map z + W2 S (W1 z + b1) + W2 κ + b2 (S: the pieces' slopes, κ their
+// intercepts): formed exactly in rationals and applied once, so that slopes which cancel (the
+// flat stretches of a staircase of steep ReLUs) cancel exactly instead of adding their widths.
+// A column with an undecided unit is evaluated unit by unit (the plain enclosure).
+Mat<Mpfi> feedforward_affine(const Layer<Rational>& L, const Mat<Mpfi>& Z) {
+  std::vector<Rational> c;
+  std::vector<std::pair<Rational, Rational>> act;
+  activation(L, c, act);
+  std::vector<Mpfi> cb;
+  for (const Rational& x : c)
+    cb.push_back(Scalar<Mpfi>::from(x));
+  const Mat<Mpfi> W1 = matrix_cast<Mpfi>(L.w1), W2 = matrix_cast<Mpfi>(L.w2), B1 = matrix_cast<Mpfi>(L.b1),
+                  B2 = matrix_cast<Mpfi>(L.b2);
+  Mat<Mpfi> out = Z;
+  for (Eigen::Index t = 0; t < Z.cols(); ++t) {
+    const Mat<Mpfi> pre = W1 * Z.col(t) + B1;
+    std::vector<std::size_t> piece(static_cast<std::size_t>(pre.rows()));
+    bool decided = true;
+    for (Eigen::Index u = 0; u < pre.rows() && decided; ++u) {
+      std::size_t k = 0;  // the piece holding the whole enclosure: c_{k−1} ≤ pre < c_k
+      while (k < cb.size() && lower(pre(u)) >= upper(cb[k]))
+        ++k;
+      decided = k == cb.size() || upper(pre(u)) < lower(cb[k]);
+      piece[static_cast<std::size_t>(u)] = k;
+    }
+    if (!decided) {  // unit by unit
+      Mat<Mpfi> h(pre.rows(), 1);
+      for (Eigen::Index u = 0; u < pre.rows(); ++u) {
+        Mpfi y(0);
+        bool any = false;
+        for (std::size_t k = 0; k < act.size(); ++k) {
+          const bool left = k == 0 || upper(pre(u)) >= lower(cb[k - 1]);
+          const bool right = k == cb.size() || lower(pre(u)) < upper(cb[k]);
+          if (!left || !right) continue;
+          const Mpfi v = Scalar<Mpfi>::from(act[k].first) * pre(u) + Scalar<Mpfi>::from(act[k].second);
+          y = any ? hull(std::min(lower(y), lower(v)), std::max(upper(y), upper(v))) : v;
+          any = true;
+        }
+        h(u) = y;
+      }
+      out.col(t) += W2 * h + B2;
+      continue;
+    }
+    const Eigen::Index d = Z.rows();
+    Mat<Rational> A = Mat<Rational>::Identity(d, d), b = L.b2;
+    for (Eigen::Index u = 0; u < pre.rows(); ++u) {
+      const auto& [slope, intercept] = act[piece[static_cast<std::size_t>(u)]];
+      if (slope != 0) A += (L.w2.col(u) * slope) * L.w1.row(u);
+      b += L.w2.col(u) * (slope * L.b1(u, 0) + intercept);
+    }
+    out.col(t) = matrix_cast<Mpfi>(A) * Z.col(t) + matrix_cast<Mpfi>(b);
+  }
+  return out;
+}
+
+// The sub-layers after the front: attention through the library's MPFI forward (one sub-layer
+// each), feed-forward through feedforward_affine, then pooling and readout.
+struct Back {
+  std::vector<const Layer<Rational>*> ff;  // per sub-layer: the rational layer (feed-forward) ...
+  std::vector<Network<Mpfi>> one;          // ... or a one-sub-layer MPFI network (attention)
+  Network<Mpfi> tail;                      // no sub-layers: pooling and readout
+  explicit Back(const Network<Rational>& net) {
+    Network<Rational> tail_q = net;
+    tail_q.arch.layers.clear(), tail_q.layers.clear();
+    tail = network_cast<Mpfi>(tail_q);
+    for (std::size_t i = 0; i < net.layers.size(); ++i) {
+      const bool plain_ff = net.arch.layers[i].kind == LayerKind::feedforward && !net.arch.layers[i].pre_norm;
+      ff.push_back(plain_ff ? &net.layers[i] : nullptr);
+      Network<Rational> o = tail_q;
+      if (!plain_ff) o.arch.layers = {net.arch.layers[i]}, o.layers = {net.layers[i]};
+      o.arch.pool = false, o.arch.readout = 0;
+      one.push_back(plain_ff ? Network<Mpfi>() : network_cast<Mpfi>(o));
+    }
+  }
+  Mat<Mpfi> operator()(Mat<Mpfi> Z) const {
+    for (std::size_t i = 0; i < ff.size(); ++i)
+      Z = ff[i] ? feedforward_affine(*ff[i], Z) : forward(one[i], Z);
+    return forward(tail, Z);
+  }
+};
+
+bool distinct_columns(const Mat<Mpfi>& Q) {
+  for (Eigen::Index a = 0; a < Q.cols(); ++a)
+    for (Eigen::Index b = a + 1; b < Q.cols(); ++b) {
+      bool same = true;
+      for (Eigen::Index i = 0; i < Q.rows(); ++i)
+        same = same && lower(Q(i, a)) == lower(Q(i, b)) && upper(Q(i, a)) == upper(Q(i, b));
+      if (same) return false;
+    }
+  return true;
+}
+
+}  // namespace
+
+DomainBound certify_domain(const Network<Rational>& g, const yun::Target& f, int d, int n,
+                           const DomainOptions& o) {
+  if (!f.fi) throw Error("target \"" + f.name + "\" has no interval form; the domain certificate needs one (built-in targets have it)");
+  if (g.arch.d != d) throw Error("the network has d = " + std::to_string(g.arch.d) + ", the domain d = " + std::to_string(d));
+  limits::check_count(o.max_cells, 1, 1LL << 30, "--certify-cells");
+  limits::check_count(o.max_boxes, 1, 1LL << 30, "--certify-boxes");
+  for (int p : o.ps)
+    limits::check_count(p, 1, 16, "the exponent p of d_p");
+  DomainBound r;
+  // Stage 1: the front, and the rest of the network (positions already added by the front).
+  std::vector<const Layer<Rational>*> front;
+  while (front.size() < g.layers.size() && coordinatewise(g.layers[front.size()]))
+    front.push_back(&g.layers[front.size()]);
+  r.front_layers = static_cast<int>(front.size());
+  Network<Rational> back = g;
+  back.arch.layers.erase(back.arch.layers.begin(), back.arch.layers.begin() + r.front_layers);
+  back.layers.erase(back.layers.begin(), back.layers.begin() + r.front_layers);
+  back.arch.max_len = 0;
+  back.pe = Mat<Rational>::Zero(d, 0);
+  const bool exact = [&] {  // no softmax, log bias or norm: constant cells are evaluated exactly
+    try {
+      check_evaluable<Rational>(back.arch);
+      return true;
+    } catch (const Error&) {
+      return false;
+    }
+  }();
+  std::vector<std::vector<Piece>> maps;  // entry e = i + d·j
+  long long cells = 1;
+  for (int j = 0; j < n; ++j)
+    for (int i = 0; i < d; ++i) {
+      maps.push_back(entry_map(front, i, g.arch.max_len > 0 ? g.pe(i, j) : Rational(0)));
+      cells = limits::saturating_mul(cells, static_cast<long long>(maps.back().size()));
+    }
+  if (cells > o.max_cells)
+    throw Error("the domain splits into " + std::to_string(cells) + " cells, over the limit of " +
+                std::to_string(o.max_cells) + " (--certify-cells)");
+  r.cells = static_cast<long>(cells);
+  struct Cell {
+    Mat<Rational> lo, hi, point;  // the box of inputs; the quantized point when constant
+    Mat<Mpfi> Y;                  // g's enclosure over the cell
+    bool constant = true, distinct = false, finite = false;
+    Rational measure;
+    std::vector<double> upper;
+    double sup = 0;
+    long boxes = 0;
+  };
+  std::vector<Cell> cs(static_cast<std::size_t>(r.cells));
+  for (long cell = 0; cell < r.cells; ++cell) {
+    Cell& c = cs[static_cast<std::size_t>(cell)];
+    c.lo = c.hi = c.point = Mat<Rational>(d, n);
+    Rational vol(1);
+    long code = cell;
+    for (int e = 0; e < d * n; ++e) {  // mixed radix, entry 0 fastest
+      const auto& m = maps[static_cast<std::size_t>(e)];
+      const Piece& p = m[static_cast<std::size_t>(code % static_cast<long>(m.size()))];
+      code /= static_cast<long>(m.size());
+      c.lo(e) = p.a, c.hi(e) = p.b, c.point(e) = p.beta;
+      vol *= p.b - p.a;
+      c.constant = c.constant && p.alpha == 0;
+    }
+    c.measure = vol;
+  }
+  // Stage 2: g on every cell. Exactly where possible; else in MPFI, raising the precision until
+  // the enclosures of the constant cells are tight (deep networks with steep ramps lose bits to
+  // rounding at every layer), up to 64 times o.bits.
+  auto image = [&](long cell) {
+    Mat<Mpfi> Q(d, n);
+    long code = cell;
+    for (int e = 0; e < d * n; ++e) {
+      const auto& m = maps[static_cast<std::size_t>(e)];
+      const Piece& p = m[static_cast<std::size_t>(code % static_cast<long>(m.size()))];
+      code /= static_cast<long>(m.size());
+      const Mpfi ya = Scalar<Mpfi>::from(Rational(p.alpha * p.a + p.beta)),
+                 yb = Scalar<Mpfi>::from(Rational(p.alpha * p.b + p.beta));
+      Q(e) = hull(std::min(lower(ya), lower(yb)), std::max(upper(ya), upper(yb)));
+    }
+    return Q;
+  };
+  std::vector<long> pending;
+  for (long cell = 0; cell < r.cells; ++cell)
+    pending.push_back(cell);
+  for (unsigned bits = o.bits; !pending.empty(); bits *= 2) {
+    const MpfrPrecision precision(bits);
+    const Back gi(back);
+    std::vector<char> again(pending.size(), 0);
+    long long done = 0;
+#pragma omp parallel for schedule(dynamic)
+    for (long k = 0; k < static_cast<long>(pending.size()); ++k) {
+      Cell& c = cs[static_cast<std::size_t>(pending[static_cast<std::size_t>(k)])];
+      c.finite = true;
+      try {
+        if (c.constant && exact)
+          c.Y = forward(back, c.point).unaryExpr([](const Rational& x) { return Scalar<Mpfi>::from(x); });
+        else
+          c.Y = gi(c.constant ? matrix_cast<Mpfi>(c.point) : image(pending[static_cast<std::size_t>(k)]));
+        for (Eigen::Index i = 0; i < c.Y.size(); ++i) {
+          const Mpfr lo = lower(c.Y(i)), hi = upper(c.Y(i));
+          c.finite = c.finite && mpfr_number_p(lo.backend().data()) && mpfr_number_p(hi.backend().data());
+          if (c.finite && c.constant && hi - lo > 1e-12 * (1 + mp::abs(lo))) again[static_cast<std::size_t>(k)] = 1;
+        }
+      } catch (const Error&) {  // e.g. a hardmax argmax that an interval input leaves undecided
+        c.finite = false;
+      }
+      if (!c.finite && c.constant) again[static_cast<std::size_t>(k)] = 1;
+#pragma omp critical(uatlab_domain_progress)
+      report(o.progress, "certify the domain: the network on every cell at " + std::to_string(bits) + " bits",
+             ++done, static_cast<long long>(pending.size()));
+    }
+    std::vector<long> next;
+    for (std::size_t k = 0; k < pending.size(); ++k)
+      if (again[k]) next.push_back(pending[k]);
+    if (bits >= 64 * o.bits) break;  // keep what the last precision gave
+    pending = std::move(next);
+  }
+  // Stage 3: f against g, cell by cell, within the budget of boxes.
+  const MpfrPrecision precision(o.bits);
+  long finite_cells = 0;
+  for (const Cell& c : cs)
+    finite_cells += c.finite;
+  const long per_cell = std::max(1L, o.max_boxes / std::max(1L, finite_cells));
+  long long done = 0;
+#pragma omp parallel for schedule(dynamic)
+  for (long cell = 0; cell < r.cells; ++cell) {
+    Cell& c = cs[static_cast<std::size_t>(cell)];
+    c.distinct = c.constant && distinct_columns(matrix_cast<Mpfi>(c.point));
+    if (!c.finite) {
+      c.upper.assign(o.ps.size(), kInf);
+      c.sup = kInf;
+      c.boxes = 1;
+    } else {
+      const std::vector<Box> boxes = branch_and_bound(bound_box(c.lo, c.hi, c.Y, f, o.ps), c.Y, f, o.ps, per_cell);
+      std::vector<Mpfi> sum(o.ps.size(), Mpfi(0));
+      for (const Box& b : boxes) {
+        for (std::size_t k = 0; k < o.ps.size(); ++k)
+          sum[k] += Mpfi(b.upper[k]);  // each rounded up already; the sum rounds outward
+        c.sup = std::max(c.sup, b.sup);
+      }
+      for (const Mpfi& x : sum)
+        c.upper.push_back(up(upper(x)));
+      c.boxes = static_cast<long>(boxes.size());
+    }
+#pragma omp critical(uatlab_domain_progress)
+    report(o.progress, "certify the domain: f against g on every cell", ++done, r.cells);
+  }
+  // Sums over the cells, rounded outward (an infinite cell makes its sum infinite).
+  std::vector<Mpfi> all(o.ps.size(), Mpfi(0)), flat(o.ps.size(), Mpfi(0));
+  std::vector<bool> all_finite(o.ps.size(), true), flat_finite(o.ps.size(), true);
+  Rational excluded(0);
+  r.finite = true;
+  for (const Cell& c : cs) {
+    r.boxes += c.boxes;
+    r.cells_constant += c.constant;
+    r.sup = std::max(r.sup, c.sup);
+    r.finite = r.finite && std::isfinite(c.sup);
+    if (c.distinct) r.sup_distinct = std::max(r.sup_distinct, c.sup);
+    if (c.constant) r.sup_flat = std::max(r.sup_flat, c.sup);
+    for (std::size_t k = 0; k < o.ps.size(); ++k) {
+      const bool fin = std::isfinite(c.upper[k]);
+      all_finite[k] = all_finite[k] && fin;
+      if (fin) all[k] += Mpfi(c.upper[k]);
+      if (c.constant) {
+        flat_finite[k] = flat_finite[k] && fin;
+        if (fin) flat[k] += Mpfi(c.upper[k]);
+      }
+    }
+    if (!c.constant) excluded += c.measure;
+  }
+  {
+    const MpfrPrecision p(64);
+    r.excluded_measure = excluded == 0 ? 0.0 : up(upper(Scalar<Mpfi>::from(excluded)));
+  }
+  for (std::size_t k = 0; k < o.ps.size(); ++k) {
+    const double p = o.ps[k];
+    auto root = [&](const Mpfi& s) {
+      const Mpfr hi = upper(s);
+      return mpfr_number_p(hi.backend().data()) ? up(upper(Mpfi(mp::pow(hull(hi, hi), Mpfi(1) / Mpfi(p)))))
+                                                 : kInf;
+    };
+    r.dp.push_back(all_finite[k] ? root(all[k]) : kInf);
+    r.dp_flat.push_back(flat_finite[k] ? root(flat[k]) : kInf);
+  }
+  return r;
+}
+
+json DomainBound::report(const std::vector<int>& ps) const {
+  auto num = [](double x) { return std::isfinite(x) ? json(x) : json("inf"); };
+  json j = {{"front_layers_composed_exactly", front_layers},
+            {"cells", cells},
+            {"cells_constant", cells_constant},
+            {"boxes", boxes},
+            {"all_finite", finite},
+            {"ess_sup_abs_error", num(sup)},
+            {"ess_sup_abs_error_distinct_columns", num(sup_distinct)},
+            {"constant_cells", {{"ess_sup_abs_error", num(sup_flat)}, {"excluded_measure", excluded_measure}}}};
+  for (std::size_t k = 0; k < ps.size(); ++k) {
+    j["d_" + std::to_string(ps[k])] = num(dp[k]);
+    j["constant_cells"]["d_" + std::to_string(ps[k])] = num(dp_flat[k]);
+  }
+  return j;
+}
+
+}  // namespace uatlab::experiment
