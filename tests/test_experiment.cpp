@@ -49,7 +49,7 @@ TEST(Experiment, RegistryListsEveryExperimentOnce) {
       EXPECT_NE(n, e.name);
     names.push_back(e.name);
   }
-  EXPECT_EQ(names.size(), 10u);
+  EXPECT_EQ(names.size(), 11u);
   EXPECT_EQ(&find_experiment("fang-fit"),
             &experiments()[find_experiment("fang-fit").name == names[0] ? 0 : 8]);
   EXPECT_THROW(find_experiment("nope"), Error);

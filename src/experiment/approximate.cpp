@@ -2,7 +2,9 @@
 
 #include "uatlab/limits.hpp"
 
+#include <chrono>
 #include <cmath>
+#include <map>
 #include <tuple>
 
 #include "uatlab/construct/kajitsuka.hpp"
@@ -216,6 +218,122 @@ void plot_value_maps(const yun::Target& f, int K, const ApproximateOptions& o, c
   }
   p.ymin = -3 * reach, p.ymax = 3 * reach;
   plot_png(path, p);
+}
+
+namespace {
+
+// Certified bounds over the whole domain against the Monte Carlo estimates, for the targets of
+// docs/yun.md, both constructions, over K.
+Experiment certified_experiment() {
+  Experiment e;
+  e.name = "yun-certified";
+  e.summary =
+      "Yun et al. / Kajitsuka Prop. 1: certified bounds on d_p and sup |g - f| over all of [0,1]^{d x n} "
+      "beside Monte Carlo";
+  e.cells = [](const Context& c) {
+    std::vector<json> cells;
+    const std::vector<std::pair<const char*, bool>> targets =
+        c.mode == Mode::smoke ? std::vector<std::pair<const char*, bool>>{{"tokenwise-sin", false}}
+                              : std::vector<std::pair<const char*, bool>>{{"tokenwise-sin", false},
+                                                                          {"center", false},
+                                                                          {"attention", false},
+                                                                          {"max-pool", false},
+                                                                          {"prefix-mean", true},
+                                                                          {"reverse", true}};
+    for (const auto& [target, pe] : targets)
+      for (const char* construction : {"yun", "kajitsuka"})
+        for (int K : c.pick({2, 4}, {4, 8, 16}, {4, 8, 16, 32}))
+          cells.push_back({{"target", target}, {"pe", pe}, {"construction", construction}, {"K", K}});
+    return cells;
+  };
+  e.run = [](const json& cell, const Context& c) {
+    ApproximateOptions o;
+    o.construction = cell.at("construction");
+    o.pe = cell.at("pe");
+    o.n = 2;
+    o.certify = true;
+    o.certify_boxes = c.pick(2000L, 100000L, 400000L);
+    o.samples = c.pick(2000L, 20000L, 20000L);
+    o.samples_standard = c.pick(200L, 1000L, 1000L);
+    const auto t0 = std::chrono::steady_clock::now();
+    const Approximation a = approximate(yun::builtin_target(cell.at("target")), cell.at("K"), o);
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    json r = cell;
+    for (const char* net : {"modified", "standard"}) {
+      const json& d = a.report.at("certified_domain").at(net);
+      const json& flat = d.at("constant_cells");
+      const std::size_t i = std::string(net) == "modified" ? 0 : 1;
+      const auto& mc1 = i ? a.standard[0] : a.modified[0];
+      const auto& mc2 = i ? a.standard[1] : a.modified[1];
+      r[net] = {{"mc_d1", mc1.value},     {"mc_d1_hi", mc1.hi},
+                {"mc_d2", mc2.value},     {"mc_d2_hi", mc2.hi},
+                {"cert_d1", d.at("d_1")}, {"cert_d2", d.at("d_2")},
+                {"cert_d1_constant_cells", flat.at("d_1")},
+                {"cert_d2_constant_cells", flat.at("d_2")},
+                {"excluded_measure", flat.at("excluded_measure")},
+                {"sup", d.at("ess_sup_abs_error")},
+                {"sup_distinct", d.at("ess_sup_abs_error_distinct_columns")},
+                {"cells", d.at("cells")}, {"boxes", d.at("boxes")}};
+    }
+    r["seconds"] = secs;
+    return r;
+  };
+  e.report = [](const std::vector<json>& lines, const Outputs& out, const Context&) {
+    const Row header = {"target",
+                        "construction",
+                        "K",
+                        "network",
+                        "MC d_1",
+                        "certified d_1 (constant cells)",
+                        "MC d_2",
+                        "certified d_2 (constant cells)",
+                        "measure not in constant cells",
+                        "certified d_1 (whole domain)",
+                        "certified ess sup |g-f| (distinct-column cells)",
+                        "cells",
+                        "boxes"};
+    std::vector<Row> rows;
+    std::map<std::string, Series> series;
+    auto text = [](const json& x) { return x.is_number() ? fixed(x.get<double>(), 4) : x.get<std::string>(); };
+    for (const json& l : lines) {
+      const json& r = l.at("result");
+      for (const char* net : {"modified", "standard"}) {
+        const json& x = r.at(net);
+        rows.push_back({r.at("target"), r.at("construction"), r.at("K").dump(), net, fixed(x.at("mc_d1"), 4),
+                        text(x.at("cert_d1_constant_cells")), fixed(x.at("mc_d2"), 4),
+                        text(x.at("cert_d2_constant_cells")), fixed(x.at("excluded_measure"), 3),
+                        text(x.at("cert_d1")), text(x.at("sup_distinct")), x.at("cells").dump(),
+                        x.at("boxes").dump()});
+        if (std::string(net) == "modified" && x.at("cert_d1").is_number()) {
+          for (const char* what : {"MC", "certified"}) {
+            Series& s = series[r.at("target").get<std::string>() + " " + r.at("construction").get<std::string>() +
+                               " " + what];
+            s.label = r.at("target").get<std::string>() + ", " + r.at("construction").get<std::string>() + ", " + what;
+            s.x.push_back(1.0 / r.at("K").get<double>());
+            s.y.push_back(std::string(what) == "MC" ? x.at("mc_d1").get<double>() : x.at("cert_d1").get<double>());
+            if (std::string(what) == "MC") s.style = Series::Style::points;
+          }
+        }
+      }
+    }
+    write_file_atomic(out.path(".csv"), csv_text(header, rows));
+    const std::string md = markdown_table(header, rows);
+    write_file_atomic(out.path(".md"), md);
+    LinePlot plot{"d_1: certified over the domain (lines) and Monte Carlo (points), modified networks", "delta = 1/K",
+                  "d_1(f, g)"};
+    plot.logx = plot.logy = true;
+    for (auto& [k, s] : series)
+      plot.series.push_back(s);
+    plot_png(out.path(".png"), plot);
+    return md;
+  };
+  return e;
+}
+
+}  // namespace
+
+std::vector<Experiment> yun_experiments() {
+  return {certified_experiment()};
 }
 
 }  // namespace uatlab::experiment

@@ -29,7 +29,7 @@ const char* to_string(Mode m) {
 const std::vector<Experiment>& experiments() {
   static const std::vector<Experiment> all = [] {
     std::vector<Experiment> v;
-    for (auto list : {wang_e_experiments, kajitsuka_experiments, fang_experiments})
+    for (auto list : {wang_e_experiments, kajitsuka_experiments, fang_experiments, yun_experiments})
       for (Experiment& e : list())
         v.push_back(std::move(e));
     return v;

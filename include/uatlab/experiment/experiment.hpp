@@ -86,5 +86,6 @@ json train_task(const TaskTraining& t);  // training_summary of the trained floa
 std::vector<Experiment> wang_e_experiments();
 std::vector<Experiment> kajitsuka_experiments();
 std::vector<Experiment> fang_experiments();
+std::vector<Experiment> yun_experiments();
 
 }  // namespace uatlab::experiment
