@@ -29,7 +29,7 @@ struct Opts {
   std::uint64_t seed = 1;
   unsigned max_bits = 1u << 18;
   int draws = 200, sweep_c = 0;
-  std::string out_dir = "results/contextual";
+  std::string out_dir = "results/contextual", plot_dir;
   DemoSize demo;
 };
 
@@ -109,6 +109,10 @@ int cmd_contextual(const Opts& o) {
   }
   const ks::Contextual c = ks::build_contextual(f, opt);
   print_contextual(f, c);
+  if (!o.plot_dir.empty()) {
+    experiment::write_contextual_plots(c, f, o.plot_dir);
+    std::printf("wrote       %s/context_values.png and attention.png\n", o.plot_dir.c_str());
+  }
   if (!o.out.empty()) save_network(c.net, o.out, "F64", "rational");
   if (!o.report.empty()) {
     json r = c.report();
@@ -255,6 +259,8 @@ void add_kajitsuka_commands(CLI::App& app, Commands& commands) {
       "--sweep-c", o->sweep_c,
       "Certify the separation at this many scales c, from mean pooling towards hardmax (CSV + PNG)");
   ctx->add_option("--out-dir", o->out_dir, "Folder of --sweep-c's CSV and plot")->capture_default_str();
+  ctx->add_option("--plot-dir", o->plot_dir,
+                  "Draw the context values and the head's attention maps here (PNG)");
   commands.push_back({ctx, [o] { return cmd_contextual(*o); }});
 
   auto* mem = app.add_subcommand(

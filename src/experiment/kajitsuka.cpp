@@ -133,6 +133,74 @@ std::string write_scale_sweep(const kajitsuka::ScaleSweep& sw, const std::string
   return markdown_table(header, rows);
 }
 
+void write_contextual_plots(const kajitsuka::Contextual& c, const kajitsuka::Facts& f,
+                            const std::string& out_dir) {
+  // The head is rank 1: query q = W_Q x, key k = W_K x (tied: W_K = W_Q), value vᵀx.
+  const Layer<Rational>& L = c.net.layers[0];
+  auto dbl = [](const Vec<Rational>& x) {
+    return Vec<double>(x.unaryExpr([](const Rational& q) { return Scalar<Rational>::to_double(q); }));
+  };
+  const Vec<double> wq = matrix_cast<double>(L.wq).row(0).transpose(),
+                    wk = matrix_cast<double>(c.tied ? L.wq : L.wk).row(0).transpose(),
+                    v = dbl(c.projection.v);
+  auto weights = [&](const std::vector<int>& toks) {  // n×n: row = query, column = key
+    const int n = static_cast<int>(toks.size());
+    Mat<double> A(n, n);
+    for (int k = 0; k < n; ++k) {
+      const Vec<double> xk = dbl(f.vocab[toks[k]]);
+      double mx = -1e300;
+      for (int l = 0; l < n; ++l)
+        mx = std::max(mx, A(k, l) = wq.dot(xk) * wk.dot(dbl(f.vocab[toks[l]])));
+      for (int l = 0; l < n; ++l)
+        A(k, l) = std::exp(A(k, l) - mx);
+      A.row(k) /= A.row(k).sum();
+    }
+    return A;
+  };
+  make_dirs(out_dir);
+  LinePlot cv{"Context values: where the head moves each token along v", "token's projection v^T x",
+              "softmax-weighted mean of v^T x over its sequence"};
+  const std::size_t shown = std::min<std::size_t>(f.sets.size(), 7);  // gnuplot cycles 8 colours
+  Series rest{"other vocabulary sets", {}, {}, {}};
+  rest.style = Series::Style::points;
+  for (std::size_t s = 0; s < f.sets.size(); ++s) {
+    const auto& toks = f.tokens[f.first_with_set[s]];
+    const Mat<double> A = weights(toks);
+    Series one{"set " + std::to_string(s + 1), {}, {}, {}};
+    one.style = Series::Style::points;
+    for (std::size_t k = 0; k < toks.size(); ++k) {
+      double mean = 0;
+      for (std::size_t l = 0; l < toks.size(); ++l)
+        mean += A(static_cast<Eigen::Index>(k), static_cast<Eigen::Index>(l)) * v.dot(dbl(f.vocab[toks[l]]));
+      Series& into = s < shown ? one : rest;
+      into.x.push_back(v.dot(dbl(f.vocab[toks[k]]))), into.y.push_back(mean);
+    }
+    if (s < shown) cv.series.push_back(one);
+  }
+  if (!rest.x.empty()) cv.series.push_back(rest);
+  plot_png(out_dir + "/context_values.png", cv);
+  HeatMap am;
+  am.title =
+      "Attention weights of the constructed head (c = " + fixed(Scalar<Rational>::to_double(c.c), 4) + ")";
+  am.xlabel = "key position";
+  am.ylabel = "vocabulary set : query position";
+  am.cblabel = "weight";
+  for (int l = 0; l < f.n; ++l)
+    am.xtics.push_back(std::to_string(l + 1));
+  for (std::size_t s = 0; s < std::min<std::size_t>(f.sets.size(), 6); ++s) {
+    const Mat<double> A = weights(f.tokens[f.first_with_set[s]]);
+    for (int k = 0; k < f.n; ++k) {
+      am.ytics.push_back(std::to_string(s + 1) + ":" + std::to_string(k + 1));
+      std::vector<double> row;
+      std::vector<std::string> labels;
+      for (int l = 0; l < f.n; ++l)
+        row.push_back(A(k, l)), labels.push_back(fixed(A(k, l), 2));
+      am.values.push_back(row), am.labels.push_back(labels);
+    }
+  }
+  plot_png(out_dir + "/attention.png", am);
+}
+
 std::vector<Experiment> kajitsuka_experiments() {
   return {kajitsuka_memorization_experiment(), delta_experiment()};
 }

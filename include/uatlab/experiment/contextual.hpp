@@ -15,4 +15,12 @@ namespace uatlab::experiment {
 std::string write_scale_sweep(const kajitsuka::ScaleSweep& sweep, const std::string& data_name,
                               const std::string& out_dir);
 
+// Pictures of a built contextual map, in out_dir: context_values.png (one point per context: the
+// token's projection vᵀx against the head's softmax-weighted mean of vᵀx over its sequence, the
+// number the layer adds along v, one colour per vocabulary set for up to 7 sets) and
+// attention.png (the attention weights of the head on one sequence of each of the first 6
+// vocabulary sets; rows: set and query, columns: key), computed in double.
+void write_contextual_plots(const kajitsuka::Contextual& c, const kajitsuka::Facts& f,
+                            const std::string& out_dir);
+
 }  // namespace uatlab::experiment
