@@ -269,8 +269,8 @@ TEST(Experiment, DomainCertificateBoundsTheMonteCarloEstimateAndCatchesABrokenNe
   EXPECT_GE(b.dp[1], mc2.lo);
   EXPECT_LT(b.dp[0], mc1.hi + 0.05);
   EXPECT_LT(b.dp[1], mc2.hi + 0.05);
-  EXPECT_GE(b.sup, 0.99);               // repeated-column cells output 0 where sin reaches ±1
-  EXPECT_LT(b.sup_distinct, b.sup);     // the fitted cells are closer
+  EXPECT_GE(b.sup, 0.99);            // repeated-column cells output 0 where sin reaches ±1
+  EXPECT_LT(b.sup_distinct, b.sup);  // the fitted cells are closer
   EXPECT_EQ(b.excluded_measure, 0.0);
   // Control: one value-map weight changed by 1 moves a fitted cell's output; the bound must see it.
   Network<Rational> broken = m.net;

@@ -104,6 +104,11 @@ int cmd_contextual(const Opts& o) {
   if (o.sweep_c > 0) {
     const ks::ScaleSweep sw = ks::sweep_scale(f, opt, o.sweep_c);
     std::cout << experiment::write_scale_sweep(sw, o.data.empty() ? "demo" : o.data, o.out_dir);
+    std::printf("hardmax     c = inf, same weights, exact rationals: %s\n",
+                !sw.hardmax_pairs ? "no token occurs in two vocabulary sets"
+                : std::isinf(sw.hardmax_log10_delta)
+                    ? "two contexts of a token coincide (delta = 0)"
+                    : ("log10 delta = " + log10_text(sw.hardmax_log10_delta)).c_str());
     std::printf("wrote       %s/sweep_c.csv and sweep_c.png\n", o.out_dir.c_str());
     return 0;
   }
@@ -159,9 +164,15 @@ int cmd_memorize(const Opts& o) {
         "feedforward bounded: one direction, the piecewise-linear interpolant with knots at the data, flat "
         "outside (width q = %zu)\n",
         m.hidden);
-  std::printf("            sup over all inputs of |value map| <= %s (certified); the targets reach %.4g\n",
-              std::isfinite(m.value_map_sup) ? std::to_string(m.value_map_sup).c_str() : "inf (unbounded)",
-              m.target_max);
+  if (std::isfinite(m.value_map_sup))
+    std::printf(
+        "            sup over all inputs of |value map| <= %.17g (certified); the targets reach %.4g\n",
+        m.value_map_sup, m.target_max);
+  else
+    std::printf(
+        "            sup over all inputs of |value map| = inf (its last slope is not 0); the targets "
+        "reach %.4g\n",
+        m.target_max);
   std::printf(
       "parameters  attention %zu, feed-forward %zu, total %zu stored; Zhang form (4d or 2d tied, + d + q + "
       "dq): %zu + %zu = %zu\n",

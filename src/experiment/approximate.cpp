@@ -234,12 +234,9 @@ Experiment certified_experiment() {
     std::vector<json> cells;
     const std::vector<std::pair<const char*, bool>> targets =
         c.mode == Mode::smoke ? std::vector<std::pair<const char*, bool>>{{"tokenwise-sin", false}}
-                              : std::vector<std::pair<const char*, bool>>{{"tokenwise-sin", false},
-                                                                          {"center", false},
-                                                                          {"attention", false},
-                                                                          {"max-pool", false},
-                                                                          {"prefix-mean", true},
-                                                                          {"reverse", true}};
+                              : std::vector<std::pair<const char*, bool>>{
+                                    {"tokenwise-sin", false}, {"center", false},     {"attention", false},
+                                    {"max-pool", false},      {"prefix-mean", true}, {"reverse", true}};
     for (const auto& [target, pe] : targets)
       for (const char* construction : {"yun", "kajitsuka"})
         for (int K : c.pick({2, 4}, {4, 8, 16}, {4, 8, 16, 32}))
@@ -265,15 +262,19 @@ Experiment certified_experiment() {
       const std::size_t i = std::string(net) == "modified" ? 0 : 1;
       const auto& mc1 = i ? a.standard[0] : a.modified[0];
       const auto& mc2 = i ? a.standard[1] : a.modified[1];
-      r[net] = {{"mc_d1", mc1.value},     {"mc_d1_hi", mc1.hi},
-                {"mc_d2", mc2.value},     {"mc_d2_hi", mc2.hi},
-                {"cert_d1", d.at("d_1")}, {"cert_d2", d.at("d_2")},
+      r[net] = {{"mc_d1", mc1.value},
+                {"mc_d1_hi", mc1.hi},
+                {"mc_d2", mc2.value},
+                {"mc_d2_hi", mc2.hi},
+                {"cert_d1", d.at("d_1")},
+                {"cert_d2", d.at("d_2")},
                 {"cert_d1_constant_cells", flat.at("d_1")},
                 {"cert_d2_constant_cells", flat.at("d_2")},
                 {"excluded_measure", flat.at("excluded_measure")},
                 {"sup", d.at("ess_sup_abs_error")},
                 {"sup_distinct", d.at("ess_sup_abs_error_distinct_columns")},
-                {"cells", d.at("cells")}, {"boxes", d.at("boxes")}};
+                {"cells", d.at("cells")},
+                {"boxes", d.at("boxes")}};
     }
     r["seconds"] = secs;
     return r;
@@ -294,7 +295,9 @@ Experiment certified_experiment() {
                         "boxes"};
     std::vector<Row> rows;
     std::map<std::string, Series> series;
-    auto text = [](const json& x) { return x.is_number() ? fixed(x.get<double>(), 4) : x.get<std::string>(); };
+    auto text = [](const json& x) {
+      return x.is_number() ? fixed(x.get<double>(), 4) : x.get<std::string>();
+    };
     for (const json& l : lines) {
       const json& r = l.at("result");
       for (const char* net : {"modified", "standard"}) {
@@ -306,11 +309,13 @@ Experiment certified_experiment() {
                         x.at("boxes").dump()});
         if (std::string(net) == "modified" && x.at("cert_d1").is_number()) {
           for (const char* what : {"MC", "certified"}) {
-            Series& s = series[r.at("target").get<std::string>() + " " + r.at("construction").get<std::string>() +
-                               " " + what];
-            s.label = r.at("target").get<std::string>() + ", " + r.at("construction").get<std::string>() + ", " + what;
+            Series& s = series[r.at("target").get<std::string>() + " " +
+                               r.at("construction").get<std::string>() + " " + what];
+            s.label = r.at("target").get<std::string>() + ", " + r.at("construction").get<std::string>() +
+                      ", " + what;
             s.x.push_back(1.0 / r.at("K").get<double>());
-            s.y.push_back(std::string(what) == "MC" ? x.at("mc_d1").get<double>() : x.at("cert_d1").get<double>());
+            s.y.push_back(std::string(what) == "MC" ? x.at("mc_d1").get<double>()
+                                                    : x.at("cert_d1").get<double>());
             if (std::string(what) == "MC") s.style = Series::Style::points;
           }
         }
@@ -319,8 +324,8 @@ Experiment certified_experiment() {
     write_file_atomic(out.path(".csv"), csv_text(header, rows));
     const std::string md = markdown_table(header, rows);
     write_file_atomic(out.path(".md"), md);
-    LinePlot plot{"d_1: certified over the domain (lines) and Monte Carlo (points), modified networks", "delta = 1/K",
-                  "d_1(f, g)"};
+    LinePlot plot{"d_1: certified over the domain (lines) and Monte Carlo (points), modified networks",
+                  "delta = 1/K", "d_1(f, g)"};
     plot.logx = plot.logy = true;
     for (auto& [k, s] : series)
       plot.series.push_back(s);

@@ -44,7 +44,8 @@ bool coordinatewise(const Layer<Rational>& L) {
 }
 
 // φ's breakpoints c and pieces (slope, intercept), piece k on [c_{k−1}, c_k).
-void activation(const Layer<Rational>& L, std::vector<Rational>& c, std::vector<std::pair<Rational, Rational>>& p) {
+void activation(const Layer<Rational>& L, std::vector<Rational>& c,
+                std::vector<std::pair<Rational, Rational>>& p) {
   if (L.spec.piecewise) {
     c = L.breakpoints, p = L.pieces;
   } else {
@@ -53,7 +54,8 @@ void activation(const Layer<Rational>& L, std::vector<Rational>& c, std::vector<
 }
 
 // One entry (row `row`) through the coordinatewise layers, starting from t + offset on (0, 1).
-std::vector<Piece> entry_map(const std::vector<const Layer<Rational>*>& front, int row, const Rational& offset) {
+std::vector<Piece> entry_map(const std::vector<const Layer<Rational>*>& front, int row,
+                             const Rational& offset) {
   std::vector<Piece> pieces = {{Rational(0), Rational(1), Rational(1), offset}};
   for (const Layer<Rational>* L : front) {
     std::vector<Rational> c;
@@ -100,7 +102,7 @@ std::vector<Piece> entry_map(const std::vector<const Layer<Rational>*>& front, i
 // ---- stage 3: f against g's enclosure on one cell, branch and bound ------------------------------
 
 struct Box {
-  Mat<Rational> lo, hi;  // d×n
+  Mat<Rational> lo, hi;       // d×n
   std::vector<double> upper;  // per p: vol · Σ_entries bound^p (certified, rounded up)
   double sup = 0;             // max_entries bound
   double gap = 0;             // upper − a midpoint estimate (what bisecting may gain), for p[0]
@@ -138,8 +140,8 @@ Box bound_box(const Mat<Rational>& lo, const Mat<Rational>& hi, const Mat<Mpfi>&
 }
 
 // Bisect the loosest box (largest gap) along its widest entry until `budget` boxes.
-std::vector<Box> branch_and_bound(Box first, const Mat<Mpfi>& Y, const yun::Target& f, const std::vector<int>& ps,
-                                  long budget) {
+std::vector<Box> branch_and_bound(Box first, const Mat<Mpfi>& Y, const yun::Target& f,
+                                  const std::vector<int>& ps, long budget) {
   std::priority_queue<Box> open;
   open.push(std::move(first));
   long count = 1;
@@ -261,8 +263,11 @@ bool distinct_columns(const Mat<Mpfi>& Q) {
 
 DomainBound certify_domain(const Network<Rational>& g, const yun::Target& f, int d, int n,
                            const DomainOptions& o) {
-  if (!f.fi) throw Error("target \"" + f.name + "\" has no interval form; the domain certificate needs one (built-in targets have it)");
-  if (g.arch.d != d) throw Error("the network has d = " + std::to_string(g.arch.d) + ", the domain d = " + std::to_string(d));
+  if (!f.fi)
+    throw Error("target \"" + f.name +
+                "\" has no interval form; the domain certificate needs one (built-in targets have it)");
+  if (g.arch.d != d)
+    throw Error("the network has d = " + std::to_string(g.arch.d) + ", the domain d = " + std::to_string(d));
   limits::check_count(o.max_cells, 1, 1LL << 30, "--certify-cells");
   limits::check_count(o.max_boxes, 1, 1LL << 30, "--certify-boxes");
   for (int p : o.ps)
@@ -358,7 +363,8 @@ DomainBound certify_domain(const Network<Rational>& g, const yun::Target& f, int
         for (Eigen::Index i = 0; i < c.Y.size(); ++i) {
           const Mpfr lo = lower(c.Y(i)), hi = upper(c.Y(i));
           c.finite = c.finite && mpfr_number_p(lo.backend().data()) && mpfr_number_p(hi.backend().data());
-          if (c.finite && c.constant && hi - lo > 1e-12 * (1 + mp::abs(lo))) again[static_cast<std::size_t>(k)] = 1;
+          if (c.finite && c.constant && hi - lo > 1e-12 * (1 + mp::abs(lo)))
+            again[static_cast<std::size_t>(k)] = 1;
         }
       } catch (const Error&) {  // e.g. a hardmax argmax that an interval input leaves undecided
         c.finite = false;
@@ -390,7 +396,8 @@ DomainBound certify_domain(const Network<Rational>& g, const yun::Target& f, int
       c.sup = kInf;
       c.boxes = 1;
     } else {
-      const std::vector<Box> boxes = branch_and_bound(bound_box(c.lo, c.hi, c.Y, f, o.ps), c.Y, f, o.ps, per_cell);
+      const std::vector<Box> boxes =
+          branch_and_bound(bound_box(c.lo, c.hi, c.Y, f, o.ps), c.Y, f, o.ps, per_cell);
       std::vector<Mpfi> sum(o.ps.size(), Mpfi(0));
       for (const Box& b : boxes) {
         for (std::size_t k = 0; k < o.ps.size(); ++k)
@@ -436,7 +443,7 @@ DomainBound certify_domain(const Network<Rational>& g, const yun::Target& f, int
     auto root = [&](const Mpfi& s) {
       const Mpfr hi = upper(s);
       return mpfr_number_p(hi.backend().data()) ? up(upper(Mpfi(mp::pow(hull(hi, hi), Mpfi(1) / Mpfi(p)))))
-                                                 : kInf;
+                                                : kInf;
     };
     r.dp.push_back(all_finite[k] ? root(all[k]) : kInf);
     r.dp_flat.push_back(flat_finite[k] ? root(flat[k]) : kInf);
@@ -446,14 +453,15 @@ DomainBound certify_domain(const Network<Rational>& g, const yun::Target& f, int
 
 json DomainBound::report(const std::vector<int>& ps) const {
   auto num = [](double x) { return std::isfinite(x) ? json(x) : json("inf"); };
-  json j = {{"front_layers_composed_exactly", front_layers},
-            {"cells", cells},
-            {"cells_constant", cells_constant},
-            {"boxes", boxes},
-            {"all_finite", finite},
-            {"ess_sup_abs_error", num(sup)},
-            {"ess_sup_abs_error_distinct_columns", num(sup_distinct)},
-            {"constant_cells", {{"ess_sup_abs_error", num(sup_flat)}, {"excluded_measure", excluded_measure}}}};
+  json j = {
+      {"front_layers_composed_exactly", front_layers},
+      {"cells", cells},
+      {"cells_constant", cells_constant},
+      {"boxes", boxes},
+      {"all_finite", finite},
+      {"ess_sup_abs_error", num(sup)},
+      {"ess_sup_abs_error_distinct_columns", num(sup_distinct)},
+      {"constant_cells", {{"ess_sup_abs_error", num(sup_flat)}, {"excluded_measure", excluded_measure}}}};
   for (std::size_t k = 0; k < ps.size(); ++k) {
     j["d_" + std::to_string(ps[k])] = num(dp[k]);
     j["constant_cells"]["d_" + std::to_string(ps[k])] = num(dp_flat[k]);

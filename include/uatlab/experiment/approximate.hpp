@@ -20,9 +20,9 @@ struct ApproximateOptions {
   int d = 1, n = 2;
   bool pe = false, check = true;
   long samples = 20000, samples_standard = 2000, check_limit = 200000, max_layers = 20000;
-  std::string lambda, eta;       // exact; empty: the defaults (default_lambda, δ·2^-40)
-  std::string value_map;         // kajitsuka: "bounded" (empty: the default) or "zhang"
-  bool certify = false;          // certified bounds over the whole domain (experiment/domain.hpp)
+  std::string lambda, eta;  // exact; empty: the defaults (default_lambda, δ·2^-40)
+  std::string value_map;    // kajitsuka: "bounded" (empty: the default) or "zhang"
+  bool certify = false;     // certified bounds over the whole domain (experiment/domain.hpp)
   long certify_boxes = 200000, certify_cells = 1L << 20;
   std::vector<int> ps = {1, 2};  // exponents of d_p (one or two)
   std::uint64_t seed = 1;
