@@ -667,19 +667,29 @@ const char* value_map_name(ValueMap v) {
   return v == ValueMap::zhang ? "zhang" : "bounded";
 }
 
+namespace {
+
+// The units of a value-map layer as (knot b_j, weight w_j of output row `row`), sorted by knot:
+// F(t) = b2 + Σ_j w_j ReLU(t − b_j).
+std::vector<std::pair<Rational, Rational>> sorted_units(const Layer<Rational>& ff, int row) {
+  std::vector<std::pair<Rational, Rational>> units;
+  for (Eigen::Index j = 0; j < ff.b1.rows(); ++j)
+    units.push_back({Rational(-ff.b1(j, 0)), ff.w2(row, j)});
+  std::sort(units.begin(), units.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+  return units;
+}
+
+}  // namespace
+
 ValueMapBound value_map_bound(const Layer<Rational>& ff, int row, unsigned bits) {
   // F(t) = b2 + Σ_j w_j ReLU(t − b_j) is piecewise linear with knots b_j: its supremum over R is at a
   // knot, or infinite unless the final slope Σ w_j is 0 (exact, in rationals). The values at the
   // knots come from running sums over the sorted knots, in MPFI.
   const MpfrPrecision precision(bits);
-  const Eigen::Index q = ff.b1.rows();
-  std::vector<std::pair<Rational, Rational>> units;  // (b_j, w_j), sorted by b_j
+  const auto units = sorted_units(ff, row);
   Rational slope(0);
-  for (Eigen::Index j = 0; j < q; ++j) {
-    units.push_back({Rational(-ff.b1(j, 0)), ff.w2(row, j)});
-    slope += ff.w2(row, j);
-  }
-  std::sort(units.begin(), units.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+  for (const auto& u : units)
+    slope += u.second;
   ValueMapBound r;
   Mpfi S(0), P(0);
   const Mpfi b2 = Scalar<Mpfi>::from(ff.b2(row, 0));
@@ -697,10 +707,7 @@ ValueMapBound value_map_bound(const Layer<Rational>& ff, int row, unsigned bits)
 std::vector<double> value_map_curve(const Layer<Rational>& ff, int row, const std::vector<double>& ts,
                                     unsigned bits) {
   const MpfrPrecision precision(bits);
-  std::vector<std::pair<Rational, Rational>> units;  // (b_j, w_j), sorted by b_j
-  for (Eigen::Index j = 0; j < ff.b1.rows(); ++j)
-    units.push_back({Rational(-ff.b1(j, 0)), ff.w2(row, j)});
-  std::sort(units.begin(), units.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+  const auto units = sorted_units(ff, row);
   std::vector<Mpfr> S(units.size() + 1, Mpfr(0)), P(units.size() + 1, Mpfr(0));  // over the first k
   for (std::size_t k = 0; k < units.size(); ++k) {
     S[k + 1] = S[k] + Scalar<Mpfr>::from(units[k].second);
