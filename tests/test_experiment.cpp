@@ -261,7 +261,7 @@ TEST(Experiment, DomainCertificateBoundsTheMonteCarloEstimateAndCatchesABrokenNe
   o.max_boxes = 20000;
   const DomainBound b = certify_domain(m.net, f, 1, 2, o);
   EXPECT_EQ(b.cells, 16);
-  EXPECT_EQ(b.cells_constant, 16);
+  EXPECT_EQ(b.cells_regular, 16);
   EXPECT_TRUE(b.finite);
   const yun::Distance mc1 = yun::distance(network_cast<double>(m.net), f, 1, 2, 1, 20000, 1),
                       mc2 = yun::distance(network_cast<double>(m.net), f, 1, 2, 2, 20000, 1);
@@ -288,7 +288,7 @@ TEST(Experiment, DomainCertificateBoundsTheMonteCarloEstimateAndCatchesABrokenNe
   const Approximation a = approximate(f, 4, ao);
   const json& s = a.report.at("certified_domain").at("standard");
   EXPECT_TRUE(s.at("all_finite").get<bool>());
-  EXPECT_GT(s.at("cells").get<long>(), s.at("cells_constant").get<long>());
+  EXPECT_GT(s.at("cells").get<long>(), s.at("cells_regular").get<long>());
   EXPECT_GE(s.at("d_1").get<double>(), a.standard[0].lo);
   EXPECT_LT(s.at("d_1").get<double>(), 0.7);
   EXPECT_THROW(certify_domain(m.net, yun_target("x + 1", 1, 2), 1, 2, o), Error);  // no interval form

@@ -261,6 +261,28 @@ bool distinct_columns(const Mat<Mpfi>& Q) {
 
 }  // namespace
 
+namespace {
+
+// The leading coordinatewise sub-layers of a network.
+std::vector<const Layer<Rational>*> front_of(const Network<Rational>& g) {
+  std::vector<const Layer<Rational>*> front;
+  while (front.size() < g.layers.size() && coordinatewise(g.layers[front.size()]))
+    front.push_back(&g.layers[front.size()]);
+  return front;
+}
+
+// One piecewise-affine map per input entry e = i + d·j (positions added).
+std::vector<std::vector<Piece>> entry_maps(const Network<Rational>& g,
+                                           const std::vector<const Layer<Rational>*>& front, int d, int n) {
+  std::vector<std::vector<Piece>> maps;
+  for (int j = 0; j < n; ++j)
+    for (int i = 0; i < d; ++i)
+      maps.push_back(entry_map(front, i, g.arch.max_len > 0 ? g.pe(i, j) : Rational(0)));
+  return maps;
+}
+
+}  // namespace
+
 DomainBound certify_domain(const Network<Rational>& g, const yun::Target& f, int d, int n,
                            const DomainOptions& o) {
   if (!f.fi)
@@ -274,9 +296,7 @@ DomainBound certify_domain(const Network<Rational>& g, const yun::Target& f, int
     limits::check_count(p, 1, 16, "the exponent p of d_p");
   DomainBound r;
   // Stage 1: the front, and the rest of the network (positions already added by the front).
-  std::vector<const Layer<Rational>*> front;
-  while (front.size() < g.layers.size() && coordinatewise(g.layers[front.size()]))
-    front.push_back(&g.layers[front.size()]);
+  const std::vector<const Layer<Rational>*> front = front_of(g);
   r.front_layers = static_cast<int>(front.size());
   Network<Rational> back = g;
   back.arch.layers.erase(back.arch.layers.begin(), back.arch.layers.begin() + r.front_layers);
@@ -291,13 +311,26 @@ DomainBound certify_domain(const Network<Rational>& g, const yun::Target& f, int
       return false;
     }
   }();
-  std::vector<std::vector<Piece>> maps;  // entry e = i + d·j
+  const std::vector<std::vector<Piece>> maps = entry_maps(g, front, d, n);  // entry e = i + d·j
   long long cells = 1;
-  for (int j = 0; j < n; ++j)
-    for (int i = 0; i < d; ++i) {
-      maps.push_back(entry_map(front, i, g.arch.max_len > 0 ? g.pe(i, j) : Rational(0)));
-      cells = limits::saturating_mul(cells, static_cast<long long>(maps.back().size()));
-    }
+  for (const auto& m : maps)
+    cells = limits::saturating_mul(cells, static_cast<long long>(m.size()));
+  std::vector<std::vector<Piece>> ref_maps;
+  if (o.reference) {
+    if (o.reference->arch.d != d) throw Error("the reference network has another d");
+    ref_maps = entry_maps(*o.reference, front_of(*o.reference), d, n);
+  }
+  // Whether entry e of a cell with the piece p is quantized as the reference quantizes it.
+  auto as_reference = [&](int e, const Piece& p) {
+    if (!o.reference) return true;
+    const auto& m = ref_maps[static_cast<std::size_t>(e)];
+    const Rational t = (p.a + p.b) / 2;
+    auto it =
+        std::upper_bound(m.begin(), m.end(), t, [](const Rational& x, const Piece& q) { return x < q.a; });
+    if (it == m.begin()) return false;
+    --it;
+    return t < it->b && it->alpha == 0 && it->beta == p.beta;
+  };
   if (cells > o.max_cells)
     throw Error("the domain splits into " + std::to_string(cells) + " cells, over the limit of " +
                 std::to_string(o.max_cells) + " (--certify-cells)");
@@ -305,7 +338,7 @@ DomainBound certify_domain(const Network<Rational>& g, const yun::Target& f, int
   struct Cell {
     Mat<Rational> lo, hi, point;  // the box of inputs; the quantized point when constant
     Mat<Mpfi> Y;                  // g's enclosure over the cell
-    bool constant = true, distinct = false, finite = false;
+    bool constant = true, regular = true, distinct = false, finite = false;
     Rational measure;
     std::vector<double> upper;
     double sup = 0;
@@ -324,6 +357,7 @@ DomainBound certify_domain(const Network<Rational>& g, const yun::Target& f, int
       c.lo(e) = p.a, c.hi(e) = p.b, c.point(e) = p.beta;
       vol *= p.b - p.a;
       c.constant = c.constant && p.alpha == 0;
+      c.regular = c.regular && p.alpha == 0 && as_reference(e, p);
     }
     c.measure = vol;
   }
@@ -418,21 +452,21 @@ DomainBound certify_domain(const Network<Rational>& g, const yun::Target& f, int
   r.finite = true;
   for (const Cell& c : cs) {
     r.boxes += c.boxes;
-    r.cells_constant += c.constant;
+    r.cells_regular += c.regular;
     r.sup = std::max(r.sup, c.sup);
     r.finite = r.finite && std::isfinite(c.sup);
-    if (c.distinct) r.sup_distinct = std::max(r.sup_distinct, c.sup);
-    if (c.constant) r.sup_flat = std::max(r.sup_flat, c.sup);
+    if (c.distinct && c.regular) r.sup_distinct = std::max(r.sup_distinct, c.sup);
+    if (c.regular) r.sup_flat = std::max(r.sup_flat, c.sup);
     for (std::size_t k = 0; k < o.ps.size(); ++k) {
       const bool fin = std::isfinite(c.upper[k]);
       all_finite[k] = all_finite[k] && fin;
       if (fin) all[k] += Mpfi(c.upper[k]);
-      if (c.constant) {
+      if (c.regular) {
         flat_finite[k] = flat_finite[k] && fin;
         if (fin) flat[k] += Mpfi(c.upper[k]);
       }
     }
-    if (!c.constant) excluded += c.measure;
+    if (!c.regular) excluded += c.measure;
   }
   {
     const MpfrPrecision p(64);
@@ -456,15 +490,15 @@ json DomainBound::report(const std::vector<int>& ps) const {
   json j = {
       {"front_layers_composed_exactly", front_layers},
       {"cells", cells},
-      {"cells_constant", cells_constant},
+      {"cells_regular", cells_regular},
       {"boxes", boxes},
       {"all_finite", finite},
       {"ess_sup_abs_error", num(sup)},
-      {"ess_sup_abs_error_distinct_columns", num(sup_distinct)},
-      {"constant_cells", {{"ess_sup_abs_error", num(sup_flat)}, {"excluded_measure", excluded_measure}}}};
+      {"ess_sup_abs_error_distinct_columns_regular", num(sup_distinct)},
+      {"regular_cells", {{"ess_sup_abs_error", num(sup_flat)}, {"excluded_measure", excluded_measure}}}};
   for (std::size_t k = 0; k < ps.size(); ++k) {
     j["d_" + std::to_string(ps[k])] = num(dp[k]);
-    j["constant_cells"]["d_" + std::to_string(ps[k])] = num(dp_flat[k]);
+    j["regular_cells"]["d_" + std::to_string(ps[k])] = num(dp_flat[k]);
   }
   return j;
 }

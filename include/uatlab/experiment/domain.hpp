@@ -15,8 +15,10 @@
 //      (branch and bound) within a budget of boxes; |g − f| ≤ max(ḡ − f_lo, f̄ − g_lo) per
 //      entry, and d_p^p ≤ Σ_boxes vol · Σ_entries bound^p.
 // The cell boundaries (finitely many hyperplanes) have measure 0 and are not covered by the
-// supremum; everything else is. The bounds are also given without the non-constant cells,
-// with the measure of what that leaves out.
+// supremum; everything else is. The bounds are also given on the regular cells alone, with the
+// measure of what that leaves out: a cell is regular when the front is constant on it and, given
+// a reference network (the modified network of a standardized one), equal to the reference's
+// front there, so that the rest is "outside the ramps" of the standardization.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -29,22 +31,23 @@ namespace uatlab::experiment {
 
 struct DomainOptions {
   std::vector<int> ps = {1, 2};
-  long max_cells = 1L << 20;  // refuse a finer partition
-  long max_boxes = 200000;    // the branch-and-bound budget, over all cells
-  unsigned bits = 128;        // MPFI precision of the network (and of f)
+  long max_cells = 1L << 20;                     // refuse a finer partition
+  long max_boxes = 200000;                       // the branch-and-bound budget, over all cells
+  unsigned bits = 128;                           // MPFI precision of the network (and of f)
+  const Network<Rational>* reference = nullptr;  // optional: see regular cells above
   OnProgress progress;
 };
 
 struct DomainBound {
   int front_layers = 0;  // the leading coordinatewise sub-layers composed exactly
-  long cells = 0, cells_constant = 0, boxes = 0;
+  long cells = 0, cells_regular = 0, boxes = 0;
   bool finite = false;          // every cell's bound is finite
   double sup = 0;               // ess sup over the domain of max_entries |g − f| (upper bound)
-  double sup_distinct = 0;      // the same over constant cells whose quantized columns are distinct
+  double sup_distinct = 0;      // the same over regular cells whose quantized columns are distinct
   std::vector<double> dp;       // upper bounds on d_p(f, g), one per p
-  std::vector<double> dp_flat;  // on the constant cells only ...
+  std::vector<double> dp_flat;  // (∫ over the regular cells only)^{1/p} ...
   double excluded_measure = 0;  // ... which leave out this much of the domain (upper bound)
-  double sup_flat = 0;
+  double sup_flat = 0;          // ess sup over the regular cells
   nlohmann::json report(const std::vector<int>& ps) const;
 };
 
