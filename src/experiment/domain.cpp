@@ -416,10 +416,12 @@ DomainBound certify_domain(const Network<Rational>& g, const yun::Target& f, int
   }
   // Stage 3: f against g, cell by cell, within the budget of boxes.
   const MpfrPrecision precision(o.bits);
-  long finite_cells = 0;
+  // The budget goes to the regular cells; the others (ramps, whose enclosures are wide anyway)
+  // get one box each.
+  long regular_cells = 0;
   for (const Cell& c : cs)
-    finite_cells += c.finite;
-  const long per_cell = std::max(1L, o.max_boxes / std::max(1L, finite_cells));
+    regular_cells += c.finite && c.regular;
+  const long per_cell = std::max(1L, (o.max_boxes - (r.cells - regular_cells)) / std::max(1L, regular_cells));
   long long done = 0;
 #pragma omp parallel for schedule(dynamic)
   for (long cell = 0; cell < r.cells; ++cell) {
@@ -431,7 +433,7 @@ DomainBound certify_domain(const Network<Rational>& g, const yun::Target& f, int
       c.boxes = 1;
     } else {
       const std::vector<Box> boxes =
-          branch_and_bound(bound_box(c.lo, c.hi, c.Y, f, o.ps), c.Y, f, o.ps, per_cell);
+          branch_and_bound(bound_box(c.lo, c.hi, c.Y, f, o.ps), c.Y, f, o.ps, c.regular ? per_cell : 1);
       std::vector<Mpfi> sum(o.ps.size(), Mpfi(0));
       for (const Box& b : boxes) {
         for (std::size_t k = 0; k < o.ps.size(); ++k)

@@ -31,9 +31,9 @@ namespace uatlab::experiment {
 
 struct DomainOptions {
   std::vector<int> ps = {1, 2};
-  long max_cells = 1L << 20;                     // refuse a finer partition
-  long max_boxes = 200000;                       // the branch-and-bound budget, over all cells
-  unsigned bits = 128;                           // MPFI precision of the network (and of f)
+  long max_cells = 1L << 20;  // refuse a finer partition
+  long max_boxes = 200000;    // branch and bound: shared by the regular cells, one box for each other
+  unsigned bits = 128;        // MPFI precision of the network (and of f)
   const Network<Rational>* reference = nullptr;  // optional: see regular cells above
   OnProgress progress;
 };
