@@ -1,9 +1,12 @@
 """Forward-pass benchmark: uatlab (C++) against PyTorch on the same networks, same machine, same run.
 
-usage: /usr/bin/python3 bench/run.py BUILD_DIR [--threads 2] [--min-time 0.5]
-Writes the networks with `uatlab init`, times `bench_forward` (Google Benchmark) and PyTorch
-(torch.no_grad, batched (B, n, d) tensors, torch.set_num_threads), prints a Markdown table of
-microseconds per batch and the speed-up of uatlab over PyTorch.
+usage: /usr/bin/python3 bench/run.py BUILD_DIR [--threads 2] [--min-time 0.3] [--reps 7] [--json F]
+       /usr/bin/python3 bench/run.py --from-json F
+Writes the networks with `uatlab init`, then times `bench_forward` (Google Benchmark, one
+repetition per round) and PyTorch (torch.no_grad, batched (B, n, d) tensors, the same thread
+count) interleaved, round by round (bench/stats.py). Prints a Markdown table of microseconds per
+batch, median (min-max) over the rounds, and the speed-up of uatlab over PyTorch (median of the
+per-round ratios).
 """
 import argparse
 import json
@@ -13,10 +16,7 @@ import sys
 import tempfile
 import time
 
-import torch
-
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
-import uatlab_torch  # noqa: E402
+import stats
 
 # (name, d, n, heads, head size, ff width, blocks); batch B = 64.
 CONFIGS = [
@@ -27,36 +27,27 @@ CONFIGS = [
 BATCH = 64
 
 
-REPETITIONS = 3  # both sides report the best of 3 timed runs: the machine is shared and noisy
-
-
-def time_torch(net, x, min_time):
-    best = float("inf")
+def torch_seconds(net, x, min_time):
+    import torch
     with torch.no_grad():
-        for _ in range(5):
+        reps, start = 0, time.perf_counter()
+        while True:
             net(x)
-        for _ in range(REPETITIONS):
-            reps, start = 0, time.perf_counter()
-            while True:
-                net(x)
-                reps += 1
-                elapsed = time.perf_counter() - start
-                if elapsed >= min_time:
-                    break
-            best = min(best, elapsed / reps)
-    return best
+            reps += 1
+            elapsed = time.perf_counter() - start
+            if elapsed >= min_time:
+                return elapsed / reps
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("build")
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--min-time", type=float, default=0.5)
-    args = ap.parse_args()
+def run(args):
+    import torch
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+    import uatlab_torch
     torch.set_num_threads(args.threads)
-    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
+    env = stats.thread_env(args.threads)
     uatlab = os.path.join(args.build, "uatlab")
-    rows = []
+    doc = {"benchmark": "forward", "threads": args.threads, "torch": torch.__version__, "batch": BATCH,
+           "reps": args.reps, "min_time": args.min_time, "rows": []}
     with tempfile.TemporaryDirectory() as tmp:
         for name, d, n, h, s, m, blocks in CONFIGS:
             layers = []
@@ -66,29 +57,54 @@ def main():
             path = os.path.join(tmp, name + ".safetensors")
             subprocess.run([uatlab, "init", "--arch", json.dumps({"d": d, "layers": layers}), "-o", path],
                            check=True, capture_output=True)
-            out = subprocess.run([os.path.join(args.build, "bench", "bench_forward"), "--models", path,
-                                  "--batch", str(BATCH), "--n", str(n), "--benchmark_format=json",
-                                  f"--benchmark_min_time={args.min_time}",
-                                  f"--benchmark_repetitions={REPETITIONS}"],
-                                 check=True, capture_output=True, text=True, env=env).stdout
-            ours = {}
-            for b in json.loads(out)["benchmarks"]:
-                if b.get("run_type") == "aggregate":
-                    continue
-                t = b["real_time"] * {"ns": 1e-9, "us": 1e-6, "ms": 1e-3}[b["time_unit"]]
-                key = b["name"].split("/")[1]
-                ours[key] = min(ours.get(key, t), t)
+            cmd = [os.path.join(args.build, "bench", "bench_forward"), "--models", path, "--batch", str(BATCH),
+                   "--n", str(n)]
             for dtype, tdtype in (("double", torch.float64), ("float", torch.float32)):
                 net = uatlab_torch.load(path, dtype=tdtype)
                 x = torch.rand(BATCH, n, d, dtype=tdtype) * 2 - 1
-                theirs = time_torch(net, x, args.min_time)
-                rows.append((name, d, n, h, s, m, blocks, dtype, ours[dtype], theirs))
-    print(f"Batched forward, B = {BATCH}, {args.threads} threads, torch {torch.__version__}, best of {REPETITIONS}\n")
-    print("| config | d | n | H | s | m | blocks | dtype | uatlab µs/batch | PyTorch µs/batch | speed-up |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
-    for name, d, n, h, s, m, blocks, dtype, ours, theirs in rows:
-        print(f"| {name} | {d} | {n} | {h} | {s} | {m} | {blocks} | {dtype} | {ours * 1e6:.1f} | {theirs * 1e6:.1f} | "
-              f"{theirs / ours:.2f}× |")
+                torch_seconds(net, x, 0.05)  # warm up
+                rounds = stats.interleaved(
+                    [("uatlab", lambda: stats.google_benchmark_seconds(cmd, f"forward/{dtype}/{path}", env,
+                                                                       args.min_time)),
+                     ("torch", lambda: torch_seconds(net, x, args.min_time))],
+                    args.reps, lambda r, t: print(f"{name} {dtype}: round {r}/{t}", file=sys.stderr))
+                doc["rows"].append({"config": name, "d": d, "n": n, "H": h, "s": s, "m": m, "blocks": blocks,
+                                    "dtype": dtype, **rounds})
+    return doc
+
+
+def table(doc):
+    lines = [f"Batched forward, B = {doc['batch']}, {doc['threads']} threads, torch {doc['torch']}; "
+             f"median (min-max) of {doc['reps']} interleaved rounds\n",
+             "| config | d | n | H | s | m | blocks | dtype | uatlab µs/batch | PyTorch µs/batch | speed-up |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in doc["rows"]:
+        ours, theirs = stats.summary(r["uatlab"]), stats.summary(r["torch"])
+        up = stats.speedup(r["torch"], r["uatlab"])
+        lines.append(f"| {r['config']} | {r['d']} | {r['n']} | {r['H']} | {r['s']} | {r['m']} | {r['blocks']} | "
+                     f"{r['dtype']} | {stats.spread(ours, 1e6)} | {stats.spread(theirs, 1e6)} | "
+                     f"{stats.spread(up)}× |")
+    return "\n".join(lines)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("build", nargs="?")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--min-time", type=float, default=0.3)
+    ap.add_argument("--reps", type=int, default=7)
+    ap.add_argument("--json", help="write the rounds here")
+    ap.add_argument("--from-json", help="print the table of an earlier run")
+    args = ap.parse_args()
+    if args.from_json:
+        doc = stats.load(args.from_json)
+    else:
+        if not args.build:
+            ap.error("BUILD_DIR or --from-json")
+        doc = run(args)
+        if args.json:
+            stats.save(args.json, doc)
+    print(table(doc))
 
 
 if __name__ == "__main__":

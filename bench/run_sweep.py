@@ -1,44 +1,78 @@
 """Sweep throughput: many tiny trainings, one model per core (uatlab sweep's default) against one
 model at a time with OpenMP over each batch (what a loop of `uatlab train` calls does).
 
-/usr/bin/python3 bench/run_sweep.py build [--cells 16] [--steps 400]
+usage: /usr/bin/python3 bench/run_sweep.py BUILD_DIR [--cells 16] [--steps 400] [--reps 5] [--json F]
+       /usr/bin/python3 bench/run_sweep.py --from-json F
+The two modes run interleaved, round by round (bench/stats.py); models per second are given as
+median (min-max) over the rounds, the speed-up as the median of the per-round ratios.
 """
 import argparse
 import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
+
+import stats
+
+MODES = [("one model per core", "per_core"), ("one model at a time, OpenMP over the batch", "omp")]
+
+
+def run(args):
+    binary = os.path.join(args.build, "uatlab")
+    cfg = {"task": "memorize", "d": 4, "n": 8, "V": 32, "N": [32], "H": [1], "s": [1], "tied": True,
+           "m": [16, 32], "seeds": args.cells // 2, "steps": args.steps, "batch": 32, "lr": 0.01}
+    cores = os.cpu_count()
+    tmp = tempfile.mkdtemp(prefix="uatlab-bench-sweep-")
+
+    def sweep(key):
+        out = tempfile.mkdtemp(dir=tmp)
+        threads = cores if key == "per_core" else 1
+        env = stats.thread_env(cores)
+        t0 = time.perf_counter()
+        subprocess.run([binary, "sweep", json.dumps(cfg), "--out-dir", out, "--threads", str(threads)],
+                       check=True, capture_output=True, env=env)
+        return (time.perf_counter() - t0) / args.cells  # seconds per model
+    try:
+        rounds = stats.interleaved([(key, lambda key=key: sweep(key)) for _, key in MODES], args.reps,
+                                   lambda r, t: print(f"round {r}/{t}", file=sys.stderr))
+    finally:
+        shutil.rmtree(tmp)
+    return {"benchmark": "sweep", "cores": cores, "cells": args.cells, "steps": args.steps, "reps": args.reps,
+            "config": cfg, **rounds}
+
+
+def table(doc):
+    lines = [f"{doc['cells']} trainings of {doc['steps']} steps, {doc['cores']} cores; median (min-max) of "
+             f"{doc['reps']} interleaved rounds\n",
+             "| mode | models per second | speed-up |", "|---|---|---|"]
+    for label, key in MODES:
+        per_s = stats.summary([1 / t for t in doc[key]])
+        up = stats.speedup(doc["omp"], doc[key])
+        lines.append(f"| {label} | {stats.spread(per_s)} | {stats.spread(up)}× |")
+    return "\n".join(lines)
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("build")
+    ap.add_argument("build", nargs="?")
     ap.add_argument("--cells", type=int, default=16)
     ap.add_argument("--steps", type=int, default=400)
-    a = ap.parse_args()
-    binary = os.path.join(a.build, "uatlab")
-    cfg = {"task": "memorize", "d": 4, "n": 8, "V": 32, "N": [32], "H": [1], "s": [1], "tied": True,
-           "m": [16, 32], "seeds": a.cells // 2, "steps": a.steps, "batch": 32, "lr": 0.01}
-    cores = os.cpu_count()
-    tmp = tempfile.mkdtemp(prefix="uatlab-bench-sweep-")
-    try:
-        times = {}
-        for name, threads, omp in [("one model per core", cores, "1"), ("one model at a time, OpenMP over the batch", 1, str(cores))]:
-            out = os.path.join(tmp, name.split()[0] + str(threads))
-            env = dict(os.environ, OMP_NUM_THREADS=omp if threads == 1 else str(cores))
-            t0 = time.perf_counter()
-            subprocess.run([binary, "sweep", json.dumps(cfg), "--out-dir", out, "--threads", str(threads)],
-                           check=True, capture_output=True, env=env)
-            times[name] = time.perf_counter() - t0
-        base = times["one model at a time, OpenMP over the batch"]
-        print("| mode | seconds for %d trainings of %d steps | models per second | speed-up |" % (a.cells, a.steps))
-        print("|---|---|---|---|")
-        for name, t in times.items():
-            print("| %s | %.2f | %.2f | %.2fx |" % (name, t, a.cells / t, base / t))
-    finally:
-        shutil.rmtree(tmp)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--json", help="write the rounds here")
+    ap.add_argument("--from-json", help="print the table of an earlier run")
+    args = ap.parse_args()
+    if args.from_json:
+        doc = stats.load(args.from_json)
+    else:
+        if not args.build:
+            ap.error("BUILD_DIR or --from-json")
+        doc = run(args)
+        if args.json:
+            stats.save(args.json, doc)
+    print(table(doc))
 
 
 if __name__ == "__main__":

@@ -1,22 +1,23 @@
 """Train-step benchmark: uatlab (bench_train) against PyTorch on the same machine, same run.
 
-usage: /usr/bin/python3 bench/run_train.py BUILD_DIR [--threads 2] [--min-time 0.5]
+usage: /usr/bin/python3 bench/run_train.py BUILD_DIR [--threads 2] [--min-time 0.3] [--reps 7] [--json F]
+       /usr/bin/python3 bench/run_train.py --from-json F
 Model per config: x + MultiheadAttention(x) (bias, 1/sqrt(head size)), then + ReLU feed-forward
-(width m), MSE loss, AdamW; float32. Prints ms/step, the speed-up, GFLOP/s and the fraction of
-the attainable peak (a 1024^3 SGEMM measured by bench_train in the same run).
+(width m), MSE loss, AdamW; float32. Both sides and a 1024^3 SGEMM (the attainable peak) run
+interleaved, round by round (bench/stats.py). Prints ms/step, median (min-max) over the rounds,
+the speed-up (median of the per-round ratios), GFLOP/s and the fraction of the peak.
 """
 import argparse
-import json
 import os
-import subprocess
+import sys
 import time
 
+import stats
 import torch
 from torch import nn
 
 CONFIGS = [("tiny", 64, 16, 8, 1, 32), ("small", 64, 32, 32, 4, 128), ("medium", 32, 64, 128, 4, 512)]
-GOALS = {"tiny": 5.0, "small": 5.0, "medium": 1.5}
-REPETITIONS = 3
+GOALS = {"tiny": 8.0, "small": 6.0, "medium": 2.0}  # issue 18: medians of one run
 
 
 class Block(nn.Module):
@@ -35,7 +36,7 @@ def flops(B, n, d, m):
     return 3 * T * (2 * 4 * d * d + 2 * 2 * n * d + 2 * 2 * d * m)
 
 
-def time_torch(B, n, d, h, m, min_time):
+def torch_step(B, n, d, h, m):
     torch.manual_seed(0)
     net = Block(d, h, m)
     opt = torch.optim.AdamW(net.parameters(), lr=1e-4)
@@ -48,46 +49,71 @@ def time_torch(B, n, d, h, m, min_time):
 
     for _ in range(5):
         step()
-    best = float("inf")
-    for _ in range(REPETITIONS):
-        reps, start = 0, time.perf_counter()
-        while time.perf_counter() - start < min_time:
-            step()
-            reps += 1
-        best = min(best, (time.perf_counter() - start) / reps)
-    return best
+    return step
+
+
+def seconds_per_call(fn, min_time):
+    reps, start = 0, time.perf_counter()
+    while time.perf_counter() - start < min_time:
+        fn()
+        reps += 1
+    return (time.perf_counter() - start) / reps
+
+
+def run(args):
+    torch.set_num_threads(args.threads)
+    env = stats.thread_env(args.threads)
+    cmd = [os.path.join(args.build, "bench", "bench_train")]
+    doc = {"benchmark": "train_step", "threads": args.threads, "torch": torch.__version__, "reps": args.reps,
+           "min_time": args.min_time, "rows": []}
+    for name, B, n, d, h, m in CONFIGS:
+        step = torch_step(B, n, d, h, m)
+        rounds = stats.interleaved(
+            [("uatlab", lambda: stats.google_benchmark_seconds(cmd, f"train_step/{name}", env, args.min_time)),
+             ("torch", lambda: seconds_per_call(step, args.min_time)),
+             ("sgemm", lambda: stats.google_benchmark_seconds(cmd, "sgemm_peak", env, args.min_time))],
+            args.reps, lambda r, t: print(f"{name}: round {r}/{t}", file=sys.stderr))
+        doc["rows"].append({"config": name, "B": B, "n": n, "d": d, "H": h, "m": m, "flops": flops(B, n, d, m),
+                            **rounds})
+    return doc
+
+
+def table(doc):
+    lines = [f"Train step (fwd + bwd + AdamW), float32, {doc['threads']} threads, torch {doc['torch']}; "
+             f"median (min-max) of {doc['reps']} interleaved rounds; peak: a 1024^3 SGEMM in the same rounds\n",
+             "| config | B | n | d | H | m | uatlab ms/step | PyTorch ms/step | speed-up | goal | uatlab GFLOP/s "
+             "| of peak |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    sgemm_flops = 2 * 1024 ** 3
+    for r in doc["rows"]:
+        ours, theirs = stats.summary(r["uatlab"]), stats.summary(r["torch"])
+        up = stats.speedup(r["torch"], r["uatlab"])
+        gf = r["flops"] / ours["median"] / 1e9
+        peak = sgemm_flops / stats.summary(r["sgemm"])["median"] / 1e9
+        lines.append(f"| {r['config']} | {r['B']} | {r['n']} | {r['d']} | {r['H']} | {r['m']} | "
+                     f"{stats.spread(ours, 1e3)} | {stats.spread(theirs, 1e3)} | {stats.spread(up)}× | "
+                     f"≥ {GOALS[r['config']]}× | {gf:.1f} | {gf / peak * 100:.0f}% of {peak:.0f} |")
+    return "\n".join(lines)
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("build")
+    ap.add_argument("build", nargs="?")
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--min-time", type=float, default=0.5)
+    ap.add_argument("--min-time", type=float, default=0.3)
+    ap.add_argument("--reps", type=int, default=7)
+    ap.add_argument("--json", help="write the rounds here")
+    ap.add_argument("--from-json", help="print the table of an earlier run")
     args = ap.parse_args()
-    torch.set_num_threads(args.threads)
-    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
-    out = subprocess.run([os.path.join(args.build, "bench", "bench_train"), "--benchmark_format=json",
-                          f"--benchmark_min_time={args.min_time}", f"--benchmark_repetitions={REPETITIONS}"],
-                         check=True, capture_output=True, text=True, env=env).stdout
-    ours, peak = {}, 0.0
-    for b in json.loads(out)["benchmarks"]:
-        if b.get("run_type") == "aggregate":
-            continue
-        t = b["real_time"] * {"ns": 1e-9, "us": 1e-6, "ms": 1e-3}[b["time_unit"]]
-        if b["name"].startswith("sgemm_peak"):
-            peak = max(peak, b["GFLOPs"])
-        else:
-            key = b["name"].split("/")[1]
-            ours[key] = min(ours.get(key, t), t)
-    print(f"Train step (fwd + bwd + AdamW), float32, {args.threads} threads, torch {torch.__version__}, best of "
-          f"{REPETITIONS}; attainable peak (SGEMM 1024^3) {peak:.0f} GFLOP/s\n")
-    print("| config | B | n | d | H | m | uatlab ms/step | PyTorch ms/step | speed-up | goal | uatlab GFLOP/s | of peak |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for name, B, n, d, h, m in CONFIGS:
-        theirs = time_torch(B, n, d, h, m, args.min_time)
-        gf = flops(B, n, d, m) / ours[name] / 1e9
-        print(f"| {name} | {B} | {n} | {d} | {h} | {m} | {ours[name] * 1e3:.3f} | {theirs * 1e3:.3f} | "
-              f"{theirs / ours[name]:.2f}× | ≥ {GOALS[name]}× | {gf:.1f} | {gf / peak * 100:.0f}% |")
+    if args.from_json:
+        doc = stats.load(args.from_json)
+    else:
+        if not args.build:
+            ap.error("BUILD_DIR or --from-json")
+        doc = run(args)
+        if args.json:
+            stats.save(args.json, doc)
+    print(table(doc))
 
 
 if __name__ == "__main__":

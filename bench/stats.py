@@ -1,0 +1,76 @@
+"""Benchmark statistics shared by the bench/ scripts.
+
+Both sides run interleaved in one process tree, round by round (A B A B ...), so that a slow
+spell of a shared machine hits both; every figure is the median over the rounds with its
+spread (min and max), and the speed-up is the median of the per-round ratios (paired: the two
+sides of one round ran back to back). Each script can write its rounds as JSON (--json FILE) and
+print its Markdown table again from such a file (--from-json FILE) without running anything.
+"""
+import json
+import os
+import statistics
+import subprocess
+
+MIN_REPS = 5
+
+
+def interleaved(sides, reps, progress=None):
+    """sides: [(name, fn)], fn() -> seconds per operation for one timed repetition.
+    Returns {name: [seconds per round]}, the sides alternating within every round."""
+    if reps < MIN_REPS:
+        raise SystemExit(f"--reps {reps}: at least {MIN_REPS} repetitions")
+    out = {name: [] for name, _ in sides}
+    for r in range(reps):
+        for name, fn in sides:
+            out[name].append(fn())
+        if progress:
+            progress(r + 1, reps)
+    return out
+
+
+def summary(values):
+    """median, min, max and the number of rounds."""
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "reps": len(values)}
+
+
+def speedup(theirs, ours):
+    """The per-round ratios theirs/ours, summarised."""
+    return summary([t / o for t, o in zip(theirs, ours)])
+
+
+def number(v):
+    """Three significant digits, never in exponent form below 10^7."""
+    a = abs(v)
+    return f"{v:.0f}" if a >= 100 else f"{v:.1f}" if a >= 10 else f"{v:.3g}"
+
+
+def spread(s, scale=1.0):
+    """'median (min-max)' of a summary, scaled."""
+    return f"{number(s['median'] * scale)} ({number(s['min'] * scale)}-{number(s['max'] * scale)})"
+
+
+def google_benchmark_seconds(cmd, name, env, min_time):
+    """Seconds per iteration of the Google Benchmark `name` (with or without /real_time), one repetition."""
+    pattern = "^" + name.replace(".", "\\.")  # the name may carry a /real_time suffix
+    out = subprocess.run(cmd + [f"--benchmark_filter={pattern}", "--benchmark_format=json",
+                                f"--benchmark_min_time={min_time}", "--benchmark_repetitions=1"],
+                         check=True, capture_output=True, text=True, env=env).stdout
+    for b in json.loads(out)["benchmarks"]:
+        if b.get("run_type") != "aggregate" and b["name"] in (name, name + "/real_time"):
+            return b["real_time"] * {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}[b["time_unit"]]
+    raise SystemExit(f"benchmark {name} did not run")
+
+
+def thread_env(threads):
+    return dict(os.environ, OMP_NUM_THREADS=str(threads))
+
+
+def save(path, doc):
+    with open(path, "w") as f:
+        json.dump(doc, f, indent=1)
+        f.write("\n")
+
+
+def load(path):
+    with open(path) as f:
+        return json.load(f)
