@@ -116,6 +116,12 @@ TEST(Experiment, SweepConfigsAreValidatedAndPresetsExpand) {
   EXPECT_THROW(sweep_cells(json::parse(R"({"N": [8], "bogus": 1})")), Error);
   EXPECT_THROW(sweep_cells(json::parse(R"({"N": [0]})")), Error);
   EXPECT_THROW(sweep_config("{not json"), Error);
+  // early_stop: absent from the cells unless false (older runs.jsonl keep matching); a bool only.
+  EXPECT_FALSE(sweep_cells(json::parse(R"({"N": [8]})"))[0].contains("early_stop"));
+  const json full = sweep_cells(json::parse(R"({"N": [8], "n": [4], "steps": 30, "early_stop": false})"))[0];
+  EXPECT_EQ(full.at("early_stop"), false);
+  EXPECT_THROW(sweep_cells(json::parse(R"({"N": [8], "early_stop": 1})")), Error);
+  EXPECT_EQ(train_memorization(full).at("steps").get<long>(), 30);  // every step, memorized or not
 }
 
 TEST(Experiment, FangFitAndRegressionReproduceTheStoredRows) {

@@ -21,7 +21,8 @@ namespace uatlab::experiment {
 // ---- one memorization run ----------------------------------------------------------------------
 
 // A cell: task (memorize | random-labels), N, n, d, V, classes, m (FF width, 0: none), H, s (head
-// size), tied, seed, steps, batch, lr, fixed_v (tied only: the Q=K=V row fixed to Lemma 3's
+// size), tied, seed, steps, batch, lr, early_stop (default true: stop once every training token is
+// right), fixed_v (tied only: the Q=K=V row fixed to Lemma 3's
 // projection scaled as the tuned construction scales it, and frozen).
 json train_memorization(const json& cell) {
   TaskOptions o;
@@ -57,7 +58,7 @@ json train_memorization(const json& cell) {
   c.min_lr = c.lr / 10;
   c.warmup = std::min<long>(100, c.steps / 10);
   c.seed = o.seed;
-  c.stop_at_full_accuracy = true;
+  c.stop_at_full_accuracy = cell.value("early_stop", true);
   c.log_every = 25;
   json out;
   if (cell.value("fixed_v", false)) {
@@ -156,9 +157,9 @@ json sweep_config(const std::string& text) {
 }
 
 std::vector<json> sweep_cells(const json& cfg) try {
-  static const std::set<std::string> known = {"comment", "task", "d",     "n",     "V",
-                                              "classes", "N",    "H",     "s",     "m",
-                                              "seeds",   "tied", "steps", "batch", "lr"};
+  static const std::set<std::string> known = {"comment", "task",  "d",  "n",         "V",     "classes",
+                                              "N",       "H",     "s",  "m",         "seeds", "tied",
+                                              "steps",   "batch", "lr", "early_stop"};
   if (!cfg.is_object()) throw Error("sweep config must be a JSON object");
   for (auto it = cfg.begin(); it != cfg.end(); ++it)
     if (!known.count(it.key())) throw Error("sweep config: unknown key \"" + it.key() + "\"");
@@ -178,6 +179,7 @@ std::vector<json> sweep_cells(const json& cfg) try {
             classes = one_value<int>(cfg, "classes", 2);
   const double lr = one_value<double>(cfg, "lr", 0.01);
   const bool tied = one_value<bool>(cfg, "tied", false);
+  const bool early_stop = one_value<bool>(cfg, "early_stop", true);  // stop once every token is right
   if (cfg.contains("comment")) one_value<std::string>(cfg, "comment", "");
   limits::check_count(d, 1, 4096, "sweep config: d");
   limits::check_count(steps, 0, 1 << 30, "sweep config: steps");
@@ -206,6 +208,7 @@ std::vector<json> sweep_cells(const json& cfg) try {
                 c["V"] = V;
               else
                 c["classes"] = classes;
+              if (!early_stop) c["early_stop"] = false;  // absent when true: older runs.jsonl still match
               cells.push_back(c);
             }
   return cells;
