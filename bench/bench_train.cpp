@@ -2,6 +2,7 @@
 // large SGEMM as the machine's attainable peak. bench/run_train.py runs this beside PyTorch.
 //   bench_train [google-benchmark flags]
 #include <benchmark/benchmark.h>
+#include <omp.h>
 
 #include "uatlab/model/init.hpp"
 #include "uatlab/train/trainer.hpp"
@@ -49,14 +50,24 @@ void train_step(benchmark::State& state, Config c) {
   AdamW<float> opt(net);
   Network<float> grad = zero_like(net);
   Workspace<float> ws;
+  double seconds_zero = 0, seconds_update = 0;
   for (auto _ : state) {
+    const double t0 = omp_get_wtime();
     grad.for_each_tensor([](const std::string&, Mat<float>& m, Layout) { m.setZero(); });
+    const double t1 = omp_get_wtime();
     double loss = batch_gradient(net, b, Loss::mse, grad, ws);
+    const double t2 = omp_get_wtime();
     opt.update(net, grad, cfg, cfg.lr);
+    seconds_zero += t1 - t0, seconds_update += omp_get_wtime() - t2;
     benchmark::DoNotOptimize(loss);
   }
-  state.counters["GFLOPs"] = benchmark::Counter(
-      flops_per_step(c) * static_cast<double>(state.iterations()) / 1e9, benchmark::Counter::kIsRate);
+  const double steps = static_cast<double>(state.iterations());
+  state.counters["GFLOPs"] = benchmark::Counter(flops_per_step(c) * steps / 1e9, benchmark::Counter::kIsRate);
+  // Where a step's time goes, in seconds per step.
+  state.counters["s_forward"] = ws.seconds_forward / steps;
+  state.counters["s_backward"] = ws.seconds_backward / steps;
+  state.counters["s_reduce"] = ws.seconds_reduce / steps;
+  state.counters["s_optimizer"] = (seconds_zero + seconds_update) / steps;
 }
 
 void sgemm_peak(benchmark::State& state) {

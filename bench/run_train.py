@@ -68,13 +68,15 @@ def run(args):
            "min_time": args.min_time, "rows": []}
     for name, B, n, d, h, m in CONFIGS:
         step = torch_step(B, n, d, h, m)
+        phases = []  # uatlab's seconds per step in each phase, per round
         rounds = stats.interleaved(
-            [("uatlab", lambda: stats.google_benchmark_seconds(cmd, f"train_step/{name}", env, args.min_time)),
+            [("uatlab", lambda: stats.google_benchmark_seconds(cmd, f"train_step/{name}", env, args.min_time,
+                                                               phases)),
              ("torch", lambda: seconds_per_call(step, args.min_time)),
              ("sgemm", lambda: stats.google_benchmark_seconds(cmd, "sgemm_peak", env, args.min_time))],
             args.reps, lambda r, t: print(f"{name}: round {r}/{t}", file=sys.stderr))
         doc["rows"].append({"config": name, "B": B, "n": n, "d": d, "H": h, "m": m, "flops": flops(B, n, d, m),
-                            **rounds})
+                            "phases": phases, **rounds})
     return doc
 
 
@@ -93,6 +95,18 @@ def table(doc):
         lines.append(f"| {r['config']} | {r['B']} | {r['n']} | {r['d']} | {r['H']} | {r['m']} | "
                      f"{stats.spread(ours, 1e3)} | {stats.spread(theirs, 1e3)} | {stats.spread(up)}× | "
                      f"≥ {GOALS[r['config']]}× | {gf:.1f} | {gf / peak * 100:.0f}% of {peak:.0f} |")
+    lines += ["", "Where uatlab's step goes (median over the rounds, ms per step; forward includes splitting "
+              "the batch, optimizer includes zeroing the gradient):", "",
+              "| config | forward | backward | reduction | optimizer | sum of phases | step |",
+              "|---|---|---|---|---|---|---|"]
+    for r in doc["rows"]:
+        if not r.get("phases"):
+            continue
+        med = {k: stats.summary([p[k] for p in r["phases"]])["median"] * 1e3
+               for k in ("s_forward", "s_backward", "s_reduce", "s_optimizer")}
+        lines.append(f"| {r['config']} | {stats.number(med['s_forward'])} | {stats.number(med['s_backward'])} | "
+                     f"{stats.number(med['s_reduce'])} | {stats.number(med['s_optimizer'])} | "
+                     f"{stats.number(sum(med.values()))} | {stats.number(stats.summary(r['uatlab'])['median'] * 1e3)} |")
     return "\n".join(lines)
 
 

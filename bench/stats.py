@@ -49,14 +49,17 @@ def spread(s, scale=1.0):
     return f"{number(s['median'] * scale)} ({number(s['min'] * scale)}-{number(s['max'] * scale)})"
 
 
-def google_benchmark_seconds(cmd, name, env, min_time):
-    """Seconds per iteration of the Google Benchmark `name` (with or without /real_time), one repetition."""
+def google_benchmark_seconds(cmd, name, env, min_time, counters=None):
+    """Seconds per iteration of the Google Benchmark `name` (with or without /real_time), one
+    repetition; its user counters are appended to `counters` when given."""
     pattern = "^" + name.replace(".", "\\.")  # the name may carry a /real_time suffix
     out = subprocess.run(cmd + [f"--benchmark_filter={pattern}", "--benchmark_format=json",
                                 f"--benchmark_min_time={min_time}", "--benchmark_repetitions=1"],
                          check=True, capture_output=True, text=True, env=env).stdout
     for b in json.loads(out)["benchmarks"]:
         if b.get("run_type") != "aggregate" and b["name"] in (name, name + "/real_time"):
+            if counters is not None:
+                counters.append({k: v for k, v in b.items() if k.startswith("s_")})
             return b["real_time"] * {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}[b["time_unit"]]
     raise SystemExit(f"benchmark {name} did not run")
 

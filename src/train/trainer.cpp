@@ -135,8 +135,11 @@ double batch_gradient(const Network<S>& net, const Batch<S>& batch, Loss loss, N
     ws.parts.clear(), ws.traces.resize(1);
     ws.traces[0].part_of_batch = false;
     ws.traces[0].normaliser = 0;
+    const double t0 = omp_get_wtime();
     const double l = static_cast<double>(forward_train(net, batch, loss, ws.traces[0]));
+    const double t1 = omp_get_wtime();
     backward(net, batch, loss, ws.traces[0], grad);
+    ws.seconds_forward += t1 - t0, ws.seconds_backward += omp_get_wtime() - t1;
     return l;
   }
   ws.parts.resize(P), ws.traces.resize(P);
@@ -150,6 +153,8 @@ double batch_gradient(const Network<S>& net, const Batch<S>& batch, Loss loss, N
     parts_grads[p] = tensors(ws.grads[p]);
   std::exception_ptr error;
   Eigen::Index total = 0;
+  double t_fwd = 0, t_bwd = 0;  // thread 0's clock after each phase's barrier
+  const double t0 = omp_get_wtime();
 #pragma omp parallel num_threads(P)
   {
     const int p = omp_get_thread_num();
@@ -167,14 +172,19 @@ double batch_gradient(const Network<S>& net, const Batch<S>& batch, Loss loss, N
     }
 #pragma omp barrier
 #pragma omp single
-    for (auto c : counts)
-      total += c;
+    {
+      t_fwd = omp_get_wtime();
+      for (auto c : counts)
+        total += c;
+    }
     if (!error && total > 0) {
       ws.traces[p].normaliser = total;
       ws.grads[p].for_each_tensor([](const std::string&, Mat<S>& m, Layout) { m.setZero(); });
       backward(net, ws.parts[p], loss, ws.traces[p], ws.grads[p]);
     }
 #pragma omp barrier
+#pragma omp master
+    t_bwd = omp_get_wtime();
     if (!error && total > 0) {
 #pragma omp for schedule(dynamic)
       for (long i = 0; i < static_cast<long>(G.size()); ++i)
@@ -182,6 +192,8 @@ double batch_gradient(const Network<S>& net, const Batch<S>& batch, Loss loss, N
           *G[i].second += *parts_grads[q][i].second;
     }
   }
+  ws.seconds_forward += t_fwd - t0, ws.seconds_backward += t_bwd - t_fwd,
+      ws.seconds_reduce += omp_get_wtime() - t_bwd;
   if (error) std::rethrow_exception(error);
   if (total == 0) throw Error("the batch has no tokens counted in the loss (all masked)");
   double sum = 0;

@@ -42,6 +42,10 @@ struct Workspace {
   std::vector<Batch<S>> parts;
   std::vector<Trace<S>> traces;
   std::vector<Network<S>> grads;
+  // Wall-clock seconds spent in each phase of batch_gradient, summed over calls (where the time
+  // goes, for benchmarks): forward (with the batch split), backward, and the reduction of the
+  // threads' gradients.
+  double seconds_forward = 0, seconds_backward = 0, seconds_reduce = 0;
 };
 template <class S>
 double batch_gradient(const Network<S>& net, const Batch<S>& batch, Loss loss, Network<S>& grad,
