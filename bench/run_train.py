@@ -95,6 +95,8 @@ def table(doc):
         lines.append(f"| {r['config']} | {r['B']} | {r['n']} | {r['d']} | {r['H']} | {r['m']} | "
                      f"{stats.spread(ours, 1e3)} | {stats.spread(theirs, 1e3)} | {stats.spread(up)}× | "
                      f"≥ {GOALS[r['config']]}× | {gf:.1f} | {gf / peak * 100:.0f}% of {peak:.0f} |")
+    if not any(r.get("phases") for r in doc["rows"]):
+        return "\n".join(lines)
     lines += ["", "Where uatlab's step goes (median over the rounds, ms per step; forward includes splitting "
               "the batch, optimizer includes zeroing the gradient):", "",
               "| config | forward | backward | reduction | optimizer | sum of phases | step |",
