@@ -8,7 +8,6 @@ count) interleaved, round by round (bench/stats.py). Prints a Markdown table of 
 batch, median (min-max) over the rounds, and the speed-up of uatlab over PyTorch (median of the
 per-round ratios).
 """
-import argparse
 import json
 import os
 import subprocess
@@ -87,25 +86,10 @@ def table(doc):
     return "\n".join(lines)
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("build", nargs="?")
+def options(ap):
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--min-time", type=float, default=0.3)
     ap.add_argument("--reps", type=int, default=7)
-    ap.add_argument("--json", help="write the rounds here")
-    ap.add_argument("--from-json", help="print the table of an earlier run")
-    args = ap.parse_args()
-    if args.from_json:
-        doc = stats.load(args.from_json)
-    else:
-        if not args.build:
-            ap.error("BUILD_DIR or --from-json")
-        doc = run(args)
-        if args.json:
-            stats.save(args.json, doc)
-    print(table(doc))
-
 
 if __name__ == "__main__":
-    main()
+    stats.cli(run, table, options)

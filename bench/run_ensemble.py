@@ -13,7 +13,6 @@ Shapes (16 models each, every step run: early_stop false):
 The PyTorch models have the same layers and sizes; the data are random tensors of the same
 shapes (throughput does not depend on the values). PyTorch runs at the same thread count.
 """
-import argparse
 import json
 import os
 import shutil
@@ -146,24 +145,9 @@ def table(doc):
     return "\n".join(lines)
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("build", nargs="?")
+def options(ap):
     ap.add_argument("--steps", type=int, default=400)
     ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--json", help="write the rounds here")
-    ap.add_argument("--from-json", help="print the table of an earlier run")
-    args = ap.parse_args()
-    if args.from_json:
-        doc = stats.load(args.from_json)
-    else:
-        if not args.build:
-            ap.error("BUILD_DIR or --from-json")
-        doc = run(args)
-        if args.json:
-            stats.save(args.json, doc)
-    print(table(doc))
-
 
 if __name__ == "__main__":
-    main()
+    stats.cli(run, table, options)

@@ -6,7 +6,6 @@ usage: /usr/bin/python3 bench/run_sweep.py BUILD_DIR [--cells 16] [--steps 400] 
 The two modes run interleaved, round by round (bench/stats.py); models per second are given as
 median (min-max) over the rounds, the speed-up as the median of the per-round ratios.
 """
-import argparse
 import json
 import os
 import shutil
@@ -55,25 +54,10 @@ def table(doc):
     return "\n".join(lines)
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("build", nargs="?")
+def options(ap):
     ap.add_argument("--cells", type=int, default=16)
     ap.add_argument("--steps", type=int, default=400)
     ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--json", help="write the rounds here")
-    ap.add_argument("--from-json", help="print the table of an earlier run")
-    args = ap.parse_args()
-    if args.from_json:
-        doc = stats.load(args.from_json)
-    else:
-        if not args.build:
-            ap.error("BUILD_DIR or --from-json")
-        doc = run(args)
-        if args.json:
-            stats.save(args.json, doc)
-    print(table(doc))
-
 
 if __name__ == "__main__":
-    main()
+    stats.cli(run, table, options)

@@ -6,6 +6,7 @@ spread (min and max), and the speed-up is the median of the per-round ratios (pa
 sides of one round ran back to back). Each script can write its rounds as JSON (--json FILE) and
 print its Markdown table again from such a file (--from-json FILE) without running anything.
 """
+import argparse
 import json
 import os
 import statistics
@@ -77,3 +78,23 @@ def save(path, doc):
 def load(path):
     with open(path) as f:
         return json.load(f)
+
+
+def cli(run, table, options):
+    """The command line every bench script shares: BUILD_DIR, its own options (options(parser)),
+    --json FILE to keep the rounds, --from-json FILE to print the table of an earlier run."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("build", nargs="?")
+    options(ap)
+    ap.add_argument("--json", help="write the rounds here")
+    ap.add_argument("--from-json", help="print the table of an earlier run")
+    args = ap.parse_args()
+    if args.from_json:
+        doc = load(args.from_json)
+    else:
+        if not args.build:
+            ap.error("BUILD_DIR or --from-json")
+        doc = run(args)
+        if args.json:
+            save(args.json, doc)
+    print(table(doc))
