@@ -426,14 +426,6 @@ Network<Rational> truncated(const Network<Rational>& net, std::size_t first, std
   return part;
 }
 
-template <class T>
-bool distinct_columns(const Mat<T>& L) {
-  for (Eigen::Index a = 0; a < L.cols(); ++a)
-    for (Eigen::Index b = a + 1; b < L.cols(); ++b)
-      if (L.col(a) == L.col(b)) return false;
-  return true;
-}
-
 // The next digit (base `base`) of grid point number `code` when enumerating, else a seeded draw.
 long next_digit(long& code, long base, bool enumerate, Rng& rng) {
   if (!enumerate) return std::min<long>(base - 1, static_cast<long>(rng.uniform() * base));

@@ -170,16 +170,15 @@ std::vector<Box> branch_and_bound(Box first, const Mat<Mpfi>& Y, const yun::Targ
 // piece of φ is the affine map z + W2 S (W1 z + b1) + W2 κ + b2 (S: the pieces' slopes, κ their
 // intercepts): formed exactly in rationals and applied once, so that slopes which cancel (the
 // flat stretches of a staircase of steep ReLUs) cancel exactly instead of adding their widths.
-// A column with an undecided unit is evaluated unit by unit (the plain enclosure).
-Mat<Mpfi> feedforward_affine(const Layer<Rational>& L, const Mat<Mpfi>& Z) {
+// A column with an undecided unit goes through `plain`, the same sub-layer as an MPFI network.
+Mat<Mpfi> feedforward_affine(const Layer<Rational>& L, const Network<Mpfi>& plain, const Mat<Mpfi>& Z) {
   std::vector<Rational> c;
   std::vector<std::pair<Rational, Rational>> act;
   activation(L, c, act);
   std::vector<Mpfi> cb;
   for (const Rational& x : c)
     cb.push_back(Scalar<Mpfi>::from(x));
-  const Mat<Mpfi> W1 = matrix_cast<Mpfi>(L.w1), W2 = matrix_cast<Mpfi>(L.w2), B1 = matrix_cast<Mpfi>(L.b1),
-                  B2 = matrix_cast<Mpfi>(L.b2);
+  const Mat<Mpfi> W1 = matrix_cast<Mpfi>(L.w1), B1 = matrix_cast<Mpfi>(L.b1);
   Mat<Mpfi> out = Z;
   for (Eigen::Index t = 0; t < Z.cols(); ++t) {
     const Mat<Mpfi> pre = W1 * Z.col(t) + B1;
@@ -192,22 +191,8 @@ Mat<Mpfi> feedforward_affine(const Layer<Rational>& L, const Mat<Mpfi>& Z) {
       decided = k == cb.size() || upper(pre(u)) < lower(cb[k]);
       piece[static_cast<std::size_t>(u)] = k;
     }
-    if (!decided) {  // unit by unit
-      Mat<Mpfi> h(pre.rows(), 1);
-      for (Eigen::Index u = 0; u < pre.rows(); ++u) {
-        Mpfi y(0);
-        bool any = false;
-        for (std::size_t k = 0; k < act.size(); ++k) {
-          const bool left = k == 0 || upper(pre(u)) >= lower(cb[k - 1]);
-          const bool right = k == cb.size() || lower(pre(u)) < upper(cb[k]);
-          if (!left || !right) continue;
-          const Mpfi v = Scalar<Mpfi>::from(act[k].first) * pre(u) + Scalar<Mpfi>::from(act[k].second);
-          y = any ? hull(std::min(lower(y), lower(v)), std::max(upper(y), upper(v))) : v;
-          any = true;
-        }
-        h(u) = y;
-      }
-      out.col(t) += W2 * h + B2;
+    if (!decided) {  // the plain enclosure: the library's own forward of this sub-layer
+      out.col(t) = forward(plain, Mat<Mpfi>(Z.col(t)));
       continue;
     }
     const Eigen::Index d = Z.rows();
@@ -225,8 +210,8 @@ Mat<Mpfi> feedforward_affine(const Layer<Rational>& L, const Mat<Mpfi>& Z) {
 // The sub-layers after the front: attention through the library's MPFI forward (one sub-layer
 // each), feed-forward through feedforward_affine, then pooling and readout.
 struct Back {
-  std::vector<const Layer<Rational>*> ff;  // per sub-layer: the rational layer (feed-forward) ...
-  std::vector<Network<Mpfi>> one;          // ... or a one-sub-layer MPFI network (attention)
+  std::vector<const Layer<Rational>*> ff;  // per sub-layer: the rational layer if feed-forward
+  std::vector<Network<Mpfi>> one;          // per sub-layer: it alone, as an MPFI network
   Network<Mpfi> tail;                      // no sub-layers: pooling and readout
   explicit Back(const Network<Rational>& net) {
     Network<Rational> tail_q = net;
@@ -236,32 +221,17 @@ struct Back {
       const bool plain_ff = net.arch.layers[i].kind == LayerKind::feedforward && !net.arch.layers[i].pre_norm;
       ff.push_back(plain_ff ? &net.layers[i] : nullptr);
       Network<Rational> o = tail_q;
-      if (!plain_ff) o.arch.layers = {net.arch.layers[i]}, o.layers = {net.layers[i]};
+      o.arch.layers = {net.arch.layers[i]}, o.layers = {net.layers[i]};
       o.arch.pool = false, o.arch.readout = 0;
-      one.push_back(plain_ff ? Network<Mpfi>() : network_cast<Mpfi>(o));
+      one.push_back(network_cast<Mpfi>(o));
     }
   }
   Mat<Mpfi> operator()(Mat<Mpfi> Z) const {
     for (std::size_t i = 0; i < ff.size(); ++i)
-      Z = ff[i] ? feedforward_affine(*ff[i], Z) : forward(one[i], Z);
+      Z = ff[i] ? feedforward_affine(*ff[i], one[i], Z) : forward(one[i], Z);
     return forward(tail, Z);
   }
 };
-
-bool distinct_columns(const Mat<Mpfi>& Q) {
-  for (Eigen::Index a = 0; a < Q.cols(); ++a)
-    for (Eigen::Index b = a + 1; b < Q.cols(); ++b) {
-      bool same = true;
-      for (Eigen::Index i = 0; i < Q.rows(); ++i)
-        same = same && lower(Q(i, a)) == lower(Q(i, b)) && upper(Q(i, a)) == upper(Q(i, b));
-      if (same) return false;
-    }
-  return true;
-}
-
-}  // namespace
-
-namespace {
 
 // The leading coordinatewise sub-layers of a network.
 std::vector<const Layer<Rational>*> front_of(const Network<Rational>& g) {
@@ -336,8 +306,9 @@ DomainBound certify_domain(const Network<Rational>& g, const yun::Target& f, int
                 std::to_string(o.max_cells) + " (--certify-cells)");
   r.cells = static_cast<long>(cells);
   struct Cell {
-    Mat<Rational> lo, hi, point;  // the box of inputs; the quantized point when constant
-    Mat<Mpfi> Y;                  // g's enclosure over the cell
+    Mat<Rational> lo, hi;              // the box of inputs
+    Mat<Rational> image_lo, image_hi;  // the front's image of it (equal: constant, the point)
+    Mat<Mpfi> Y;                       // g's enclosure over the cell
     bool constant = true, regular = true, distinct = false, finite = false;
     Rational measure;
     std::vector<double> upper;
@@ -347,14 +318,16 @@ DomainBound certify_domain(const Network<Rational>& g, const yun::Target& f, int
   std::vector<Cell> cs(static_cast<std::size_t>(r.cells));
   for (long cell = 0; cell < r.cells; ++cell) {
     Cell& c = cs[static_cast<std::size_t>(cell)];
-    c.lo = c.hi = c.point = Mat<Rational>(d, n);
+    c.lo = c.hi = c.image_lo = c.image_hi = Mat<Rational>(d, n);
     Rational vol(1);
     long code = cell;
     for (int e = 0; e < d * n; ++e) {  // mixed radix, entry 0 fastest
       const auto& m = maps[static_cast<std::size_t>(e)];
       const Piece& p = m[static_cast<std::size_t>(code % static_cast<long>(m.size()))];
       code /= static_cast<long>(m.size());
-      c.lo(e) = p.a, c.hi(e) = p.b, c.point(e) = p.beta;
+      c.lo(e) = p.a, c.hi(e) = p.b;
+      c.image_lo(e) = p.alpha * (p.alpha < 0 ? p.b : p.a) + p.beta;
+      c.image_hi(e) = p.alpha * (p.alpha < 0 ? p.a : p.b) + p.beta;
       vol *= p.b - p.a;
       c.constant = c.constant && p.alpha == 0;
       c.regular = c.regular && p.alpha == 0 && as_reference(e, p);
@@ -364,17 +337,10 @@ DomainBound certify_domain(const Network<Rational>& g, const yun::Target& f, int
   // Stage 2: g on every cell. Exactly where possible; else in MPFI, raising the precision until
   // the enclosures of the constant cells are tight (deep networks with steep ramps lose bits to
   // rounding at every layer), up to 64 times o.bits.
-  auto image = [&](long cell) {
-    Mat<Mpfi> Q(d, n);
-    long code = cell;
-    for (int e = 0; e < d * n; ++e) {
-      const auto& m = maps[static_cast<std::size_t>(e)];
-      const Piece& p = m[static_cast<std::size_t>(code % static_cast<long>(m.size()))];
-      code /= static_cast<long>(m.size());
-      const Mpfi ya = Scalar<Mpfi>::from(Rational(p.alpha * p.a + p.beta)),
-                 yb = Scalar<Mpfi>::from(Rational(p.alpha * p.b + p.beta));
-      Q(e) = hull(std::min(lower(ya), lower(yb)), std::max(upper(ya), upper(yb)));
-    }
+  auto image = [](const Cell& c) {  // an enclosure at the precision in force
+    Mat<Mpfi> Q(c.image_lo.rows(), c.image_lo.cols());
+    for (Eigen::Index e = 0; e < Q.size(); ++e)
+      Q(e) = hull(lower(Scalar<Mpfi>::from(c.image_lo(e))), upper(Scalar<Mpfi>::from(c.image_hi(e))));
     return Q;
   };
   std::vector<long> pending;
@@ -391,9 +357,9 @@ DomainBound certify_domain(const Network<Rational>& g, const yun::Target& f, int
       c.finite = true;
       try {
         if (c.constant && exact)
-          c.Y = forward(back, c.point).unaryExpr([](const Rational& x) { return Scalar<Mpfi>::from(x); });
+          c.Y = forward(back, c.image_lo).unaryExpr([](const Rational& x) { return Scalar<Mpfi>::from(x); });
         else
-          c.Y = gi(c.constant ? matrix_cast<Mpfi>(c.point) : image(pending[static_cast<std::size_t>(k)]));
+          c.Y = gi(image(c));
         for (Eigen::Index i = 0; i < c.Y.size(); ++i) {
           const Mpfr lo = lower(c.Y(i)), hi = upper(c.Y(i));
           c.finite = c.finite && mpfr_number_p(lo.backend().data()) && mpfr_number_p(hi.backend().data());
@@ -426,7 +392,7 @@ DomainBound certify_domain(const Network<Rational>& g, const yun::Target& f, int
 #pragma omp parallel for schedule(dynamic)
   for (long cell = 0; cell < r.cells; ++cell) {
     Cell& c = cs[static_cast<std::size_t>(cell)];
-    c.distinct = c.constant && distinct_columns(matrix_cast<Mpfi>(c.point));
+    c.distinct = c.constant && yun::distinct_columns(c.image_lo);
     if (!c.finite) {
       c.upper.assign(o.ps.size(), kInf);
       c.sup = kInf;

@@ -46,6 +46,15 @@ Target builtin_target(const std::string& name);  // throws Error listing the nam
 // Whether f(XP) = f(X)P on `trials` seeded random inputs and permutations (to 1e-9).
 bool looks_equivariant(const Target& t, int d, int n, int trials, std::uint64_t seed);
 
+// Whether the n columns (tokens) of L are pairwise different (exact comparison).
+template <class T>
+bool distinct_columns(const Mat<T>& L) {
+  for (Eigen::Index a = 0; a < L.cols(); ++a)
+    for (Eigen::Index b = a + 1; b < L.cols(); ++b)
+      if (L.col(a) == L.col(b)) return false;
+  return true;
+}
+
 struct Plan {
   int d = 0, n = 0, K = 0;
   bool pe = false;
