@@ -8,6 +8,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <optional>
 
 #include "uatlab/model/init.hpp"
 #include "uatlab/verify/evaluate.hpp"
@@ -74,16 +75,25 @@ std::vector<std::vector<std::pair<int, int>>> contexts_by_token(const Facts& f) 
 }
 
 // Smallest distance between two contexts of the same token, in double (the tuned-mode scan).
-double same_token_delta_double(const Network<Rational>& attention, const Facts& f) {
-  auto z = context_ids<double>(attention, f);
-  auto by = contexts_by_token(f);
-  double best = kInf;
-  for (auto& group : by)
-    for (std::size_t a = 0; a < group.size(); ++a)
-      for (std::size_t b = a + 1; b < group.size(); ++b)
-        best = std::min(
-            best, (z[group[a].first].col(group[a].second) - z[group[b].first].col(group[b].second)).norm());
+// The smallest squared distance between two contexts of the same token, computed in S (none when no
+// token occurs in two vocabulary sets).
+template <class S>
+std::optional<S> smallest_same_token_sq(const Network<Rational>& attention, const Facts& f) {
+  const auto z = context_ids<S>(attention, f);
+  std::optional<S> best;
+  for (const auto& g : contexts_by_token(f))
+    for (std::size_t a = 0; a < g.size(); ++a)
+      for (std::size_t b = a + 1; b < g.size(); ++b) {
+        const S sq = (z[g[a].first].col(g[a].second) - z[g[b].first].col(g[b].second)).squaredNorm();
+        if (!best || sq < *best) best = sq;
+      }
   return best;
+}
+
+// The same in double, as a distance (the tuned-mode scan).
+double same_token_delta_double(const Network<Rational>& attention, const Facts& f) {
+  const std::optional<double> sq = smallest_same_token_sq<double>(attention, f);
+  return sq ? std::sqrt(*sq) : kInf;
 }
 
 Network<Rational> attention_network(const Facts& f, const Vec<Rational>& v, const Rational& c,
@@ -482,19 +492,11 @@ ScaleSweep sweep_scale(const Facts& f, const ContextualOptions& opt, int points)
   Network<Rational> hard = attention_network(f, base.projection.v, Rational(1), wo_scale, opt.tied);
   hard.arch.layers[0].score = Score::hardmax;
   hard.layers[0].spec.score = Score::hardmax;
-  const auto z = context_ids<Rational>(hard, f);
-  bool any = false;
-  Rational best(0);
-  for (const auto& g : contexts_by_token(f))
-    for (std::size_t a = 0; a < g.size(); ++a)
-      for (std::size_t b = a + 1; b < g.size(); ++b) {
-        const Rational sq = (z[g[a].first].col(g[a].second) - z[g[b].first].col(g[b].second)).squaredNorm();
-        if (!any || sq < best) best = sq, any = true;
-      }
-  sw.hardmax_pairs = any;
-  sw.hardmax_log10_delta = !any        ? kInf
-                           : best == 0 ? -kInf
-                                       : std::log10(Scalar<Rational>::to_double(best)) / 2;
+  const std::optional<Rational> best = smallest_same_token_sq<Rational>(hard, f);
+  sw.hardmax_pairs = best.has_value();
+  sw.hardmax_log10_delta = !best        ? kInf
+                           : *best == 0 ? -kInf
+                                        : std::log10(Scalar<Rational>::to_double(*best)) / 2;
   return sw;
 }
 
