@@ -167,13 +167,16 @@ class FeedForward(nn.Module):
         self.fc1 = nn.Linear(d, spec["width"])
         self.fc2 = nn.Linear(spec["width"], d)
         act = spec["activation"]
-        self.piecewise = act != "relu"
+        self.gelu = act == "gelu"
+        self.piecewise = act not in ("relu", "gelu")
         if self.piecewise:
             self.breakpoints = [number(c) for c in act["breakpoints"]]
             self.slopes = [number(a) for a, _ in act["pieces"]]
             self.intercepts = [number(b) for _, b in act["pieces"]]
 
     def act(self, h):
+        if self.gelu:
+            return nn.functional.gelu(h)  # the exact erf form
         if not self.piecewise:
             return torch.relu(h)
         c = torch.tensor(self.breakpoints, dtype=h.dtype)

@@ -1,6 +1,6 @@
 // One table-driven check of the model across arithmetics: every attention option combination
-// (score × rpe × dp_free × masking × tied × bias × pre_norm) evaluated in float, double, MPFR at
-// 128 bits, MPFI at 128 bits and (where no exp/log/sqrt is needed) exact rationals, against a
+// (score × rpe × dp_free × masking × tied × bias × pre_norm; ReLU and GELU after it) evaluated in float,
+// double, MPFR at 128 bits, MPFI at 128 bits and (where no exp/log/sqrt is needed) exact rationals, against a
 // 400-bit MPFR reference. Each arithmetic must agree within its own precision; the interval
 // must enclose the reference. Plus: validate() owns the masking invariants.
 #include <gtest/gtest.h>
@@ -64,8 +64,13 @@ TEST(Agreement, EveryAttentionOptionInEveryArithmetic) {
                               {"dp_free", dp_free},   {"causal", m.causal}, {"strict_past", m.strict_past},
                               {"window", m.window},   {"tied_qkv", tied},   {"bias", bias},
                               {"pre_norm", pre_norm}, {"t5_buckets", 4},    {"t5_max_distance", 8}};
-                const Architecture arch = Architecture::from_json(
-                    {{"d", d}, {"layers", {layer, {{"type", "feedforward"}, {"width", 4}}}}});
+                const Architecture arch =
+                    Architecture::from_json({{"d", d},
+                                             {"layers",
+                                              {layer,
+                                               {{"type", "feedforward"},
+                                                {"width", 4},
+                                                {"activation", combos % 2 ? "gelu" : "relu"}}}}});
                 Network<double> base(arch);
                 init_random(base, 1000 + static_cast<std::uint64_t>(combos));
                 const Network<Rational> exact = network_cast<Rational>(base);

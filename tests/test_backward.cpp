@@ -81,6 +81,13 @@ TEST(Backward, SoftmaxHeadsBiasScaleFeedForwardReadoutMse) {
         Loss::mse, 1);
 }
 
+TEST(Backward, GeluFeedForwardPostNormBlock) {  // nn.TransformerEncoderLayer's post-norm layout
+  check(R"({"d":4,"readout":2,"layers":[
+    {"type":"attention","heads":2,"head_size":2,"bias":true,"sqrt_scaling":true},{"type":"layernorm"},
+    {"type":"feedforward","width":6,"activation":"gelu"},{"type":"layernorm"}]})",
+        Loss::mse, 7);
+}
+
 TEST(Backward, CausalLinRpePreNormTokensPositionsCrossEntropy) {
   check(R"({"d":4,"vocab":5,"max_len":6,"readout":3,"layers":[
     {"type":"attention","heads":2,"head_size":1,"causal":true,"rpe":"lin","pre_norm":true},

@@ -489,7 +489,7 @@ bool gates_hold(const Network<Rational>& net, const Layout& L, const Rational& B
       deg = std::move(next);
     } else if (s.kind == LayerKind::feedforward) {
       // Every hidden pair must be a gate h± = ReLU(±z_a − C·pos_q) feeding ∓1 back into slot a.
-      if (s.width % 2 || s.piecewise) return false;
+      if (s.width % 2 || s.piecewise || s.gelu) return false;
       for (Eigen::Index r = 0; r < layer.b1.size(); ++r)
         if (layer.b1(r, 0) != 0) return false;
       for (Eigen::Index r = 0; r < layer.b2.size(); ++r)

@@ -30,7 +30,7 @@ struct Piece {  // on the open interval (a, b) of the input entry t, the entry b
 // Whether every hidden unit of L reads at most one entry and writes only that entry, with a
 // ReLU or piecewise-linear activation: such a sub-layer acts on each entry separately.
 bool coordinatewise(const Layer<Rational>& L) {
-  if (L.spec.kind != LayerKind::feedforward || L.spec.pre_norm) return false;
+  if (L.spec.kind != LayerKind::feedforward || L.spec.pre_norm || L.spec.gelu) return false;
   for (Eigen::Index u = 0; u < L.w1.rows(); ++u) {
     Eigen::Index reads = -1;
     int count = 0;
@@ -218,7 +218,8 @@ struct Back {
     tail_q.arch.layers.clear(), tail_q.layers.clear();
     tail = network_cast<Mpfi>(tail_q);
     for (std::size_t i = 0; i < net.layers.size(); ++i) {
-      const bool plain_ff = net.arch.layers[i].kind == LayerKind::feedforward && !net.arch.layers[i].pre_norm;
+      const LayerSpec& si = net.arch.layers[i];
+      const bool plain_ff = si.kind == LayerKind::feedforward && !si.pre_norm && !si.gelu;
       ff.push_back(plain_ff ? &net.layers[i] : nullptr);
       Network<Rational> o = tail_q;
       o.arch.layers = {net.arch.layers[i]}, o.layers = {net.layers[i]};

@@ -64,6 +64,7 @@ bool Piecewise::in_yun_class() const {
 
 bool LayerSpec::needs_transcendental() const {
   if (pre_norm || kind == LayerKind::layernorm) return true;  // sqrt
+  if (kind == LayerKind::feedforward) return gelu;            // erf
   if (kind != LayerKind::attention) return false;
   return score == Score::softmax || sqrt_scaling || rpe == Rpe::log;
 }
@@ -86,6 +87,7 @@ std::string LayerSpec::describe() const {
     case LayerKind::feedforward:
       return s + "feedforward: width " + std::to_string(width) + ", " +
              (piecewise ? std::to_string(activation.pieces.size()) + "-piece linear activation"
+              : gelu    ? std::string("GELU")
                         : std::string("ReLU"));
     case LayerKind::layernorm:
       return "layernorm";
@@ -200,6 +202,7 @@ void Architecture::validate() const {
     } else if (l.kind == LayerKind::feedforward) {
       in_range(l.width, 1, w + "feedforward width");
       if (static_cast<long long>(l.width) * d > kMax) throw Error(w + "width * d exceeds 2^30 weights");
+      if (l.piecewise && l.gelu) throw Error(w + "an activation is either piecewise or GELU");
       if (l.piecewise) {
         auto& a = l.activation;
         if (a.pieces.size() != a.breakpoints.size() + 1)
@@ -241,7 +244,7 @@ json Architecture::to_json() const {
           j["activation"] = {
               {"type", "piecewise"}, {"breakpoints", l.activation.breakpoints}, {"pieces", pieces}};
         } else {
-          j["activation"] = "relu";
+          j["activation"] = l.gelu ? "gelu" : "relu";
         }
         break;
       case LayerKind::layernorm:
@@ -323,12 +326,14 @@ Architecture Architecture::from_json(const json& j) try {
         reject_unknown(lj, {"type", "width", "activation", "pre_norm", "eps"}, w);
         if (!lj.contains("width")) throw Error(w + "feedforward needs \"width\"");
         l.width = positive_int(lj["width"], w + "width");
-        if (lj.contains("activation") && lj["activation"] != "relu") {
+        if (lj.contains("activation") && lj["activation"] == "gelu") {
+          l.gelu = true;
+        } else if (lj.contains("activation") && lj["activation"] != "relu") {
           const json& aj = lj["activation"];
           if (!aj.is_object() || string_field(aj, "type") != "piecewise" || !aj.contains("breakpoints") ||
               !aj.contains("pieces") || !aj["breakpoints"].is_array() || !aj["pieces"].is_array())
             throw Error(w +
-                        "activation must be \"relu\" or "
+                        "activation must be \"relu\", \"gelu\" or "
                         "{\"type\":\"piecewise\",\"breakpoints\":[...],\"pieces\":[[slope,intercept],...]}");
           l.piecewise = true;
           for (auto& b : aj["breakpoints"])

@@ -329,7 +329,9 @@ void feedforward(const Layer<S>& L, const Mat<S>& X, Mat<S>& Z) {
   H.colwise() += L.b1.col(0);
   if (L.spec.piecewise)
     H = H.unaryExpr([&](const S& v) { return piecewise(L, v); });
-  else
+  else if (L.spec.gelu) {
+    if constexpr (Scalar<S>::transcendental) H = H.unaryExpr([](const S& v) { return S(gelu(v)); });
+  } else
     H = H.unaryExpr([](const S& v) { return relu(v); });
   add_product(Z, L.w2, H);
   Z.colwise() += L.b2.col(0);

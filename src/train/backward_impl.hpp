@@ -13,9 +13,16 @@ namespace uatlab {
 
 namespace train_detail {
 
+// The feed-forward activation φ of h = W_1 Z + b_1 and its derivative φ'(h) (ReLU or GELU).
 template <class S>
-S relu_grad_mask(const S& h) {
-  return h > S(0) ? S(1) : S(0);
+Mat<S> activate(const LayerSpec& s, const Mat<S>& h) {
+  if (s.gelu) return h.unaryExpr([](const S& v) { return S(gelu(v)); });
+  return h.cwiseMax(S(0));
+}
+template <class S>
+Mat<S> activation_slope(const LayerSpec& s, const Mat<S>& h) {
+  if (s.gelu) return h.unaryExpr([](const S& v) { return S(gelu_derivative(v)); });
+  return h.unaryExpr([](const S& v) { return v > S(0) ? S(1) : S(0); });
 }
 
 // LayerNorm over each column, caching x̂ and 1/σ.
@@ -206,7 +213,7 @@ S forward_train(const Network<S>& net, const Batch<S>& batch, Loss loss, Trace<S
     if (s.kind == LayerKind::attention && s.score == Score::hardmax)
       throw Error("hardmax attention has no gradient; train with score softmax or linear");
     if (s.kind == LayerKind::feedforward && s.piecewise)
-      throw Error("training supports ReLU feed-forward layers only");
+      throw Error("training supports ReLU and GELU feed-forward layers only");
   }
   if (a.pool) throw Error("training does not support pooled (\"pool\": \"sum\") outputs");
   const Eigen::Index T = batch.tokens();
@@ -249,7 +256,7 @@ S forward_train(const Network<S>& net, const Batch<S>& batch, Loss loss, Trace<S
     else {
       t.h.noalias() = L.w1 * in;
       add_bias(t.h, L.b1);
-      Z.noalias() += L.w2 * t.h.cwiseMax(S(0));
+      Z.noalias() += L.w2 * activate(L.spec, t.h);
       add_bias(Z, L.b2);
     }
   }
@@ -328,10 +335,9 @@ void backward(const Network<S>& net, const Batch<S>& batch, Loss loss, const Tra
     if (L.spec.kind == LayerKind::attention)
       din = attention_backward(L, G, in, batch.start, t, dZ);
     else {
-      G.w2.noalias() += dZ * t.h.cwiseMax(S(0)).transpose();
+      G.w2.noalias() += dZ * activate(L.spec, t.h).transpose();
       G.b2.col(0) += dZ.rowwise().sum();
-      Mat<S> dh =
-          (L.w2.transpose() * dZ).cwiseProduct(t.h.unaryExpr([](const S& v) { return relu_grad_mask(v); }));
+      Mat<S> dh = (L.w2.transpose() * dZ).cwiseProduct(activation_slope(L.spec, t.h));
       G.w1.noalias() += dh * in.transpose();
       G.b1.col(0) += dh.rowwise().sum();
       din.noalias() = L.w1.transpose() * dh;

@@ -46,6 +46,7 @@ struct LayerSpec {
   // feedforward: Z + W_2 φ(W_1 Z + b_1 1ᵀ) + b_2 1ᵀ
   int width = 0;
   bool piecewise = false;  // φ = activation below instead of ReLU
+  bool gelu = false;       // φ = GELU, x·Φ(x) (PyTorch's exact erf form), instead of ReLU
   Piecewise activation;
 
   bool needs_transcendental() const;  // exp, log or sqrt somewhere in this sub-layer

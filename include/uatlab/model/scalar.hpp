@@ -139,6 +139,20 @@ Mpfr lower(const Mpfi& x);
 Mpfr upper(const Mpfi& x);
 Mpfi hull(const Mpfr& lo, const Mpfr& hi);
 
+// GELU(x) = x·Φ(x) = x/2·(1 + erf(x/√2)) (PyTorch's exact, erf form) and its derivative
+// Φ(x) + x·φ(x). The interval form encloses GELU over the whole interval, tightly: GELU falls on
+// (−∞, x*] and rises on [x*, ∞), x* ≈ −0.7518 ∈ [−0.76, −0.74] (docs/theory/gelu.md), so an
+// interval on one side is enclosed by its endpoint values (erf rounded outward, MPFR's directed
+// rounding), and one that meets the bracket by the mean-value form there.
+float gelu(float x);
+double gelu(double x);
+Mpfr gelu(const Mpfr& x);
+Mpfi gelu(const Mpfi& x);
+float gelu_derivative(float x);
+double gelu_derivative(double x);
+Mpfr gelu_derivative(const Mpfr& x);
+Mpfi gelu_derivative(const Mpfi& x);  // natural interval extension
+
 // Conversion between any two scalar types through the exact rational value.
 template <class T, class S>
 T scalar_cast(const S& x) {
