@@ -16,6 +16,7 @@
 #include "uatlab/io/lists.hpp"
 #include "uatlab/io/model_file.hpp"
 #include "uatlab/model/init.hpp"
+#include "uatlab/verify/analyse.hpp"
 #include "uatlab/verify/compare.hpp"
 #include "uatlab/verify/evaluate.hpp"
 #include "uatlab/version.hpp"
@@ -276,6 +277,26 @@ Architecture architecture_from_flags(const ArchitectureFlags& a) {
   }
 }
 
+struct AnalyseOpts {
+  std::string model, data, report, plot;
+  AnalyseOptions opt;
+};
+
+int cmd_analyse(AnalyseOpts& o) {
+  const Network<Rational> net = load_network<Rational>(o.model);
+  const Dataset ds = read_dataset(o.data);
+  o.opt.progress = progress_reporter();
+  const Analysis a = analyse(net, ds, o.opt);
+  std::cout << a.summary();
+  if (!o.plot.empty()) {
+    if (a.layers.empty())
+      throw Error("--plot " + o.plot + ": no separation to plot (" + a.separation_note + ")");
+    plot_separation(a, o.plot);
+  }
+  if (!o.report.empty()) write_output(o.report, a.report().dump(1) + "\n");
+  return a.predictions.all() ? 0 : 3;
+}
+
 void add_model_commands(CLI::App& app, Commands& commands) {
   auto info = std::make_shared<std::string>();
   auto* i = app.add_subcommand("info", "Version, arithmetics and formats; with MODEL, its architecture");
@@ -293,6 +314,31 @@ void add_model_commands(CLI::App& app, Commands& commands) {
   e->add_option("--hardmax-tol", ev->tolerance, "Hardmax tie tolerance in floating point")
       ->capture_default_str();
   commands.push_back({e, [ev] { return cmd_eval(*ev); }});
+
+  auto an = std::make_shared<AnalyseOpts>();
+  auto* a = app.add_subcommand(
+      "analyse",
+      "Certify what MODEL does on the labelled DATA: memorization, separation per "
+      "attention layer, bits needed, rounded weights (exit 3: a prediction not certified)");
+  a->add_option("model", an->model, "Model file (.safetensors or .json)")->required();
+  a->add_option("data", an->data, "Labelled dataset (JSONL)")->required();
+  a->add_option("--labels", an->opt.labels, "classes | values | auto")->capture_default_str();
+  a->add_option("--tolerance", an->opt.tolerance, "values: |y - label| allowed (exact)")
+      ->capture_default_str();
+  a->add_option("--bits", an->opt.bits, "MPFI precision to start from")->capture_default_str();
+  a->add_option("--max-bits", an->opt.max_bits, "Cap of the doubling while predictions are undecided")
+      ->capture_default_str();
+  a->add_option("--max-separation-tokens", an->opt.max_separation_tokens,
+                "Skip the separation above this many tokens (pairwise distances)")
+      ->capture_default_str()
+      ->check(CLI::Range(0L, 1L << 20));
+  a->add_option("--seed", an->opt.seed, "Seed of the random directions tried for the projection")
+      ->capture_default_str();
+  a->add_flag("!--no-min-bits", an->opt.min_bits, "Skip the search for the fewest bits");
+  a->add_flag("!--no-rounding", an->opt.rounding, "Skip float32 / bfloat16 / float16 weights");
+  a->add_option("--report", an->report, "Write the report as JSON");
+  a->add_option("--plot", an->plot, "Draw the separation per attention layer (PNG)");
+  commands.push_back({a, [an] { return cmd_analyse(*an); }});
 
   auto cv = std::make_shared<ConvertOpts>();
   auto* c = app.add_subcommand(

@@ -218,6 +218,10 @@ S forward_train(const Network<S>& net, const Batch<S>& batch, Loss loss, Trace<S
   if (a.pool) throw Error("training does not support pooled (\"pool\": \"sum\") outputs");
   const Eigen::Index T = batch.tokens();
   Mat<S> Z;
+  const bool ids = static_cast<Eigen::Index>(batch.ids.size()) == T && batch.x.size() == 0;
+  if (a.vocab > 0 ? !ids : !batch.ids.empty())
+    throw Error(std::string("the network takes ") + (a.vocab > 0 ? "token ids" : "continuous tokens") +
+                ", the data has " + (a.vocab > 0 ? "continuous tokens" : "token ids"));
   if (a.vocab > 0) {
     Z.resize(a.d, T);
     for (Eigen::Index c = 0; c < T; ++c) {

@@ -1,0 +1,93 @@
+// What a model does on its data, certified: `uatlab analyse MODEL DATA` and `uatlab.analyse`.
+//
+// For any network (trained here, in PyTorch, or constructed) and a labelled dataset:
+//   memorization  every counted token's prediction checked in MPFI: for classes, the label's
+//                 output is certified above every other (the argmax is certain); for values,
+//                 |y − label| is certified within the tolerance. Failures are listed as "wrong"
+//                 (certified wrong) or "undecided" (the enclosures overlap at the cap of bits);
+//   separation    per attention sub-layer, on its output: a certified lower bound on the distance
+//                 between outputs of the same input token in different contexts (Kajitsuka &
+//                 Sato's δ, a context being the set of tokens of the sequence) and between outputs
+//                 of different tokens, and a direction v along which every token's contexts stay
+//                 apart (a certified lower bound on the gap of the projections);
+//   precision     the fewest bits at which every prediction is still certified, and whether the
+//                 weights rounded to float32, bfloat16 and float16 keep every prediction
+//                 (certified in MPFI on the rounded weights).
+// docs/analyse.md describes the method and its limits.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "uatlab/io/dataset.hpp"
+#include "uatlab/model/network.hpp"
+#include "uatlab/progress.hpp"
+
+namespace uatlab {
+
+enum class LabelKind { classes, values };
+
+struct AnalyseOptions {
+  std::string labels = "auto";          // "classes", "values"; auto: classes when every label is an
+                                        // integer in [0, outputs) and there are >= 2 outputs
+  std::string tolerance = "1e-6";       // values: |y − label| allowed
+  unsigned bits = 64, max_bits = 4096;  // MPFI precision: start, and the cap of the doubling
+  bool min_bits = true, rounding = true, separation = true;
+  long max_separation_tokens = 20000;  // the pairwise distances are quadratic in the tokens
+  std::uint64_t seed = 1;              // the random directions tried for the projection
+  OnProgress progress;
+};
+
+struct PredictionFailure {
+  std::size_t sequence = 0, token = 0;  // from 0
+  std::string kind;                     // "wrong" or "undecided"
+  std::string label;                    // the label (class or values), as text
+  std::string predicted;                // the argmax of the midpoints / the output midpoints
+};
+
+struct Predictions {
+  LabelKind kind = LabelKind::classes;
+  long long tokens = 0, certified = 0;
+  unsigned bits = 0;  // the precision of this verdict
+  std::vector<PredictionFailure> failures;
+  bool all() const { return certified == tokens; }
+};
+
+struct LayerSeparation {
+  std::size_t layer = 0;                    // the attention sub-layer's index
+  long long same_token_pairs = 0;           // pairs (same token, different contexts)
+  double log10_delta = 0, log10_cross = 0;  // certified lower bounds (−inf: zero; NaN: no pair)
+  double delta = 0, cross = 0;              // the same, as numbers
+  double projection_gap = 0;                // certified min gap along v of different contexts
+  std::vector<double> v;                    // unit direction
+};
+
+struct Analysis {
+  Predictions predictions;
+  unsigned min_bits = 0;                                     // 0: not computed (not all certified)
+  std::vector<std::pair<std::string, Predictions>> rounded;  // float32, bfloat16, float16
+  std::vector<std::pair<std::string, long long>> overflow;   // weights out of each format's range
+  std::vector<LayerSeparation> layers;
+  std::string separation_note;  // why separation was not computed, if it was not
+  nlohmann::json report() const;
+  std::string summary() const;  // a few lines for people
+};
+
+// Every prediction of `net` on the counted tokens of `ds`, certified in MPFI at `bits`.
+Predictions certify_predictions(const Network<Rational>& net, const Dataset& ds, LabelKind kind,
+                                const Rational& tolerance, unsigned bits, const OnProgress& progress = {});
+
+// x rounded to nearest (ties to even) in a binary format with p significand bits and normal
+// exponents down to emin (subnormals below 2^emin), exactly; `overflow` set when |x| rounds
+// beyond the largest finite value (x is then returned unchanged).
+Rational round_to_format(const Rational& x, int p, int emin, int emax, bool& overflow);
+
+LabelKind label_kind(const std::string& labels, const Dataset& ds, int outputs);
+
+Analysis analyse(const Network<Rational>& net, const Dataset& ds, const AnalyseOptions& o);
+
+// log10 of each layer's certified separations against the layer (PNG).
+void plot_separation(const Analysis& a, const std::string& path);
+
+}  // namespace uatlab
