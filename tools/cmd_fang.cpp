@@ -24,27 +24,20 @@ struct PolynomialOpts {
 };
 
 int cmd_polynomial(const PolynomialOpts& o) {
-  const auto vars = parse_list(o.vars, "--vars");
-  const Rational B = parse_rational(o.box);
-  const fang::Polynomial p = fang::parse_polynomial(o.expr, vars);
-  if (o.degree != 0 && o.degree < fang::degree(p))
-    throw Error("--degree " + std::to_string(o.degree) + " is below the polynomial's degree " +
-                std::to_string(fang::degree(p)) + ": N blocks compute polynomials of degree <= N");
-  const int N = o.degree > 0 ? o.degree : std::max(1, fang::degree(p));
-  const fang::Variant v = fang::parse_variant(o.variant);
-  const fang::Layout L = fang::layout(static_cast<int>(vars.size()), N);
-  Network<Rational> net = fang::build(L.d, N, B, v);
-  fang::set_readout(net, L, p);
-  const fang::Proof pr = fang::prove(net, L, p, B, v, o.seed);
-  std::printf("polynomial  %s  (degree %d in %d variables)\n", fang::to_string(p, vars).c_str(),
-              fang::degree(p), L.d);
+  const fang::Compiled c =
+      fang::compile(o.expr, parse_list(o.vars, "--vars"), parse_rational(o.box), o.variant, o.degree, o.seed);
+  const fang::Layout& L = c.layout;
+  const fang::Proof& pr = c.proof;
+  const int N = L.N;
+  std::printf("polynomial  %s  (degree %d in %d variables)\n", fang::to_string(c.p, c.vars).c_str(),
+              fang::degree(c.p), L.d);
   std::printf(
       "network     %d blocks (%s), residual width D = %d, %d tokens, linear-score attention, pooled "
       "readout\n",
       N, o.variant.c_str(), L.D, L.d);
   std::printf("            fixed block parameters %zu; readout (the only polynomial-dependent part) %d + 1\n",
-              net.parameter_count() - static_cast<std::size_t>(L.D + 1), L.D);
-  if (v == fang::Variant::single_head)
+              c.net.parameter_count() - static_cast<std::size_t>(L.D + 1), L.D);
+  if (fang::parse_variant(o.variant) == fang::Variant::single_head)
     std::printf("gates       %s on the box [-%s, %s]^%d (largest |z|/C_b = %s)\n",
                 pr.gates ? "proven in their linear regime" : "NOT proven", o.box.c_str(), o.box.c_str(), L.d,
                 pr.worst_gate_ratio.str().c_str());
@@ -56,23 +49,8 @@ int cmd_polynomial(const PolynomialOpts& o) {
               pr.random ? "yes" : "NO");
   std::printf("verdict     %s\n", pr.exact() ? "EXACT: zero error on the whole box, proven in GMP rationals"
                                              : "not proven exact");
-  if (!o.out.empty()) save_network(net, o.out, "F64", "rational");
-  if (!o.report.empty())
-    write_output(o.report, json({{"polynomial", fang::to_string(p, vars)},
-                                 {"blocks", N},
-                                 {"D", L.D},
-                                 {"variant", o.variant},
-                                 {"gates", pr.gates},
-                                 {"worst_gate_ratio", pr.worst_gate_ratio.str()},
-                                 {"degree_bound", pr.degree},
-                                 {"grid_points", pr.grid_points},
-                                 {"grid", pr.grid},
-                                 {"random_points", pr.random_points},
-                                 {"random", pr.random},
-                                 {"exact", pr.exact()},
-                                 {"parameters", net.parameter_count()}})
-                                   .dump(1) +
-                               "\n");
+  if (!o.out.empty()) save_network(c.net, o.out, "F64", "rational");
+  if (!o.report.empty()) write_output(o.report, c.report().dump(1) + "\n");
   return pr.exact() ? 0 : 1;
 }
 

@@ -121,13 +121,7 @@ int cmd_contextual(const Opts& o) {
   if (!o.out.empty()) save_network(c.net, o.out, "F64", "rational");
   if (!o.report.empty()) {
     json r = c.report();
-    r["N"] = f.tokens.size();
-    r["n"] = f.n;
-    r["d"] = f.d;
-    r["V"] = f.vocab.size();
-    r["r_min"] = f.r_min;
-    r["r_max"] = f.r_max;
-    r["eps"] = f.eps;
+    r.update(f.report());
     write_output(o.report, r.dump(1) + "\n");
   }
   return 0;

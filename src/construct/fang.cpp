@@ -584,3 +584,41 @@ Vec<double> features(const Network<double>& net, const Layout& L, const std::vec
 }
 
 }  // namespace uatlab::fang
+
+namespace uatlab::fang {
+
+Compiled compile(const std::string& expr, const std::vector<std::string>& vars, const Rational& B,
+                 const std::string& variant, int degree, std::uint64_t seed) {
+  Compiled c;
+  c.vars = vars;
+  c.variant = variant;
+  c.p = parse_polynomial(expr, vars);
+  if (degree != 0 && degree < fang::degree(c.p))
+    throw Error("degree " + std::to_string(degree) + " is below the polynomial's degree " +
+                std::to_string(fang::degree(c.p)) + ": N blocks compute polynomials of degree <= N");
+  const int N = degree > 0 ? degree : std::max(1, fang::degree(c.p));
+  const Variant v = parse_variant(variant);
+  c.layout = layout(static_cast<int>(vars.size()), N);
+  c.net = build(c.layout.d, N, B, v);
+  set_readout(c.net, c.layout, c.p);
+  c.proof = prove(c.net, c.layout, c.p, B, v, seed);
+  return c;
+}
+
+nlohmann::json Compiled::report() const {
+  return {{"polynomial", to_string(p, vars)},
+          {"blocks", layout.N},
+          {"D", layout.D},
+          {"variant", variant},
+          {"gates", proof.gates},
+          {"worst_gate_ratio", proof.worst_gate_ratio.str()},
+          {"degree_bound", proof.degree},
+          {"grid_points", proof.grid_points},
+          {"grid", proof.grid},
+          {"random_points", proof.random_points},
+          {"random", proof.random},
+          {"exact", proof.exact()},
+          {"parameters", net.parameter_count()}};
+}
+
+}  // namespace uatlab::fang

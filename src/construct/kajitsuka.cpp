@@ -500,6 +500,11 @@ ScaleSweep sweep_scale(const Facts& f, const ContextualOptions& opt, int points)
   return sw;
 }
 
+json Facts::report() const {
+  return {{"N", tokens.size()}, {"n", n},         {"d", d},    {"V", vocab.size()},
+          {"r_min", r_min},     {"r_max", r_max}, {"eps", eps}};
+}
+
 json Contextual::report() const {
   auto num = [](double x) { return std::isfinite(x) ? json(x) : json(nullptr); };
   return {{"mode", mode == Mode::faithful ? "faithful" : "tuned"},

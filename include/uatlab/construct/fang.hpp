@@ -72,6 +72,21 @@ struct Proof {
 Proof prove(const Network<Rational>& net, const Layout& L, const Polynomial& p, const Rational& B, Variant v,
             std::uint64_t seed);
 
+// The whole compiler as one call (what `uatlab polynomial` and `uatlab.polynomial` run): parse
+// the polynomial, build N blocks (N = its degree unless given; below it is refused), set the
+// readout, prove. report() is the proof and the network's size as JSON.
+struct Compiled {
+  Polynomial p;
+  std::vector<std::string> vars;
+  Layout layout;
+  Network<Rational> net;
+  Proof proof;
+  std::string variant;
+  nlohmann::json report() const;
+};
+Compiled compile(const std::string& expr, const std::vector<std::string>& vars, const Rational& B,
+                 const std::string& variant = "single-head", int degree = 0, std::uint64_t seed = 1);
+
 // Pooled features Σ_i X_i^{(N)} (D numbers) of the readout-free network, in double.
 Vec<double> features(const Network<double>& net, const Layout& L, const std::vector<double>& x);
 

@@ -37,6 +37,7 @@ struct Facts {
   Rational r_min_sq, r_max_sq, eps_sq;   // exact squared norms / distances
   double r_min = 0, r_max = 0, eps = 0;  // their square roots, for reports
   int label_dim = 0;                     // 0 when the dataset has no labels
+  nlohmann::json report() const;         // N, n, d, V, r_min, r_max, eps
 };
 
 // Throws Error listing every violation (sequence and token indices, 1-based): unequal lengths,
