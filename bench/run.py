@@ -40,8 +40,8 @@ def torch_seconds(net, x, min_time):
 
 def run(args):
     import torch
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
-    import uatlab_torch
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python", "uatlab"))
+    import pytorch as uatlab_torch
     torch.set_num_threads(args.threads)
     env = stats.thread_env(args.threads)
     uatlab = os.path.join(args.build, "uatlab")

@@ -13,8 +13,9 @@ import tempfile
 
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
-import uatlab_torch  # noqa: E402
+# The PyTorch half of the package needs only torch: imported from its file, without the compiled module.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python", "uatlab"))
+import pytorch as uatlab_torch  # noqa: E402
 
 UATLAB = sys.argv[1]
 TOL = 1e-12

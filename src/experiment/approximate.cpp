@@ -108,6 +108,7 @@ Approximation approximate(const yun::Target& f, int K, const ApproximateOptions&
     }
     r.report["certified_domain"] = c;
   }
+  r.modified_net = m.net, r.standard_net = g;
   if (!o.out.empty()) save_network(m.net, o.out, "F64", "yun-modified");
   if (!o.standard_out.empty()) save_network(g, o.standard_out, "F64", "yun-standard");
   return r;

@@ -35,6 +35,7 @@ struct Approximation {
   // certify "certified_domain": the bounds of both networks over [0,1]^{d×n}
   json report;
   std::vector<yun::Distance> modified, standard;  // one per exponent
+  Network<Rational> modified_net, standard_net;   // the two networks, exact weights
 };
 // Refuses a target that is not permutation equivariant without pe (20 seeded random trials).
 Approximation approximate(const yun::Target& f, int K, const ApproximateOptions& o);

@@ -1,9 +1,13 @@
-"""Load a uatlab model file into PyTorch (torch only; no safetensors package needed).
+"""uatlab networks in PyTorch, both ways (torch only; no safetensors package needed).
 
-    net = uatlab_torch.load("model.safetensors")       # an nn.Module, float64 if the file is F64
-    net = uatlab_torch.load("model.json")              # lossless JSON: each exact value rounded to float64
-    net = uatlab_torch.load("checkpoint.safetensors")  # a training checkpoint: the model it holds
+    from uatlab import pytorch
+    net = pytorch.load("model.safetensors")       # an nn.Module, float64 if the file is F64
+    net = pytorch.load("model.json")              # lossless JSON: each exact value rounded to float64
+    net = pytorch.load("checkpoint.safetensors")  # a training checkpoint: the model it holds
     y = net(x)          # x: (batch, n, d) floats, or (batch, n) token ids  ->  (batch, n, out)
+    arch, tensors = pytorch.to_uatlab(nn.TransformerEncoderLayer(...))   # the other way
+
+This file needs only torch: it works without the compiled module (tests/test_torch_oracle.py).
 
 The module computes exactly what uatlab's C++ model computes (docs/ARCHITECTURE.md): tokens are
 rows here (PyTorch's (n, d) layout is the paper's d x n matrix in memory), attention normalises
@@ -265,3 +269,82 @@ def load(path, dtype=None):
     state = {_torch_name(k): v.to(dtype) for k, v in tensors.items()}
     net.load_state_dict(state, strict=True)
     return net
+
+
+# This module's parameter names -> uatlab tensor names (the inverse of _torch_name).
+def _uatlab_name(name):
+    return name.replace(".body.proj.", ".").replace(".body.", ".")
+
+
+def _activation(layer):
+    kind = getattr(layer, "activation_relu_or_gelu", None)  # torch >= 1.12: 1 ReLU, 2 GELU
+    if kind == 1:
+        return "relu"
+    if kind == 2:
+        return "gelu"
+    act = layer.activation
+    if act in (nn.functional.relu, torch.relu) or isinstance(act, nn.ReLU):
+        return "relu"
+    if act is nn.functional.gelu or (isinstance(act, nn.GELU) and act.approximate == "none"):
+        return "gelu"
+    raise ValueError(f"activation {act!r}: uatlab has ReLU and GELU (exact erf form)")
+
+
+def _encoder_layer(layer, i, d):
+    """The uatlab sub-layers and tensors of one nn.TransformerEncoderLayer starting at index i."""
+    mha = layer.self_attn
+    if not mha._qkv_same_embed_dim or mha.bias_k is not None or mha.add_zero_attn:
+        raise ValueError("self-attention with separate q/k/v sizes, bias_k/bias_v or add_zero_attn is not supported")
+    H = mha.num_heads
+    bias = mha.in_proj_bias is not None
+    pre = bool(layer.norm_first)
+    eps1, eps2 = repr(float(layer.norm1.eps)), repr(float(layer.norm2.eps))
+    attn = {"type": "attention", "heads": H, "head_size": d // H, "sqrt_scaling": True, "bias": bias,
+            "pre_norm": pre}
+    ff = {"type": "feedforward", "width": layer.linear1.out_features, "activation": _activation(layer),
+          "pre_norm": pre}
+    t = {}
+    a, f = f"layers.{i}.", f"layers.{i + (1 if pre else 2)}."
+    q, k, v = mha.in_proj_weight.chunk(3)
+    t.update({a + "q.weight": q, a + "k.weight": k, a + "v.weight": v, a + "o.weight": mha.out_proj.weight})
+    if bias:
+        bq, bk, bv = mha.in_proj_bias.chunk(3)
+        t.update({a + "q.bias": bq, a + "k.bias": bk, a + "v.bias": bv, a + "o.bias": mha.out_proj.bias})
+    t.update({f + "fc1.weight": layer.linear1.weight, f + "fc1.bias": layer.linear1.bias,
+              f + "fc2.weight": layer.linear2.weight, f + "fc2.bias": layer.linear2.bias})
+    if pre:  # Z + f(LayerNorm(Z)), the norm inside each sub-layer
+        attn["eps"], ff["eps"] = eps1, eps2
+        t.update({a + "norm.weight": layer.norm1.weight, a + "norm.bias": layer.norm1.bias,
+                  f + "norm.weight": layer.norm2.weight, f + "norm.bias": layer.norm2.bias})
+        return [attn, ff], t
+    n1, n2 = f"layers.{i + 1}.", f"layers.{i + 3}."  # post-norm: LayerNorm(Z + f(Z)) after each
+    t.update({n1 + "weight": layer.norm1.weight, n1 + "bias": layer.norm1.bias,
+              n2 + "weight": layer.norm2.weight, n2 + "bias": layer.norm2.bias})
+    return [attn, {"type": "layernorm", "eps": eps1}, ff, {"type": "layernorm", "eps": eps2}], t
+
+
+def to_uatlab(module, architecture=None):
+    """(architecture dict, {uatlab tensor name: tensor}) of a UatlabNet, an nn.TransformerEncoderLayer,
+    an nn.TransformerEncoder (its final norm included), or a state_dict with its architecture."""
+    if isinstance(module, UatlabNet):
+        return module.arch, {_uatlab_name(k): v for k, v in module.state_dict().items()}
+    if isinstance(module, (nn.TransformerEncoderLayer, nn.TransformerEncoder)):
+        blocks = [module] if isinstance(module, nn.TransformerEncoderLayer) else list(module.layers)
+        d = blocks[0].self_attn.embed_dim
+        layers, tensors = [], {}
+        for b in blocks:
+            ls, t = _encoder_layer(b, len(layers), d)
+            layers += ls
+            tensors.update(t)
+        final = getattr(module, "norm", None) if isinstance(module, nn.TransformerEncoder) else None
+        if final is not None:
+            p = f"layers.{len(layers)}."
+            layers.append({"type": "layernorm", "eps": repr(float(final.eps))})
+            tensors.update({p + "weight": final.weight, p + "bias": final.bias})
+        return {"d": d, "layers": layers}, tensors
+    if isinstance(module, dict):
+        if architecture is None:
+            raise ValueError("a state_dict needs the architecture it belongs to")
+        return architecture, {_uatlab_name(k): v for k, v in module.items()}
+    raise ValueError(f"cannot convert {type(module).__name__}: give a UatlabNet, an nn.TransformerEncoderLayer, "
+                     "an nn.TransformerEncoder, or a state_dict with its architecture")

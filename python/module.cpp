@@ -1,0 +1,477 @@
+// uatlab._core: the library for Python (pybind11). Thin on purpose: every call is one library
+// call; python/uatlab/__init__.py turns numpy arrays, lists, strings and Fractions into the exact
+// JSONL text the library's own reader checks (one parser for every input), and JSON reports into
+// dicts. Long calls release the GIL; progress callbacks and Python targets take it back, and a
+// Python exception raised inside them is re-raised when the call returns.
+#include <mpfr.h>
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <memory>
+#include <mutex>
+
+#include "uatlab/construct/fang.hpp"
+#include "uatlab/construct/kajitsuka.hpp"
+#include "uatlab/experiment/approximate.hpp"
+#include "uatlab/experiment/targets.hpp"
+#include "uatlab/io/dataset.hpp"
+#include "uatlab/io/json.hpp"
+#include "uatlab/io/model_file.hpp"
+#include "uatlab/model/init.hpp"
+#include "uatlab/train/tasks.hpp"
+#include "uatlab/train/trainer.hpp"
+#include "uatlab/verify/analyse.hpp"
+#include "uatlab/verify/evaluate.hpp"
+#include "uatlab/verify/precision.hpp"
+#include "uatlab/version.hpp"
+
+namespace py = pybind11;
+using namespace uatlab;
+using nlohmann::json;
+
+namespace {
+
+// A Python callable used from C++ threads: held by shared_ptr (copies never touch Python's
+// reference counts), called under the GIL; the first Python error is kept and raised later.
+struct Callback {
+  py::object fn;
+  std::mutex m;
+  std::unique_ptr<py::error_already_set> error;
+  template <class... A>
+  py::object call(A&&... a) {
+    py::gil_scoped_acquire gil;
+    {
+      std::lock_guard<std::mutex> lock(m);
+      if (error) return py::none();
+    }
+    try {
+      return fn(std::forward<A>(a)...);
+    } catch (py::error_already_set& e) {
+      std::lock_guard<std::mutex> lock(m);
+      if (!error) error = std::make_unique<py::error_already_set>(std::move(e));
+      return py::none();
+    }
+  }
+  void rethrow() {
+    if (error) {
+      py::error_already_set e = std::move(*error);
+      error.reset();
+      throw e;
+    }
+  }
+};
+using CallbackPtr = std::shared_ptr<Callback>;
+
+CallbackPtr callback(const py::object& fn) {
+  if (fn.is_none()) return nullptr;
+  auto c = std::make_shared<Callback>();
+  c->fn = fn;
+  return c;
+}
+
+OnProgress progress_of(const CallbackPtr& c) {
+  if (!c) return {};
+  return [c](const std::string& stage, long long done, long long total) { c->call(stage, done, total); };
+}
+
+// Runs f without the GIL; then raises what a callback raised, if anything.
+template <class F>
+auto released(const std::vector<CallbackPtr>& callbacks, F&& f) {
+  auto finish = [&] {
+    for (const CallbackPtr& c : callbacks)
+      if (c) c->rethrow();
+  };
+  decltype(f()) r;
+  try {
+    py::gil_scoped_release release;
+    r = f();
+  } catch (...) {
+    finish();  // a Python error first: it usually caused the library's
+    throw;
+  }
+  finish();
+  return r;
+}
+
+struct PyNetwork {
+  Network<Rational> net;  // every weight exact, whatever file or construction it came from
+};
+
+py::array_t<double> to_numpy(const Mat<double>& m) {  // (tokens, values): m transposed
+  py::array_t<double> a({m.cols(), m.rows()});
+  auto v = a.mutable_unchecked<2>();
+  for (Eigen::Index k = 0; k < m.cols(); ++k)
+    for (Eigen::Index r = 0; r < m.rows(); ++r)
+      v(k, r) = m(r, k);
+  return a;
+}
+
+template <class S>
+py::list evaluate_as(const Network<Rational>& exact, const Dataset& ds, const Precision& p) {
+  std::vector<Mat<S>> ys;
+  {
+    py::gil_scoped_release release;
+    std::unique_ptr<MpfrPrecision> scope;
+    if (p.kind == Precision::Kind::Mpfr || p.kind == Precision::Kind::Interval)
+      scope = std::make_unique<MpfrPrecision>(p.bits);
+    ys = forward_dataset(network_cast<S>(exact), ds);
+  }
+  py::list out;
+  for (const Mat<S>& y : ys) {
+    if constexpr (std::is_floating_point_v<S>) {
+      out.append(to_numpy(y.template cast<double>()));
+    } else if constexpr (Scalar<S>::interval) {
+      Mat<double> lo(y.rows(), y.cols()), hi(y.rows(), y.cols());
+      for (Eigen::Index i = 0; i < y.size(); ++i) {
+        lo(i) = mpfr_get_d(lower(y(i)).backend().data(), MPFR_RNDD);
+        hi(i) = mpfr_get_d(upper(y(i)).backend().data(), MPFR_RNDU);
+      }
+      out.append(py::make_tuple(to_numpy(lo), to_numpy(hi)));
+    } else {  // exact values as "p/q" text: Fractions on the Python side
+      py::list rows;
+      for (Eigen::Index k = 0; k < y.cols(); ++k) {
+        py::list row;
+        for (Eigen::Index r = 0; r < y.rows(); ++r)
+          row.append(Scalar<S>::to_rational(y(r, k)).str());
+        rows.append(row);
+      }
+      out.append(rows);
+    }
+  }
+  return out;
+}
+
+py::list evaluate(const PyNetwork& n, const Dataset& ds, const std::string& precision) {
+  const Precision p = Precision::parse(precision);
+  switch (p.kind) {
+    case Precision::Kind::Float:
+      return evaluate_as<float>(n.net, ds, p);
+    case Precision::Kind::Double:
+      return evaluate_as<double>(n.net, ds, p);
+    case Precision::Kind::Mpfr:
+      return evaluate_as<Mpfr>(n.net, ds, p);
+    case Precision::Kind::Interval:
+      return evaluate_as<Mpfi>(n.net, ds, p);
+    case Precision::Kind::Rational:
+      return evaluate_as<Rational>(n.net, ds, p);
+  }
+  return py::list();
+}
+
+template <class T>
+T field(const json& j, const char* key, T fallback) {
+  return j.contains(key) ? j.at(key).get<T>() : fallback;
+}
+
+TrainConfig train_config(const json& j) {
+  TrainConfig c;
+  for (auto& [k, _] : j.items())
+    if (!std::set<std::string>{"loss", "steps", "batch", "lr", "min_lr", "warmup", "weight_decay", "clip",
+                               "seed", "freeze", "log_every", "eval_every", "stop_at_full_accuracy", "beta1",
+                               "beta2", "adam_eps"}
+             .count(k))
+      throw Error("train: unknown option \"" + k + "\"");
+  c.loss = parse_loss(field<std::string>(j, "loss", "mse"));
+  c.steps = field(j, "steps", c.steps);
+  c.batch = field(j, "batch", c.batch);
+  c.lr = field(j, "lr", c.lr);
+  c.min_lr = field(j, "min_lr", c.min_lr);
+  c.warmup = field(j, "warmup", c.warmup);
+  c.weight_decay = field(j, "weight_decay", c.weight_decay);
+  c.clip = field(j, "clip", c.clip);
+  c.seed = field(j, "seed", c.seed);
+  c.freeze = field(j, "freeze", c.freeze);
+  c.log_every = field(j, "log_every", c.log_every);
+  c.eval_every = field(j, "eval_every", c.eval_every);
+  c.stop_at_full_accuracy = field(j, "stop_at_full_accuracy", c.stop_at_full_accuracy);
+  c.beta1 = field(j, "beta1", c.beta1);
+  c.beta2 = field(j, "beta2", c.beta2);
+  c.adam_eps = field(j, "adam_eps", c.adam_eps);
+  c.validate();
+  return c;
+}
+
+TaskOptions task_options(const json& j) {
+  TaskOptions o;
+  o.N = field(j, "N", o.N);
+  o.n = field(j, "n", o.n);
+  o.d = field(j, "d", o.d);
+  o.V = field(j, "V", o.V);
+  o.lags = field(j, "lags", o.lags);
+  o.boolean = field(j, "boolean", o.boolean);
+  o.beta = field(j, "beta", o.beta);
+  o.classes = field(j, "classes", o.classes);
+  o.mask_before = field(j, "mask_before", o.mask_before);
+  o.window = field(j, "window", o.window);
+  o.omega = field(j, "omega", o.omega);
+  o.corpus = field(j, "corpus", o.corpus);
+  o.seed = field(j, "seed", o.seed);
+  return o;
+}
+
+std::string json_text(const json& j) {
+  return j.dump();
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_core, m) {
+  m.doc() = "uatlab's C++ library (the Python API is the package uatlab)";
+  py::register_exception<Error>(m, "Error", PyExc_RuntimeError);
+  m.attr("version") = UATLAB_VERSION;
+
+  py::class_<Dataset>(m, "Dataset")
+      .def_static(
+          "parse", [](const std::string& text) { return parse_dataset(text, "data"); }, py::arg("jsonl"))
+      .def_static("read", &read_dataset, py::arg("path"))
+      .def_static(
+          "task",
+          [](const std::string& name, const std::string& options) {
+            return make_task(name, task_options(parse_json(options, "task options")));
+          },
+          py::arg("name"), py::arg("options") = "{}")
+      .def("__len__", [](const Dataset& d) { return d.sequences.size(); })
+      .def("jsonl", &format_dataset)
+      .def_property_readonly("token_input", [](const Dataset& d) { return d.token_input; });
+
+  py::class_<PyNetwork>(m, "Network")
+      .def_static(
+          "load", [](const std::string& path) { return PyNetwork{load_network<Rational>(path)}; },
+          py::arg("path"))
+      .def_static(
+          "zeros",
+          [](const std::string& arch) {
+            return PyNetwork{Network<Rational>(Architecture::from_json(parse_json(arch, "architecture")))};
+          },
+          py::arg("architecture"))
+      .def(
+          "save",
+          [](const PyNetwork& n, const std::string& path, const std::string& dtype) {
+            save_network(n.net, path, dtype, "rational");
+          },
+          py::arg("path"), py::arg("dtype") = "F64")
+      .def_property_readonly("architecture_json",
+                             [](const PyNetwork& n) { return n.net.arch.to_json().dump(); })
+      .def_property_readonly("parameter_count", [](const PyNetwork& n) { return n.net.parameter_count(); })
+      .def("tensor_names",
+           [](const PyNetwork& n) {
+             std::vector<std::string> names;
+             n.net.for_each_tensor(
+                 [&](const std::string& name, const Mat<Rational>&, Layout) { names.push_back(name); });
+             return names;
+           })
+      .def(
+          "tensor",
+          [](const PyNetwork& n, const std::string& want, bool exact) -> py::object {
+            py::object out = py::none();
+            n.net.for_each_tensor([&](const std::string& name, const Mat<Rational>& m, Layout l) {
+              if (name != want) return;
+              const std::vector<std::int64_t> shape = torch_shape(m, l);
+              const bool rows_first = l == Layout::TokenMajor;  // (L, d): column j is row j
+              if (exact) {
+                py::list flat;
+                for (Eigen::Index i = 0; i < m.size(); ++i) {
+                  const Eigen::Index r = rows_first ? i % m.rows() : i / m.cols(),
+                                     c = rows_first ? i / m.rows() : i % m.cols();
+                  flat.append(m(r, c).str());
+                }
+                out = py::make_tuple(flat, shape);
+                return;
+              }
+              py::array_t<double> a(shape);
+              double* p = a.mutable_data();
+              for (Eigen::Index i = 0; i < m.size(); ++i) {
+                const Eigen::Index r = rows_first ? i % m.rows() : i / m.cols(),
+                                   c = rows_first ? i / m.rows() : i % m.cols();
+                p[i] = Scalar<Rational>::to_double(m(r, c));
+              }
+              out = a;
+            });
+            if (out.is_none()) throw Error("no tensor named \"" + want + "\"");
+            return out;
+          },
+          py::arg("name"), py::arg("exact") = false)
+      .def(
+          "set_tensor",
+          [](PyNetwork& n, const std::string& want,
+             py::array_t<double, py::array::c_style | py::array::forcecast> a) {
+            bool found = false;
+            n.net.for_each_tensor([&](const std::string& name, Mat<Rational>& m, Layout l) {
+              if (name != want) return;
+              found = true;
+              const std::vector<std::int64_t> shape = torch_shape(m, l);
+              if (a.ndim() != static_cast<py::ssize_t>(shape.size()) || a.size() != m.size())
+                throw Error("tensor \"" + name + "\": expected " + std::to_string(m.size()) + " values in " +
+                            std::to_string(shape.size()) + " dimensions");
+              for (std::size_t k = 0; k < shape.size(); ++k)
+                if (a.shape(static_cast<py::ssize_t>(k)) != shape[k])
+                  throw Error("tensor \"" + name + "\": shape differs from the architecture's");
+              const bool rows_first = l == Layout::TokenMajor;
+              const double* p = a.data();
+              for (Eigen::Index i = 0; i < m.size(); ++i) {
+                if (!std::isfinite(p[i])) throw Error("tensor \"" + name + "\": a value is not finite");
+                const Eigen::Index r = rows_first ? i % m.rows() : i / m.cols(),
+                                   c = rows_first ? i / m.rows() : i % m.cols();
+                m(r, c) = rational_of(p[i]);  // exact
+              }
+            });
+            if (!found) throw Error("no tensor named \"" + want + "\"");
+          },
+          py::arg("name"), py::arg("values"))
+      .def("eval", &evaluate, py::arg("data"), py::arg("precision") = "double");
+
+  m.def(
+      "contextual",
+      [](const Dataset& ds, const std::string& mode, bool tied, std::uint64_t seed, unsigned max_bits,
+         const py::object& progress) {
+        const CallbackPtr cb = callback(progress);
+        kajitsuka::ContextualOptions o;
+        o.mode = kajitsuka::parse_mode(mode), o.tied = tied, o.seed = seed, o.max_bits = max_bits;
+        o.progress = progress_of(cb);
+        return released({cb}, [&] {
+          const kajitsuka::Facts f = kajitsuka::analyse(ds);
+          const kajitsuka::Contextual c = kajitsuka::build_contextual(f, o);
+          json r = c.report();
+          r.update(f.report());
+          return std::make_pair(PyNetwork{c.net}, json_text(r));
+        });
+      },
+      py::arg("data"), py::arg("mode") = "tuned", py::arg("tied") = false, py::arg("seed") = 1,
+      py::arg("max_bits") = 1u << 16, py::arg("progress") = py::none());
+
+  m.def(
+      "memorize",
+      [](const Dataset& ds, const std::string& mode, bool tied, const std::string& value_map,
+         const std::string& tolerance, std::uint64_t seed, unsigned max_bits, const py::object& progress) {
+        const CallbackPtr cb = callback(progress);
+        kajitsuka::MemorizeOptions o;
+        o.contextual.mode = kajitsuka::parse_mode(mode), o.contextual.tied = tied, o.contextual.seed = seed;
+        o.contextual.max_bits = max_bits, o.contextual.progress = progress_of(cb);
+        o.value_map = kajitsuka::parse_value_map(value_map), o.tolerance = tolerance;
+        return released({cb}, [&] {
+          const kajitsuka::Memorized mz = kajitsuka::memorize(ds, o);
+          json r = mz.report();
+          r["N"] = ds.sequences.size(), r["tolerance"] = tolerance;
+          return std::make_pair(PyNetwork{mz.net}, json_text(r));
+        });
+      },
+      py::arg("data"), py::arg("mode") = "tuned", py::arg("tied") = false, py::arg("value_map") = "zhang",
+      py::arg("tolerance") = "1e-6", py::arg("seed") = 1, py::arg("max_bits") = 1u << 16,
+      py::arg("progress") = py::none());
+
+  m.def(
+      "polynomial",
+      [](const std::string& expr, const std::vector<std::string>& vars, const std::string& box,
+         const std::string& variant, int degree, std::uint64_t seed) {
+        return released({}, [&] {
+          const fang::Compiled c = fang::compile(expr, vars, parse_rational(box), variant, degree, seed);
+          return std::make_pair(PyNetwork{c.net}, json_text(c.report()));
+        });
+      },
+      py::arg("expr"), py::arg("vars"), py::arg("box") = "1", py::arg("variant") = "single-head",
+      py::arg("degree") = 0, py::arg("seed") = 1);
+
+  m.def(
+      "approximate",
+      [](const py::object& target, int d, int n, int K, const std::string& construction, bool pe,
+         const std::string& value_map, bool certify, long samples, long samples_standard, std::uint64_t seed,
+         const py::object& progress) {
+        const CallbackPtr cb = callback(progress),
+                          fn = py::isinstance<py::str>(target) ? nullptr : callback(target);
+        yun::Target f;
+        if (fn) {  // (n, d) array in, (n, d) array out: tokens as rows, as everywhere in Python
+          f.name = py::hasattr(target, "__name__") ? py::str(target.attr("__name__")) : py::str("python");
+          f.f = [fn, d, n](const Mat<double>& X) {
+            Mat<double> Y = Mat<double>::Constant(X.rows(), X.cols(), std::nan(""));
+            py::gil_scoped_acquire gil;
+            py::object r = fn->call(to_numpy(X));
+            if (r.is_none()) return Y;
+            try {
+              auto a = py::array_t<double, py::array::c_style | py::array::forcecast>::ensure(r);
+              if (!a || a.ndim() != 2 || a.shape(0) != X.cols() || a.shape(1) != X.rows())
+                throw py::value_error("the target must return an array of shape (n, d) = (" +
+                                      std::to_string(n) + ", " + std::to_string(d) + ")");
+              for (Eigen::Index k = 0; k < X.cols(); ++k)
+                for (Eigen::Index i = 0; i < X.rows(); ++i)
+                  Y(i, k) = a.at(k, i);
+            } catch (py::error_already_set& e) {
+              std::lock_guard<std::mutex> lock(fn->m);
+              if (!fn->error) fn->error = std::make_unique<py::error_already_set>(std::move(e));
+            } catch (py::builtin_exception& e) {
+              e.set_error();
+              std::lock_guard<std::mutex> lock(fn->m);
+              if (!fn->error) fn->error = std::make_unique<py::error_already_set>();
+            }
+            return Y;
+          };
+        } else {
+          f = experiment::yun_target(target.cast<std::string>(), d, n);
+        }
+        experiment::ApproximateOptions o;
+        o.construction = construction, o.d = d, o.n = n, o.pe = pe, o.value_map = value_map;
+        o.certify = certify, o.samples = samples, o.samples_standard = samples_standard, o.seed = seed;
+        o.progress = progress_of(cb);
+        return released({cb, fn}, [&] {
+          const experiment::Approximation a = experiment::approximate(f, K, o);
+          return std::make_tuple(PyNetwork{a.modified_net}, PyNetwork{a.standard_net}, json_text(a.report));
+        });
+      },
+      py::arg("target"), py::arg("d"), py::arg("n"), py::arg("K"), py::arg("construction") = "yun",
+      py::arg("pe") = false, py::arg("value_map") = "", py::arg("certify") = false,
+      py::arg("samples") = 20000, py::arg("samples_standard") = 2000, py::arg("seed") = 1,
+      py::arg("progress") = py::none());
+
+  m.def(
+      "train",
+      [](const PyNetwork& init, const Dataset& data, const Dataset* validation, const std::string& config,
+         const std::string& dtype, const py::object& progress) {
+        const CallbackPtr cb = callback(progress);
+        const TrainConfig c = train_config(parse_json(config, "train options"));
+        if (dtype != "float" && dtype != "double") throw Error("dtype must be float or double");
+        return released({cb}, [&] {
+          auto run = [&](auto zero) {
+            using S = decltype(zero);
+            Network<S> net = network_cast<S>(init.net);
+            const TrainReport r = train(net, data, validation, c, "", [&](const Progress& p) {
+              if (cb) cb->call("train", p.step, p.steps);
+            });
+            return std::make_pair(PyNetwork{network_cast<Rational>(net)},
+                                  json_text(training_summary(net, data, validation, c.loss, r)));
+          };
+          return dtype == "float" ? run(0.0f) : run(0.0);
+        });
+      },
+      py::arg("init"), py::arg("data"), py::arg("validation"), py::arg("config"), py::arg("dtype") = "double",
+      py::arg("progress") = py::none());
+
+  m.def(
+      "init_random",
+      [](const std::string& arch, std::uint64_t seed, double gain) {
+        Network<double> net(Architecture::from_json(parse_json(arch, "architecture")));
+        init_random(net, seed, gain);
+        return PyNetwork{network_cast<Rational>(net)};
+      },
+      py::arg("architecture"), py::arg("seed") = 1, py::arg("gain") = 1.0);
+
+  m.def(
+      "analyse",
+      [](const PyNetwork& n, const Dataset& ds, const std::string& labels, const std::string& tolerance,
+         unsigned bits, unsigned max_bits, bool min_bits, bool rounding, bool separation, std::uint64_t seed,
+         const std::string& plot, const py::object& progress) {
+        const CallbackPtr cb = callback(progress);
+        AnalyseOptions o;
+        o.labels = labels, o.tolerance = tolerance, o.bits = bits, o.max_bits = max_bits;
+        o.min_bits = min_bits, o.rounding = rounding, o.separation = separation, o.seed = seed;
+        o.progress = progress_of(cb);
+        return released({cb}, [&] {
+          const Analysis a = uatlab::analyse(n.net, ds, o);
+          if (!plot.empty() && !a.layers.empty()) plot_separation(a, plot);
+          return std::make_pair(json_text(a.report()), a.summary());
+        });
+      },
+      py::arg("net"), py::arg("data"), py::arg("labels") = "auto", py::arg("tolerance") = "1e-6",
+      py::arg("bits") = 64, py::arg("max_bits") = 4096, py::arg("min_bits") = true,
+      py::arg("rounding") = true, py::arg("separation") = true, py::arg("seed") = 1, py::arg("plot") = "",
+      py::arg("progress") = py::none());
+}

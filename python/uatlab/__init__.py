@@ -1,0 +1,235 @@
+"""uatlab for Python: the C++ library's constructions, certified evaluation and analysis.
+
+    import uatlab
+    net, report = uatlab.memorize(X, Y)              # Kajitsuka & Sato, certified in MPFI
+    lo, hi = net.eval(X[0], precision="interval:128")
+    module = net.to_torch()                          # an nn.Module computing the same function
+    back = uatlab.from_torch(module)                 # exact in float64
+    uatlab.analyse(back, X, Y)["memorization"]
+
+Sequences are (n, d) arrays, tokens as rows, as in PyTorch (the papers' d x n matrix in memory);
+a batch is a list of them or an (B, n, d) array; networks with an embedding take token ids
+(n,) instead. Numbers may be floats (taken exactly: every double is a dyadic rational), ints,
+fractions.Fraction or strings ("1/3", "1e-400"). Errors are raised as uatlab.Error with the
+library's message. docs/python.md documents every call.
+"""
+import json as _json
+from fractions import Fraction as _Fraction
+
+import numpy as _np
+
+from . import _core
+
+Error = _core.Error
+version = _core.version
+
+__all__ = ["Error", "Network", "load", "memorize", "contextual", "polynomial", "approximate", "train",
+           "init", "analyse", "from_torch", "dataset", "task"]
+
+
+def _exact(v):
+    """The exact text of one number."""
+    if isinstance(v, (bool, _np.bool_)):
+        raise Error(f"a boolean is not a number: {v!r}")
+    if isinstance(v, (int, _np.integer)):
+        return str(int(v))
+    if isinstance(v, str):
+        return v
+    if isinstance(v, _Fraction):
+        return f"{v.numerator}/{v.denominator}"
+    if isinstance(v, (float, _np.floating)):
+        f = float(v)
+        if f != f or f in (float("inf"), float("-inf")):
+            raise Error(f"a number is not finite: {v!r}")
+        q = _Fraction(f)  # exact
+        return f"{q.numerator}/{q.denominator}"
+    raise Error(f"not a number: {v!r}")
+
+
+def _tolist(a):
+    return a.tolist() if hasattr(a, "tolist") and not isinstance(a, (str, _Fraction)) else a
+
+
+def _depth(a):
+    d = 0
+    while isinstance(a, (list, tuple)):
+        if not a:
+            return d + 1
+        a, d = a[0], d + 1
+    return d
+
+
+def _sequences(X, tokens):
+    """(list of sequences, whether X was a single one)."""
+    X = _tolist(X)
+    if isinstance(X, (list, tuple)):
+        X = [_tolist(x) for x in X]
+    single = _depth(X) == (1 if tokens else 2)
+    return ([X] if single else list(X)), single
+
+
+def dataset(X, Y=None, mask=None, tokens=False):
+    """A uatlab dataset from sequences X (each (n, d) numbers, or (n,) token ids with tokens=True),
+    optional labels Y (per sequence: n labels, or (n, k) values) and masks (n flags)."""
+    xs, single = _sequences(X, tokens)
+    ys = None if Y is None else [_tolist(Y)] if single else [_tolist(y) for y in Y]
+    if ys is not None and len(ys) != len(xs):
+        raise Error(f"{len(xs)} sequences but {len(ys)} label sequences")
+    masks = [mask] if mask is not None and single else mask
+    lines = []
+    for i, x in enumerate(xs):
+        line = {"tokens": [int(t) for t in x]} if tokens else {"x": [[_exact(v) for v in tok] for tok in x]}
+        if ys is not None:
+            y = _tolist(ys[i])
+            line["y"] = [[_exact(v) for v in _tolist(t)] if isinstance(_tolist(t), list) else _exact(t) for t in y]
+        if masks is not None:
+            line["mask"] = [int(bool(m)) for m in _tolist(masks[i])]
+        lines.append(_json.dumps(line))
+    return _core.Dataset.parse("\n".join(lines) + "\n")
+
+
+def _data(X, Y=None, mask=None, tokens=False):
+    return X if isinstance(X, _core.Dataset) else dataset(X, Y, mask, tokens)
+
+
+def task(name, **options):
+    """A built-in task's dataset (uatlab train --task NAME), e.g. task("memorize", N=32, n=8, d=4, V=16)."""
+    return _core.Dataset.task(name, _json.dumps(options))
+
+
+class Network:
+    """A network with exact weights (rationals), whatever it came from."""
+
+    def __init__(self, core):
+        self._core = core
+
+    @property
+    def architecture(self):
+        return _json.loads(self._core.architecture_json)
+
+    @property
+    def tensors(self):
+        """{name: float64 numpy array in PyTorch's shape} (each exact weight rounded to nearest)."""
+        return {n: self._core.tensor(n) for n in self._core.tensor_names()}
+
+    def exact_tensor(self, name):
+        """One tensor's exact values as a numpy object array of Fractions."""
+        flat, shape = self._core.tensor(name, True)
+        return _np.array([_Fraction(v) for v in flat], dtype=object).reshape(shape)
+
+    @property
+    def parameter_count(self):
+        return self._core.parameter_count
+
+    def save(self, path, dtype="F64"):
+        """Write a .json file (lossless) or safetensors (dtype F64 or F32), atomically."""
+        self._core.save(str(path), dtype)
+
+    def eval(self, X, precision="double"):
+        """Evaluate sequences X in a precision: "float", "double" (numpy arrays), "BITS" (MPFR) or
+        "rational" (Fractions, exact), "interval:BITS" ((lo, hi) numpy arrays rounded outward).
+        One result per sequence; a list for a batch."""
+        tokens = self.architecture.get("vocab", 0) > 0
+        single = not isinstance(X, _core.Dataset) and _sequences(X, tokens)[1]
+        out = self._core.eval(_data(X, tokens=tokens), precision)
+        p = precision.strip()
+        if p.startswith("interval"):
+            out = [tuple(t) for t in out]
+        elif p not in ("float", "double"):
+            out = [[[_Fraction(v) for v in tok] for tok in y] for y in out]
+        return out[0] if single else out
+
+    def to_torch(self, dtype=None):
+        """An nn.Module (uatlab.pytorch.UatlabNet) with these weights, float64 unless told."""
+        from . import pytorch
+        import torch
+        dtype = dtype or torch.float64
+        net = pytorch.UatlabNet(pytorch.complete(self.architecture)).to(dtype)
+        state = {pytorch._torch_name(k): torch.from_numpy(v).to(dtype) for k, v in self.tensors.items()}
+        net.load_state_dict(state, strict=True)
+        return net
+
+    def __repr__(self):
+        a = self.architecture
+        return f"uatlab.Network(d={a['d']}, layers={len(a['layers'])}, parameters={self.parameter_count})"
+
+
+def load(path):
+    """A model file (safetensors, lossless .json, or a training checkpoint)."""
+    return Network(_core.Network.load(str(path)))
+
+
+def init(architecture, seed=1, gain=1.0):
+    """A seeded random network (uatlab init): architecture as a dict (docs/formats.md)."""
+    return Network(_core.init_random(_json.dumps(architecture), seed, gain))
+
+
+def _pair(r):
+    net, report = r
+    return Network(net), _json.loads(report)
+
+
+def contextual(X, mode="tuned", tied=False, seed=1, max_bits=1 << 16, progress=None):
+    """Kajitsuka & Sato's contextual-mapping attention for the sequences X; (network, report)."""
+    return _pair(_core.contextual(_data(X), mode, tied, seed, max_bits, progress))
+
+
+def memorize(X, Y, mode="tuned", tied=False, value_map="zhang", tolerance="1e-6", seed=1, max_bits=1 << 16,
+             progress=None):
+    """Kajitsuka & Sato's memorization network for sequences X and labels Y (each (n, k) values),
+    every output certified within the tolerance in MPFI; (network, report)."""
+    return _pair(_core.memorize(_data(X, Y), mode, tied, value_map, _exact(tolerance), seed, max_bits, progress))
+
+
+def polynomial(expr, vars, box="1", variant="single-head", degree=0, seed=1):
+    """Fang et al.'s blocks computing the polynomial exactly on [-box, box]^d; (network, proof)."""
+    return _pair(_core.polynomial(expr, list(vars), _exact(box), variant, degree, seed))
+
+
+def approximate(target, d, n, K, construction="yun", pe=False, value_map="", certify=False, samples=20000,
+                samples_standard=2000, seed=1, progress=None):
+    """Yun et al.'s construction (or Kajitsuka's Proposition 1) for a target: a built-in name, an
+    expression, or a Python callable mapping an (n, d) array to an (n, d) array.
+    Returns (modified network, standard network, report)."""
+    mod, std, report = _core.approximate(target, d, n, K, construction, pe, value_map, certify, samples,
+                                         samples_standard, seed, progress)
+    return Network(mod), Network(std), _json.loads(report)
+
+
+def train(model, X=None, Y=None, data=None, validation=None, mask=None, dtype="double", progress=None,
+          **config):
+    """Train a network (a Network, or an architecture dict initialised with init_seed) on arrays
+    X, Y or a dataset (uatlab.task(...)); config: loss ("mse" or "ce"), steps, batch, lr, min_lr,
+    warmup, weight_decay, clip, seed, freeze, stop_at_full_accuracy, ... (docs/training.md).
+    Returns (trained network, summary)."""
+    if not isinstance(model, Network):
+        model = init(model, config.pop("init_seed", 1), config.pop("gain", 1.0))
+    tokens = model.architecture.get("vocab", 0) > 0
+    data = data if data is not None else _data(X, Y, mask, tokens)
+    return _pair(_core.train(model._core, data, validation, _json.dumps(config), dtype, progress))
+
+
+def analyse(net, X, Y=None, labels="auto", tolerance="1e-6", bits=64, max_bits=4096, min_bits=True,
+            rounding=True, separation=True, seed=1, plot=None, progress=None, summary=False):
+    """What the network does on labelled data, certified (docs/analyse.md): the report as a dict
+    (with summary=True, also the human summary). plot: a PNG path for the separation per layer."""
+    tokens = net.architecture.get("vocab", 0) > 0
+    report, text = _core.analyse(net._core, _data(X, Y, tokens=tokens), labels, _exact(tolerance), bits, max_bits,
+                                 min_bits, rounding, separation, seed, str(plot or ""), progress)
+    return (_json.loads(report), text) if summary else _json.loads(report)
+
+
+def from_torch(module, architecture=None):
+    """A uatlab Network from PyTorch: a uatlab.pytorch.UatlabNet, an nn.TransformerEncoderLayer or
+    nn.TransformerEncoder (norm_first either way, ReLU or GELU), or a state_dict with the
+    architecture it belongs to. Every float64 weight is kept exactly."""
+    from . import pytorch
+    arch, state = pytorch.to_uatlab(module, architecture)
+    net = Network(_core.Network.zeros(_json.dumps(arch)))
+    names = set(net._core.tensor_names())
+    if set(state) != names:
+        raise Error(f"tensors differ from the architecture's: missing {sorted(names - set(state))}, "
+                    f"unexpected {sorted(set(state) - names)}")
+    for name, t in state.items():
+        net._core.set_tensor(name, t.detach().to("cpu").double().numpy())
+    return net

