@@ -227,3 +227,31 @@ TEST(Cli, PolynomialProvesExactnessAndRejectsBadInput) {
   EXPECT_EQ(run("fang-fit \"sin(\" --vars x1 --degree 3").code, 1);
   EXPECT_EQ(run("fang-regression \"x1^2\" --vars x1 --sizes 20,x").code, 1);
 }
+
+// analyse on a memorization network: every prediction certified; with one label changed the
+// summary names it, and --check turns it into an error that leaves no report.
+TEST(Cli, AnalyseNamesAWrongLabel) {
+  const std::string d = dir();
+  ASSERT_EQ(run("make-data --seed 2 -o " + d + "an.jsonl").code, 0);
+  ASSERT_EQ(run("memorize -q " + d + "an.jsonl --force --out " + d + "an.json").code, 0);
+  Result r = run("analyse -q " + d + "an.json " + d + "an.jsonl --report " + d + "an_report.json --check");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("160 of 160 predictions certified"), std::string::npos) << r.out;
+  EXPECT_TRUE(json::parse(std::ifstream(d + "an_report.json"))["memorization"]["all_certified"]);
+  std::vector<json> data = lines(d + "an.jsonl");
+  data[1]["y"][0] = "1000";
+  std::string text;
+  for (const json& l : data)
+    text += l.dump() + "\n";
+  write(d + "an_wrong.jsonl", text);
+  r = run("analyse -q " + d + "an.json " + d + "an_wrong.jsonl");
+  EXPECT_EQ(r.code, 0);
+  EXPECT_NE(r.out.find("159 of 160"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("sequence 1 token 0: wrong"), std::string::npos) << r.out;
+  fs::remove(d + "an_wrong_report.json");
+  r = run("analyse -q " + d + "an.json " + d + "an_wrong.jsonl --check --report " + d +
+          "an_wrong_report.json");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("uatlab: error: 1 of 160 predictions not certified"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(d + "an_wrong_report.json"));
+}

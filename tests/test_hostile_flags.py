@@ -32,6 +32,7 @@ HOSTILE = {
 BASE = {
     "info": "{t}/net.safetensors",
     "eval": "{t}/net.safetensors {t}/data.jsonl --out {o}",
+    "analyse": "{t}/net.safetensors {t}/labelled4.jsonl --report {o}",
     "convert": "{t}/net.safetensors {o}.json",
     "init": "--d 2 --layer attention:heads=1,head_size=1 --layer ff:width=2 --out {o}",
     "demo": "",

@@ -279,6 +279,7 @@ Architecture architecture_from_flags(const ArchitectureFlags& a) {
 
 struct AnalyseOpts {
   std::string model, data, report, plot;
+  bool check = false;
   AnalyseOptions opt;
 };
 
@@ -288,13 +289,16 @@ int cmd_analyse(AnalyseOpts& o) {
   o.opt.progress = progress_reporter();
   const Analysis a = analyse(net, ds, o.opt);
   std::cout << a.summary();
+  if (o.check && !a.predictions.all())  // refused: nothing written
+    throw Error(std::to_string(a.predictions.tokens - a.predictions.certified) + " of " +
+                std::to_string(a.predictions.tokens) + " predictions not certified (--check)");
   if (!o.plot.empty()) {
     if (a.layers.empty())
       throw Error("--plot " + o.plot + ": no separation to plot (" + a.separation_note + ")");
     plot_separation(a, o.plot);
   }
   if (!o.report.empty()) write_output(o.report, a.report().dump(1) + "\n");
-  return a.predictions.all() ? 0 : 3;
+  return 0;
 }
 
 void add_model_commands(CLI::App& app, Commands& commands) {
@@ -316,10 +320,9 @@ void add_model_commands(CLI::App& app, Commands& commands) {
   commands.push_back({e, [ev] { return cmd_eval(*ev); }});
 
   auto an = std::make_shared<AnalyseOpts>();
-  auto* a = app.add_subcommand(
-      "analyse",
-      "Certify what MODEL does on the labelled DATA: memorization, separation per "
-      "attention layer, bits needed, rounded weights (exit 3: a prediction not certified)");
+  auto* a = app.add_subcommand("analyse",
+                               "Certify what MODEL does on the labelled DATA: memorization, separation per "
+                               "attention layer, bits needed, rounded weights");
   a->add_option("model", an->model, "Model file (.safetensors or .json)")->required();
   a->add_option("data", an->data, "Labelled dataset (JSONL)")->required();
   a->add_option("--labels", an->opt.labels, "classes | values | auto")->capture_default_str();
@@ -336,6 +339,7 @@ void add_model_commands(CLI::App& app, Commands& commands) {
       ->capture_default_str();
   a->add_flag("!--no-min-bits", an->opt.min_bits, "Skip the search for the fewest bits");
   a->add_flag("!--no-rounding", an->opt.rounding, "Skip float32 / bfloat16 / float16 weights");
+  a->add_flag("--check", an->check, "Fail (exit 1) unless every prediction is certified");
   a->add_option("--report", an->report, "Write the report as JSON");
   a->add_option("--plot", an->plot, "Draw the separation per attention layer (PNG)");
   commands.push_back({a, [an] { return cmd_analyse(*an); }});

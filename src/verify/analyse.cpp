@@ -516,13 +516,18 @@ std::string Analysis::summary() const {
           << "\n";
   }
   for (const LayerSeparation& l : layers) {
-    char line[256];
-    std::snprintf(
-        line, sizeof line,
-        "separation    layer %zu: same token, different contexts >= 10^%.3g (%lld pairs); different "
-        "tokens >= 10^%.3g; along v >= %.3g\n",
-        l.layer, l.log10_delta, l.same_token_pairs, l.log10_cross, l.projection_gap);
-    s << line;
+    auto bound = [](double log10) {
+      char b[64];
+      if (std::isnan(log10)) return std::string("(no pair)");
+      if (std::isinf(log10)) return std::string("0 (not separated)");
+      std::snprintf(b, sizeof b, ">= 10^%.3g", log10);
+      return std::string(b);
+    };
+    char gap[64];
+    std::snprintf(gap, sizeof gap, ">= %.3g", l.projection_gap);
+    s << "separation    layer " << l.layer << ": same token, different contexts " << bound(l.log10_delta)
+      << " (" << l.same_token_pairs << " pairs); different tokens " << bound(l.log10_cross) << "; along v "
+      << (l.same_token_pairs > 0 ? gap : "(no pair)") << "\n";
   }
   if (!separation_note.empty()) s << "separation    not computed: " << separation_note << "\n";
   return s.str();
@@ -531,8 +536,8 @@ std::string Analysis::summary() const {
 void plot_separation(const Analysis& a, const std::string& path) {
   LinePlot plot("certified separation per attention layer", "attention sub-layer",
                 "log10 (certified lower bound)");
-  Series same{"same token, different contexts (delta)", {}, {}}, cross{"different tokens", {}, {}},
-      along{"along the projection v", {}, {}};
+  Series same{"same token, different contexts (delta)", {}, {}, {}}, cross{"different tokens", {}, {}, {}},
+      along{"along the projection v", {}, {}, {}};
   for (std::size_t i = 0; i < a.layers.size(); ++i) {
     const LayerSeparation& l = a.layers[i];
     plot.xtics.push_back(std::to_string(l.layer));
