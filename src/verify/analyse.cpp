@@ -92,7 +92,8 @@ LabelKind label_kind(const std::string& labels, const Dataset& ds, int outputs) 
 }
 
 Predictions certify_predictions(const Network<Rational>& net, const Dataset& ds, LabelKind kind,
-                                const Rational& tolerance, unsigned bits, const OnProgress& progress) {
+                                const Rational& tolerance, unsigned bits, const OnProgress& progress,
+                                bool stop_at_failure) {
   check_fit(net, ds, kind);
   Predictions p;
   p.kind = kind;
@@ -104,8 +105,13 @@ Predictions certify_predictions(const Network<Rational>& net, const Dataset& ds,
   std::vector<std::vector<PredictionFailure>> fails(static_cast<std::size_t>(N));
   std::vector<long long> counted(static_cast<std::size_t>(N), 0), ok(static_cast<std::size_t>(N), 0);
   long long done = 0;
+  bool failed = false;
 #pragma omp parallel for schedule(dynamic)
   for (long i = 0; i < N; ++i) {
+    bool skip;
+#pragma omp atomic read
+    skip = failed;
+    if (skip && stop_at_failure) continue;
     const Sequence& s = ds.sequences[static_cast<std::size_t>(i)];
     Mat<Mpfi> y;
     bool evaluated = true;
@@ -154,6 +160,8 @@ Predictions certify_predictions(const Network<Rational>& net, const Dataset& ds,
       } else {
         f.kind = wrong ? "wrong" : "undecided";
         fails[static_cast<std::size_t>(i)].push_back(f);
+#pragma omp atomic write
+        failed = true;
       }
     }
 #pragma omp critical(uatlab_analyse_progress)
@@ -381,18 +389,24 @@ Analysis analyse(const Network<Rational>& net, const Dataset& ds, const AnalyseO
   if (tol < 0) throw Error("analyse: the tolerance must be >= 0");
   const LabelKind kind = label_kind(o.labels, ds, net.arch.out_dim());
   Analysis a;
-  // Predictions, doubling the bits while some are undecided.
+  // Predictions, doubling the bits while some are undecided. A first pass stops at the first
+  // failure (a run with no failure is complete); the full list is computed where the doubling ends.
+  auto undecided = [](const Predictions& p) {
+    return std::any_of(p.failures.begin(), p.failures.end(),
+                       [](const PredictionFailure& f) { return f.kind == "undecided"; });
+  };
   for (unsigned bits = o.bits;; bits = std::min(2 * bits, o.max_bits)) {
+    a.predictions = certify_predictions(net, ds, kind, tol, bits, o.progress, true);
+    if (a.predictions.all()) break;
+    if (a.predictions.failures.front().kind == "undecided" && bits < o.max_bits) continue;
     a.predictions = certify_predictions(net, ds, kind, tol, bits, o.progress);
-    const bool undecided = std::any_of(a.predictions.failures.begin(), a.predictions.failures.end(),
-                                       [](const PredictionFailure& f) { return f.kind == "undecided"; });
-    if (!undecided || bits >= o.max_bits) break;
+    if (!undecided(a.predictions) || bits >= o.max_bits) break;
   }
   const unsigned bits = a.predictions.bits;
   if (o.min_bits && a.predictions.all())
     a.min_bits = min_certified_bits(bits, [&](unsigned b) {
       report(o.progress, "analyse: fewest bits, trying " + std::to_string(b), 0, 0);
-      return certify_predictions(net, ds, kind, tol, b).all();
+      return certify_predictions(net, ds, kind, tol, b, {}, true).all();
     });
   if (o.rounding) {
     struct Format {
@@ -412,7 +426,8 @@ Analysis analyse(const Network<Rational>& net, const Dataset& ds, const AnalyseO
       });
       a.overflow.emplace_back(f.name, overflow);
       report(o.progress, std::string("analyse: weights rounded to ") + f.name, 0, 0);
-      if (overflow == 0) a.rounded.emplace_back(f.name, certify_predictions(r, ds, kind, tol, bits));
+      if (overflow == 0)
+        a.rounded.emplace_back(f.name, certify_predictions(r, ds, kind, tol, bits, {}, o.stop_early));
     }
   }
   if (o.separation) {
@@ -467,8 +482,10 @@ json Analysis::report() const {
     for (const auto& [n2, p] : rounded)
       if (n2 == name) {
         rounding[name]["all_certified"] = p.all();
-        rounding[name]["certified"] = p.certified;
-        rounding[name]["tokens"] = p.tokens;
+        if (!p.all()) {  // the search stops at a failure: one is shown, not a count
+          const PredictionFailure& f = p.failures.front();
+          rounding[name]["a_failure"] = {{"sequence", f.sequence}, {"token", f.token}, {"kind", f.kind}};
+        }
       }
   }
   if (!overflow.empty()) r["rounded_weights"] = rounding;
@@ -511,8 +528,10 @@ std::string Analysis::summary() const {
     }
     for (const auto& [n2, q] : rounded)
       if (n2 == name)
-        s << (q.all() ? "every prediction kept (certified)"
-                      : std::to_string(q.tokens - q.certified) + " predictions not certified")
+        s << (q.all()
+                  ? "every prediction kept (certified)"
+                  : "not every prediction kept: sequence " + std::to_string(q.failures.front().sequence) +
+                        " token " + std::to_string(q.failures.front().token) + " " + q.failures.front().kind)
           << "\n";
   }
   for (const LayerSeparation& l : layers) {

@@ -34,6 +34,7 @@ struct AnalyseOptions {
   std::string tolerance = "1e-6";       // values: |y − label| allowed
   unsigned bits = 64, max_bits = 4096;  // MPFI precision: start, and the cap of the doubling
   bool min_bits = true, rounding = true, separation = true;
+  bool stop_early = true;  // rounded weights: stop at the first failure (the verdict, not the count)
   long max_separation_tokens = 20000;  // the pairwise distances are quadratic in the tokens
   std::uint64_t seed = 1;              // the random directions tried for the projection
   OnProgress progress;
@@ -74,9 +75,12 @@ struct Analysis {
   std::string summary() const;  // a few lines for people
 };
 
-// Every prediction of `net` on the counted tokens of `ds`, certified in MPFI at `bits`.
+// Every prediction of `net` on the counted tokens of `ds`, certified in MPFI at `bits`. With
+// stop_at_failure, sequences not yet started are skipped once one prediction fails (all() is then
+// still exact; the counts and failures are partial).
 Predictions certify_predictions(const Network<Rational>& net, const Dataset& ds, LabelKind kind,
-                                const Rational& tolerance, unsigned bits, const OnProgress& progress = {});
+                                const Rational& tolerance, unsigned bits, const OnProgress& progress = {},
+                                bool stop_at_failure = false);
 
 // x rounded to nearest (ties to even) in a binary format with p significand bits and normal
 // exponents down to emin (subnormals below 2^emin), exactly; `overflow` set when |x| rounds
