@@ -268,24 +268,15 @@ PYBIND11_MODULE(_core, m) {
             n.net.for_each_tensor([&](const std::string& name, const Mat<Rational>& m, Layout l) {
               if (name != want) return;
               const std::vector<std::int64_t> shape = torch_shape(m, l);
-              const bool rows_first = l == Layout::TokenMajor;  // (L, d): column j is row j
               if (exact) {
                 py::list flat;
-                for (Eigen::Index i = 0; i < m.size(); ++i) {
-                  const Eigen::Index r = rows_first ? i % m.rows() : i / m.cols(),
-                                     c = rows_first ? i / m.rows() : i % m.cols();
-                  flat.append(m(r, c).str());
-                }
+                for_each_torch_element(m, l, [&](const Rational& x) { flat.append(x.str()); });
                 out = py::make_tuple(flat, shape);
                 return;
               }
               py::array_t<double> a(shape);
               double* p = a.mutable_data();
-              for (Eigen::Index i = 0; i < m.size(); ++i) {
-                const Eigen::Index r = rows_first ? i % m.rows() : i / m.cols(),
-                                   c = rows_first ? i / m.rows() : i % m.cols();
-                p[i] = Scalar<Rational>::to_double(m(r, c));
-              }
+              for_each_torch_element(m, l, [&](const Rational& x) { *p++ = Scalar<Rational>::to_double(x); });
               out = a;
             });
             if (out.is_none()) throw Error("no tensor named \"" + want + "\"");
@@ -307,14 +298,11 @@ PYBIND11_MODULE(_core, m) {
               for (std::size_t k = 0; k < shape.size(); ++k)
                 if (a.shape(static_cast<py::ssize_t>(k)) != shape[k])
                   throw Error("tensor \"" + name + "\": shape differs from the architecture's");
-              const bool rows_first = l == Layout::TokenMajor;
               const double* p = a.data();
-              for (Eigen::Index i = 0; i < m.size(); ++i) {
-                if (!std::isfinite(p[i])) throw Error("tensor \"" + name + "\": a value is not finite");
-                const Eigen::Index r = rows_first ? i % m.rows() : i / m.cols(),
-                                   c = rows_first ? i / m.rows() : i % m.cols();
-                m(r, c) = rational_of(p[i]);  // exact
-              }
+              for_each_torch_element(m, l, [&](Rational& x) {
+                if (!std::isfinite(*p)) throw Error("tensor \"" + name + "\": a value is not finite");
+                x = rational_of(*p++);  // exact
+              });
             });
             if (!found) throw Error("no tensor named \"" + want + "\"");
           },

@@ -19,30 +19,10 @@ FileFormat format_for_path(const std::string& path) {
 
 namespace {
 
-// Row-major PyTorch order of a parameter matrix.
-template <class S, class F>
-void for_each_torch_element(const Mat<S>& m, Layout l, F&& f) {
-  if (l == Layout::Matrix) {
-    for (Eigen::Index i = 0; i < m.rows(); ++i)
-      for (Eigen::Index j = 0; j < m.cols(); ++j)
-        f(m(i, j));
-  } else {  // Vector, TokenMajor: column-major memory is PyTorch's row-major
-    for (Eigen::Index k = 0; k < m.size(); ++k)
-      f(m.data()[k]);
-  }
-}
-
 template <class S>
 void assign_torch_order(Mat<S>& m, Layout l, const std::vector<S>& v) {
   std::size_t k = 0;
-  if (l == Layout::Matrix) {
-    for (Eigen::Index i = 0; i < m.rows(); ++i)
-      for (Eigen::Index j = 0; j < m.cols(); ++j)
-        m(i, j) = v[k++];
-  } else {
-    for (Eigen::Index i = 0; i < m.size(); ++i)
-      m.data()[i] = v[k++];
-  }
+  for_each_torch_element(m, l, [&](S& x) { x = v[k++]; });
 }
 
 std::string shape_text(const std::vector<std::int64_t>& s) {

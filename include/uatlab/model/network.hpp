@@ -184,6 +184,20 @@ std::vector<std::int64_t> torch_shape(const Mat<S>& m, Layout l) {
   return {};
 }
 
+// Visit a parameter matrix's elements in the row-major order of its PyTorch tensor (torch_shape):
+// the one element order of every exchange with PyTorch (safetensors, Python).
+template <class M, class F>
+void for_each_torch_element(M& m, Layout l, F&& f) {
+  if (l == Layout::Matrix) {
+    for (Eigen::Index i = 0; i < m.rows(); ++i)
+      for (Eigen::Index j = 0; j < m.cols(); ++j)
+        f(m(i, j));
+  } else {  // Vector, TokenMajor: column-major memory is PyTorch's row-major
+    for (Eigen::Index k = 0; k < m.size(); ++k)
+      f(m.data()[k]);
+  }
+}
+
 extern template struct Network<float>;
 extern template struct Network<double>;
 extern template struct Network<Mpfr>;
