@@ -19,6 +19,7 @@ import sys
 import tempfile
 
 LIMIT_S = 30
+WORK = None  # the fixture folder: every run's working directory, so relative outputs land there
 MEMORY = 6 << 30  # address space per run
 
 HOSTILE = {
@@ -83,7 +84,7 @@ def limit():
 def run(uatlab, args):
     """(status or None after LIMIT_S, stdout, stderr); what a killed run printed is kept."""
     p = subprocess.Popen([uatlab] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         preexec_fn=limit)
+                         errors="surrogateescape", preexec_fn=limit, cwd=WORK)
     try:
         out, err = p.communicate(timeout=LIMIT_S)
         return p.returncode, out, err
@@ -122,6 +123,8 @@ def check(uatlab, t, cmd, flag, value, n):
         return f"{what}: status {code} without 'uatlab: error:' ({err.strip()[-200:]})"
     if code != 0 and "/nonexistent/" not in value and os.path.exists(o) and not os.path.isdir(o):
         return f"{what}: refused, but wrote {o}"
+    if re.search("[\udc80-\udcff]", out + err):  # bytes that are not UTF-8 (kept as surrogates)
+        return f"{what}: bytes that are not UTF-8 on stdout or stderr: {(out + err)[:300].encode('utf-8', 'backslashreplace')!r}"
     if code == 0 and re.search(r"\b(nan|-nan|null)\b", out + err, re.I):
         return f"{what}: status 0 with a NaN or null in the output"
     return None
@@ -134,7 +137,9 @@ def main():
     ap.add_argument("--jobs", type=int, default=2)
     a = ap.parse_args()
     uatlab = os.path.abspath(a.uatlab)
+    global WORK
     with tempfile.TemporaryDirectory() as t:
+        WORK = t
         fixtures(uatlab, t)
         cases = []
         for cmd in BASE:

@@ -50,8 +50,23 @@ class Builder : public nlohmann::json_sax<json> {
               " overflows double: write it as a string (\"1e400\") to keep it exact";
       return false;
     }
-    error = "invalid JSON at byte " + std::to_string(pos) + ": " + e.what();
+    error = "invalid JSON at byte " + std::to_string(pos) + ": " + printable(e.what());
     return false;
+  }
+
+  // The parser quotes the bytes it last read, which may be binary: shown as \xNN.
+  static std::string printable(const std::string& text) {
+    std::string out;
+    for (unsigned char c : text) {
+      if (c >= 0x20 && c < 0x7f) {
+        out += static_cast<char>(c);
+      } else {
+        char buf[8];
+        std::snprintf(buf, sizeof buf, "\\x%02x", c);
+        out += buf;
+      }
+    }
+    return out;
   }
 
  private:
