@@ -116,6 +116,51 @@ TEST(Agreement, EveryAttentionOptionInEveryArithmetic) {
   EXPECT_GT(exact_combos, 0);
 }
 
+// Yun's cheaper mixers: exact in rationals (without pre_norm), every other arithmetic within its
+// precision, intervals enclosing the 400-bit reference.
+TEST(Agreement, EveryMixerInEveryArithmetic) {
+  const int d = 4, n = 6;
+  const Mat<Rational> x = input(d, n, 9);
+  int combos = 0;
+  for (const char* kind : {"bproj", "sepconv"})
+    for (bool causal : {false, true})
+      for (bool bias : {false, true})
+        for (bool pre_norm : {false, true}) {
+          json layer = {{"type", kind}, {"causal", causal}, {"bias", bias}, {"pre_norm", pre_norm}};
+          if (std::string(kind) == "bproj")
+            layer["length"] = 7;
+          else
+            layer["heads"] = 2, layer["kernel"] = causal ? 4 : 3;
+          const Architecture arch = Architecture::from_json(
+              {{"d", d}, {"layers", {layer, {{"type", "feedforward"}, {"width", 4}}, layer}}});
+          Network<double> base(arch);
+          init_random(base, 77 + static_cast<std::uint64_t>(combos++));
+          const Network<Rational> exact = network_cast<Rational>(base);
+          SCOPED_TRACE(layer.dump());
+          const MpfrPrecision reference(400);
+          const Mat<Mpfr> ref = forward(network_cast<Mpfr>(exact), matrix_cast<Mpfr>(x));
+          EXPECT_LT(relative_error(forward(network_cast<double>(exact), matrix_cast<double>(x)), ref), 1e-12);
+          EXPECT_LT(relative_error(forward(network_cast<float>(exact), matrix_cast<float>(x)), ref), 1e-4);
+          const std::vector<Rational> yi = exact_output<Mpfi>(exact, x, 128);
+          for (Eigen::Index i = 0; i < ref.size(); ++i) {
+            EXPECT_LE(Scalar<Mpfr>::from(yi[2 * i]), ref(i));
+            EXPECT_GE(Scalar<Mpfr>::from(yi[2 * i + 1]), ref(i));
+          }
+          if (!pre_norm) {
+            EXPECT_LT(relative_error(forward(exact, x), ref), 1e-100);
+          }
+          // Causal mixers: changing the last token leaves every earlier output as it was.
+          if (causal && !pre_norm) {
+            Mat<Rational> x2 = x;
+            x2(0, n - 1) += 1;
+            const Mat<Rational> a = forward(exact, x), b = forward(exact, x2);
+            EXPECT_TRUE(a.leftCols(n - 1) == b.leftCols(n - 1));
+            EXPECT_FALSE(a.col(n - 1) == b.col(n - 1));
+          }
+        }
+  EXPECT_EQ(combos, 16);
+}
+
 TEST(Agreement, ValidateOwnsTheMaskingInvariants) {
   Architecture a;
   a.d = 2;

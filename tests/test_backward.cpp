@@ -88,6 +88,14 @@ TEST(Backward, GeluFeedForwardPostNormBlock) {  // nn.TransformerEncoderLayer's 
         Loss::mse, 7);
 }
 
+TEST(Backward, BilinearProjectionAndSeparableConvolution) {  // Yun's cheaper mixers
+  check(R"({"d":4,"readout":2,"layers":[
+    {"type":"bproj","length":5,"causal":true,"bias":true},{"type":"sepconv","heads":2,"kernel":3,"pre_norm":true},
+    {"type":"bproj","length":4},{"type":"sepconv","heads":4,"kernel":2,"causal":true,"bias":true},
+    {"type":"feedforward","width":3}]})",
+        Loss::mse, 8);
+}
+
 TEST(Backward, CausalLinRpePreNormTokensPositionsCrossEntropy) {
   check(R"({"d":4,"vocab":5,"max_len":6,"readout":3,"layers":[
     {"type":"attention","heads":2,"head_size":1,"causal":true,"rpe":"lin","pre_norm":true},

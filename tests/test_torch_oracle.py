@@ -43,6 +43,17 @@ def architectures():
         yield arch
 
 
+def mixers():
+    """Yun's cheaper token mixers, each option, before a feed-forward layer."""
+    for i, (kind, causal, bias, pre_norm) in enumerate(itertools.product(["bproj", "sepconv"], [False, True],
+                                                                          [False, True], [False, True])):
+        m = {"type": kind, "causal": causal, "bias": bias, "pre_norm": pre_norm}
+        m.update({"length": 8} if kind == "bproj" else {"heads": 2, "kernel": 3 if i % 2 == 0 else 1})
+        if kind == "sepconv" and causal:
+            m["kernel"] = 4
+        yield {"d": 4, "layers": [m, {"type": "feedforward", "width": 5}], "readout": 2 if i % 2 else 0}
+
+
 def check_every_file_kind(tmp):
     """The loader reads what uatlab writes besides init's files: an architecture with every optional
     key omitted (its defaults agree with the C++ reader's), the lossless .json, and a training
@@ -81,7 +92,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         check_every_file_kind(tmp)
         model, data = os.path.join(tmp, "m.safetensors"), os.path.join(tmp, "d.jsonl")
-        for seed, arch in enumerate(architectures()):
+        for seed, arch in enumerate(itertools.chain(architectures(), mixers())):
             subprocess.run([UATLAB, "init", "--arch", json.dumps(arch), "--seed", str(seed), "-o", model],
                            check=True, capture_output=True)
             tokens = arch.get("vocab", 0) > 0

@@ -47,6 +47,14 @@ def architectures():
         yield arch, loss
 
 
+def mixers():
+    for i, (kind, causal, bias, pre_norm) in enumerate(itertools.product(["bproj", "sepconv"], [False, True],
+                                                                          [False, True], [False, True])):
+        m = {"type": kind, "causal": causal, "bias": bias, "pre_norm": pre_norm}
+        m.update({"length": 8} if kind == "bproj" else {"heads": 3, "kernel": 4 if causal else 3})
+        yield {"d": 3, "layers": [m, {"type": "feedforward", "width": 5}], "readout": 3}, "ce" if i % 2 else "mse"
+
+
 def make_data(arch, loss, gen, path, count=4, n=6):
     out = arch["readout"] or arch["d"]
     lines, xs = [], []
@@ -84,7 +92,7 @@ def torch_loss(net, x, y, mask, loss):
 def check_gradients(tmp, gen):
     worst, count, failures = 0.0, 0, []
     model, data, grad = (os.path.join(tmp, f) for f in ("m.safetensors", "d.jsonl", "g.safetensors"))
-    for seed, (arch, loss) in enumerate(architectures()):
+    for seed, (arch, loss) in enumerate(itertools.chain(architectures(), mixers())):
         subprocess.run([UATLAB, "init", "--arch", json.dumps(arch), "--seed", str(seed), "--gain", "1.5", "-o", model],
                        check=True, capture_output=True)
         x, y, mask = make_data(arch, loss, gen, data)

@@ -30,12 +30,15 @@ namespace {
 // "attention:heads=2,head_size=3,score=hardmax" → {"type":"attention","heads":2,...}
 json layer_from_flag(const std::string& spec) {
   static const std::map<std::string, std::string> alias = {
-      {"attn", "attention"},          {"attention", "attention"}, {"ff", "feedforward"},
-      {"feedforward", "feedforward"}, {"ln", "layernorm"},        {"layernorm", "layernorm"}};
+      {"attn", "attention"}, {"attention", "attention"},
+      {"ff", "feedforward"}, {"feedforward", "feedforward"},
+      {"ln", "layernorm"},   {"layernorm", "layernorm"},
+      {"bproj", "bproj"},    {"sepconv", "sepconv"}};
   const std::string what = "--layer \"" + spec + "\"";
   const std::size_t colon = spec.find(':');
   const std::string kind = spec.substr(0, colon);
-  if (!alias.count(kind)) throw Error(what + ": kind must be attention, feedforward or layernorm");
+  if (!alias.count(kind))
+    throw Error(what + ": kind must be attention, feedforward, layernorm, bproj or sepconv");
   json j = {{"type", alias.at(kind)}};
   if (colon == std::string::npos) return j;
   for (const std::string& kv : parse_list(spec.substr(colon + 1), what)) {

@@ -53,6 +53,8 @@ LAYER_DEFAULTS = {
                   "strict_past": False, "window": 0, "tied_qkv": False, "bias": False, "pre_norm": False},
     "feedforward": {"activation": "relu", "pre_norm": False},
     "layernorm": {"eps": "1e-5"},
+    "bproj": {"causal": False, "bias": False, "pre_norm": False},
+    "sepconv": {"heads": 1, "causal": False, "bias": False, "pre_norm": False},
 }
 
 
@@ -191,6 +193,41 @@ class FeedForward(nn.Module):
         return self.fc2(self.act(self.fc1(z)))
 
 
+class Mixer(nn.Module):
+    """Yun et al.'s cheaper token mixers: bproj (Z + W_O Z W_P) and sepconv (a depth-wise
+    convolution whose `heads` filters are shared by d/heads dimensions each, then W_O)."""
+
+    def __init__(self, spec, d):
+        super().__init__()
+        self.spec = spec
+        if spec["type"] == "bproj":
+            self.p = nn.ParameterDict({"weight": nn.Parameter(torch.zeros(spec["length"], spec["length"]))})
+        else:
+            self.filter = nn.Parameter(torch.zeros(spec["heads"], spec["kernel"]))
+        self.o = nn.Linear(d, d, bias=spec["bias"])
+
+    def forward(self, z):
+        sp = self.spec
+        B, n, d = z.shape
+        if sp["type"] == "bproj":
+            if n > sp["length"]:
+                raise ValueError(f"sequence length {n} exceeds the bilinear projection's length {sp['length']}")
+            P = self.p["weight"][:n, :n]
+            if sp["causal"]:
+                P = torch.triu(P)  # entry (l, k) with l > k unused: token k mixes tokens l <= k
+            m = torch.einsum("lk,bld->bkd", P, z)
+        else:
+            k = sp["kernel"]
+            f = self.filter.repeat_interleave(d // sp["heads"], dim=0)  # (d, kernel)
+            m = torch.zeros_like(z)
+            for j in range(k):
+                off = -j if sp["causal"] else j - (k - 1) // 2  # tap j reads position t + off
+                t0, t1 = max(0, -off), min(n, n - off)
+                if t0 < t1:
+                    m[:, t0:t1, :] = m[:, t0:t1, :] + f[:, j] * z[:, t0 + off:t1 + off, :]
+        return self.o(m)
+
+
 class Layer(nn.Module):
     def __init__(self, spec, d):
         super().__init__()
@@ -203,7 +240,8 @@ class Layer(nn.Module):
             return
         if self.pre_norm:
             self.norm = nn.LayerNorm(d, eps=self.eps)
-        self.body = Attention(spec, d) if self.kind == "attention" else FeedForward(spec, d)
+        self.body = (Attention(spec, d) if self.kind == "attention" else
+                     FeedForward(spec, d) if self.kind == "feedforward" else Mixer(spec, d))
 
     def forward(self, z):
         if self.kind == "layernorm":
@@ -245,7 +283,7 @@ def _torch_name(name):
     parts = name.split(".")
     if parts[0] == "layers" and parts[2] in ("q", "k", "v", "qkv"):
         return ".".join(parts[:2] + ["body", "proj"] + parts[2:])
-    if parts[0] == "layers" and parts[2] in ("o", "fc1", "fc2", "rpe"):
+    if parts[0] == "layers" and parts[2] in ("o", "fc1", "fc2", "rpe", "p", "filter"):
         return ".".join(parts[:2] + ["body"] + parts[2:])
     return name
 

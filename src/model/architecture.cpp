@@ -91,6 +91,12 @@ std::string LayerSpec::describe() const {
                         : std::string("ReLU"));
     case LayerKind::layernorm:
       return "layernorm";
+    case LayerKind::bproj:
+      return s + "bilinear projection: W_P of " + std::to_string(length) + " tokens" +
+             (causal ? ", causal" : "") + (bias ? ", bias" : "");
+    case LayerKind::sepconv:
+      return s + "separable convolution: " + std::to_string(heads) + " filter(s) of " +
+             std::to_string(kernel) + " taps" + (causal ? ", causal" : ", centred") + (bias ? ", bias" : "");
   }
   return s;
 }
@@ -157,6 +163,10 @@ long long Architecture::parameter_count() const {
     } else if (l.kind == LayerKind::feedforward) {
       const long long width = l.width;
       n += 2 * width * D + width + D;
+    } else if (l.kind == LayerKind::bproj) {
+      n += D * D + static_cast<long long>(l.length) * l.length + (l.bias ? D : 0);
+    } else if (l.kind == LayerKind::sepconv) {
+      n += D * D + static_cast<long long>(l.heads) * l.kernel + (l.bias ? D : 0);
     }
   }
   return n;
@@ -199,6 +209,18 @@ void Architecture::validate() const {
       in_range(l.window, 0, w + "window");
       if (l.window > 0 && !l.causal) throw Error(w + "window needs causal");
       parse_rational(l.scale);
+    } else if (l.kind == LayerKind::bproj) {
+      in_range(l.length, 1, w + "bproj length");
+      if (static_cast<long long>(l.length) * l.length > kMax || static_cast<long long>(d) * d > kMax)
+        throw Error(w + "length^2 or d^2 exceeds 2^30 weights");
+    } else if (l.kind == LayerKind::sepconv) {
+      in_range(l.heads, 1, w + "sepconv heads");
+      in_range(l.kernel, 1, w + "sepconv kernel");
+      if (l.kernel > (1 << 16)) throw Error(w + "sepconv kernel must be at most 65536");
+      if (d % l.heads != 0) throw Error(w + "sepconv heads must divide d");
+      if (!l.causal && l.kernel % 2 == 0)
+        throw Error(w + "a centred (non-causal) sepconv needs an odd kernel");
+      if (static_cast<long long>(d) * d > kMax) throw Error(w + "d^2 exceeds 2^30 weights");
     } else if (l.kind == LayerKind::feedforward) {
       in_range(l.width, 1, w + "feedforward width");
       if (static_cast<long long>(l.width) * d > kMax) throw Error(w + "width * d exceeds 2^30 weights");
@@ -250,6 +272,16 @@ json Architecture::to_json() const {
       case LayerKind::layernorm:
         j = {{"type", "layernorm"}};
         break;
+      case LayerKind::bproj:
+        j = {{"type", "bproj"}, {"length", l.length}, {"causal", l.causal}, {"bias", l.bias}};
+        break;
+      case LayerKind::sepconv:
+        j = {{"type", "sepconv"},
+             {"heads", l.heads},
+             {"kernel", l.kernel},
+             {"causal", l.causal},
+             {"bias", l.bias}};
+        break;
     }
     if (l.kind != LayerKind::layernorm) j["pre_norm"] = l.pre_norm;
     if (l.pre_norm || l.kind == LayerKind::layernorm) j["eps"] = l.eps;
@@ -290,7 +322,9 @@ Architecture Architecture::from_json(const json& j) try {
       l.kind = enum_of<LayerKind>(lj["type"],
                                   {{"attention", LayerKind::attention},
                                    {"feedforward", LayerKind::feedforward},
-                                   {"layernorm", LayerKind::layernorm}},
+                                   {"layernorm", LayerKind::layernorm},
+                                   {"bproj", LayerKind::bproj},
+                                   {"sepconv", LayerKind::sepconv}},
                                   w + "type");
       if (lj.contains("pre_norm")) l.pre_norm = boolean(lj["pre_norm"], w + "pre_norm");
       if (lj.contains("eps")) l.eps = exact_text(lj["eps"], w + "eps");
@@ -344,6 +378,23 @@ Architecture Architecture::from_json(const json& j) try {
                                              exact_text(p[1], w + "intercept"));
           }
         }
+      } else if (l.kind == LayerKind::bproj || l.kind == LayerKind::sepconv) {
+        const bool bp = l.kind == LayerKind::bproj;
+        reject_unknown(
+            lj,
+            bp ? std::set<std::string>{"type", "length", "causal", "bias", "pre_norm", "eps"}
+               : std::set<std::string>{"type", "heads", "kernel", "causal", "bias", "pre_norm", "eps"},
+            w);
+        if (bp) {
+          if (!lj.contains("length")) throw Error(w + "bproj needs \"length\" (the largest n)");
+          l.length = positive_int(lj["length"], w + "length");
+        } else {
+          if (!lj.contains("kernel")) throw Error(w + "sepconv needs \"kernel\"");
+          l.kernel = positive_int(lj["kernel"], w + "kernel");
+          if (lj.contains("heads")) l.heads = positive_int(lj["heads"], w + "heads");
+        }
+        if (lj.contains("causal")) l.causal = boolean(lj["causal"], w + "causal");
+        if (lj.contains("bias")) l.bias = boolean(lj["bias"], w + "bias");
       } else {
         reject_unknown(lj, {"type", "eps"}, w);
       }

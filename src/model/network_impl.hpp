@@ -68,6 +68,13 @@ Network<S>::Network(Architecture a) : arch(std::move(a)) {
       l.score_scale = constant<S>(s.scale);
       if constexpr (Scalar<S>::transcendental)
         if (s.sqrt_scaling) l.score_scale = l.score_scale / Scalar<S>::sqrt(S(s.head_size));
+    } else if (s.kind == LayerKind::bproj || s.kind == LayerKind::sepconv) {
+      if (s.kind == LayerKind::bproj)
+        l.wp = zeros(s.length, s.length);
+      else
+        l.filter = zeros(s.heads, s.kernel);
+      l.wo = zeros(d, d);
+      if (s.bias) l.bo = zeros(d, 1);
     } else if (s.kind == LayerKind::feedforward) {
       l.w1 = zeros(s.width, d);
       l.b1 = zeros(s.width, 1);
@@ -337,6 +344,52 @@ void feedforward(const Layer<S>& L, const Mat<S>& X, Mat<S>& Z) {
   Z.colwise() += L.b2.col(0);
 }
 
+// ---- the cheaper token mixers (Yun et al.) -------------------------------------------------------
+
+// W_P's leading n×n block; causal: its entries (l, k) with l > k set to 0.
+template <class S>
+Mat<S> bproj_matrix(const Layer<S>& L, Eigen::Index n) {
+  if (n > L.spec.length)
+    throw Error("sequence length " + std::to_string(n) + " exceeds the bilinear projection's length " +
+                std::to_string(L.spec.length));
+  Mat<S> P = L.wp.topLeftCorner(n, n);
+  if (L.spec.causal)
+    for (Eigen::Index k = 0; k < n; ++k)
+      for (Eigen::Index l = k + 1; l < n; ++l)
+        P(l, k) = S(0);
+  return P;
+}
+
+// The position tap j of a separable convolution reads: t − j (causal) or t + j − (kernel−1)/2.
+inline Eigen::Index sepconv_offset(const LayerSpec& s, int j) {
+  return s.causal ? -j : j - (s.kernel - 1) / 2;
+}
+
+// M(c, t) = Σ_j f_{h(c), j} X(c, t + offset(j)), zero outside the sequence.
+template <class S>
+Mat<S> sepconv_mix(const Layer<S>& L, const Mat<S>& X) {
+  const LayerSpec& s = L.spec;
+  const Eigen::Index d = X.rows(), n = X.cols(), per = d / s.heads;
+  Mat<S> M = Mat<S>::Zero(d, n);
+  for (int j = 0; j < s.kernel; ++j) {
+    const Eigen::Index off = sepconv_offset(s, j);
+    const Eigen::Index t0 = std::max<Eigen::Index>(0, -off), t1 = std::min<Eigen::Index>(n, n - off);
+    if (t0 >= t1) continue;
+    for (Eigen::Index c = 0; c < d; ++c)
+      M.row(c).segment(t0, t1 - t0) += L.filter(c / per, j) * X.row(c).segment(t0 + off, t1 - t0);
+  }
+  return M;
+}
+
+// Z += W_O · mix(X) + b_O.
+template <class S>
+void mixer(const Layer<S>& L, const Mat<S>& X, Mat<S>& Z) {
+  const Mat<S> M =
+      L.spec.kind == LayerKind::bproj ? Mat<S>(X * bproj_matrix(L, X.cols())) : sepconv_mix(L, X);
+  add_product(Z, L.wo, M);
+  if (L.spec.bias) Z.colwise() += L.bo.col(0);
+}
+
 template <class S>
 Mat<S> forward(const Network<S>& net, const Mat<S>& x, const EvalOptions& opt) {
   const Architecture& a = net.arch;
@@ -364,8 +417,10 @@ Mat<S> forward(const Network<S>& net, const Mat<S>& x, const EvalOptions& opt) {
     const Mat<S>& in = s.pre_norm ? normed : Z;
     if (s.kind == LayerKind::attention)
       attention(L, in, Z, opt);
-    else
+    else if (s.kind == LayerKind::feedforward)
       feedforward(L, in, Z);
+    else
+      mixer(L, in, Z);
   }
   if (a.pool) {
     Mat<S> pooled = Z.rowwise().sum();

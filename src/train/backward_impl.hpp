@@ -203,6 +203,58 @@ Mat<S> attention_backward(const Layer<S>& L, Layer<S>& G, const Mat<S>& in,
   return din;
 }
 
+// The token mixers (bproj, sepconv), sequence by sequence: t.o caches mix(in) before W_O.
+template <class S>
+void mixer_forward(const Layer<S>& L, const Mat<S>& in, const std::vector<Eigen::Index>& start,
+                   LayerTrace<S>& t, Mat<S>& Z) {
+  t.o.resize(in.rows(), in.cols());
+  for (std::size_t b = 0; b + 1 < start.size(); ++b) {
+    const Eigen::Index c0 = start[b], n = start[b + 1] - start[b];
+    const Mat<S> X = in.middleCols(c0, n);
+    t.o.middleCols(c0, n) =
+        L.spec.kind == LayerKind::bproj ? Mat<S>(X * bproj_matrix(L, n)) : sepconv_mix(L, X);
+  }
+  Z.noalias() += L.wo * t.o;
+  if (L.spec.bias) add_bias(Z, L.bo);
+}
+
+template <class S>
+Mat<S> mixer_backward(const Layer<S>& L, Layer<S>& G, const Mat<S>& in,
+                      const std::vector<Eigen::Index>& start, const LayerTrace<S>& t, const Mat<S>& dZ) {
+  const LayerSpec& s = L.spec;
+  G.wo.noalias() += dZ * t.o.transpose();
+  if (s.bias) G.bo.col(0) += dZ.rowwise().sum();
+  const Mat<S> dM = L.wo.transpose() * dZ;
+  Mat<S> din = Mat<S>::Zero(in.rows(), in.cols());
+  const Eigen::Index d = in.rows();
+  for (std::size_t b = 0; b + 1 < start.size(); ++b) {
+    const Eigen::Index c0 = start[b], n = start[b + 1] - start[b];
+    const auto X = in.middleCols(c0, n);
+    const auto dMb = dM.middleCols(c0, n);
+    if (s.kind == LayerKind::bproj) {
+      din.middleCols(c0, n).noalias() = dMb * bproj_matrix(L, n).transpose();
+      Mat<S> dP = X.transpose() * dMb;
+      for (Eigen::Index k = 0; k < n && s.causal; ++k)
+        for (Eigen::Index l = k + 1; l < n; ++l)
+          dP(l, k) = S(0);  // entries the forward does not use
+      G.wp.topLeftCorner(n, n) += dP;
+      continue;
+    }
+    const Eigen::Index per = d / s.heads;
+    for (int j = 0; j < s.kernel; ++j) {
+      const Eigen::Index off = sepconv_offset(s, j);
+      const Eigen::Index t0 = std::max<Eigen::Index>(0, -off), t1 = std::min<Eigen::Index>(n, n - off);
+      if (t0 >= t1) continue;
+      for (Eigen::Index c = 0; c < d; ++c) {
+        const auto g = dMb.row(c).segment(t0, t1 - t0);
+        din.row(c).segment(c0 + t0 + off, t1 - t0) += L.filter(c / per, j) * g;
+        G.filter(c / per, j) += g.dot(X.row(c).segment(t0 + off, t1 - t0));
+      }
+    }
+  }
+  return din;
+}
+
 }  // namespace train_detail
 
 template <class S>
@@ -257,6 +309,8 @@ S forward_train(const Network<S>& net, const Batch<S>& batch, Loss loss, Trace<S
     const Mat<S>& in = L.spec.pre_norm ? t.u : t.in;
     if (L.spec.kind == LayerKind::attention)
       attention_forward(L, in, batch.start, t, Z);
+    else if (L.spec.kind != LayerKind::feedforward)
+      mixer_forward(L, in, batch.start, t, Z);
     else {
       t.h.noalias() = L.w1 * in;
       add_bias(t.h, L.b1);
@@ -338,6 +392,8 @@ void backward(const Network<S>& net, const Batch<S>& batch, Loss loss, const Tra
     Mat<S> din;
     if (L.spec.kind == LayerKind::attention)
       din = attention_backward(L, G, in, batch.start, t, dZ);
+    else if (L.spec.kind != LayerKind::feedforward)
+      din = mixer_backward(L, G, in, batch.start, t, dZ);
     else {
       G.w2.noalias() += dZ * activate(L.spec, t.h).transpose();
       G.b2.col(0) += dZ.rowwise().sum();

@@ -442,11 +442,12 @@ Analysis analyse(const Network<Rational>& net, const Dataset& ds, const AnalyseO
       std::vector<int> context;
       identify(ds, token, context);
       for (std::size_t i = 0; i < net.arch.layers.size(); ++i)
-        if (net.arch.layers[i].kind == LayerKind::attention) {
+        if (mixes_tokens(net.arch.layers[i].kind)) {
           report(o.progress, "analyse: separation after layer " + std::to_string(i), 0, 0);
           a.layers.push_back(separation(net, ds, i, bits, token, context, o.seed));
         }
-      if (a.layers.empty()) a.separation_note = "the network has no attention sub-layer";
+      if (a.layers.empty())
+        a.separation_note = "the network has no token-mixing sub-layer (attention, bproj, sepconv)";
     }
   }
   return a;
@@ -553,8 +554,7 @@ std::string Analysis::summary() const {
 }
 
 void plot_separation(const Analysis& a, const std::string& path) {
-  LinePlot plot("certified separation per attention layer", "attention sub-layer",
-                "log10 (certified lower bound)");
+  LinePlot plot("certified separation per token-mixing layer", "sub-layer", "log10 (certified lower bound)");
   Series same{"same token, different contexts (delta)", {}, {}, {}}, cross{"different tokens", {}, {}, {}},
       along{"along the projection v", {}, {}, {}};
   for (std::size_t i = 0; i < a.layers.size(); ++i) {

@@ -13,7 +13,11 @@
 
 namespace uatlab {
 
-enum class LayerKind { attention, feedforward, layernorm };
+// bproj and sepconv: Yun et al.'s cheaper token mixers, in place of attention (docs/mixers.md).
+enum class LayerKind { attention, feedforward, layernorm, bproj, sepconv };
+inline bool mixes_tokens(LayerKind k) {
+  return k == LayerKind::attention || k == LayerKind::bproj || k == LayerKind::sepconv;
+}
 enum class Score { softmax, hardmax, linear };  // linear: scores used as they are (no normalisation)
 enum class Rpe { none, lin, log, t5 };          // relative-position bias added to the scores
 
@@ -42,6 +46,15 @@ struct LayerSpec {
   int window = 0;         // > 0, with causal: keys l ≥ k − window only (a sliding window over the past)
   bool tied_qkv = false;  // W_Q = W_K = W_V (one matrix per head)
   bool bias = false;      // biases on the Q, K, V and O projections
+
+  // bproj: Z + W_O Z W_P + b_O 1ᵀ, W_P the leading n×n block of a length×length matrix (causal:
+  // its entries (l, k) with l > k are not used, so token k mixes tokens l ≤ k only).
+  int length = 0;
+  // sepconv: Z + W_O M + b_O 1ᵀ, M(c, t) = Σ_j f_{h(c), j} Z(c, t − j) (causal, j = 0..kernel−1) or
+  // Z(c, t + j − (kernel−1)/2) (centred, kernel odd), zero outside the sequence; the `heads`
+  // filters of `kernel` taps are shared by d/heads consecutive dimensions each. Also uses causal
+  // and bias (on W_O) above.
+  int kernel = 0;
 
   // feedforward: Z + W_2 φ(W_1 Z + b_1 1ᵀ) + b_2 1ᵀ
   int width = 0;

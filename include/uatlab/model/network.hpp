@@ -33,6 +33,7 @@ struct Layer {
   Mat<S> wq, wk, wv, wo, bq, bk, bv, bo;  // attention (tied_qkv: wq/bq serve Q, K and V)
   Mat<S> rpe;                             // H×1 slopes p_h (lin, log) or H×buckets table (t5)
   Mat<S> w1, b1, w2, b2;                  // feedforward
+  Mat<S> wp, filter;                      // bproj: W_P (length×length); sepconv: heads×kernel taps
   Mat<S> norm_w, norm_b;                  // layer norm: pre_norm or a layernorm sub-layer
   // Constants of the architecture, in S.
   S score_scale;  // λ, times 1/√head_size with sqrt_scaling
@@ -161,6 +162,15 @@ void Network<S>::visit(Self& net, F& f) {
       case LayerKind::layernorm:
         call(p + "weight", l.norm_w, Layout::Vector, Role::norm_gain);
         call(p + "bias", l.norm_b, Layout::Vector, Role::norm_bias);
+        break;
+      case LayerKind::bproj:
+      case LayerKind::sepconv:
+        if (s.kind == LayerKind::bproj)
+          call(p + "p.weight", l.wp, Layout::Matrix, Role::weight);
+        else
+          call(p + "filter", l.filter, Layout::Matrix, Role::weight);
+        call(p + "o.weight", l.wo, Layout::Matrix, Role::weight);
+        if (s.bias) call(p + "o.bias", l.bo, Layout::Vector, Role::bias);
         break;
     }
   }

@@ -5,7 +5,8 @@
 //                 output is certified above every other (the argmax is certain); for values,
 //                 |y − label| is certified within the tolerance. Failures are listed as "wrong"
 //                 (certified wrong) or "undecided" (the enclosures overlap at the cap of bits);
-//   separation    per attention sub-layer, on its output: a certified lower bound on the distance
+//   separation    per token-mixing sub-layer (attention, bproj, sepconv), on its output: a certified lower
+//   bound on the distance
 //                 between outputs of the same input token in different contexts (Kajitsuka &
 //                 Sato's δ, a context being the set of tokens of the sequence) and between outputs
 //                 of different tokens, and a direction v along which every token's contexts stay
@@ -56,7 +57,7 @@ struct Predictions {
 };
 
 struct LayerSeparation {
-  std::size_t layer = 0;                    // the attention sub-layer's index
+  std::size_t layer = 0;                    // the token-mixing sub-layer's index
   long long same_token_pairs = 0;           // pairs (same token, different contexts)
   double log10_delta = 0, log10_cross = 0;  // certified lower bounds (−inf: zero; NaN: no pair)
   double delta = 0, cross = 0;              // the same, as numbers
