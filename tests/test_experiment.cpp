@@ -49,7 +49,7 @@ TEST(Experiment, RegistryListsEveryExperimentOnce) {
       EXPECT_NE(n, e.name);
     names.push_back(e.name);
   }
-  EXPECT_EQ(names.size(), 11u);
+  EXPECT_EQ(names.size(), 12u);
   EXPECT_EQ(&find_experiment("fang-fit"),
             &experiments()[find_experiment("fang-fit").name == names[0] ? 0 : 8]);
   EXPECT_THROW(find_experiment("nope"), Error);
@@ -363,4 +363,37 @@ TEST(Experiment, EvaluationHonoursItsPrecisionWhateverIsInForce) {
   EXPECT_NE(evaluate_file(dir + "/m.json", ds, Precision::parse("100")), plain);
   EXPECT_THROW(Precision::parse("1"), Error);
   EXPECT_THROW(Precision::parse("interval:99999999999"), Error);
+}
+
+// Welch's test against a case worked by hand: two samples of 3 with variance 1 give df = 4, and
+// a difference of t_{0.975, 4}·√(2/3) is significant at exactly 2.5% one-sided.
+TEST(Experiment, WelchMatchesStudentsTable) {
+  const double t = 2.7764451051977934, s = t * std::sqrt(2.0 / 3.0);
+  const Welch w = welch({s, s + 1, s + 2}, {0, 1, 2});
+  ASSERT_TRUE(w.valid);
+  EXPECT_NEAR(w.df, 4, 1e-12);
+  EXPECT_NEAR(w.t, t, 1e-12);
+  EXPECT_NEAR(w.p_greater, 0.025, 1e-9);
+  EXPECT_NEAR(w.p_less, 0.975, 1e-9);
+  EXPECT_FALSE(welch({1}, {1, 2}).valid);
+}
+
+// The mixers experiment's cells: every model trains, the control has no mixing layer (and so no
+// separation), the others report one certified δ per mixing layer.
+TEST(Experiment, YunMixersCellsReportLossSeparationAndThroughput) {
+  const Experiment& e = find_experiment("yun-mixers");
+  Context c;
+  c.mode = Mode::smoke;
+  const std::vector<json> cells = e.cells(c);
+  EXPECT_EQ(cells.size(), 12u);  // 2 tasks × 6 models × 1 seed
+  for (const json& cell : cells) {
+    if (cell.at("task") != "memorize") continue;
+    const json r = e.run(cell, c);
+    SCOPED_TRACE(cell.dump());
+    EXPECT_GT(r.at("tokens_per_second").get<double>(), 0);
+    EXPECT_GE(r.at("certified_correct").get<double>(), 0);
+    EXPECT_LE(r.at("certified_correct").get<double>(), 1);
+    const bool control = cell.at("model") == "no mixing (control)";
+    EXPECT_EQ(r.at("log10_delta").size(), control ? 0u : 4u);
+  }
 }

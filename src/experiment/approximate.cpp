@@ -339,7 +339,7 @@ Experiment certified_experiment() {
 }  // namespace
 
 std::vector<Experiment> yun_experiments() {
-  return {certified_experiment()};
+  return {certified_experiment(), yun_mixers()};
 }
 
 }  // namespace uatlab::experiment

@@ -87,5 +87,6 @@ std::vector<Experiment> wang_e_experiments();
 std::vector<Experiment> kajitsuka_experiments();
 std::vector<Experiment> fang_experiments();
 std::vector<Experiment> yun_experiments();
+Experiment yun_mixers();  // src/experiment/mixers.cpp, listed by yun_experiments()
 
 }  // namespace uatlab::experiment

@@ -28,6 +28,15 @@ std::string grouped_markdown(const Grouped& g, const std::string& corner, int di
 // Writes the Markdown and CSV (row, column, mean, sd, runs) of a grouped table; returns the Markdown.
 std::string write_grouped(const Grouped& g, const std::string& corner, const Outputs& out, int digits = 4);
 
+// Welch's t-test of mean(a) against mean(b) (unequal variances): the difference of the means, t,
+// the Welch–Satterthwaite degrees of freedom, and one-sided p-values for mean(a) > mean(b) and
+// mean(a) < mean(b) (Student's t from Boost.Math). valid: both samples have >= 2 values with spread.
+struct Welch {
+  double diff = 0, t = 0, df = 0, p_greater = 1, p_less = 1;
+  bool valid = false;
+};
+Welch welch(const std::vector<double>& a, const std::vector<double>& b);
+
 // The text of a JSON value for a label: strings without quotes, numbers as JSON writes them.
 std::string label(const json& j);
 

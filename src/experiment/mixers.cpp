@@ -1,0 +1,272 @@
+// Yun et al.'s cheaper token mixers at small scale (docs/mixers.md): equal depth and width models,
+// all attention, all bproj, all sepconv, hybrids with the first 1 or 2 attention layers replaced
+// by sepconv, and a control without any token mixing; character-level language modelling of the
+// corpus (causal) and Kajitsuka's memorization task (a contextual mapping is needed). Each run
+// also reports what `analyse` certifies: the separation after each mixing layer.
+#include <boost/math/distributions/students_t.hpp>
+#include <chrono>
+#include <cmath>
+
+#include "uatlab/experiment/experiment.hpp"
+#include "uatlab/experiment/table.hpp"
+#include "uatlab/io/json.hpp"
+#include "uatlab/io/report.hpp"
+#include "uatlab/model/init.hpp"
+#include "uatlab/verify/analyse.hpp"
+
+namespace uatlab::experiment {
+
+Welch welch(const std::vector<double>& a, const std::vector<double>& b) {
+  Welch w;
+  if (a.size() < 2 || b.size() < 2) return w;
+  auto mean_var = [](const std::vector<double>& x) {
+    double m = 0, v = 0;
+    for (double e : x)
+      m += e;
+    m /= static_cast<double>(x.size());
+    for (double e : x)
+      v += (e - m) * (e - m);
+    return std::make_pair(m, v / static_cast<double>(x.size() - 1));
+  };
+  const auto [ma, va] = mean_var(a);
+  const auto [mb, vb] = mean_var(b);
+  const double na = static_cast<double>(a.size()), nb = static_cast<double>(b.size());
+  const double se2 = va / na + vb / nb;
+  w.diff = ma - mb;
+  if (!(se2 > 0)) {  // no spread at all: the sign decides
+    w.t = w.diff == 0 ? 0 : std::copysign(std::numeric_limits<double>::infinity(), w.diff);
+    w.p_greater = w.diff > 0 ? 0 : 1, w.p_less = w.diff < 0 ? 0 : 1, w.df = na + nb - 2;
+    return w;
+  }
+  w.t = w.diff / std::sqrt(se2);
+  w.df = se2 * se2 / ((va / na) * (va / na) / (na - 1) + (vb / nb) * (vb / nb) / (nb - 1));
+  const boost::math::students_t dist(w.df);
+  w.p_greater = boost::math::cdf(boost::math::complement(dist, w.t));  // H1: mean(a) > mean(b)
+  w.p_less = boost::math::cdf(dist, w.t);                              // H1: mean(a) < mean(b)
+  w.valid = true;
+  return w;
+}
+
+namespace {
+
+struct Variant {
+  const char* name;
+  std::vector<LayerKind> mixers;  // one per block; empty: no token mixing (the control)
+};
+
+const std::vector<Variant>& variants() {
+  using K = LayerKind;
+  static const std::vector<Variant> v = {
+      {"attention", {K::attention, K::attention, K::attention, K::attention}},
+      {"bproj", {K::bproj, K::bproj, K::bproj, K::bproj}},
+      {"sepconv", {K::sepconv, K::sepconv, K::sepconv, K::sepconv}},
+      {"hybrid-1", {K::sepconv, K::attention, K::attention, K::attention}},
+      {"hybrid-2", {K::sepconv, K::sepconv, K::attention, K::attention}},
+      {"no mixing (control)", {}},
+  };
+  return v;
+}
+
+long steps_for(const Context& c, bool lm) {
+  return c.step_count(40, lm ? 2000 : 3000, lm ? 8000 : 10000);
+}
+
+struct Shape {
+  int d, n, heads, width, blocks;
+};
+Shape shape(const Context& c, bool lm) {
+  if (lm) return c.pick(Shape{16, 16, 2, 32, 4}, Shape{32, 64, 4, 128, 4}, Shape{64, 128, 4, 256, 4});
+  return c.pick(Shape{16, 8, 2, 32, 4}, Shape{32, 8, 4, 64, 4}, Shape{32, 8, 4, 64, 4});
+}
+
+// Equal depth and width: `blocks` × (mixer + feed-forward), pre-norm; the control keeps the
+// feed-forward layers only.
+std::vector<LayerSpec> layers(const Variant& v, const Shape& s, bool causal) {
+  std::vector<LayerSpec> out;
+  for (int b = 0; b < s.blocks; ++b) {
+    if (!v.mixers.empty()) {
+      LayerSpec m;
+      m.kind = v.mixers[static_cast<std::size_t>(b)];
+      m.pre_norm = true, m.causal = causal, m.bias = true;
+      if (m.kind == LayerKind::attention)
+        m.heads = s.heads, m.head_size = s.d / s.heads, m.sqrt_scaling = true;
+      if (m.kind == LayerKind::bproj) m.length = s.n;
+      if (m.kind == LayerKind::sepconv) m.heads = s.heads, m.kernel = causal ? 4 : 3;
+      out.push_back(m);
+    }
+    LayerSpec f;
+    f.kind = LayerKind::feedforward;
+    f.width = s.width, f.pre_norm = true;
+    out.push_back(f);
+  }
+  return out;
+}
+
+json run_cell(const json& cell, const Context& c) {
+  const std::string task_name = cell.at("task");
+  const bool lm = task_name == "chars";
+  const Shape s = shape(c, lm);
+  const Variant* v = nullptr;
+  for (const Variant& x : variants())
+    if (cell.at("model") == x.name) v = &x;
+  if (!v) throw Error("unknown model " + cell.at("model").dump());
+  const int seed = cell.at("seed");
+  TaskOptions data;
+  data.seed = static_cast<std::uint64_t>(seed);
+  data.n = s.n;
+  if (lm) {
+    data.corpus = c.corpus;
+    data.N = c.pick(64, 8000, 20000);
+  } else {
+    data.N = c.pick(32, 256, 512), data.d = s.d, data.V = c.pick(16, 32, 32);
+  }
+  const Dataset train_set = make_task(task_name, data);
+  const Dataset val = lm ? make_task(task_name, validation_options(data, c.pick(16, 256, 1024))) : Dataset{};
+  Architecture arch;
+  const TaskShape ts = task(task_name).shape(data);
+  arch.vocab = ts.vocab, arch.readout = ts.outputs, arch.d = s.d;
+  arch.max_len = lm ? s.n : 0;  // the language model gets learned positions (attention needs them)
+  arch.layers = layers(*v, s, lm);
+  Network<double> nd(arch);
+  init_random(nd, static_cast<std::uint64_t>(seed), 1.0);
+  Network<float> net = network_cast<float>(nd);
+  TrainConfig cfg;
+  cfg.loss = Loss::cross_entropy;
+  cfg.steps = steps_for(c, lm);
+  cfg.batch = 32, cfg.lr = 3e-3, cfg.min_lr = 3e-4, cfg.warmup = std::min<long>(100, cfg.steps / 10);
+  cfg.clip = 1, cfg.seed = static_cast<std::uint64_t>(seed), cfg.log_every = cfg.steps;
+  const TrainReport rep = train(net, train_set, lm ? &val : nullptr, cfg);
+  json r = training_summary(net, train_set, lm ? &val : nullptr, cfg.loss, rep);
+  r["tokens_per_second"] = static_cast<double>(cfg.steps) * cfg.batch * s.n / std::max(rep.seconds, 1e-9);
+  // What analyse certifies, on held-out text (the LM) or on the memorized sequences themselves:
+  // the separation after each mixing layer, and the share of predictions certified correct.
+  Dataset probe = lm ? val : train_set;
+  probe.sequences.resize(
+      std::min<std::size_t>(probe.sequences.size(), static_cast<std::size_t>(c.pick(2, 6, 8))));
+  if (lm)
+    for (Sequence& q : probe.sequences) {  // 32 tokens: the interval softmax is cubic in n
+      const std::size_t keep = std::min<std::size_t>(q.tokens.size(), 32);
+      q.tokens.resize(keep), q.y.conservativeResize(q.y.rows(), static_cast<Eigen::Index>(keep));
+      if (!q.mask.empty()) q.mask.resize(keep);
+    }
+  AnalyseOptions ao;
+  ao.min_bits = false, ao.rounding = false, ao.bits = 64, ao.max_bits = 64, ao.labels = "classes";
+  const Analysis a = analyse(network_cast<Rational>(net), probe, ao);
+  r["certified_correct"] = a.predictions.tokens > 0 ? static_cast<double>(a.predictions.certified) /
+                                                          static_cast<double>(a.predictions.tokens)
+                                                    : 0.0;
+  json seps = json::array();
+  for (const LayerSeparation& l : a.layers)
+    seps.push_back(std::isfinite(l.log10_delta) ? json(l.log10_delta) : json(nullptr));
+  r["log10_delta"] = seps;
+  r["log10_delta_last"] = a.layers.empty() || !std::isfinite(a.layers.back().log10_delta)
+                              ? json(nullptr)
+                              : json(a.layers.back().log10_delta);
+  return r;
+}
+
+// The paper's qualitative pattern, judged per task by one-sided Welch tests against attention.
+std::string verdict(const std::string& model, const std::vector<double>& x, const std::vector<double>& attn) {
+  if (model == "attention") return "(reference)";
+  const Welch w = welch(x, attn);
+  if (!w.valid) return "needs >= 2 seeds";
+  char p[64];
+  if (model == "bproj" || model == "sepconv" || model == "no mixing (control)") {
+    std::snprintf(p, sizeof p, " (p = %.2g)", w.p_greater);
+    const std::string claim = model == "no mixing (control)" ? "control: worse" : "worse";
+    if (w.p_greater < 0.05) return claim + ": holds" + p;
+    std::snprintf(p, sizeof p, " (p = %.2g)", w.p_less);
+    if (w.p_less < 0.05) return claim + ": contradicted, better" + std::string(p);
+    std::snprintf(p, sizeof p, " (p = %.2g)", w.p_greater);
+    return claim + ": not shown" + std::string(p);
+  }
+  std::snprintf(p, sizeof p, " (p = %.2g)", w.p_greater);  // hybrids: at least as good
+  if (w.p_greater < 0.05) return "at least as good: contradicted, worse" + std::string(p);
+  std::snprintf(p, sizeof p, " (better: p = %.2g)", w.p_less);
+  return "at least as good: holds" + std::string(p);
+}
+
+}  // namespace
+
+Experiment yun_mixers() {
+  Experiment e;
+  e.name = "yun-mixers";
+  e.summary =
+      "Yun et al. Sec. 5 at small scale: attention vs bilinear projection vs separable convolution vs "
+      "hybrids, "
+      "language modelling and memorization, with the certified separation after each mixing layer";
+  e.cells = [](const Context& c) {
+    std::vector<json> cells;
+    const int seeds = c.seeds > 0 ? c.seeds : c.pick(1, 3, 5);
+    for (int seed = 1; seed <= seeds; ++seed)
+      for (const char* t : {"chars", "memorize"})
+        for (const Variant& v : variants())
+          cells.push_back({{"task", t},
+                           {"model", v.name},
+                           {"seed", seed},
+                           {"steps", steps_for(c, std::string(t) == "chars")},
+                           {"mode", to_string(c.mode)}});
+    return cells;
+  };
+  e.run = run_cell;
+  e.report = [](const std::vector<json>& lines, const Outputs& out, const Context&) {
+    auto model = [](const json& c) { return c.at("model").get<std::string>(); };
+    auto task = [](const json& c) {
+      return c.at("task") == "chars" ? std::string("language modelling") : std::string("memorization");
+    };
+    // The metric: validation loss for the language model, training loss for memorization.
+    auto metric = [](const json& r) {
+      return r.contains("val_loss") ? r.at("val_loss").get<double>() : r.at("train_loss").get<double>();
+    };
+    const Grouped g = group(lines, model, task, metric);
+    std::string md =
+        "Loss (language modelling: validation nats/char; memorization: training cross-entropy), mean ± sd "
+        "over "
+        "seeds:\n\n" +
+        write_grouped(g, "model", out, 4);
+    md += "\nComputed verdicts (one-sided Welch t-tests against all-attention, p < 0.05):\n\n| model |";
+    for (const std::string& col : g.cols)
+      md += " " + col + " |";
+    md += "\n|---|" + std::string(g.cols.size() * 4, '-') + "\n";
+    std::size_t attn = 0;
+    for (std::size_t r = 0; r < g.rows.size(); ++r)
+      if (g.rows[r] == "attention") attn = r;
+    for (std::size_t r = 0; r < g.rows.size(); ++r) {
+      md += "| " + g.rows[r] + " |";
+      for (std::size_t col = 0; col < g.cols.size(); ++col)
+        md += " " + verdict(g.rows[r], g.values[r][col], g.values[attn][col]) + " |";
+      md += "\n";
+    }
+    auto num = [](const std::string& key) {
+      return [key](const json& r) { return r.at(key).get<double>(); };
+    };
+    // Runs without a value (no mixing layer, or a separation of exactly 0) are left out of a table.
+    auto with = [&](const char* key) {
+      std::vector<json> kept;
+      for (const json& l : lines)
+        if (!l.at("result").at(key).is_null()) kept.push_back(l);
+      return kept;
+    };
+    md +=
+        "\nParameters, training throughput (tokens/s, one run per core), certified correct predictions and "
+        "log10 of the certified separation δ after the last mixing layer (analyse):\n\n";
+    for (const auto& [title, key, digits] :
+         {std::tuple<const char*, const char*, int>{"parameters", "parameters", 6},
+          {"tokens per second", "tokens_per_second", 3},
+          {"certified correct", "certified_correct", 3},
+          {"log10 delta, last mixing layer", "log10_delta_last", 3}})
+      md += "\n" + std::string(title) + ":\n\n" +
+            grouped_markdown(group(with(key), model, task, num(key)), "model", digits);
+    write_file_atomic(out.path(".md"), md);
+    LinePlot plot{"Yun et al.'s token mixers at small scale", "model", "loss (mean, sd over seeds)"};
+    plot.logy = true;
+    const Grouped t = group(lines, task, model, metric);
+    plot.xtics = t.cols;
+    plot.series = row_series(t, -1);
+    plot_png(out.path(".png"), plot);
+    return md;
+  };
+  return e;
+}
+
+}  // namespace uatlab::experiment
