@@ -10,6 +10,7 @@
 
 #include <memory>
 #include <mutex>
+#include <set>
 
 #include "uatlab/construct/fang.hpp"
 #include "uatlab/construct/kajitsuka.hpp"
@@ -193,6 +194,11 @@ TrainConfig train_config(const json& j) {
 }
 
 TaskOptions task_options(const json& j) {
+  for (auto& [k, _] : j.items())
+    if (!std::set<std::string>{"N", "n", "d", "V", "lags", "boolean", "beta", "classes", "mask_before",
+                               "window", "omega", "corpus", "seed"}
+             .count(k))
+      throw Error("task: unknown option \"" + k + "\"");
   TaskOptions o;
   o.N = field(j, "N", o.N);
   o.n = field(j, "n", o.n);

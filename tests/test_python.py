@@ -86,6 +86,13 @@ def test_constructions():
         check(False, "a failing target raises")
     except ValueError as e:
         check("boom" in str(e), "the target's own exception arrives")
+    for bad in (lambda: uatlab.task("memorize", bogus=1), lambda: uatlab.train({"d": 2, "layers": []}, X,
+                                                                                  Y, stepz=3)):
+        try:
+            bad()
+            check(False, "an unknown option raises")
+        except uatlab.Error as e:
+            check("unknown option" in str(e), f"unknown options are refused: {e}")
     try:
         uatlab.memorize(X, [y + 1 if i == 0 else y for i, y in enumerate(Y)] + [Y[0]])
         check(False, "mismatched labels raise")
