@@ -130,8 +130,11 @@ class Network:
         "rational" (Fractions, exact), "interval:BITS" ((lo, hi) numpy arrays rounded outward).
         One result per sequence; a list for a batch."""
         tokens = self.architecture.get("vocab", 0) > 0
-        single = not isinstance(X, _core.Dataset) and _sequences(X, tokens)[1]
-        out = self._core.eval(_data(X, tokens=tokens), precision)
+        single = False
+        if not isinstance(X, _core.Dataset):
+            xs, single = _sequences(X, tokens)
+            X = dataset(xs, tokens=tokens)
+        out = self._core.eval(X, precision)
         p = precision.strip()
         if p.startswith("interval"):
             out = [tuple(t) for t in out]

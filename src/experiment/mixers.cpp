@@ -3,7 +3,6 @@
 // by sepconv, and a control without any token mixing; character-level language modelling of the
 // corpus (causal) and Kajitsuka's memorization task (a contextual mapping is needed). Each run
 // also reports what `analyse` certifies: the separation after each mixing layer.
-#include <boost/math/distributions/students_t.hpp>
 #include <chrono>
 #include <cmath>
 
@@ -15,37 +14,6 @@
 #include "uatlab/verify/analyse.hpp"
 
 namespace uatlab::experiment {
-
-Welch welch(const std::vector<double>& a, const std::vector<double>& b) {
-  Welch w;
-  if (a.size() < 2 || b.size() < 2) return w;
-  auto mean_var = [](const std::vector<double>& x) {
-    double m = 0, v = 0;
-    for (double e : x)
-      m += e;
-    m /= static_cast<double>(x.size());
-    for (double e : x)
-      v += (e - m) * (e - m);
-    return std::make_pair(m, v / static_cast<double>(x.size() - 1));
-  };
-  const auto [ma, va] = mean_var(a);
-  const auto [mb, vb] = mean_var(b);
-  const double na = static_cast<double>(a.size()), nb = static_cast<double>(b.size());
-  const double se2 = va / na + vb / nb;
-  w.diff = ma - mb;
-  if (!(se2 > 0)) {  // no spread at all: the sign decides
-    w.t = w.diff == 0 ? 0 : std::copysign(std::numeric_limits<double>::infinity(), w.diff);
-    w.p_greater = w.diff > 0 ? 0 : 1, w.p_less = w.diff < 0 ? 0 : 1, w.df = na + nb - 2;
-    return w;
-  }
-  w.t = w.diff / std::sqrt(se2);
-  w.df = se2 * se2 / ((va / na) * (va / na) / (na - 1) + (vb / nb) * (vb / nb) / (nb - 1));
-  const boost::math::students_t dist(w.df);
-  w.p_greater = boost::math::cdf(boost::math::complement(dist, w.t));  // H1: mean(a) > mean(b)
-  w.p_less = boost::math::cdf(dist, w.t);                              // H1: mean(a) < mean(b)
-  w.valid = true;
-  return w;
-}
 
 namespace {
 
