@@ -3,6 +3,7 @@
 #include <mpfi.h>
 #include <mpfr.h>
 #include <algorithm>
+#include <cfenv>
 #include <cmath>
 #include <map>
 #include <queue>
@@ -201,10 +202,93 @@ namespace {
 
 struct Occurrence {
   std::vector<double> mid, err;  // the output's midpoint (double) and a bound on |value − mid|
-  double err_norm = 0;           // ‖err‖₂, rounded up generously
+  double err_norm = 0;           // ‖err‖₂, rounded up
   int token = 0, context = 0;
   std::size_t sequence = 0, position = 0;
 };
+
+// The floating-point rounding mode of this thread, for a scope: the bounds below are computed in
+// double with directed rounding (this file is compiled with -frounding-math).
+struct Rounding {
+  int saved;
+  explicit Rounding(int mode) : saved(std::fegetround()) { std::fesetround(mode); }
+  ~Rounding() { std::fesetround(saved); }
+  Rounding(const Rounding&) = delete;
+  Rounding& operator=(const Rounding&) = delete;
+};
+
+// A lower bound on ‖a − b‖₂ for the values the occurrences enclose: ‖m_a − m_b‖ rounded down,
+// less ‖e_a‖ + ‖e_b‖ rounded up (the triangle inequality).
+double distance_lower(const Occurrence& a, const Occurrence& b) {
+  double sq = 0;
+  {
+    const Rounding down(FE_DOWNWARD);
+    for (std::size_t r = 0; r < a.mid.size(); ++r) {
+      const double diff = a.mid[r] >= b.mid[r] ? a.mid[r] - b.mid[r] : b.mid[r] - a.mid[r];
+      sq += diff * diff;
+    }
+    sq = std::sqrt(sq);
+  }
+  double err;
+  {
+    const Rounding up(FE_UPWARD);
+    err = a.err_norm + b.err_norm;
+  }
+  const Rounding down(FE_DOWNWARD);
+  return sq - err;
+}
+
+// The exact lower end of ‖a − b‖₂ in MPFI.
+double distance_mpfi(const Mat<Mpfi>& A, Eigen::Index ka, const Mat<Mpfi>& B, Eigen::Index kb) {
+  Mpfi sq(0), t;
+  for (Eigen::Index r = 0; r < A.rows(); ++r) {
+    const Mpfi diff = A(r, ka) - B(r, kb);
+    mpfi_sqr(t.backend().data(), diff.backend().data());
+    sq += t;
+  }
+  return down(lower(mp::sqrt(sq)));
+}
+
+// A certified lower bound on the least distance over a set of pairs: every pair's directed-
+// rounding bound, and for the kExact pairs with the smallest such bound, the exact MPFI one.
+struct MinDistance {
+  static constexpr std::size_t kExact = 32;
+  std::priority_queue<std::tuple<double, std::size_t, std::size_t>> smallest;  // max-heap of kExact + 1
+  long long pairs = 0;
+  void add(double bound, std::size_t a, std::size_t b) {
+    ++pairs;
+    if (smallest.size() <= kExact || bound < std::get<0>(smallest.top())) {
+      smallest.emplace(bound, a, b);
+      if (smallest.size() > kExact + 1) smallest.pop();
+    }
+  }
+  // NaN without pairs; closest: the pair with the smallest bound.
+  double certify(const std::vector<Occurrence>& occ, const std::vector<Mat<Mpfi>>& outputs,
+                 std::size_t& closest_a, std::size_t& closest_b) const {
+    if (pairs == 0) return std::nan("");
+    auto heap = smallest;
+    // Every pair left out has a bound at least the (kExact+1)-th smallest.
+    double best = std::numeric_limits<double>::infinity();
+    if (heap.size() > kExact) {
+      best = std::max(0.0, std::get<0>(heap.top()));
+      heap.pop();
+    }
+    double least = std::numeric_limits<double>::infinity();
+    for (; !heap.empty(); heap.pop()) {
+      const auto [bound, a, b] = heap.top();
+      const Occurrence &A = occ[a], &B = occ[b];
+      const double exact = distance_mpfi(outputs[A.sequence], static_cast<Eigen::Index>(A.position),
+                                         outputs[B.sequence], static_cast<Eigen::Index>(B.position));
+      best = std::min(best, std::max({0.0, bound, exact}));
+      if (bound < least) least = bound, closest_a = a, closest_b = b;
+    }
+    return best;
+  }
+};
+
+double log10_of(double x) {
+  return std::isnan(x) ? x : x <= 0 ? -std::numeric_limits<double>::infinity() : std::log10(x);
+}
 
 // The sub-layers 0..last of net (no readout, no pooling), in intervals.
 Network<Mpfi> prefix(const Network<Rational>& net, std::size_t last) {
@@ -239,55 +323,6 @@ void identify(const Dataset& ds, std::vector<std::vector<int>>& token, std::vect
   }
 }
 
-// Floating-point error of a d-term dot product or norm computed in double, relative to the sum of
-// magnitudes: d·2^-53 by the standard bound; 1e-9 covers d up to 2^20 (validate's limit on d).
-constexpr double kRel = 1e-9;
-
-// A certified lower bound on ‖a − b‖₂: exact in MPFI for the closest pairs, through the triangle
-// inequality ‖m_a − m_b‖ − ‖e_a‖ − ‖e_b‖ for the rest.
-struct MinDistance {
-  static constexpr std::size_t kExact = 32;
-  std::priority_queue<std::tuple<double, std::size_t, std::size_t>> closest;  // max-heap of kExact + 1
-  long long pairs = 0;
-  void add(double dist, std::size_t a, std::size_t b) {
-    ++pairs;
-    if (closest.size() <= kExact || dist < std::get<0>(closest.top())) {
-      closest.emplace(dist, a, b);
-      if (closest.size() > kExact + 1) closest.pop();
-    }
-  }
-  // NaN without pairs.
-  double certify(const std::vector<Occurrence>& occ, const std::vector<Mat<Mpfi>>& outputs, double max_err,
-                 std::size_t& closest_a, std::size_t& closest_b) const {
-    if (pairs == 0) return std::nan("");
-    auto heap = closest;
-    double rest = std::numeric_limits<double>::infinity();
-    if (heap.size() > kExact) {  // the (kExact+1)-th smallest bounds every pair left out
-      rest = std::get<0>(heap.top()) * (1 - kRel) - 2 * max_err * (1 + kRel);
-      heap.pop();
-    }
-    double best = std::max(0.0, rest), best_dist = std::numeric_limits<double>::infinity();
-    for (; !heap.empty(); heap.pop()) {
-      const auto [dist, a, b] = heap.top();
-      const Mat<Mpfi>&A = outputs[occ[a].sequence], &B = outputs[occ[b].sequence];
-      Mpfi sq(0), t;
-      for (Eigen::Index r = 0; r < A.rows(); ++r) {
-        const Mpfi diff = A(r, static_cast<Eigen::Index>(occ[a].position)) -
-                          B(r, static_cast<Eigen::Index>(occ[b].position));
-        mpfi_sqr(t.backend().data(), diff.backend().data());
-        sq += t;
-      }
-      best = std::min(best, std::max(0.0, down(lower(mp::sqrt(sq)))));
-      if (dist < best_dist) best_dist = dist, closest_a = a, closest_b = b;
-    }
-    return best;
-  }
-};
-
-double log10_of(double x) {
-  return std::isnan(x) ? x : x <= 0 ? -std::numeric_limits<double>::infinity() : std::log10(x);
-}
-
 LayerSeparation separation(const Network<Rational>& net, const Dataset& ds, std::size_t layer, unsigned bits,
                            const std::vector<std::vector<int>>& token, const std::vector<int>& context,
                            std::uint64_t seed) {
@@ -300,22 +335,26 @@ LayerSeparation separation(const Network<Rational>& net, const Dataset& ds, std:
   for (long i = 0; i < static_cast<long>(ds.sequences.size()); ++i)
     out[static_cast<std::size_t>(i)] = run(pre, ds, ds.sequences[static_cast<std::size_t>(i)]);
   std::vector<Occurrence> occ;
-  double max_err = 0;
   for (std::size_t i = 0; i < out.size(); ++i)
     for (Eigen::Index k = 0; k < out[i].cols(); ++k) {
       Occurrence o;
       o.sequence = i, o.position = static_cast<std::size_t>(k);
       o.token = token[i][static_cast<std::size_t>(k)], o.context = context[i];
-      double sq = 0;
       for (Eigen::Index r = 0; r < out[i].rows(); ++r) {
         const Mpfi& y = out[i](r, k);
         const double m = Scalar<Mpfi>::to_double(y);
-        const double e = std::max(up(Mpfr(upper(y) - m)), up(Mpfr(m - lower(y))));
-        o.mid.push_back(m), o.err.push_back(e);
-        sq += e * e;
+        Mpfr above = upper(y), below(m);
+        mpfr_sub(above.backend().data(), above.backend().data(), Mpfr(m).backend().data(), MPFR_RNDU);
+        mpfr_sub(below.backend().data(), below.backend().data(), lower(y).backend().data(), MPFR_RNDU);
+        o.mid.push_back(m), o.err.push_back(std::max(up(above), up(below)));
       }
-      o.err_norm = std::sqrt(sq) * (1 + kRel);
-      max_err = std::max(max_err, o.err_norm);
+      {
+        const Rounding up_(FE_UPWARD);
+        double sq = 0;
+        for (double e : o.err)
+          sq += e * e;
+        o.err_norm = std::sqrt(sq);
+      }
       occ.push_back(std::move(o));
     }
   MinDistance same, cross;
@@ -323,15 +362,12 @@ LayerSeparation separation(const Network<Rational>& net, const Dataset& ds, std:
     for (std::size_t b = a + 1; b < occ.size(); ++b) {
       const bool same_token = occ[a].token == occ[b].token;
       if (same_token && occ[a].context == occ[b].context) continue;
-      double sq = 0;
-      for (std::size_t r = 0; r < occ[a].mid.size(); ++r)
-        sq += (occ[a].mid[r] - occ[b].mid[r]) * (occ[a].mid[r] - occ[b].mid[r]);
-      (same_token ? same : cross).add(std::sqrt(sq), a, b);
+      (same_token ? same : cross).add(distance_lower(occ[a], occ[b]), a, b);
     }
   std::size_t ca = 0, cb = 0, xa = 0, xb = 0;
   L.same_token_pairs = same.pairs;
-  L.delta = same.certify(occ, out, max_err, ca, cb);
-  L.cross = cross.certify(occ, out, max_err, xa, xb);
+  L.delta = same.certify(occ, out, ca, cb);
+  L.cross = cross.certify(occ, out, xa, xb);
   L.log10_delta = log10_of(L.delta), L.log10_cross = log10_of(L.cross);
   if (same.pairs == 0) return L;
   // The direction: the closest same-token pair's difference, or one of 32 seeded random ones,
@@ -357,22 +393,40 @@ LayerSeparation separation(const Network<Rational>& net, const Dataset& ds, std:
     if (!(norm > 0)) continue;
     for (double& x : v)
       x /= std::sqrt(norm);
-    // Per occurrence: vᵀm and a bound on |vᵀ(value − m)| plus the dot product's rounding.
-    std::vector<std::tuple<int, double, int>> proj;  // (token, vᵀm, context)
-    double err = 0;
+    // Per occurrence: vᵀ(value) lies in [lo, lo + width] (directed rounding); with one width W
+    // for all, the closest pair of different contexts is adjacent in the order of lo.
+    std::vector<std::tuple<int, double, int>> proj;  // (token, lo, context)
+    double width = 0;
     for (const Occurrence& o : occ) {
-      double p = 0, e = 0, mag = 0;
-      for (std::size_t r = 0; r < d; ++r)
-        p += v[r] * o.mid[r], e += std::abs(v[r]) * o.err[r], mag += std::abs(v[r] * o.mid[r]);
-      err = std::max(err, (e + kRel * mag) * (1 + kRel));
-      proj.emplace_back(o.token, p, o.context);
+      double lo = 0, hi = 0, e = 0;
+      {
+        const Rounding down(FE_DOWNWARD);
+        for (std::size_t r = 0; r < d; ++r)
+          lo += v[r] * o.mid[r];
+      }
+      {
+        const Rounding up_(FE_UPWARD);
+        for (std::size_t r = 0; r < d; ++r)
+          hi += v[r] * o.mid[r], e += std::abs(v[r]) * o.err[r];
+        hi += e;
+      }
+      {
+        const Rounding down(FE_DOWNWARD);
+        lo -= e;
+      }
+      const Rounding up_(FE_UPWARD);
+      width = std::max(width, hi - lo);
+      proj.emplace_back(o.token, lo, o.context);
     }
     std::sort(proj.begin(), proj.end());
     double gap = std::numeric_limits<double>::infinity();
-    for (std::size_t i = 1; i < proj.size(); ++i)  // the closest pair of different contexts is adjacent
-      if (std::get<0>(proj[i]) == std::get<0>(proj[i - 1]) &&
-          std::get<2>(proj[i]) != std::get<2>(proj[i - 1]))
-        gap = std::min(gap, (std::get<1>(proj[i]) - std::get<1>(proj[i - 1])) * (1 - kRel) - 2 * err);
+    {
+      const Rounding down(FE_DOWNWARD);
+      for (std::size_t i = 1; i < proj.size(); ++i)
+        if (std::get<0>(proj[i]) == std::get<0>(proj[i - 1]) &&
+            std::get<2>(proj[i]) != std::get<2>(proj[i - 1]))
+          gap = std::min(gap, (std::get<1>(proj[i]) - std::get<1>(proj[i - 1])) - width);
+    }
     if (gap > L.projection_gap) L.projection_gap = gap, L.v = v;
   }
   L.projection_gap = std::max(0.0, L.projection_gap);
