@@ -30,7 +30,7 @@ const std::vector<Variant>& variants() {
       {"sepconv", {K::sepconv, K::sepconv, K::sepconv, K::sepconv}},
       {"hybrid-1", {K::sepconv, K::attention, K::attention, K::attention}},
       {"hybrid-2", {K::sepconv, K::sepconv, K::attention, K::attention}},
-      {"no mixing (control)", {}},
+      {"control", {}},
   };
   return v;
 }
@@ -139,9 +139,9 @@ std::string verdict(const std::string& model, const std::vector<double>& x, cons
   const Welch w = welch(x, attn);
   if (!w.valid) return "needs >= 2 seeds";
   char p[64];
-  if (model == "bproj" || model == "sepconv" || model == "no mixing (control)") {
+  if (model == "bproj" || model == "sepconv" || model == "control") {
     std::snprintf(p, sizeof p, " (p = %.2g)", w.p_greater);
-    const std::string claim = model == "no mixing (control)" ? "control: worse" : "worse";
+    const std::string claim = model == "control" ? "worse (the control)" : "worse";
     if (w.p_greater < 0.05) return claim + ": holds" + p;
     std::snprintf(p, sizeof p, " (p = %.2g)", w.p_less);
     if (w.p_less < 0.05) return claim + ": contradicted, better" + std::string(p);
