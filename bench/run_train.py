@@ -111,10 +111,5 @@ def table(doc):
     return "\n".join(lines)
 
 
-def options(ap):
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--min-time", type=float, default=0.3)
-    ap.add_argument("--reps", type=int, default=7)
-
 if __name__ == "__main__":
-    stats.cli(run, table, options)
+    stats.cli(run, table, stats.google_benchmark_options)

@@ -80,6 +80,13 @@ def load(path):
         return json.load(f)
 
 
+def google_benchmark_options(ap):
+    """The options of the scripts that time a Google Benchmark binary beside PyTorch."""
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--min-time", type=float, default=0.3)
+    ap.add_argument("--reps", type=int, default=7)
+
+
 def cli(run, table, options):
     """The command line every bench script shares: BUILD_DIR, its own options (options(parser)),
     --json FILE to keep the rounds, --from-json FILE to print the table of an earlier run."""

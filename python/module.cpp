@@ -113,9 +113,7 @@ py::list evaluate_as(const Network<Rational>& exact, const Dataset& ds, const Pr
   std::vector<Mat<S>> ys;
   {
     py::gil_scoped_release release;
-    std::unique_ptr<MpfrPrecision> scope;
-    if (p.kind == Precision::Kind::Mpfr || p.kind == Precision::Kind::Interval)
-      scope = std::make_unique<MpfrPrecision>(p.bits);
+    const auto scope = precision_scope(p);  // opened without the GIL: it may wait for another scope
     ys = forward_dataset(network_cast<S>(exact), ds);
   }
   py::list out;
@@ -145,19 +143,7 @@ py::list evaluate_as(const Network<Rational>& exact, const Dataset& ds, const Pr
 
 py::list evaluate(const PyNetwork& n, const Dataset& ds, const std::string& precision) {
   const Precision p = Precision::parse(precision);
-  switch (p.kind) {
-    case Precision::Kind::Float:
-      return evaluate_as<float>(n.net, ds, p);
-    case Precision::Kind::Double:
-      return evaluate_as<double>(n.net, ds, p);
-    case Precision::Kind::Mpfr:
-      return evaluate_as<Mpfr>(n.net, ds, p);
-    case Precision::Kind::Interval:
-      return evaluate_as<Mpfi>(n.net, ds, p);
-    case Precision::Kind::Rational:
-      return evaluate_as<Rational>(n.net, ds, p);
-  }
-  return py::list();
+  return with_scalar(p, [&](auto zero) { return evaluate_as<decltype(zero)>(n.net, ds, p); });
 }
 
 template <class T>

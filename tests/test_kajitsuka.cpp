@@ -211,7 +211,9 @@ TEST(Kajitsuka, SoftmaxSeparatesBetweenMeanPoolingAndHardmaxWhichCannot) {
   for (std::size_t k = 0; k < sw.points.size(); ++k) {
     EXPECT_TRUE(sw.points[k].separation.certified) << "c = " << sw.points[k].c;
     if (sw.points[k].separation.log10_delta_lo > sw.points[best].separation.log10_delta_lo) best = k;
-    if (k) EXPECT_GT(sw.points[k].c, sw.points[k - 1].c);
+    if (k) {
+      EXPECT_GT(sw.points[k].c, sw.points[k - 1].c);
+    }
   }
   EXPECT_GT(best, 0u);
   EXPECT_LT(best, sw.points.size() - 1);

@@ -122,21 +122,15 @@ int cmd_convert(const ConvertOpts& o) {
     return 0;
   }
   const Precision p = Precision::parse(o.precision);
-  switch (p.kind) {
-    case Precision::Kind::Float:
-      save_network(network_cast<float>(net), o.out, o.dtype, p.name());
-      break;
-    case Precision::Kind::Double:
-      save_network(network_cast<double>(net), o.out, o.dtype, p.name());
-      break;
-    case Precision::Kind::Mpfr: {
-      const MpfrPrecision scope(p.bits);
-      save_network(network_cast<Mpfr>(net), o.out, o.dtype, p.name());
-      break;
-    }
-    default:
+  with_scalar(p, [&](auto zero) {
+    using S = decltype(zero);
+    if constexpr (std::is_same_v<S, Mpfi>)
       throw Error("convert: --precision must be float, double, BITS or rational");
-  }
+    else {
+      const auto scope = precision_scope(p);
+      save_network(network_cast<S>(net), o.out, o.dtype, p.name());
+    }
+  });
   return 0;
 }
 

@@ -88,23 +88,10 @@ std::vector<json> run(const std::string& path, const Dataset& ds, const EvalOpti
 
 std::vector<json> evaluate_file(const std::string& model_path, const Dataset& ds, const Precision& p,
                                 const EvalOptions& opt, const OnProgress& progress) {
-  switch (p.kind) {
-    case Precision::Kind::Float:
-      return run<float>(model_path, ds, opt, progress);
-    case Precision::Kind::Double:
-      return run<double>(model_path, ds, opt, progress);
-    case Precision::Kind::Mpfr: {
-      const MpfrPrecision scope(p.bits);
-      return run<Mpfr>(model_path, ds, opt, progress);
-    }
-    case Precision::Kind::Interval: {
-      const MpfrPrecision scope(p.bits);
-      return run<Mpfi>(model_path, ds, opt, progress);
-    }
-    case Precision::Kind::Rational:
-      return run<Rational>(model_path, ds, opt, progress);
-  }
-  return {};
+  return with_scalar(p, [&](auto zero) {
+    const auto scope = precision_scope(p);
+    return run<decltype(zero)>(model_path, ds, opt, progress);
+  });
 }
 
 template std::vector<Mat<float>> forward_dataset(const Network<float>&, const Dataset&, const EvalOptions&,

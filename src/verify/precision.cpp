@@ -44,6 +44,11 @@ std::string Precision::name() const {
   return "?";
 }
 
+std::unique_ptr<MpfrPrecision> precision_scope(const Precision& p) {
+  if (p.kind != Precision::Kind::Mpfr && p.kind != Precision::Kind::Interval) return nullptr;
+  return std::make_unique<MpfrPrecision>(p.bits);
+}
+
 unsigned min_certified_bits(unsigned certified_at, const std::function<bool(unsigned)>& certified) {
   unsigned lo = 2, hi = mpfr_carried_bits(certified_at);  // certified at hi
   while (hi - lo > 1) {

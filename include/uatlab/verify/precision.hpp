@@ -3,6 +3,7 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "uatlab/model/scalar.hpp"
@@ -17,6 +18,28 @@ struct Precision {
   static Precision parse(const std::string& text);
   std::string name() const;  // "double", "mpfr:256", "interval:256", ... (the bits asked for)
 };
+
+// The one dispatch from a Precision to its scalar type: returns f(S{}) with S float, double, Mpfr,
+// Mpfi or Rational. The MPFR working precision is the caller's to set (precision_scope), so that
+// it can be opened where the work runs.
+template <class F>
+decltype(auto) with_scalar(const Precision& p, F&& f) {
+  switch (p.kind) {
+    case Precision::Kind::Float:
+      return f(float{});
+    case Precision::Kind::Double:
+      return f(double{});
+    case Precision::Kind::Mpfr:
+      return f(Mpfr{});
+    case Precision::Kind::Interval:
+      return f(Mpfi{});
+    case Precision::Kind::Rational:
+      break;
+  }
+  return f(Rational{});
+}
+// An MpfrPrecision at p.bits for the MPFR and interval kinds; none for the others.
+std::unique_ptr<MpfrPrecision> precision_scope(const Precision& p);
 
 // The smallest precision MPFR carries exactly (mpfr_carried_bits(b) == b) at which
 // certified(b) holds, given that it holds at `certified_at`; a bisection that assumes more bits
