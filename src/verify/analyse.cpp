@@ -12,6 +12,7 @@
 #include "uatlab/io/report.hpp"
 #include "uatlab/limits.hpp"
 #include "uatlab/model/init.hpp"
+#include "uatlab/verify/evaluate.hpp"
 #include "uatlab/verify/precision.hpp"
 
 namespace uatlab {
@@ -26,10 +27,6 @@ double up(const Mpfr& x) {
 }
 double down(const Mpfr& x) {
   return mpfr_get_d(x.backend().data(), MPFR_RNDD);
-}
-
-Mat<Mpfi> run(const Network<Mpfi>& net, const Dataset& ds, const Sequence& s) {
-  return ds.token_input ? forward_tokens(net, s.tokens) : forward(net, matrix_cast<Mpfi>(s.x));
 }
 
 // The dataset fits the network: input kind and width, labels on every sequence, their shape.
@@ -117,7 +114,7 @@ Predictions certify_predictions(const Network<Rational>& net, const Dataset& ds,
     Mat<Mpfi> y;
     bool evaluated = true;
     try {
-      y = run(ni, ds, s);
+      y = ds.token_input ? forward_tokens(ni, s.tokens) : forward(ni, matrix_cast<Mpfi>(s.x));
     } catch (const Error&) {  // shapes were checked: an undecided hardmax or an unbounded enclosure
       evaluated = false;
     }
@@ -330,10 +327,7 @@ LayerSeparation separation(const Network<Rational>& net, const Dataset& ds, std:
   L.layer = layer;
   const MpfrPrecision precision(bits);
   const Network<Mpfi> pre = prefix(net, layer);
-  std::vector<Mat<Mpfi>> out(ds.sequences.size());
-#pragma omp parallel for schedule(dynamic)
-  for (long i = 0; i < static_cast<long>(ds.sequences.size()); ++i)
-    out[static_cast<std::size_t>(i)] = run(pre, ds, ds.sequences[static_cast<std::size_t>(i)]);
+  const std::vector<Mat<Mpfi>> out = forward_dataset(pre, ds);  // an undecided enclosure throws, named
   std::vector<Occurrence> occ;
   for (std::size_t i = 0; i < out.size(); ++i)
     for (Eigen::Index k = 0; k < out[i].cols(); ++k) {
@@ -495,12 +489,17 @@ Analysis analyse(const Network<Rational>& net, const Dataset& ds, const AnalyseO
       std::vector<std::vector<int>> token;
       std::vector<int> context;
       identify(ds, token, context);
-      for (std::size_t i = 0; i < net.arch.layers.size(); ++i)
-        if (mixes_tokens(net.arch.layers[i].kind)) {
-          report(o.progress, "analyse: separation after layer " + std::to_string(i), 0, 0);
-          a.layers.push_back(separation(net, ds, i, bits, token, context, o.seed));
-        }
-      if (a.layers.empty())
+      try {
+        for (std::size_t i = 0; i < net.arch.layers.size(); ++i)
+          if (mixes_tokens(net.arch.layers[i].kind)) {
+            report(o.progress, "analyse: separation after layer " + std::to_string(i), 0, 0);
+            a.layers.push_back(separation(net, ds, i, bits, token, context, o.seed));
+          }
+      } catch (const Error& e) {  // e.g. a hardmax whose argmax the enclosures cannot decide
+        a.layers.clear();
+        a.separation_note = std::string("evaluation failed: ") + e.what();
+      }
+      if (a.layers.empty() && a.separation_note.empty())
         a.separation_note = "the network has no token-mixing sub-layer (attention, bproj, sepconv)";
     }
   }
