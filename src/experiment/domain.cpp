@@ -8,6 +8,7 @@
 #include <queue>
 
 #include "uatlab/limits.hpp"
+#include "uatlab/verify/affine.hpp"
 
 namespace uatlab::experiment {
 
@@ -43,16 +44,6 @@ bool coordinatewise(const Layer<Rational>& L) {
   return true;
 }
 
-// φ's breakpoints c and pieces (slope, intercept), piece k on [c_{k−1}, c_k).
-void activation(const Layer<Rational>& L, std::vector<Rational>& c,
-                std::vector<std::pair<Rational, Rational>>& p) {
-  if (L.spec.piecewise) {
-    c = L.breakpoints, p = L.pieces;
-  } else {
-    c = {Rational(0)}, p = {{Rational(0), Rational(0)}, {Rational(1), Rational(0)}};
-  }
-}
-
 // One entry (row `row`) through the coordinatewise layers, starting from t + offset on (0, 1).
 std::vector<Piece> entry_map(const std::vector<const Layer<Rational>*>& front, int row,
                              const Rational& offset) {
@@ -60,7 +51,7 @@ std::vector<Piece> entry_map(const std::vector<const Layer<Rational>*>& front, i
   for (const Layer<Rational>* L : front) {
     std::vector<Rational> c;
     std::vector<std::pair<Rational, Rational>> act;
-    activation(*L, c, act);
+    activation_pieces(*L, c, act);
     std::vector<Eigen::Index> units;  // the units reading this entry
     for (Eigen::Index u = 0; u < L->w1.rows(); ++u)
       if (L->w1(u, row) != 0) units.push_back(u);
@@ -163,76 +154,6 @@ std::vector<Box> branch_and_bound(Box first, const Mat<Mpfi>& Y, const yun::Targ
     out.push_back(open.top());
   return out;
 }
-
-// ---- stage 2: the rest of the network on an enclosure, without MPFI's dependency loss -----------
-
-// A feed-forward sub-layer on a column z whose every unit's pre-activation enclosure lies in one
-// piece of φ is the affine map z + W2 S (W1 z + b1) + W2 κ + b2 (S: the pieces' slopes, κ their
-// intercepts): formed exactly in rationals and applied once, so that slopes which cancel (the
-// flat stretches of a staircase of steep ReLUs) cancel exactly instead of adding their widths.
-// A column with an undecided unit goes through `plain`, the same sub-layer as an MPFI network.
-Mat<Mpfi> feedforward_affine(const Layer<Rational>& L, const Network<Mpfi>& plain, const Mat<Mpfi>& Z) {
-  std::vector<Rational> c;
-  std::vector<std::pair<Rational, Rational>> act;
-  activation(L, c, act);
-  std::vector<Mpfi> cb;
-  for (const Rational& x : c)
-    cb.push_back(Scalar<Mpfi>::from(x));
-  const Mat<Mpfi> W1 = matrix_cast<Mpfi>(L.w1), B1 = matrix_cast<Mpfi>(L.b1);
-  Mat<Mpfi> out = Z;
-  for (Eigen::Index t = 0; t < Z.cols(); ++t) {
-    const Mat<Mpfi> pre = W1 * Z.col(t) + B1;
-    std::vector<std::size_t> piece(static_cast<std::size_t>(pre.rows()));
-    bool decided = true;
-    for (Eigen::Index u = 0; u < pre.rows() && decided; ++u) {
-      std::size_t k = 0;  // the piece holding the whole enclosure: c_{k−1} ≤ pre < c_k
-      while (k < cb.size() && lower(pre(u)) >= upper(cb[k]))
-        ++k;
-      decided = k == cb.size() || upper(pre(u)) < lower(cb[k]);
-      piece[static_cast<std::size_t>(u)] = k;
-    }
-    if (!decided) {  // the plain enclosure: the library's own forward of this sub-layer
-      out.col(t) = forward(plain, Mat<Mpfi>(Z.col(t)));
-      continue;
-    }
-    const Eigen::Index d = Z.rows();
-    Mat<Rational> A = Mat<Rational>::Identity(d, d), b = L.b2;
-    for (Eigen::Index u = 0; u < pre.rows(); ++u) {
-      const auto& [slope, intercept] = act[piece[static_cast<std::size_t>(u)]];
-      if (slope != 0) A += (L.w2.col(u) * slope) * L.w1.row(u);
-      b += L.w2.col(u) * (slope * L.b1(u, 0) + intercept);
-    }
-    out.col(t) = matrix_cast<Mpfi>(A) * Z.col(t) + matrix_cast<Mpfi>(b);
-  }
-  return out;
-}
-
-// The sub-layers after the front: attention through the library's MPFI forward (one sub-layer
-// each), feed-forward through feedforward_affine, then pooling and readout.
-struct Back {
-  std::vector<const Layer<Rational>*> ff;  // per sub-layer: the rational layer if feed-forward
-  std::vector<Network<Mpfi>> one;          // per sub-layer: it alone, as an MPFI network
-  Network<Mpfi> tail;                      // no sub-layers: pooling and readout
-  explicit Back(const Network<Rational>& net) {
-    Network<Rational> tail_q = net;
-    tail_q.arch.layers.clear(), tail_q.layers.clear();
-    tail = network_cast<Mpfi>(tail_q);
-    for (std::size_t i = 0; i < net.layers.size(); ++i) {
-      const LayerSpec& si = net.arch.layers[i];
-      const bool plain_ff = si.kind == LayerKind::feedforward && !si.pre_norm && !si.gelu;
-      ff.push_back(plain_ff ? &net.layers[i] : nullptr);
-      Network<Rational> o = tail_q;
-      o.arch.layers = {net.arch.layers[i]}, o.layers = {net.layers[i]};
-      o.arch.pool = false, o.arch.readout = 0;
-      one.push_back(network_cast<Mpfi>(o));
-    }
-  }
-  Mat<Mpfi> operator()(Mat<Mpfi> Z) const {
-    for (std::size_t i = 0; i < ff.size(); ++i)
-      Z = ff[i] ? feedforward_affine(*ff[i], one[i], Z) : forward(one[i], Z);
-    return forward(tail, Z);
-  }
-};
 
 // The leading coordinatewise sub-layers of a network.
 std::vector<const Layer<Rational>*> front_of(const Network<Rational>& g) {
@@ -349,7 +270,7 @@ DomainBound certify_domain(const Network<Rational>& g, const yun::Target& f, int
     pending.push_back(cell);
   for (unsigned bits = o.bits; !pending.empty(); bits *= 2) {
     const MpfrPrecision precision(bits);
-    const Back gi(back);
+    const AffineForward gi(back);
     std::vector<char> again(pending.size(), 0);
     long long done = 0;
 #pragma omp parallel for schedule(dynamic)

@@ -1,0 +1,114 @@
+#include "uatlab/verify/affine.hpp"
+
+namespace uatlab {
+
+void activation_pieces(const Layer<Rational>& L, std::vector<Rational>& c,
+                       std::vector<std::pair<Rational, Rational>>& pieces) {
+  if (L.spec.piecewise) {
+    c = L.breakpoints, pieces = L.pieces;
+  } else {
+    c = {Rational(0)}, pieces = {{Rational(0), Rational(0)}, {Rational(1), Rational(0)}};
+  }
+}
+
+AffineForward::AffineForward(const Network<Rational>& net) {
+  Network<Rational> bare = net;  // no sub-layers: positions, pooling, readout
+  bare.arch.layers.clear(), bare.layers.clear();
+  Network<Rational> head = bare;
+  head.arch.pool = false, head.arch.readout = 0;
+  head.readout_w = head.readout_b = Mat<Rational>();
+  head_ = network_cast<Mpfi>(head);
+  bare.arch.max_len = 0, bare.pe = Mat<Rational>::Zero(net.arch.d, 0);
+  tail_ = network_cast<Mpfi>(bare);
+  for (std::size_t i = 0; i < net.layers.size(); ++i) {
+    const LayerSpec& si = net.arch.layers[i];
+    Sub s;
+    Network<Rational> o = bare;
+    o.arch.layers = {si}, o.layers = {net.layers[i]};
+    o.arch.pool = false, o.arch.readout = 0;
+    o.readout_w = o.readout_b = Mat<Rational>();
+    s.alone = network_cast<Mpfi>(o);
+    if (si.kind == LayerKind::feedforward && !si.pre_norm && !si.gelu) {
+      const Layer<Rational>& L = net.layers[i];
+      if (L.pieces.size() > 255) {  // patterns are kept as one byte per unit
+        subs_.push_back(std::move(s));
+        continue;
+      }
+      s.ff = &L;
+      std::vector<Rational> c;
+      activation_pieces(L, c, s.pieces);
+      for (const Rational& x : c)
+        s.breaks.push_back(Scalar<Mpfi>::from(x));
+      for (Eigen::Index u = 0; u < L.w1.rows(); ++u) {
+        Unit unit;
+        for (Eigen::Index k = 0; k < L.w1.cols(); ++k)
+          if (L.w1(u, k) != 0) unit.in.push_back({k, Scalar<Mpfi>::from(L.w1(u, k))});
+        unit.bias = Scalar<Mpfi>::from(L.b1(u, 0));
+        s.units.push_back(std::move(unit));
+      }
+      s.cache = std::make_unique<std::map<std::vector<unsigned char>, Affine>>();
+    }
+    subs_.push_back(std::move(s));
+  }
+}
+
+const AffineForward::Affine& AffineForward::affine(const Sub& s,
+                                                   const std::vector<unsigned char>& pattern) const {
+  {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    auto it = s.cache->find(pattern);
+    if (it != s.cache->end()) return it->second;
+  }
+  const Layer<Rational>& L = *s.ff;
+  const Eigen::Index d = L.w2.rows();
+  Mat<Rational> A = Mat<Rational>::Identity(d, d), b = L.b2;
+  for (Eigen::Index u = 0; u < L.w1.rows(); ++u) {
+    const auto& [slope, intercept] = s.pieces[pattern[static_cast<std::size_t>(u)]];
+    for (Eigen::Index r = 0; r < d; ++r) {
+      if (L.w2(r, u) == 0) continue;
+      if (slope != 0) {
+        const Rational ws = L.w2(r, u) * slope;
+        for (Eigen::Index k = 0; k < L.w1.cols(); ++k)
+          if (L.w1(u, k) != 0) A(r, k) += ws * L.w1(u, k);
+      }
+      b(r, 0) += L.w2(r, u) * (slope * L.b1(u, 0) + intercept);
+    }
+  }
+  Affine f{matrix_cast<Mpfi>(A), matrix_cast<Mpfi>(b)};
+  const std::lock_guard<std::mutex> lock(mutex_);
+  return s.cache->emplace(pattern, std::move(f)).first->second;
+}
+
+Mat<Mpfi> AffineForward::feedforward(const Sub& s, const Mat<Mpfi>& Z) const {
+  Mat<Mpfi> out = Z;
+  std::vector<unsigned char> pattern(s.units.size());
+  for (Eigen::Index t = 0; t < Z.cols(); ++t) {
+    bool decided = true;
+    for (std::size_t u = 0; u < s.units.size() && decided; ++u) {
+      Mpfi pre = s.units[u].bias;
+      for (const auto& [k, w] : s.units[u].in)
+        pre += w * Z(k, t);
+      std::size_t k = 0;  // the piece holding the whole enclosure: c_{k−1} ≤ pre < c_k
+      while (k < s.breaks.size() && lower(pre) >= upper(s.breaks[k]))
+        ++k;
+      decided = k == s.breaks.size() || upper(pre) < lower(s.breaks[k]);
+      pattern[u] = static_cast<unsigned char>(k);
+    }
+    if (!decided) {  // the plain enclosure: the library's own forward of this sub-layer
+      out.col(t) = forward(s.alone, Mat<Mpfi>(Z.col(t)));
+      continue;
+    }
+    const Affine& f = affine(s, pattern);
+    out.col(t) = f.A * Z.col(t) + f.b;
+  }
+  return out;
+}
+
+Mat<Mpfi> AffineForward::operator()(const Mat<Mpfi>& X) const {
+  Mat<Mpfi> Z = forward(head_, X);
+  for (const Sub& s : subs_)
+    Z = s.ff ? feedforward(s, Z) : forward(s.alone, Z);
+  return forward(tail_, Z);
+}
+
+}  // namespace uatlab
