@@ -25,6 +25,7 @@ struct DemoSize {
 
 struct Opts {
   std::string data, out, report, mode = "tuned", tolerance = "1e-6", value_map = "zhang";
+  int blocks = 0;
   bool tied = false, force = false;
   std::uint64_t seed = 1;
   unsigned max_bits = 1u << 18;
@@ -145,10 +146,18 @@ int cmd_memorize(const Opts& o) {
   opt.contextual = contextual_options(o);
   opt.tolerance = tolerance;
   opt.value_map = ks::parse_value_map(o.value_map);
+  opt.blocks = o.blocks;
   const ks::Memorized m = ks::memorize(ds, opt);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   print_contextual(ks::analyse(ds, true), m.contextual);
-  if (m.value_map == ks::ValueMap::zhang)
+  if (m.value_map == ks::ValueMap::deep) {
+    const json& p = m.deep_plan;
+    std::printf(
+        "feedforward deep: q = %zu context ids in %d blocks of %d; thresholds of %d bits, labels of %d bits; "
+        "payload %lld bits per block; %lld sub-layers\n",
+        m.hidden, p.at("blocks").get<int>(), p.at("block_size").get<int>(), p.at("beta").get<int>(),
+        p.at("rho").get<int>(), p.at("payload_bits").get<long long>(), p.at("depth").get<long long>());
+  } else if (m.value_map == ks::ValueMap::zhang)
     std::printf(
         "feedforward Zhang et al.: one direction, %zu biases between the data, triangular solve (width q = "
         "%zu)\n",
@@ -158,7 +167,9 @@ int cmd_memorize(const Opts& o) {
         "feedforward bounded: one direction, the piecewise-linear interpolant with knots at the data, flat "
         "outside (width q = %zu)\n",
         m.hidden);
-  if (std::isfinite(m.value_map_sup))
+  if (std::isnan(m.value_map_sup))
+    ;
+  else if (std::isfinite(m.value_map_sup))
     std::printf(
         "            sup over all inputs of |value map| <= %.17g (certified); the targets reach %.4g\n",
         m.value_map_sup, m.target_max);
@@ -277,9 +288,13 @@ void add_kajitsuka_commands(CLI::App& app, Commands& commands) {
   mem->add_option("--tolerance", o->tolerance, "Every output within this of its label")
       ->capture_default_str();
   mem->add_option("--value-map", o->value_map,
-                  "zhang (Zhang et al.'s layer) or bounded (knots at the data, flat outside them)")
+                  "zhang (Zhang et al.'s layer), bounded (knots at the data, flat outside them) or deep "
+                  "(bit extraction: parameters growing like sqrt(q) log; integer labels, d >= 4)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"zhang", "bounded"}));
+      ->check(CLI::IsMember({"zhang", "bounded", "deep"}));
+  mem->add_option("--blocks", o->blocks, "deep: the number of blocks B (0: the fewest parameters)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 20));
   mem->add_flag("--force", o->force, "Replace an existing F64 .safetensors beside the output");
   commands.push_back({mem, [o] { return cmd_memorize(*o); }});
 

@@ -10,7 +10,9 @@
 #include <map>
 #include <optional>
 
+#include "uatlab/construct/deep_value_map.hpp"
 #include "uatlab/model/init.hpp"
+#include "uatlab/verify/affine.hpp"
 #include "uatlab/verify/evaluate.hpp"
 
 namespace uatlab::kajitsuka {
@@ -541,9 +543,11 @@ json Contextual::report() const {
 // ---- stage 4: Zhang's feed-forward layer and the certificate of memorization -----------------------
 
 double certified_max_error(const Network<Rational>& net, const Dataset& ds, unsigned bits, double stop_above,
-                           const OnProgress& progress) {
+                           const OnProgress& progress, bool dependency_free) {
   const MpfrPrecision precision(bits);
   const Network<Mpfi> ni = network_cast<Mpfi>(net);
+  const std::optional<AffineForward> affine =
+      dependency_free ? std::optional<AffineForward>(std::in_place, net) : std::nullopt;
   std::vector<double> worst(ds.sequences.size(), 0);
   bool stop = false;
   long long done = 0;
@@ -554,7 +558,8 @@ double certified_max_error(const Network<Rational>& net, const Dataset& ds, unsi
     stopped = stop;
     if (stopped) continue;
     const Sequence& s = ds.sequences[i];
-    Mat<Mpfi> y = forward(ni, matrix_cast<Mpfi>(s.x));
+    const Mat<Mpfi> x = matrix_cast<Mpfi>(s.x);
+    const Mat<Mpfi> y = affine ? (*affine)(x) : forward(ni, x);
     double w = 0;
     for (Eigen::Index k = 0; k < y.cols(); ++k)
       for (Eigen::Index r = 0; r < y.rows(); ++r) {
@@ -575,37 +580,52 @@ double certified_max_error(const Network<Rational>& net, const Dataset& ds, unsi
 
 namespace {
 
-// The value map on the context ids, F(z) = z + W2 ReLU(1 aᵀz − b) + b2, with a seeded random
-// direction a; the sorted projections t_i = aᵀz_i must be certified distinct at this precision
-// (else false). Row r of W2 interpolates T_{r,i} = label_{r,i} − z_{r,i} at the t_i.
+// The context ids in MPFI at the precision in force, projected on a seeded random direction a
+// (doubles, so dyadic) and sorted by t = aᵀz; false unless consecutive t are certified apart.
+struct Projection1d {
+  struct Ctx {  // one context per (token, set); its label from a sequence holding that set
+    Mpfi t;
+    int set, col;
+  };
+  Vec<Rational> a;
+  std::vector<Mat<Mpfi>> z;
+  std::vector<Ctx> cs;
+};
+bool project_contexts(const Facts& f, const Network<Rational>& attention, std::uint64_t seed,
+                      Projection1d& p) {
+  p.z = context_ids<Mpfi>(attention, f);
+  Rng rng(seed ^ 0x5a17ULL);
+  p.a = Vec<Rational>(f.d);
+  for (int i = 0; i < f.d; ++i)
+    p.a(i) = rational_of(rng.gauss());
+  const Vec<Mpfi> ai = p.a.unaryExpr([](const Rational& x) { return Scalar<Mpfi>::from(x); });
+  p.cs.clear();
+  for (std::size_t s = 0; s < f.sets.size(); ++s)
+    for (int k = 0; k < f.n; ++k)
+      p.cs.push_back({Mpfi(ai.dot(p.z[s].col(k))), static_cast<int>(s), k});
+  std::sort(p.cs.begin(), p.cs.end(),
+            [](const auto& x, const auto& y) { return mp::median(x.t) < mp::median(y.t); });
+  for (std::size_t i = 0; i + 1 < p.cs.size(); ++i)
+    if (!(upper(p.cs[i].t) < lower(p.cs[i + 1].t))) return false;
+  return true;
+}
+
+// The value map on the context ids, F(z) = z + W2 ReLU(1 aᵀz − b) + b2, on the sorted projections
+// t_i = aᵀz_i. Row r of W2 interpolates T_{r,i} = label_{r,i} − z_{r,i} at the t_i.
 //   zhang    Zhang et al.: biases interleaving the t_i (b_0 = t_0 − g, b_i = (t_{i−1} + t_i)/2),
 //            W2 from the triangular system Σ_{j≤i} w_j (t_i − b_j) = T_i by running sums. The
 //            slopes alternate and grow like ΔT/g, and the last one continues to infinity.
 //   bounded  knots at the data, b_i = t_i: b2 = T_0, unit j < q−1 carries the slope change at
 //            t_j of the piecewise-linear interpolant, and unit q−1 cancels the final slope, so
 //            F − z stays within [min T, max T] everywhere (the same q units).
-bool value_map_layer(const Facts& f, const Dataset& ds, const Network<Rational>& attention, ValueMap kind,
-                     std::uint64_t seed, Layer<Rational>& ff, ValueMapProfile& profile) {
-  const auto z = context_ids<Mpfi>(attention, f);
-  struct Ctx {  // one context per (token, set); its label from a sequence holding that set
-    Mpfi t;
-    int set, col;
-  };
-  Rng rng(seed ^ 0x5a17ULL);
-  Vec<Rational> a(f.d);
-  for (int i = 0; i < f.d; ++i)
-    a(i) = rational_of(rng.gauss());
-  const Vec<Mpfi> ai = a.unaryExpr([](const Rational& x) { return Scalar<Mpfi>::from(x); });
-  std::vector<Ctx> cs;
-  for (std::size_t s = 0; s < f.sets.size(); ++s)
-    for (int k = 0; k < f.n; ++k)
-      cs.push_back({Mpfi(ai.dot(z[s].col(k))), static_cast<int>(s), k});
-  std::sort(cs.begin(), cs.end(),
-            [](const Ctx& x, const Ctx& y) { return mp::median(x.t) < mp::median(y.t); });
+void value_map_layer(const Facts& f, const Dataset& ds, const Projection1d& p, ValueMap kind,
+                     Layer<Rational>& ff, ValueMapProfile& profile) {
+  const auto& cs = p.cs;
+  const auto& z = p.z;
+  const Vec<Rational>& a = p.a;
   const std::size_t q = cs.size();
   Mpfr g = -1;
   for (std::size_t i = 0; i + 1 < q; ++i) {
-    if (!(upper(cs[i].t) < lower(cs[i + 1].t))) return false;
     Mpfr gi = mp::median(cs[i + 1].t) - mp::median(cs[i].t);
     if (g < 0 || gi < g) g = gi;
   }
@@ -659,7 +679,6 @@ bool value_map_layer(const Facts& f, const Dataset& ds, const Network<Rational>&
       ff.w2(r, q - 1) = -slope;  // flat beyond t_{q−1}
     }
   }
-  return true;
 }
 
 }  // namespace
@@ -667,11 +686,12 @@ bool value_map_layer(const Facts& f, const Dataset& ds, const Network<Rational>&
 ValueMap parse_value_map(const std::string& s) {
   if (s == "zhang") return ValueMap::zhang;
   if (s == "bounded") return ValueMap::bounded;
-  throw Error("value map \"" + s + "\": expected zhang or bounded");
+  if (s == "deep") return ValueMap::deep;
+  throw Error("value map \"" + s + "\": expected zhang, bounded or deep");
 }
 
 const char* value_map_name(ValueMap v) {
-  return v == ValueMap::zhang ? "zhang" : "bounded";
+  return v == ValueMap::zhang ? "zhang" : v == ValueMap::bounded ? "bounded" : "deep";
 }
 
 namespace {
@@ -745,6 +765,17 @@ Memorized memorize(const Dataset& ds, const MemorizeOptions& opt) {
     }
   }();
   if (tol_q <= 0) throw Error("tolerance must be positive, got " + opt.tolerance);
+  const bool deep = opt.value_map == ValueMap::deep;
+  if (deep) {
+    if (f.label_dim != 1) throw Error("the deep value map needs one label per token");
+    for (std::size_t i = 0; i < ds.sequences.size(); ++i)
+      for (Eigen::Index c = 0; c < ds.sequences[i].y.cols(); ++c) {
+        const Rational& y = ds.sequences[i].y(0, c);
+        if (mp::denominator(y) != 1 || y < 0 || y >= (1L << 20))
+          throw Error("the deep value map needs integer labels in [0, 2^20): sequence " +
+                      std::to_string(i + 1) + " token " + std::to_string(c + 1) + " has " + y.str());
+      }
+  }
   Memorized m;
   const auto t0 = std::chrono::steady_clock::now();
   auto since = [](std::chrono::steady_clock::time_point t) {
@@ -764,34 +795,57 @@ Memorized memorize(const Dataset& ds, const MemorizeOptions& opt) {
     const MpfrPrecision precision(bits);  // zhang_layer computes the contexts at it
     report(opt.contextual.progress, "memorize: the feed-forward layer at " + std::to_string(bits) + " bits",
            0, 0);
-    Layer<Rational> ff;
+    Projection1d proj;
     bool ok = false;
     for (int dir = 0; dir < 3 && !ok; ++dir)
-      ok = value_map_layer(f, ds, m.contextual.net, opt.value_map, opt.contextual.seed + dir, ff, m.profile);
-    m.hidden = static_cast<std::size_t>(ff.b1.rows());
+      ok = project_contexts(f, m.contextual.net, opt.contextual.seed + dir, proj);
+    m.hidden = proj.cs.size();
     if (ok) {
-      ffs.width = static_cast<int>(m.hidden);
-      Architecture a = arch;
-      a.layers.push_back(ffs);
-      a.validate();
-      Network<Rational> net(a);
-      net.layers[0] = m.contextual.net.layers[0];
-      net.layers[1].w1 = ff.w1;
-      net.layers[1].b1 = ff.b1;
-      net.layers[1].w2 = ff.w2;
-      net.layers[1].b2 = ff.b2;
-      if (k < d) {
-        net.readout_w = Mat<Rational>::Zero(k, d);
-        for (int i = 0; i < k; ++i)
-          net.readout_w(i, i) = 1;
-        net.readout_b = Mat<Rational>::Zero(k, 1);
+      Network<Rational> net;
+      if (deep) {
+        std::vector<deep::Point> pts;
+        for (const auto& c : proj.cs) {
+          const Rational y = ds.sequences[f.first_with_set[c.set]].y(0, c.col);
+          pts.push_back({Scalar<Mpfr>::to_rational(lower(c.t)), Scalar<Mpfr>::to_rational(upper(c.t)),
+                         static_cast<long>(Scalar<Rational>::to_double(y))});
+        }
+        const deep::Plan plan = deep::plan(m.contextual.net, pts, opt.blocks);
+        m.deep_plan = plan.report();
+        // The payload's P bits must be carried exactly: below that, start again higher.
+        const long long need = plan.payload_bits + 32;
+        if (bits < need && bits < opt.contextual.max_bits) {
+          bits = static_cast<unsigned>(std::min<long long>(need, opt.contextual.max_bits));
+          continue;
+        }
+        net = deep::build(m.contextual.net, proj.a, pts, plan);
+      } else {
+        Layer<Rational> ff;
+        value_map_layer(f, ds, proj, opt.value_map, ff, m.profile);
+        ffs.width = static_cast<int>(m.hidden);
+        Architecture a = arch;
+        a.layers.push_back(ffs);
+        a.validate();
+        net = Network<Rational>(a);
+        net.layers[0] = m.contextual.net.layers[0];
+        net.layers[1].w1 = ff.w1;
+        net.layers[1].b1 = ff.b1;
+        net.layers[1].w2 = ff.w2;
+        net.layers[1].b2 = ff.b2;
+        if (k < d) {
+          net.readout_w = Mat<Rational>::Zero(k, d);
+          for (int i = 0; i < k; ++i)
+            net.readout_w(i, i) = 1;
+          net.readout_b = Mat<Rational>::Zero(k, 1);
+        }
       }
       const double tol = Scalar<Mpfr>::to_double(lower(Scalar<Mpfi>::from(tol_q)));
       const std::string at = " at " + std::to_string(bits) + " bits";
-      m.max_error =
-          certified_max_error(net, ds, bits, kInf, [&](const std::string&, long long i, long long n) {
+      m.max_error = certified_max_error(
+          net, ds, bits, kInf,
+          [&](const std::string&, long long i, long long n) {
             report(opt.contextual.progress, "memorize: certify every sequence" + at, i, n);
-          });
+          },
+          deep);
       if (m.max_error <= tol) {
         m.seconds_construct_certify = since(t0);
         const auto t1 = std::chrono::steady_clock::now();
@@ -800,7 +854,7 @@ Memorized memorize(const Dataset& ds, const MemorizeOptions& opt) {
         m.min_bits = min_certified_bits(bits, [&](unsigned b) {
           report(opt.contextual.progress,
                  "memorize: smallest certified precision, trying " + std::to_string(b) + " bits", 0, 0);
-          return certified_max_error(m.net, ds, b, tol) <= tol;
+          return certified_max_error(m.net, ds, b, tol, {}, deep) <= tol;
         });
         m.seconds_min_bits = since(t1);
         break;
@@ -832,14 +886,15 @@ Memorized memorize(const Dataset& ds, const MemorizeOptions& opt) {
     return c;
   };
   m.params_attention = count(m.net, "layers.0.");
-  m.params_ff = count(m.net, "layers.1.");
   m.params_total = m.net.parameter_count();
+  m.params_ff = deep ? m.params_total - m.params_attention : count(m.net, "layers.1.");
   const std::size_t q = m.hidden;
   m.zhang_form_attention = opt.contextual.tied ? 2 * d : 4 * d;
   m.zhang_form_ff = d + q + d * q;
   m.zhang_form_total = m.zhang_form_attention + m.zhang_form_ff;
   m.value_map = opt.value_map;
-  for (int r = 0; r < k; ++r)
+  if (deep) m.value_map_sup = std::numeric_limits<double>::quiet_NaN();
+  for (int r = 0; r < k && !deep; ++r)
     m.value_map_sup = std::max(m.value_map_sup, value_map_bound(m.net.layers[1], r, m.bits_used).sup);
   for (double x : m.profile.target)
     m.target_max = std::max(m.target_max, std::abs(x));
@@ -864,8 +919,11 @@ json Memorized::report() const {
        {{"attention", zhang_form_attention}, {"feedforward", zhang_form_ff}, {"total", zhang_form_total}}},
       {"value_map",
        {{"form", value_map_name(value_map)},
-        {"sup_abs_certified", std::isfinite(value_map_sup) ? json(value_map_sup) : json("inf")},
-        {"max_abs_target_row0", target_max}}}};
+        {"sup_abs_certified", std::isnan(value_map_sup)      ? json(nullptr)
+                              : std::isfinite(value_map_sup) ? json(value_map_sup)
+                                                             : json("inf")},
+        {"max_abs_target_row0", target_max},
+        {"deep", deep_plan}}}};
 }
 
 // ---- Theorem 1 ---------------------------------------------------------------------------------

@@ -519,6 +519,8 @@ Modified build_modified(const Target& f, int d, int n, int K, bool pe, long max_
 
 Modified build_kajitsuka(const Target& f, int d, int n, int K, bool pe, kajitsuka::ValueMap value_map,
                          long max_sequences) {
+  if (value_map == kajitsuka::ValueMap::deep)
+    throw Error("value map deep: Proposition 1's targets are not integer labels (zhang or bounded)");
   Modified m;
   m.construction = "kajitsuka";
   check_sizes(d, n, K);

@@ -108,8 +108,10 @@ Contextual build_contextual(const Facts& f, const ContextualOptions& opt);
 
 // The feed-forward value map on the context ids (see value_map_layer in kajitsuka.cpp):
 // zhang (Zhang et al.: biases between the data, slopes that alternate and grow, unbounded outside)
-// or bounded (knots at the data, the piecewise-linear interpolant, flat outside).
-enum class ValueMap { zhang, bounded };
+// or bounded (knots at the data, the piecewise-linear interpolant, flat outside), both one layer of
+// q units; or deep (construct/deep_value_map.hpp: bit extraction, parameters growing like √q·log,
+// integer labels, d ≥ 4).
+enum class ValueMap { zhang, bounded, deep };
 ValueMap parse_value_map(const std::string& s);
 const char* value_map_name(ValueMap v);
 
@@ -161,8 +163,9 @@ struct Memorized {
   // The Zhang form's count (uatlab's, not a formula from the paper): 4d (2d tied) + d + q + dq.
   std::size_t zhang_form_attention = 0, zhang_form_ff = 0, zhang_form_total = 0;
   ValueMap value_map = ValueMap::zhang;
+  nlohmann::json deep_plan;  // deep: deep::Plan::report()
   ValueMapProfile profile;
-  double value_map_sup = 0;  // certified sup over all t and output rows of |F(t)| (inf: unbounded)
+  double value_map_sup = 0;  // certified sup over all t and output rows of |F(t)| (inf: unbounded; NaN: deep)
   double target_max = 0;     // max |label − z| over the contexts, what F must reach
   nlohmann::json report() const;
 };
@@ -171,6 +174,7 @@ struct MemorizeOptions {
   ContextualOptions contextual;
   std::string tolerance = "1e-6";  // every output within this of its label
   ValueMap value_map = ValueMap::zhang;
+  int blocks = 0;  // deep: B (0: the fewest parameters)
 };
 
 // Certified memorization: every training sequence is evaluated through the whole network in
@@ -180,10 +184,11 @@ Memorized memorize(const Dataset& ds, const MemorizeOptions& opt);
 
 // Evaluate `net` on every sequence in MPFI at `bits`; the largest upper bound of
 // |output − label|, or +inf when an enclosure is undecided/unbounded. Stops early (returning some
-// value above stop_above) once one sequence exceeds stop_above.
+// value above stop_above) once one sequence exceeds stop_above. dependency_free: feed-forward
+// sub-layers through AffineForward (verify/affine.hpp), as the deep value map needs.
 double certified_max_error(const Network<Rational>& net, const Dataset& ds, unsigned bits,
                            double stop_above = std::numeric_limits<double>::infinity(),
-                           const OnProgress& progress = {});
+                           const OnProgress& progress = {}, bool dependency_free = false);
 
 // Theorem 1. Tokens λ·u on a line, Λ1 = {1,3,5,7}, Λ2 = {1,2,6,7} (same min, max and mean),
 // u = (3/5, 4/5): the two sequences, unlabelled.
