@@ -7,6 +7,8 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <sstream>
 #include <thread>
 
 #include "uatlab/experiment/approximate.hpp"
@@ -396,4 +398,54 @@ TEST(Experiment, YunMixersCellsReportLossSeparationAndThroughput) {
     const bool control = cell.at("model") == "control";
     EXPECT_EQ(r.at("log10_delta").size(), control ? 0u : 4u);
   }
+}
+
+TEST(Experiment, SlopeAndMeanIntervalMatchStudentsTable) {
+  EXPECT_NEAR(slope({0, 1, 2, 3}, {1, 3, 5, 7}), 2, 1e-15);
+  EXPECT_TRUE(std::isnan(slope({1}, {2})));
+  // mean 2, sd 1; Student's t with 2 degrees of freedom has the closed form
+  // t_p = √(2 / (4p(1 − p)) − 2), 4.3026527297494... at p = 0.975.
+  const Interval i = mean_interval({1, 2, 3});
+  const double t = std::sqrt(2 / (4 * 0.975 * 0.025) - 2);
+  EXPECT_NEAR(i.mean, 2, 1e-15);
+  EXPECT_NEAR(i.hi - i.mean, t / std::sqrt(3.0), 1e-12);
+  EXPECT_NEAR(i.mean - i.lo, i.hi - i.mean, 1e-15);
+  EXPECT_TRUE(std::isnan(mean_interval({5}).lo));
+}
+
+// memorization-capacity in smoke mode: every construction memorizes with the same criterion; the
+// deep value map's parameters grow more slowly than Zhang's (an exponent below Zhang's); a
+// trained run counts only when certified.
+TEST(Experiment, MemorizationCapacityFitsExponentsForProofsAndTrainings) {
+  const std::string dir = fresh_dir("memorization-capacity");
+  Context c;
+  c.mode = Mode::smoke;
+  RunOptions o;
+  o.out_dir = dir;
+  const std::string md = run_experiment(find_experiment("memorization-capacity"), c, o);
+  for (const char* f : {".md", ".csv", ".png", "-exponents.csv"})
+    EXPECT_TRUE(std::filesystem::exists(dir + "/memorization-capacity" + f)) << f;
+  std::map<std::string, double> exponent;
+  std::istringstream csv(read_file(dir + "/memorization-capacity-exponents.csv"));
+  std::string line;
+  std::getline(csv, line);
+  while (std::getline(csv, line)) {
+    const auto comma = line.find(',', line.rfind('"') == std::string::npos ? 0 : line.rfind('"'));
+    exponent[line.substr(0, comma)] = std::stod(line.substr(comma + 1));
+  }
+  ASSERT_TRUE(exponent.count("\"construction, deep value map\""))
+      << read_file(dir + "/memorization-capacity-exponents.csv");
+  EXPECT_LT(exponent["\"construction, deep value map\""],
+            exponent["\"construction, zhang value map\""] - 0.2);
+  std::istringstream runs(read_file(dir + "/runs.jsonl"));
+  while (std::getline(runs, line)) {
+    const json l = json::parse(line);
+    const json& r = l.at("result");
+    if (l.at("cell").at("kind") == "construction")
+      EXPECT_TRUE(r.at("memorized").get<bool>());
+    else
+      for (const json& p : r.at("probes"))
+        if (p.at("certified").get<bool>()) EXPECT_TRUE(p.at("memorized").get<bool>());
+  }
+  EXPECT_NE(md.find("Fitted exponent"), std::string::npos);
 }

@@ -202,7 +202,7 @@ void write_contextual_plots(const kajitsuka::Contextual& c, const kajitsuka::Fac
 }
 
 std::vector<Experiment> kajitsuka_experiments() {
-  return {kajitsuka_memorization_experiment(), delta_experiment()};
+  return {kajitsuka_memorization_experiment(), delta_experiment(), memorization_capacity()};
 }
 
 }  // namespace uatlab::experiment

@@ -104,4 +104,30 @@ Welch welch(const std::vector<double>& a, const std::vector<double>& b) {
   return w;
 }
 
+double slope(const std::vector<double>& x, const std::vector<double>& y) {
+  const std::size_t n = std::min(x.size(), y.size());
+  if (n < 2) return std::numeric_limits<double>::quiet_NaN();
+  double mx = 0, my = 0;
+  for (std::size_t i = 0; i < n; ++i)
+    mx += x[i], my += y[i];
+  mx /= static_cast<double>(n), my /= static_cast<double>(n);
+  double sxy = 0, sxx = 0;
+  for (std::size_t i = 0; i < n; ++i)
+    sxy += (x[i] - mx) * (y[i] - my), sxx += (x[i] - mx) * (x[i] - mx);
+  return sxx > 0 ? sxy / sxx : std::numeric_limits<double>::quiet_NaN();
+}
+
+Interval mean_interval(const std::vector<double>& v, double level) {
+  Interval r;
+  r.runs = static_cast<int>(v.size());
+  if (v.empty()) return r;
+  r.mean = mean(v);
+  if (v.size() < 2) return r;
+  const boost::math::students_t dist(static_cast<double>(v.size() - 1));
+  const double half =
+      boost::math::quantile(dist, 0.5 + level / 2) * sd(v) / std::sqrt(static_cast<double>(v.size()));
+  r.lo = r.mean - half, r.hi = r.mean + half;
+  return r;
+}
+
 }  // namespace uatlab::experiment

@@ -87,6 +87,7 @@ std::vector<Experiment> wang_e_experiments();
 std::vector<Experiment> kajitsuka_experiments();
 std::vector<Experiment> fang_experiments();
 std::vector<Experiment> yun_experiments();
-Experiment yun_mixers();  // src/experiment/mixers.cpp, listed by yun_experiments()
+Experiment yun_mixers();             // src/experiment/mixers.cpp, listed by yun_experiments()
+Experiment memorization_capacity();  // src/experiment/capacity.cpp, listed by kajitsuka_experiments()
 
 }  // namespace uatlab::experiment

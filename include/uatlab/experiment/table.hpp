@@ -3,6 +3,7 @@
 #pragma once
 
 #include <functional>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -36,6 +37,15 @@ struct Welch {
   bool valid = false;
 };
 Welch welch(const std::vector<double>& a, const std::vector<double>& b);
+
+// The least-squares slope of y on x (NaN with fewer than two points or no spread in x).
+double slope(const std::vector<double>& x, const std::vector<double>& y);
+// The mean of v with its two-sided Student-t interval at `level` (lo, hi NaN below two values).
+struct Interval {
+  double mean = std::numeric_limits<double>::quiet_NaN(), lo = mean, hi = mean;
+  int runs = 0;
+};
+Interval mean_interval(const std::vector<double>& v, double level = 0.95);
 
 // The text of a JSON value for a label: strings without quotes, numbers as JSON writes them.
 std::string label(const json& j);

@@ -1,0 +1,263 @@
+// `uatlab reproduce memorization-capacity`: parameters needed to memorize N sequences, for three
+// constructions (proofs) and three trained families (measurements), judged by one criterion:
+// every training token's class certified correct in MPFI. docs/memorization-capacity.md.
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "uatlab/construct/kajitsuka.hpp"
+#include "uatlab/experiment/memorization.hpp"
+#include "uatlab/experiment/table.hpp"
+#include "uatlab/io/json.hpp"
+#include "uatlab/verify/analyse.hpp"
+
+namespace uatlab::experiment {
+
+namespace {
+
+// The data of every cell: Kajitsuka's memorize task (3 classes, a function of token and set).
+constexpr int kN = 4, kD = 4, kV = 32;
+
+struct Family {  // a trained model family: heads, head size, tied Q = K = V
+  const char* name;
+  int H, s;
+  bool tied;
+};
+const std::vector<Family>& families() {
+  static const std::vector<Family> f = {
+      {"trained, 1 tied head of size 1", 1, 1, true},
+      {"trained, 4 heads of size 1", 4, 1, false},
+      {"trained, 1 head of size 4 (rank 4)", 1, 4, false},
+  };
+  return f;
+}
+const char* const kMaps[] = {"zhang", "bounded", "deep"};
+
+std::string curve_of(const json& cell) {
+  return cell.at("kind") == "construction"
+             ? "construction, " + cell.at("map").get<std::string>() + " value map"
+             : cell.at("family").get<std::string>();
+}
+
+// A construction: memorize (tuned, tied) with the value map; certified |y − label| ≤ 10^-6, so the
+// nearest class is the label's.
+json run_construction(const json& cell) {
+  const Dataset ds = kajitsuka::demo_dataset(cell.at("N"), kN, kD, kV, cell.at("seed").get<std::uint64_t>());
+  kajitsuka::MemorizeOptions o;
+  o.contextual.tied = true;
+  o.contextual.seed = cell.at("seed").get<std::uint64_t>();
+  o.value_map = kajitsuka::parse_value_map(cell.at("map"));
+  const kajitsuka::Memorized m = kajitsuka::memorize(ds, o);
+  std::size_t nonzero = 0;
+  m.net.for_each_tensor([&](const std::string&, const Mat<Rational>& t, Layout) {
+    for (Eigen::Index i = 0; i < t.size(); ++i)
+      nonzero += t(i) != 0;
+  });
+  json r = {{"memorized", true},
+            {"parameters", m.params_total},
+            {"nonzero_parameters", nonzero},
+            {"contexts", m.hidden},
+            {"min_bits", m.min_bits},
+            {"seconds", m.seconds_construct_certify + m.seconds_min_bits}};
+  if (!m.deep_plan.is_null()) r["deep"] = m.deep_plan;
+  return r;
+}
+
+// A trained family: the smallest FF width of the grid whose training memorizes, found by bisection
+// (memorizing is taken to be monotone in the width); a run memorizes when every training token's
+// argmax is certified correct in MPFI (64 bits, then 256).
+json run_trained(const json& cell) {
+  const Family& fam = *std::find_if(families().begin(), families().end(),
+                                    [&](const Family& f) { return cell.at("family") == f.name; });
+  const std::vector<int> widths = cell.at("widths");
+  json probes = json::array();
+  long best = -1;
+  json best_run;
+  for (long lo = 0, hi = static_cast<long>(widths.size()); lo < hi;) {
+    const long mid = (lo + hi) / 2;
+    const json train_cell = {{"task", "memorize"},
+                             {"N", cell.at("N")},
+                             {"n", kN},
+                             {"d", kD},
+                             {"V", kV},
+                             {"m", widths[mid]},
+                             {"H", fam.H},
+                             {"s", fam.s},
+                             {"tied", fam.tied},
+                             {"seed", cell.at("seed")},
+                             {"steps", cell.at("steps")},
+                             {"batch", 64},
+                             {"lr", 0.01}};
+    Network<float> net;
+    json r = train_memorization(train_cell, &net);
+    bool certified = false;
+    if (r.at("memorized").get<bool>()) {
+      TaskOptions o;
+      o.N = cell.at("N"), o.n = kN, o.d = kD, o.V = kV, o.seed = cell.at("seed").get<std::uint64_t>();
+      const Dataset data = make_task("memorize", o);
+      const Network<Rational> exact = network_cast<Rational>(net);
+      for (unsigned bits : {64u, 256u}) {
+        const Predictions p =
+            certify_predictions(exact, data, LabelKind::classes, Rational(0), bits, {}, true);
+        certified = p.all();
+        if (certified || std::none_of(p.failures.begin(), p.failures.end(),
+                                      [](const PredictionFailure& f) { return f.kind == "undecided"; }))
+          break;
+      }
+    }
+    r["width"] = widths[mid];
+    r["certified"] = certified;
+    probes.push_back(r);
+    if (certified)
+      best = mid, best_run = r, hi = mid;
+    else
+      lo = mid + 1;
+  }
+  json out = {{"memorized", best >= 0}, {"probes", probes}};
+  if (best >= 0) {
+    out["parameters"] = best_run.at("parameters");
+    out["width"] = widths[best];
+    out["steps"] = best_run.at("steps");
+  }
+  return out;
+}
+
+// A verdict on a fitted exponent's 95% interval against 1 (linear in N).
+std::string against_linear(const Interval& e) {
+  if (!(e.runs >= 2) || std::isnan(e.lo)) return "too few runs";
+  if (e.hi < 1) return "sub-linear";
+  if (e.lo > 1) return "super-linear";
+  return "consistent with linear";
+}
+
+std::string report(const std::vector<json>& lines, const Outputs& out, const Context& c) {
+  auto curve = [](const json& cell) { return curve_of(cell); };
+  auto column = [](const json& cell) { return "N=" + label(cell.at("N")); };
+  std::vector<json> done;
+  for (const json& l : lines)
+    if (l.at("result").at("memorized").get<bool>()) done.push_back(l);
+  const Grouped g =
+      group(done, curve, column, [](const json& r) { return r.at("parameters").get<double>(); });
+  std::string md =
+      "Stored parameters of the smallest memorizing model, mean ± sd over the seeds that memorized:\n\n" +
+      write_grouped(g, "curve", out, 4);
+  // How many seeds memorized, per cell (trained families within their grid of widths).
+  std::map<std::pair<std::string, std::string>, std::pair<int, int>> count;
+  std::vector<std::string> curves, cols;
+  for (const json& l : lines) {
+    const std::string r = curve(l.at("cell")), col = column(l.at("cell"));
+    if (std::find(curves.begin(), curves.end(), r) == curves.end()) curves.push_back(r);
+    if (std::find(cols.begin(), cols.end(), col) == cols.end()) cols.push_back(col);
+    auto& [yes, all] = count[{r, col}];
+    yes += l.at("result").at("memorized").get<bool>(), ++all;
+  }
+  Row header = {"curve"};
+  header.insert(header.end(), cols.begin(), cols.end());
+  std::vector<Row> rows;
+  for (const std::string& r : curves) {
+    Row row = {r};
+    for (const std::string& col : cols) {
+      auto it = count.find({r, col});
+      row.push_back(it == count.end()
+                        ? ""
+                        : std::to_string(it->second.first) + "/" + std::to_string(it->second.second));
+    }
+    rows.push_back(row);
+  }
+  md += "\nSeeds that memorized (certified), of those run:\n\n" + markdown_table(header, rows);
+  // The exponent: per seed, the least-squares slope of log(parameters) on log(N) over the N it
+  // memorized; then the mean over seeds with its 95% Student-t interval.
+  std::map<std::string, std::map<long long, std::pair<std::vector<double>, std::vector<double>>>> pts;
+  for (const json& l : done)
+    pts[curve(l.at("cell"))][l.at("cell").at("seed").get<long long>()].first.push_back(
+        std::log(l.at("cell").at("N").get<double>())),
+        pts[curve(l.at("cell"))][l.at("cell").at("seed").get<long long>()].second.push_back(
+            std::log(l.at("result").at("parameters").get<double>()));
+  rows.clear();
+  std::vector<Row> csv;
+  for (const std::string& r : curves) {
+    std::vector<double> slopes;
+    for (const auto& [seed, xy] : pts[r]) {
+      const double s = slope(xy.first, xy.second);
+      if (std::isfinite(s)) slopes.push_back(s);
+    }
+    const Interval e = mean_interval(slopes);
+    const bool proof = r.rfind("construction", 0) == 0;
+    rows.push_back({r, fixed(e.mean, 3),
+                    std::isnan(e.lo) ? "" : "[" + fixed(e.lo, 3) + ", " + fixed(e.hi, 3) + "]",
+                    std::to_string(e.runs), against_linear(e),
+                    proof ? "proof (certified construction)" : "measurement (training)"});
+    csv.push_back({r, fixed(e.mean, 6), fixed(e.lo, 6), fixed(e.hi, 6), std::to_string(e.runs)});
+  }
+  md +=
+      "\nFitted exponent p in parameters ∝ N^p (per seed, least squares on log-log; mean and 95% Student-t "
+      "interval over seeds):\n\n" +
+      markdown_table({"curve", "exponent", "95% interval", "seeds", "verdict against p = 1", "kind"}, rows);
+  write_file_atomic(out.dir + "/" + out.name + "-exponents.csv",
+                    csv_text({"curve", "exponent", "lo95", "hi95", "seeds"}, csv));
+  // The deep value map's own figures.
+  rows.clear();
+  for (const json& l : done)
+    if (l.at("result").contains("deep")) {
+      const json &r = l.at("result"), &p = r.at("deep");
+      rows.push_back({label(l.at("cell").at("N")), label(l.at("cell").at("seed")), label(r.at("contexts")),
+                      label(p.at("blocks")), label(p.at("block_size")), label(p.at("beta")),
+                      label(p.at("payload_bits")), label(r.at("min_bits")), label(p.at("depth")),
+                      label(r.at("parameters")), label(r.at("nonzero_parameters")),
+                      fixed(r.at("seconds"), 3)});
+    }
+  md +=
+      "\nThe deep value map: contexts q, blocks B of s ids, threshold bits β, payload bits P per block, the "
+      "fewest bits that still certify, sub-layers, stored and nonzero parameters, seconds (construct + "
+      "certify + min-bits search):\n\n" +
+      markdown_table(
+          {"N", "seed", "q", "B", "s", "β", "P", "bits needed", "depth", "parameters", "nonzero", "seconds"}, rows);
+  write_file_atomic(out.path(".md"), md);
+  LinePlot plot{"Memorization: parameters needed against N (" + std::string(to_string(c.mode)) + " mode)",
+                "N (sequences of 4 tokens)", "stored parameters (mean, sd over seeds)"};
+  plot.logx = plot.logy = true;
+  plot.series = row_series(g, 2);
+  plot_png(out.path(".png"), plot);
+  return md;
+}
+
+}  // namespace
+
+Experiment memorization_capacity() {
+  Experiment e;
+  e.name = "memorization-capacity";
+  e.summary =
+      "parameters needed to memorize N sequences: Zhang's, the bounded and the deep (bit-extraction) value "
+      "map, and trained models (1 tied rank-1 head, 4 heads, rank 4), one certified criterion, fitted "
+      "exponents";
+  e.cells = [](const Context& c) {
+    std::vector<json> cells;
+    const int seeds = c.seeds > 0 ? c.seeds : c.pick(1, 3, 5);
+    const std::vector<int> built = c.pick({8, 16}, {8, 16, 32, 64, 128, 256, 512, 1024},
+                                          {8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096});
+    const std::vector<int> trained = c.pick({8, 16}, {8, 16, 32, 64}, {8, 16, 32, 64, 128, 256});
+    const std::vector<int> widths =
+        c.pick({4, 16}, {4, 8, 16, 32, 64, 128, 256, 512}, {4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048});
+    for (int seed = 1; seed <= seeds; ++seed) {
+      for (const char* map : kMaps)
+        for (int N : built)
+          cells.push_back({{"kind", "construction"}, {"map", map}, {"N", N}, {"seed", seed}});
+      for (const Family& f : families())
+        for (int N : trained)
+          cells.push_back({{"kind", "trained"},
+                           {"family", f.name},
+                           {"N", N},
+                           {"seed", seed},
+                           {"widths", widths},
+                           {"steps", c.step_count(200, 4000, 20000)}});
+    }
+    return cells;
+  };
+  e.run = [](const json& cell, const Context&) {
+    return cell.at("kind") == "construction" ? run_construction(cell) : run_trained(cell);
+  };
+  e.report = report;
+  return e;
+}
+
+}  // namespace uatlab::experiment
