@@ -19,6 +19,7 @@
 #include "uatlab/io/dataset.hpp"
 #include "uatlab/io/json.hpp"
 #include "uatlab/io/model_file.hpp"
+#include "uatlab/limits.hpp"
 #include "uatlab/model/init.hpp"
 #include "uatlab/train/tasks.hpp"
 #include "uatlab/train/trainer.hpp"
@@ -323,9 +324,12 @@ PYBIND11_MODULE(_core, m) {
   m.def(
       "memorize",
       [](const Dataset& ds, const std::string& mode, bool tied, const std::string& value_map,
-         const std::string& tolerance, std::uint64_t seed, unsigned max_bits, const py::object& progress) {
+         const std::string& tolerance, std::uint64_t seed, unsigned max_bits, int blocks,
+         const py::object& progress) {
         const CallbackPtr cb = callback(progress);
+        limits::check_count(blocks, 0, 1 << 20, "blocks");
         kajitsuka::MemorizeOptions o;
+        o.blocks = blocks;
         o.contextual.mode = kajitsuka::parse_mode(mode), o.contextual.tied = tied, o.contextual.seed = seed;
         o.contextual.max_bits = max_bits, o.contextual.progress = progress_of(cb);
         o.value_map = kajitsuka::parse_value_map(value_map), o.tolerance = tolerance;
@@ -338,7 +342,7 @@ PYBIND11_MODULE(_core, m) {
       },
       py::arg("data"), py::arg("mode") = "tuned", py::arg("tied") = false, py::arg("value_map") = "zhang",
       py::arg("tolerance") = "1e-6", py::arg("seed") = 1, py::arg("max_bits") = 1u << 16,
-      py::arg("progress") = py::none());
+      py::arg("blocks") = 0, py::arg("progress") = py::none());
 
   m.def(
       "polynomial",

@@ -67,6 +67,16 @@ def test_constructions():
     check(len(calls) > 0, "the progress callback is called")
     lo, hi = net.eval(X[0], precision="interval:128")
     check(((lo <= Y[0] + 1e-6) & (hi >= Y[0] - 1e-6)).all(), "memorized outputs within the tolerance")
+    rng = np.random.default_rng(5)
+    V = np.round(rng.normal(size=(12, 4)), 3)
+    sets = [sorted(rng.choice(12, 3, replace=False)) for _ in range(8)]
+    Xd = [V[s] for s in sets]
+    Yd = [[[(7 * t + sum(s)) % 3] for t in s] for s in sets]
+    dnet, drep = uatlab.memorize(Xd, Yd, value_map="deep", blocks=3)
+    check(drep["value_map"]["deep"]["blocks"] == 3 and drep["max_error_certified"] == 0,
+          f"the deep value map memorizes exactly: {drep['value_map']['deep']}")
+    yd = dnet.eval(Xd[1], precision="512")
+    check(all(abs(yd[k][0] - Yd[1][k][0]) < Fraction(1, 10**100) for k in range(3)), "deep: MPFR gives the labels")
     att, crep = uatlab.contextual(X)
     check(crep["V"] == 8 and att.architecture["layers"][0]["type"] == "attention", "contextual")
     p, proof = uatlab.polynomial("x1^2*x2 - 1/3", ["x1", "x2"])

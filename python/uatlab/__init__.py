@@ -178,10 +178,13 @@ def contextual(X, mode="tuned", tied=False, seed=1, max_bits=1 << 16, progress=N
 
 
 def memorize(X, Y, mode="tuned", tied=False, value_map="zhang", tolerance="1e-6", seed=1, max_bits=1 << 16,
-             progress=None):
+             blocks=0, progress=None):
     """Kajitsuka & Sato's memorization network for sequences X and labels Y (each (n, k) values),
-    every output certified within the tolerance in MPFI; (network, report)."""
-    return _pair(_core.memorize(_data(X, Y), mode, tied, value_map, _exact(tolerance), seed, max_bits, progress))
+    every output certified within the tolerance in MPFI; (network, report). value_map: "zhang",
+    "bounded" or "deep" (bit extraction, integer labels, d >= 4; blocks: its B, 0 for the fewest
+    parameters)."""
+    return _pair(_core.memorize(_data(X, Y), mode, tied, value_map, _exact(tolerance), seed, max_bits, blocks,
+                                progress))
 
 
 def polynomial(expr, vars, box="1", variant="single-head", degree=0, seed=1):
