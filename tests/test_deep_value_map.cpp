@@ -8,6 +8,7 @@
 #include "uatlab/construct/deep_value_map.hpp"
 #include "uatlab/construct/kajitsuka.hpp"
 #include "uatlab/model/init.hpp"
+#include "uatlab/verify/analyse.hpp"
 
 using namespace uatlab;
 namespace ks = uatlab::kajitsuka;
@@ -75,6 +76,13 @@ TEST(DeepValueMap, MemorizesEveryLabelCheckedIndependentlyIn2000Bits) {
   EXPECT_GT(ks::certified_max_error(wrong, ds, m.bits_used, 1e-6, {}, true), 1e-6);
   // Plain interval arithmetic loses the steep steps' cancellation: it cannot certify the same net.
   EXPECT_GT(ks::certified_max_error(m.net, ds, m.bits_used, 1e-6), 1e-6);
+  // analyse agrees with memorize's certificate with --affine, and is undecided without it.
+  for (bool affine : {true, false}) {
+    const Predictions pr = certify_predictions(m.net, ds, LabelKind::values, Rational(1, 1000000),
+                                               m.bits_used, {}, false, affine);
+    EXPECT_EQ(pr.all(), affine);
+    if (!affine) EXPECT_EQ(pr.failures.front().kind, "undecided");
+  }
 }
 
 TEST(DeepValueMap, ChosenBlocksAreUsed) {

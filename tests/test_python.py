@@ -75,6 +75,8 @@ def test_constructions():
     dnet, drep = uatlab.memorize(Xd, Yd, value_map="deep", blocks=3)
     check(drep["value_map"]["deep"]["blocks"] == 3 and drep["max_error_certified"] == 0,
           f"the deep value map memorizes exactly: {drep['value_map']['deep']}")
+    ad = uatlab.analyse(dnet, Xd, Yd, labels="values", rounding=False, separation=False, affine=True)
+    check(ad["memorization"]["certified"] == 24, f"analyse(affine=True) certifies the deep map: {ad['memorization']}")
     yd = dnet.eval(Xd[1], precision="512")
     check(all(abs(yd[k][0] - Yd[1][k][0]) < Fraction(1, 10**100) for k in range(3)), "deep: MPFR gives the labels")
     att, crep = uatlab.contextual(X)

@@ -336,6 +336,9 @@ void add_model_commands(CLI::App& app, Commands& commands) {
       ->capture_default_str();
   a->add_flag("!--no-min-bits", an->opt.min_bits, "Skip the search for the fewest bits");
   a->add_flag("!--no-rounding", an->opt.rounding, "Skip float32 / bfloat16 / float16 weights");
+  a->add_flag("--affine", an->opt.affine,
+              "Feed-forward sub-layers as exact affine maps on the enclosures (steep staircases such as "
+              "memorize --value-map deep need it)");
   a->add_flag("--check", an->check, "Fail (exit 1) unless every prediction is certified");
   a->add_option("--report", an->report, "Write the report as JSON");
   a->add_option("--plot", an->plot, "Draw the separation per attention layer (PNG)");

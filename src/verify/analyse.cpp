@@ -6,12 +6,14 @@
 #include <cfenv>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <queue>
 #include <sstream>
 
 #include "uatlab/io/report.hpp"
 #include "uatlab/limits.hpp"
 #include "uatlab/model/init.hpp"
+#include "uatlab/verify/affine.hpp"
 #include "uatlab/verify/evaluate.hpp"
 #include "uatlab/verify/precision.hpp"
 
@@ -91,13 +93,15 @@ LabelKind label_kind(const std::string& labels, const Dataset& ds, int outputs) 
 
 Predictions certify_predictions(const Network<Rational>& net, const Dataset& ds, LabelKind kind,
                                 const Rational& tolerance, unsigned bits, const OnProgress& progress,
-                                bool stop_at_failure) {
+                                bool stop_at_failure, bool affine) {
   check_fit(net, ds, kind);
   Predictions p;
   p.kind = kind;
   p.bits = bits;
   const MpfrPrecision precision(bits);
   const Network<Mpfi> ni = network_cast<Mpfi>(net);
+  std::optional<AffineForward> af;
+  if (affine && !ds.token_input) af.emplace(net);
   const Mpfi tol = Scalar<Mpfi>::from(tolerance);
   const long N = static_cast<long>(ds.sequences.size());
   std::vector<std::vector<PredictionFailure>> fails(static_cast<std::size_t>(N));
@@ -114,7 +118,9 @@ Predictions certify_predictions(const Network<Rational>& net, const Dataset& ds,
     Mat<Mpfi> y;
     bool evaluated = true;
     try {
-      y = ds.token_input ? forward_tokens(ni, s.tokens) : forward(ni, matrix_cast<Mpfi>(s.x));
+      y = ds.token_input ? forward_tokens(ni, s.tokens)
+          : af           ? (*af)(matrix_cast<Mpfi>(s.x))
+                         : forward(ni, matrix_cast<Mpfi>(s.x));
     } catch (const Error&) {  // shapes were checked: an undecided hardmax or an unbounded enclosure
       evaluated = false;
     }
@@ -444,17 +450,17 @@ Analysis analyse(const Network<Rational>& net, const Dataset& ds, const AnalyseO
                        [](const PredictionFailure& f) { return f.kind == "undecided"; });
   };
   for (unsigned bits = o.bits;; bits = std::min(2 * bits, o.max_bits)) {
-    a.predictions = certify_predictions(net, ds, kind, tol, bits, o.progress, true);
+    a.predictions = certify_predictions(net, ds, kind, tol, bits, o.progress, true, o.affine);
     if (a.predictions.all()) break;
     if (a.predictions.failures.front().kind == "undecided" && bits < o.max_bits) continue;
-    a.predictions = certify_predictions(net, ds, kind, tol, bits, o.progress);
+    a.predictions = certify_predictions(net, ds, kind, tol, bits, o.progress, false, o.affine);
     if (!undecided(a.predictions) || bits >= o.max_bits) break;
   }
   const unsigned bits = a.predictions.bits;
   if (o.min_bits && a.predictions.all())
     a.min_bits = min_certified_bits(bits, [&](unsigned b) {
       report(o.progress, "analyse: fewest bits, trying " + std::to_string(b), 0, 0);
-      return certify_predictions(net, ds, kind, tol, b, {}, true).all();
+      return certify_predictions(net, ds, kind, tol, b, {}, true, o.affine).all();
     });
   if (o.rounding) {
     struct Format {
@@ -475,7 +481,8 @@ Analysis analyse(const Network<Rational>& net, const Dataset& ds, const AnalyseO
       a.overflow.emplace_back(f.name, overflow);
       report(o.progress, std::string("analyse: weights rounded to ") + f.name, 0, 0);
       if (overflow == 0)
-        a.rounded.emplace_back(f.name, certify_predictions(r, ds, kind, tol, bits, {}, o.stop_early));
+        a.rounded.emplace_back(f.name,
+                               certify_predictions(r, ds, kind, tol, bits, {}, o.stop_early, o.affine));
     }
   }
   if (o.separation) {

@@ -36,6 +36,9 @@ struct AnalyseOptions {
   unsigned bits = 64, max_bits = 4096;  // MPFI precision: start, and the cap of the doubling
   bool min_bits = true, rounding = true, separation = true;
   bool stop_early = true;  // rounded weights: stop at the first failure (the verdict, not the count)
+  // Continuous inputs: feed-forward sub-layers through AffineForward (verify/affine.hpp), which
+  // steep staircases (the deep value map) need; slower on wide dense layers.
+  bool affine = false;
   long max_separation_tokens = 20000;  // the pairwise distances are quadratic in the tokens
   std::uint64_t seed = 1;              // the random directions tried for the projection
   OnProgress progress;
@@ -78,10 +81,10 @@ struct Analysis {
 
 // Every prediction of `net` on the counted tokens of `ds`, certified in MPFI at `bits`. With
 // stop_at_failure, sequences not yet started are skipped once one prediction fails (all() is then
-// still exact; the counts and failures are partial).
+// still exact; the counts and failures are partial). affine: as AnalyseOptions::affine.
 Predictions certify_predictions(const Network<Rational>& net, const Dataset& ds, LabelKind kind,
                                 const Rational& tolerance, unsigned bits, const OnProgress& progress = {},
-                                bool stop_at_failure = false);
+                                bool stop_at_failure = false, bool affine = false);
 
 // x rounded to nearest (ties to even) in a binary format with p significand bits and normal
 // exponents down to emin (subnormals below 2^emin), exactly; `overflow` set when |x| rounds
