@@ -275,3 +275,43 @@ TEST(Train, EveryTaskOfTheTableMatchesItsShape) {
   EXPECT_EQ(&task("chars"), &tasks().back());
   EXPECT_THROW(task("nope"), Error);
 }
+
+// nonnegative_rates projects the lin/log RPE rates onto p_h >= 0 after the AdamW step and leaves
+// every other tensor as it is; without it the same step takes them below 0.
+TEST(Train, NonnegativeRatesAreProjected) {
+  Architecture a;
+  a.d = 2;
+  LayerSpec s;
+  s.heads = 2;
+  s.dp_free = true;
+  s.causal = true;
+  s.rpe = Rpe::lin;
+  a.layers.push_back(s);
+  a.validate();
+  for (bool project : {true, false}) {
+    Network<double> net(a), grad(a);
+    net.layers[0].rpe << 1e-3, 0.5;
+    grad.layers[0].rpe << 1, 1;  // the step lowers both rates by about lr
+    grad.layers[0].wo.setConstant(1);
+    TrainConfig c;
+    c.nonnegative_rates = project;
+    AdamW<double> opt(net);
+    opt.update(net, grad, c, 0.1);
+    EXPECT_EQ(net.layers[0].rpe(0, 0) == 0, project);
+    EXPECT_LT(net.layers[0].rpe(0, 0), project ? 1e-300 : -0.09);
+    EXPECT_NEAR(net.layers[0].rpe(1, 0), 0.4, 1e-6);  // a rate that stays positive is untouched
+    EXPECT_LT(net.layers[0].wo(0, 0), 0);             // other weights go below 0 freely
+  }
+}
+
+// mask_before applies to every task: positions before it are not scored.
+TEST(Train, MaskBeforeAppliesToEveryTask) {
+  TaskOptions o;
+  o.N = 3, o.n = 16, o.lags = {1, 4, 9}, o.mask_before = 12;
+  for (const char* name : {"sparse-boolean", "adaptive-1", "complex-readout"}) {
+    const Dataset ds = make_task(name, o);
+    for (const Sequence& s : ds.sequences)
+      for (int t = 0; t < 16; ++t)
+        EXPECT_EQ(s.mask[t] != 0, t >= 12) << name << " position " << t;
+  }
+}

@@ -123,23 +123,6 @@ json run_trained(const json& cell) {
   return out;
 }
 
-// A verdict on a curve's per-seed exponents against the reference's.
-std::string against(const std::vector<double>& e, const std::vector<double>& reference) {
-  const Welch w = welch(e, reference);
-  if (!w.valid) return "too few seeds";
-  char p[64];
-  if (w.p_less < 0.05) {
-    std::snprintf(p, sizeof p, "smaller exponent (p = %.2g)", w.p_less);
-    return p;
-  }
-  if (w.p_greater < 0.05) {
-    std::snprintf(p, sizeof p, "larger exponent (p = %.2g)", w.p_greater);
-    return p;
-  }
-  std::snprintf(p, sizeof p, "no difference shown (p = %.2g)", std::min(w.p_less, w.p_greater));
-  return p;
-}
-
 std::string report(const std::vector<json>& lines, const Outputs& out, const Context& c) {
   auto curve = [](const json& cell) { return curve_of(cell); };
   auto column = [](const json& cell) { return "N=" + label(cell.at("N")); };
@@ -226,7 +209,8 @@ std::string report(const std::vector<json>& lines, const Outputs& out, const Con
     const Interval e = mean_interval(all), u = mean_interval(slopes_of(r, true));
     const bool proof = r.rfind("construction", 0) == 0;
     rows.push_back({r, fixed(e.mean, 3), interval(e), fixed(u.mean, 3), interval(u), std::to_string(e.runs),
-                    r == zhang ? "the reference: one unit per context id" : against(all, reference),
+                    r == zhang ? "the reference: one unit per context id"
+                               : welch_verdict(all, reference, "smaller exponent", "larger exponent"),
                     proof ? "proof (certified construction)" : "measurement (training)"});
     csv.push_back({r, fixed(e.mean, 6), fixed(e.lo, 6), fixed(e.hi, 6), fixed(u.mean, 6), fixed(u.lo, 6),
                    fixed(u.hi, 6), std::to_string(e.runs)});

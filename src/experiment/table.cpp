@@ -1,6 +1,7 @@
 #include "uatlab/experiment/table.hpp"
 
 #include <boost/math/distributions/students_t.hpp>
+#include <cstdio>
 
 #include "uatlab/io/json.hpp"
 
@@ -128,6 +129,20 @@ Interval mean_interval(const std::vector<double>& v, double level) {
       boost::math::quantile(dist, 0.5 + level / 2) * sd(v) / std::sqrt(static_cast<double>(v.size()));
   r.lo = r.mean - half, r.hi = r.mean + half;
   return r;
+}
+
+std::string welch_verdict(const std::vector<double>& a, const std::vector<double>& b,
+                          const std::string& lower, const std::string& higher) {
+  const Welch w = welch(a, b);
+  if (!w.valid) return "too few runs";
+  char p[48];
+  const double q = w.p_less < 0.05      ? w.p_less
+                   : w.p_greater < 0.05 ? w.p_greater
+                                        : std::min(w.p_less, w.p_greater);
+  std::snprintf(p, sizeof p, " (p = %.2g)", q);
+  if (w.p_less < 0.05) return lower + p;
+  if (w.p_greater < 0.05) return higher + p;
+  return "no difference shown" + std::string(p);
 }
 
 }  // namespace uatlab::experiment

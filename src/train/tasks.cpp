@@ -228,7 +228,6 @@ Dataset kernel(const TaskOptions& o, bool heavy) {
       for (int k = 1; k <= (o.window > 0 ? std::min(t, o.window) : t); ++k)
         y += rho[k] * x[t - k];
       s.y(0, t) = rational_of(y);
-      if (t < o.mask_before) s.mask[t] = 0;
     }
     ds.sequences.push_back(std::move(s));
   }
@@ -302,7 +301,14 @@ const TaskSpec& task(const std::string& name) {
 Dataset make_task(const std::string& name, const TaskOptions& o) {
   const TaskSpec& t = task(name);
   if (o.N < 1 || o.n < 1) throw Error("tasks need N >= 1 and n >= 1");
-  return t.generate(o);
+  Dataset ds = t.generate(o);
+  if (o.mask_before > 0)
+    for (Sequence& s : ds.sequences) {
+      if (s.mask.empty()) s.mask.assign(s.n(), 1);
+      for (std::size_t k = 0; k < s.mask.size() && k < static_cast<std::size_t>(o.mask_before); ++k)
+        s.mask[k] = 0;
+    }
+  return ds;
 }
 
 TaskOptions validation_options(const TaskOptions& o, int N) {

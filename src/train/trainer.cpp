@@ -28,7 +28,8 @@ json TrainConfig::to_json() const {
           {"adam_eps", adam_eps},
           {"clip", clip},
           {"seed", seed},
-          {"freeze", freeze}};
+          {"freeze", freeze},
+          {"nonnegative_rates", nonnegative_rates}};
 }
 
 double learning_rate(const TrainConfig& c, long t) {
@@ -205,6 +206,10 @@ double batch_gradient(const Network<S>& net, const Batch<S>& batch, Loss loss, N
 template <class S>
 double AdamW<S>::update(Network<S>& net, Network<S>& grad, const TrainConfig& c, double lr) {
   auto P = tensors(net), G = tensors(grad), M = tensors(m), V = tensors(v);
+  std::vector<char> rates;  // the RPE rates p_h, kept non-negative when asked
+  net.for_each_tensor([&](const std::string&, Mat<S>&, Layout, Role r) {
+    rates.push_back(c.nonnegative_rates && r == Role::rpe_slope);
+  });
   double sq = 0;
   for (std::size_t i = 0; i < P.size(); ++i)
     if (!frozen(c.freeze, P[i].first)) sq += static_cast<double>(G[i].second->squaredNorm());
@@ -230,6 +235,7 @@ double AdamW<S>::update(Network<S>& net, Network<S>& grad, const TrainConfig& c,
     mm = b1 * mm + (1 - b1) * g;
     vv = b2 * vv + (1 - b2) * g * g;
     p -= step_size * mm / ((vv / corr2).sqrt() + eps);
+    if (rates[static_cast<std::size_t>(i)]) p = p.max(S(0));  // projected onto p_h ≥ 0
   }
   return norm;
 }

@@ -37,6 +37,10 @@ struct Welch {
   bool valid = false;
 };
 Welch welch(const std::vector<double>& a, const std::vector<double>& b);
+// The verdict of one-sided Welch t-tests at p < 0.05 on mean(a) against mean(b): "<lower> (p = x)",
+// "<higher> (p = x)", "no difference shown (p = x)" (the smaller one-sided p), or "too few runs".
+std::string welch_verdict(const std::vector<double>& a, const std::vector<double>& b,
+                          const std::string& lower = "lower", const std::string& higher = "higher");
 
 // The least-squares slope of y on x (NaN with fewer than two points or no spread in x).
 double slope(const std::vector<double>& x, const std::vector<double>& y);

@@ -37,7 +37,7 @@ struct TaskOptions {
   std::string boolean = "parity";
   double beta = 0.5;        // kernels: tail exponent / rate
   int classes = 2;          // random-labels
-  int mask_before = 0;      // kernels: positions t < this are not scored
+  int mask_before = 0;      // any task: positions t < this are not scored
   int window = 0;           // kernels: > 0 truncates the sum at s ≤ window
   double omega = 2;         // complex-readout: frequency
   std::string corpus;       // chars: text file

@@ -22,6 +22,7 @@ struct TrainConfig {
   double clip = 0;                  // > 0: clip the global gradient norm (torch's clip_grad_norm_)
   std::uint64_t seed = 1;           // batch order
   std::vector<std::string> freeze;  // tensor names; "layers.0.*" freezes by prefix
+  bool nonnegative_rates = false;   // project the lin/log RPE rates p_h onto p_h ≥ 0 after each step
   long log_every = 10;
   long eval_every = 0;                 // > 0: loss/accuracy on the validation set
   bool stop_at_full_accuracy = false;  // cross-entropy: stop when every training token is right
