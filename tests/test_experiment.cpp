@@ -51,9 +51,9 @@ TEST(Experiment, RegistryListsEveryExperimentOnce) {
       EXPECT_NE(n, e.name);
     names.push_back(e.name);
   }
-  EXPECT_EQ(names.size(), 13u);
+  EXPECT_EQ(names.size(), 14u);
   EXPECT_EQ(&find_experiment("fang-fit"),
-            &experiments()[find_experiment("fang-fit").name == names[0] ? 0 : 9]);
+            &experiments()[find_experiment("fang-fit").name == names[0] ? 0 : 10]);
   EXPECT_THROW(find_experiment("nope"), Error);
   EXPECT_EQ(parse_mode("smoke"), Mode::smoke);
   EXPECT_THROW(parse_mode("fast"), Error);
@@ -448,4 +448,11 @@ TEST(Experiment, MemorizationCapacityFitsExponentsForProofsAndTrainings) {
         if (p.at("certified").get<bool>()) EXPECT_TRUE(p.at("memorized").get<bool>());
   }
   EXPECT_NE(md.find("Fitted exponent"), std::string::npos);
+}
+
+TEST(Experiment, WelchVerdictNamesTheDirection) {
+  EXPECT_EQ(welch_verdict({0, 1, 2}, {10, 11, 12}).rfind("lower (p = ", 0), 0u);
+  EXPECT_EQ(welch_verdict({10, 11, 12}, {0, 1, 2}, "less", "more").rfind("more (p = ", 0), 0u);
+  EXPECT_EQ(welch_verdict({0, 1, 2}, {0.1, 1.1, 2.1}).rfind("no difference shown", 0), 0u);
+  EXPECT_EQ(welch_verdict({1}, {1, 2}), "too few runs");
 }

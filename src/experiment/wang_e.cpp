@@ -3,16 +3,17 @@
 #include <algorithm>
 #include <cmath>
 
-#include "uatlab/experiment/experiment.hpp"
+#include "wang_e.hpp"
+
 #include "uatlab/experiment/table.hpp"
 #include "uatlab/io/json.hpp"
 #include "uatlab/model/network.hpp"
 
 namespace uatlab::experiment {
 
-namespace {
+namespace wang_e {
 
-LayerSpec attention(int heads, int head_size, bool dp_free, Rpe rpe, bool pre_norm = false) {
+LayerSpec attention(int heads, int head_size, bool dp_free, Rpe rpe, bool pre_norm) {
   LayerSpec a;
   a.kind = LayerKind::attention;
   a.heads = heads;
@@ -27,7 +28,7 @@ LayerSpec attention(int heads, int head_size, bool dp_free, Rpe rpe, bool pre_no
   return a;
 }
 
-LayerSpec feedforward(int width, bool pre_norm = false) {
+LayerSpec feedforward(int width, bool pre_norm) {
   LayerSpec f;
   f.kind = LayerKind::feedforward;
   f.width = width;
@@ -347,9 +348,37 @@ std::vector<int> grid_widths(const GridSpec& spec, const Context& c) {
                       : c.pick({8, 16}, {8, 32, 128}, {8, 32, 128, 512});
 }
 
-// A single layer (attention + FFN) over an (H, m) grid. The heads read a sliding window of the
-// largest lag, and only positions with a full window are scored, so that every scored position
-// sees the same lags and a DP-free head's softmax normalises over the same past everywhere.
+// A single layer (attention with lin-type RPE + FFN) on a task with fixed lags. The heads read a
+// sliding window of the largest lag, and only positions with a full window are scored, so that
+// every scored position sees the same lags and a DP-free head's softmax normalises over the same
+// past everywhere.
+json train_single_layer(const std::string& name, const std::vector<int>& lags, double omega, int H, int m,
+                        bool dp, int seed, const Context& c) {
+  TaskTraining t;
+  t.task = name;
+  t.data.lags = lags;
+  t.data.n = 32;
+  t.data.N = c.pick(256, 4000, 8000);
+  t.data.seed = seed;
+  t.data.boolean = "majority";
+  t.data.omega = omega;
+  t.data.d = 8;
+  const int window = *std::max_element(lags.begin(), lags.end());
+  t.data.mask_before = window;
+  t.val_N = c.pick(64, 512, 1024);
+  const Loss loss = task(t.task).loss;
+  t.arch.vocab = task(t.task).shape(t.data).vocab;
+  t.arch.d = t.arch.vocab > 0 ? 16 : task(t.task).shape(t.data).d;
+  t.arch.readout = task(t.task).shape(t.data).outputs;
+  t.arch.layers = {attention(H, 4, !dp, Rpe::lin), feedforward(m)};
+  t.arch.layers[0].window = window;
+  t.cfg = config(c, 3e-3, loss, t.data.seed);
+  t.init_seed = t.data.seed;
+  t.adjust = [](Network<double>& net) { spread_rates(net, 0.05, 2.0); };
+  return train_task(t);
+}
+
+// An (H, m) grid of train_single_layer.
 Experiment hm_grid(const GridSpec& spec) {
   Experiment e;
   e.name = spec.name;
@@ -369,29 +398,8 @@ Experiment hm_grid(const GridSpec& spec) {
     return cells;
   };
   e.run = [spec](const json& cell, const Context& c) {
-    TaskTraining t;
-    t.task = cell.value("task", spec.tasks.front());
-    t.data.lags = spec.lags;
-    t.data.n = 32;
-    t.data.N = c.pick(256, 4000, 8000);
-    t.data.seed = cell.at("seed").get<int>();
-    t.data.boolean = "majority";
-    t.data.omega = spec.omega;
-    t.data.d = 8;
-    const int window = *std::max_element(spec.lags.begin(), spec.lags.end());
-    t.data.mask_before = window;
-    t.val_N = c.pick(64, 512, 1024);
-    const bool dp = cell.value("dp", false);
-    const Loss loss = task(t.task).loss;
-    t.arch.vocab = task(t.task).shape(t.data).vocab;
-    t.arch.d = t.arch.vocab > 0 ? 16 : task(t.task).shape(t.data).d;
-    t.arch.readout = task(t.task).shape(t.data).outputs;
-    t.arch.layers = {attention(cell.at("H"), 4, !dp, Rpe::lin), feedforward(cell.at("m"))};
-    t.arch.layers[0].window = window;
-    t.cfg = config(c, 3e-3, loss, t.data.seed);
-    t.init_seed = t.data.seed;
-    t.adjust = [](Network<double>& net) { spread_rates(net, 0.05, 2.0); };
-    return train_task(t);
+    return train_single_layer(cell.value("task", spec.tasks.front()), spec.lags, spec.omega, cell.at("H"),
+                              cell.at("m"), cell.value("dp", false), cell.at("seed"), c);
   };
   e.report = [spec](const std::vector<json>& lines, const Outputs& out, const Context& c) {
     const bool ce = task(spec.tasks.front()).loss == Loss::cross_entropy;
@@ -438,6 +446,33 @@ Experiment hm_grid(const GridSpec& spec) {
 
 // ---- memory kernels (Table 8 and its light-tailed counterpart) ---------------------------------
 
+// One single-layer, FFN-free, DP-free model with H heads on a memory kernel (heavy or light tail)
+// over a window of T lags: sequences of n = 2T, positions t < T not scored, so that every scored
+// position sees exactly the T lags of its target (docs/theory/wang-e.md, kernels).
+json train_kernel(const std::string& tail, const std::string& rpe, int H, int T, int seed, const Context& c) {
+  TaskTraining t;
+  t.task = "kernel-" + tail;
+  t.data.n = 2 * T;
+  t.data.N = c.pick(256, 2000, 4000);
+  t.data.seed = seed;
+  t.data.beta = 0.5;
+  t.data.window = T;
+  t.data.mask_before = T;
+  t.val_N = c.pick(64, 256, 512);
+  t.data.d = 2;  // row 0 carries x_t, row 1 is free for the heads' output, which the readout reads
+  t.arch.d = 2;
+  t.arch.readout = 1;
+  const bool log = rpe == "log";
+  t.arch.layers = {attention(H, 1, true, log ? Rpe::log : Rpe::lin)};
+  t.arch.layers[0].window = T;
+  t.cfg = config(c, 1e-2, Loss::mse, seed);
+  t.init_seed = seed;
+  t.adjust = [log](Network<double>& net) {
+    log ? spread_rates(net, 0.25, 4.0) : spread_rates(net, 0.02, 2.0);
+  };
+  return train_task(t);
+}
+
 Experiment table_4a() {
   Experiment e;
   e.name = "wang-e-4a";
@@ -459,29 +494,8 @@ Experiment table_4a() {
     return cells;
   };
   e.run = [](const json& cell, const Context& c) {
-    TaskTraining t;
-    t.task = "kernel-" + cell.at("tail").get<std::string>();
-    t.data.n = c.pick(32, 64, 128);
-    t.data.N = c.pick(256, 2000, 4000);
-    t.data.seed = cell.at("seed").get<int>();
-    // Every scored position sees the same window of T = n/2 lags, in the target and in the heads,
-    // so a head's softmax normalises over the same lags everywhere (docs/theory/wang-e.md, kernels).
-    t.data.beta = 0.5;
-    t.data.window = t.data.n / 2;
-    t.data.mask_before = t.data.n / 2;
-    t.val_N = c.pick(64, 256, 512);
-    t.data.d = 2;  // row 0 carries x_t, row 1 is free for the heads' output, which the readout reads
-    t.arch.d = 2;
-    t.arch.readout = 1;
-    const bool log = cell.at("rpe") == "log";
-    t.arch.layers = {attention(cell.at("H"), 1, true, log ? Rpe::log : Rpe::lin)};
-    t.arch.layers[0].window = t.data.window;
-    t.cfg = config(c, 1e-2, Loss::mse, t.data.seed);
-    t.init_seed = t.data.seed;
-    t.adjust = [log](Network<double>& net) {
-      log ? spread_rates(net, 0.25, 4.0) : spread_rates(net, 0.02, 2.0);
-    };
-    return train_task(t);
+    return train_kernel(cell.at("tail"), cell.at("rpe"), cell.at("H"), c.pick(16, 32, 64), cell.at("seed"),
+                        c);
   };
   e.report = [](const std::vector<json>& lines, const Outputs& out, const Context&) {
     Grouped g = group(
@@ -512,9 +526,10 @@ Experiment table_4a() {
   return e;
 }
 
-}  // namespace
+}  // namespace wang_e
 
 std::vector<Experiment> wang_e_experiments() {
+  using namespace wang_e;
   return {
       table_1a(),
       hm_grid(
@@ -542,7 +557,8 @@ std::vector<Experiment> wang_e_experiments() {
            Claim::dp,
            true}),
       table_3b(),
-      table_4a()};
+      table_4a(),
+      rates()};
 }
 
 }  // namespace uatlab::experiment

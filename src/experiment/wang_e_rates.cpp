@@ -1,0 +1,217 @@
+// `uatlab reproduce wang-e-rates`: Wang & E's approximation rates measured, not only orderings
+// (docs/wang-e.md, "Rates").
+//   heads    the fewest heads (bisection over a grid) whose trained single-layer, FFN-free, DP-free
+//            model reaches MSE/Var ≤ 10^-4 (the cell's target) on a memory kernel of T lags, for lin- and
+//            log-type RPE on power-law (heavy) and exponential (light) memories; per seed, log H fitted
+//            against log T (polynomial growth) and against T (exponential growth)
+//   width    Insight 2a's read-out sin(4π x_{t−1}) with one head: MSE/Var against the FFN width m
+//   H        the power-law kernel of 32 lags with lin-type heads: MSE/Var against H
+// Exponents per seed by least squares on log axes, then the mean with its 95% Student-t interval.
+#include <cmath>
+#include <map>
+
+#include "uatlab/experiment/table.hpp"
+#include "uatlab/io/json.hpp"
+#include "wang_e.hpp"
+
+namespace uatlab::experiment::wang_e {
+
+namespace {
+
+std::vector<int> head_grid(const Context& c) {
+  return c.pick({1, 2, 4}, {1, 2, 3, 4, 6, 8, 12, 16, 24, 32}, {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64});
+}
+
+json run_heads(const json& cell, const Context& c) {
+  const std::vector<int> grid = head_grid(c);
+  json probes = json::array();
+  long best = -1;
+  for (long lo = 0, hi = static_cast<long>(grid.size()); lo < hi;) {
+    const long mid = (lo + hi) / 2;
+    const json r = train_kernel(cell.at("tail"), cell.at("rpe"), grid[mid], cell.at("T"), cell.at("seed"), c);
+    const bool reached = r.at("val_nmse").get<double>() <= cell.at("target").get<double>();
+    probes.push_back({{"H", grid[mid]}, {"val_nmse", r.at("val_nmse")}, {"reached", reached}});
+    if (reached)
+      best = mid, hi = mid;
+    else
+      lo = mid + 1;
+  }
+  json out = {{"reached", best >= 0}, {"probes", probes}};
+  if (best >= 0) out["heads"] = grid[best];
+  return out;
+}
+
+// The sum of squared residuals of the least-squares line of y on x.
+double residual(const std::vector<double>& x, const std::vector<double>& y) {
+  const double b = slope(x, y);
+  if (!std::isfinite(b)) return 0;
+  const double a = mean(y) - b * mean(x);
+  double r = 0;
+  for (std::size_t i = 0; i < x.size(); ++i)
+    r += (y[i] - a - b * x[i]) * (y[i] - a - b * x[i]);
+  return r;
+}
+
+std::string with_interval(const Interval& e) {
+  return std::isnan(e.lo) ? fixed(e.mean, 3)
+                          : fixed(e.mean, 3) + " [" + fixed(e.lo, 3) + ", " + fixed(e.hi, 3) + "]";
+}
+
+// Per seed, the slope of log(value) on log(x): the mean exponent and its interval.
+Interval exponent(const std::vector<json>& lines, const std::string& key, const std::string& value) {
+  std::map<long long, std::pair<std::vector<double>, std::vector<double>>> by_seed;
+  for (const json& l : lines) {
+    auto& xy = by_seed[l.at("cell").at("seed").get<long long>()];
+    xy.first.push_back(std::log(l.at("cell").at(key).get<double>()));
+    xy.second.push_back(std::log(l.at("result").at(value).get<double>()));
+  }
+  std::vector<double> slopes;
+  for (const auto& [seed, xy] : by_seed)
+    if (std::isfinite(slope(xy.first, xy.second))) slopes.push_back(slope(xy.first, xy.second));
+  return mean_interval(slopes);
+}
+
+std::string report(const std::vector<json>& lines, const Outputs& out, const Context&) {
+  std::vector<json> heads, width, H;
+  for (const json& l : lines)
+    (l.at("cell").at("part") == "heads"   ? heads
+     : l.at("cell").at("part") == "width" ? width
+                                          : H)
+        .push_back(l);
+  auto memory = [](const json& c) {
+    return label(c.at("tail")) + "-tailed, " + label(c.at("rpe")) + "-type";
+  };
+  std::vector<json> reached;
+  for (const json& l : heads)
+    if (l.at("result").at("reached").get<bool>()) reached.push_back(l);
+  const Grouped g = group(
+      reached, memory, [](const json& c) { return "T=" + label(c.at("T")); },
+      [](const json& r) { return r.at("heads").get<double>(); });
+  const std::string target =
+      heads.empty() ? "?" : fixed(heads.front().at("cell").at("target").get<double>(), 3);
+  std::string md = "Heads needed to reach MSE/Var ≤ " + target +
+                   " (mean ± sd over the seeds that reached it within the grid):\n\n" +
+                   write_grouped(g, "memory, RPE", out, 3);
+  // Growth with T per seed: log H against log T (polynomial) and against T (exponential).
+  std::map<std::string, std::map<long long, std::pair<std::vector<double>, std::vector<double>>>> pts;
+  std::map<std::string, int> missing;
+  for (const json& l : heads) {
+    const json& c = l.at("cell");
+    if (!l.at("result").at("reached").get<bool>()) {
+      ++missing[memory(c)];
+      continue;
+    }
+    auto& xy = pts[memory(c)][c.at("seed").get<long long>()];
+    xy.first.push_back(c.at("T").get<double>());
+    xy.second.push_back(std::log(l.at("result").at("heads").get<double>()));
+  }
+  std::vector<Row> rows;
+  for (const auto& [name, seeds] : pts) {
+    std::vector<double> poly, rate;
+    int poly_better = 0, exp_better = 0, flat = 0;
+    for (const auto& [seed, xy] : seeds) {
+      std::vector<double> logT;
+      for (double t : xy.first)
+        logT.push_back(std::log(t));
+      const double p = slope(logT, xy.second), r = slope(xy.first, xy.second);
+      if (!std::isfinite(p)) continue;
+      poly.push_back(p), rate.push_back(r);
+      const double rp = residual(logT, xy.second), re = residual(xy.first, xy.second);
+      if (p == 0 && r == 0)
+        ++flat;
+      else if (rp < re)
+        ++poly_better;
+      else
+        ++exp_better;
+    }
+    const int n = static_cast<int>(poly.size());
+    std::string verdict = flat == n && n > 0         ? "constant: the fewest heads at every T"
+                          : poly_better > exp_better ? "polynomial fits better"
+                          : exp_better > poly_better ? "exponential fits better"
+                                                     : "undecided";
+    if (n > 0 && flat < n)
+      verdict +=
+          " (" + std::to_string(std::max(poly_better, exp_better)) + " of " + std::to_string(n) + " seeds)";
+    rows.push_back({name, with_interval(mean_interval(poly)), with_interval(mean_interval(rate)), verdict,
+                    std::to_string(missing[name])});
+  }
+  md +=
+      "\nGrowth of the heads needed with T, per seed over the T reached: the exponent a of H ∝ T^a and the "
+      "rate b of "
+      "H ∝ e^{bT} (mean and 95% interval over seeds), and which of the two lines fits log H better (smaller "
+      "squared residual):\n\n" +
+      markdown_table({"memory, RPE", "polynomial exponent a", "exponential rate b", "better fit",
+                      "(T, seed) not reached"},
+                     rows);
+  // Error against m and against H.
+  const Interval em = exponent(width, "m", "val_nmse"), eh = exponent(H, "H", "val_nmse");
+  const Grouped gm = group(
+      width, [](const json&) { return std::string("MSE/Var, 2a's read-out, H = 1"); },
+      [](const json& c) { return "m=" + label(c.at("m")); },
+      [](const json& r) { return r.at("val_nmse").get<double>(); });
+  const Grouped gh = group(
+      H, [](const json&) { return std::string("MSE/Var, heavy tail, lin-type, T = 32"); },
+      [](const json& c) { return "H=" + label(c.at("H")); },
+      [](const json& r) { return r.at("val_nmse").get<double>(); });
+  md += "\nError against the FFN width m (Insight 2a's read-out sin(4π x_{t−1}), one head):\n\n" +
+        grouped_markdown(gm, "m", 4) + "\nFitted exponent of MSE/Var against m: " + with_interval(em) +
+        "\n\nError against the number of heads H (power-law kernel, lin-type, T = 32):\n\n" +
+        grouped_markdown(gh, "H", 4) + "\nFitted exponent of MSE/Var against H: " + with_interval(eh) + "\n";
+  write_file_atomic(out.path(".md"), md);
+  LinePlot p{"Wang & E: heads needed for MSE/Var <= " + target + " against the memory length T", "T (lags)",
+             "heads needed"};
+  p.logx = p.logy = true;
+  p.series = row_series(g, 2);
+  plot_png(out.path(".png"), p);
+  LinePlot pm{"Wang & E: error against FFN width (2a's read-out, H = 1)", "FFN width m",
+              "validation MSE / Var(y)"};
+  pm.logx = pm.logy = true;
+  pm.series = row_series(gm, 2);
+  plot_png(out.dir + "/" + out.name + "-width.png", pm);
+  LinePlot ph{"Wang & E: error against heads (power-law kernel, lin-type, T = 32)", "heads H",
+              "validation MSE / Var(y)"};
+  ph.logx = ph.logy = true;
+  ph.series = row_series(gh, 2);
+  plot_png(out.dir + "/" + out.name + "-heads.png", ph);
+  return md;
+}
+
+}  // namespace
+
+Experiment rates() {
+  Experiment e;
+  e.name = "wang-e-rates";
+  e.summary =
+      "Wang & E's rates: heads needed against memory length for lin/log RPE on power-law and exponential "
+      "memories; error against FFN width and against heads, with fitted exponents";
+  e.cells = [](const Context& c) {
+    std::vector<json> cells;
+    for (int seed = 1; seed <= seeds(c); ++seed) {
+      for (const char* tail : {"heavy", "light"})
+        for (const char* rpe : {"lin", "log"})
+          for (int T : c.pick({4, 8}, {8, 16, 32, 64}, {8, 16, 32, 64, 128}))
+            cells.push_back({{"part", "heads"},
+                             {"tail", tail},
+                             {"rpe", rpe},
+                             {"T", T},
+                             {"seed", seed},
+                             {"steps", steps(c)},
+                             {"target", c.pick(2.0, 1e-4, 1e-4)}});  // smoke: a plumbing check
+      for (int m : c.pick({4, 16}, {4, 8, 16, 32, 64, 128, 256}, {4, 8, 16, 32, 64, 128, 256, 512}))
+        cells.push_back({{"part", "width"}, {"m", m}, {"seed", seed}, {"steps", steps(c)}});
+      for (int H : c.pick({1, 2}, {1, 2, 4, 8, 16}, {1, 2, 4, 8, 16, 32}))
+        cells.push_back({{"part", "H"}, {"H", H}, {"seed", seed}, {"steps", steps(c)}});
+    }
+    return cells;
+  };
+  e.run = [](const json& cell, const Context& c) -> json {
+    if (cell.at("part") == "heads") return run_heads(cell, c);
+    if (cell.at("part") == "width")
+      return train_single_layer("complex-readout", {1}, 4, 1, cell.at("m"), false, cell.at("seed"), c);
+    return train_kernel("heavy", "lin", cell.at("H"), 32, cell.at("seed"), c);
+  };
+  e.report = report;
+  return e;
+}
+
+}  // namespace uatlab::experiment::wang_e
