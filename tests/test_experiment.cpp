@@ -51,9 +51,9 @@ TEST(Experiment, RegistryListsEveryExperimentOnce) {
       EXPECT_NE(n, e.name);
     names.push_back(e.name);
   }
-  EXPECT_EQ(names.size(), 14u);
+  EXPECT_EQ(names.size(), 15u);
   EXPECT_EQ(&find_experiment("fang-fit"),
-            &experiments()[find_experiment("fang-fit").name == names[0] ? 0 : 10]);
+            &experiments()[find_experiment("fang-fit").name == names[0] ? 0 : 11]);
   EXPECT_THROW(find_experiment("nope"), Error);
   EXPECT_EQ(parse_mode("smoke"), Mode::smoke);
   EXPECT_THROW(parse_mode("fast"), Error);
