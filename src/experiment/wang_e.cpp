@@ -267,18 +267,40 @@ Experiment table_3b() {
 // ---- single-layer (H, m) grids on fixed sparse memories (Tables 3, 4, 6) ------------------------
 
 enum class Claim { heads_help, width_not_heads, heads_not_width, dp };
+struct GridTask {
+  std::string name, label;  // the task, and its name in the tables when a grid has several
+  std::vector<int> lags;
+};
 struct GridSpec {
   std::string name, summary;
-  std::vector<std::string> tasks;  // more than one: a "task" key per cell
+  std::vector<GridTask> tasks;  // several: a "task" key per cell (and "lags" when they differ)
   std::string title;
-  std::vector<int> lags;
   Claim claim = Claim::heads_help;
-  bool with_dp = false;  // also DP + RPE heads (Table 6)
-  double omega = 4;      // complex-readout frequency
+  bool with_dp = false;    // also DP + RPE heads (Table 6)
+  bool positions = false;  // learned absolute positions (a DP head can then aim its query at a lag)
+  double omega = 4;        // complex-readout frequency
 };
 
-std::string task_label(const std::string& t) {
-  return t == "sparse-boolean" ? "fixed memory" : t == "adaptive-1" ? "adaptive memory" : t;
+std::string lags_text(const std::vector<int>& lags) {
+  std::string t;
+  for (int l : lags)
+    t += (t.empty() ? "" : ",") + std::to_string(l);
+  return t;
+}
+bool lags_differ(const GridSpec& spec) {
+  for (const GridTask& t : spec.tasks)
+    if (t.lags != spec.tasks.front().lags) return true;
+  return false;
+}
+const GridTask& task_of(const GridSpec& spec, const json& cell) {
+  for (const GridTask& t : spec.tasks)
+    if (cell.value("task", t.name) == t.name && cell.value("lags", lags_text(t.lags)) == lags_text(t.lags))
+      return t;
+  throw Error("no task of " + spec.name + " matches the cell " + cell.dump());
+}
+// A column's prefix: the task's label when the grid has several tasks.
+std::string prefix(const GridSpec& spec, const GridTask& t) {
+  return spec.tasks.size() > 1 ? t.label + ", " : std::string();
 }
 
 // The computed verdicts of an (H, m) grid; rows "H=…" (or "DP, H=…", "DP-free, H=…"), columns
@@ -292,18 +314,21 @@ std::vector<Row> grid_verdicts(const GridSpec& spec, const Grouped& g, const std
     return a.empty() || b.empty() ? std::string("?") : fixed(mean(a) / mean(b), 3);
   };
   if (spec.claim == Claim::heads_help) {
-    v.push_back({"more heads lower the loss", hn + " vs " + h1 + " at " + mn,
-                 welch_verdict(cell_values(g, hn, mn), cell_values(g, h1, mn), "lower: holds",
-                               "higher: contradicted")});
-    double best = 1e300;
-    std::string where;
-    for (std::size_t r = 0; r < g.rows.size(); ++r)
-      for (std::size_t k = 0; k < g.cols.size(); ++k)
-        if (!g.values[r][k].empty() && mean(g.values[r][k]) < best)
-          best = mean(g.values[r][k]), where = g.rows[r] + ", " + g.cols[k];
-    v.push_back({"the loss approaches 0 once H and m are large enough",
-                 "the best cell's mean validation loss against 0.01 (" + where + ")",
-                 best < 0.01 ? "reached: " + fixed(best, 3) : "not reached: " + fixed(best, 3)});
+    for (const GridTask& t : spec.tasks) {
+      const std::string p = prefix(spec, t), mc = p + mn;
+      v.push_back({"more heads lower the loss", hn + " vs " + h1 + " at " + mc,
+                   welch_verdict(cell_values(g, hn, mc), cell_values(g, h1, mc), "lower: holds",
+                                 "higher: contradicted")});
+      double best = 1e300;
+      std::string where;
+      for (std::size_t r = 0; r < g.rows.size(); ++r)
+        for (std::size_t k = 0; k < g.cols.size(); ++k)
+          if (g.cols[k].rfind(p, 0) == 0 && !g.values[r][k].empty() && mean(g.values[r][k]) < best)
+            best = mean(g.values[r][k]), where = g.rows[r] + ", " + g.cols[k];
+      v.push_back({"the loss approaches 0 once H and m are large enough",
+                   "the best cell's mean validation loss against 0.01 (" + where + ")",
+                   best < 0.01 ? "reached: " + fixed(best, 3) : "not reached: " + fixed(best, 3)});
+    }
   } else if (spec.claim == Claim::width_not_heads || spec.claim == Claim::heads_not_width) {
     // P: the factor claimed to matter (m for 2a, H for 2b), S: the one claimed not to.
     const bool width = spec.claim == Claim::width_not_heads;
@@ -327,11 +352,11 @@ std::vector<Row> grid_verdicts(const GridSpec& spec, const Grouped& g, const std
     v.push_back({"a larger " + S + " has little to no effect",
                  s_at + " (error divided by " + ratio(big, both) + ")", verdict});
   } else {
-    for (const std::string& t : spec.tasks) {
-      const std::string col = task_label(t) + ", " + mn;
+    for (const GridTask& t : spec.tasks) {
+      const std::string col = prefix(spec, t) + mn;
       const auto dp = cell_values(g, "DP, " + hn, col), free = cell_values(g, "DP-free, " + hn, col);
       const Welch w = welch(dp, free);
-      const bool needed = t != "sparse-boolean";
+      const bool needed = t.name != "sparse-boolean";
       std::string verdict = welch_verdict(dp, free, "DP lower", "DP higher");
       if (w.valid && needed)
         verdict = (w.p_less < 0.05 ? "holds: " : "not shown: ") + verdict;
@@ -358,7 +383,7 @@ std::vector<int> grid_widths(const GridSpec& spec, const Context& c) {
 // every scored position sees the same lags and a DP-free head's softmax normalises over the same
 // past everywhere.
 json train_single_layer(const std::string& name, const std::vector<int>& lags, double omega, int H, int m,
-                        bool dp, int seed, const Context& c) {
+                        bool dp, int seed, const Context& c, bool positions) {
   TaskTraining t;
   t.task = name;
   t.data.lags = lags;
@@ -375,6 +400,7 @@ json train_single_layer(const std::string& name, const std::vector<int>& lags, d
   t.arch.vocab = task(t.task).shape(t.data).vocab;
   t.arch.d = t.arch.vocab > 0 ? 16 : task(t.task).shape(t.data).d;
   t.arch.readout = task(t.task).shape(t.data).outputs;
+  t.arch.max_len = positions ? t.data.n : 0;
   t.arch.layers = {attention(H, 4, !dp, Rpe::lin), feedforward(m)};
   t.arch.layers[0].window = window;
   t.cfg = config(c, 3e-3, loss, t.data.seed);
@@ -391,31 +417,31 @@ Experiment hm_grid(const GridSpec& spec) {
   e.cells = [spec](const Context& c) {
     std::vector<json> cells;
     for (int seed = 1; seed <= seeds(c); ++seed)
-      for (const std::string& t : spec.tasks)
+      for (const GridTask& t : spec.tasks)
         for (bool dp : spec.with_dp ? std::vector<bool>{false, true} : std::vector<bool>{false})
           for (int H : grid_heads(spec, c))
             for (int m : grid_widths(spec, c)) {
               json cell = {{"H", H}, {"m", m}, {"seed", seed}, {"steps", steps(c)}, {"window", "max lag"}};
               if (spec.with_dp) cell["dp"] = dp;
-              if (spec.tasks.size() > 1) cell["task"] = t;
+              if (spec.positions) cell["positions"] = true;
+              if (spec.tasks.size() > 1) cell["task"] = t.name;
+              if (lags_differ(spec)) cell["lags"] = lags_text(t.lags);
               cells.push_back(cell);
             }
     return cells;
   };
   e.run = [spec](const json& cell, const Context& c) {
-    return train_single_layer(cell.value("task", spec.tasks.front()), spec.lags, spec.omega, cell.at("H"),
-                              cell.at("m"), cell.value("dp", false), cell.at("seed"), c);
+    const GridTask& t = task_of(spec, cell);
+    return train_single_layer(t.name, t.lags, spec.omega, cell.at("H"), cell.at("m"), cell.value("dp", false),
+                              cell.at("seed"), c, spec.positions);
   };
   e.report = [spec](const std::vector<json>& lines, const Outputs& out, const Context& c) {
-    const bool ce = task(spec.tasks.front()).loss == Loss::cross_entropy;
+    const bool ce = task(spec.tasks.front().name).loss == Loss::cross_entropy;
     auto row = [spec](const json& c) {
       return (spec.with_dp ? std::string(c.at("dp").get<bool>() ? "DP, " : "DP-free, ") : std::string()) +
              "H=" + label(c.at("H"));
     };
-    auto col = [spec](const json& c) {
-      return (spec.tasks.size() > 1 ? task_label(c.at("task")) + ", " : std::string()) +
-             "m=" + label(c.at("m"));
-    };
+    auto col = [spec](const json& c) { return prefix(spec, task_of(spec, c)) + "m=" + label(c.at("m")); };
     auto value = [ce](const json& r) { return r.at(ce ? "val_loss" : "val_nmse").get<double>(); };
     Grouped g = group(lines, row, col, value);
     std::string md = write_grouped(g, ce ? "validation loss" : "validation MSE / Var(y)", out);
@@ -424,12 +450,12 @@ Experiment hm_grid(const GridSpec& spec) {
     plot.logy = !ce;
     if (spec.tasks.size() > 1) {  // one series per row and task
       plot.series.clear();
-      for (const std::string& t : spec.tasks) {
+      for (const GridTask& t : spec.tasks) {
         std::vector<json> mine;
         for (const json& l : lines)
-          if (l.at("cell").at("task") == t) mine.push_back(l);
+          if (&task_of(spec, l.at("cell")) == &t) mine.push_back(l);
         Grouped gt = group(
-            mine, [&](const json& cc) { return task_label(t) + ", " + row(cc); },
+            mine, [&](const json& cc) { return t.label + ", " + row(cc); },
             [](const json& cc) { return "m=" + label(cc.at("m")); }, value);
         for (Series& se : row_series(gt, 2))
           plot.series.push_back(std::move(se));
@@ -539,35 +565,32 @@ std::vector<Experiment> wang_e_experiments() {
       table_1a(),
       hm_grid(
           {"wang-e-1b",
-           "Insight 1b (Table 3): H x m grid, single-layer DP-free, sparse Boolean (majority of lags 1,4,9), "
-           "a window of 9 lags",
-           {"sparse-boolean"},
-           "Wang & E Insight 1b: single-layer DP-free on a sparse Boolean memory",
-           {1, 4, 9},
+           "Insight 1b (Table 3): H x m grid, single-layer DP-free, sparse Boolean (majority of lags 1,2,3 "
+           "and of lags 1,4,9), a window of the largest lag",
+           {{"sparse-boolean", "lags 1,2,3", {1, 2, 3}}, {"sparse-boolean", "lags 1,4,9", {1, 4, 9}}},
+           "Wang & E Insight 1b: single-layer DP-free on sparse Boolean memories",
            Claim::heads_help}),
       hm_grid(
           {"wang-e-2a",
            "Insight 2a (Table 4): complex read-out sin(4 pi x_{t-1}) of a simple memory: m matters, H barely",
-           {"complex-readout"},
+           {{"complex-readout", "", {1}}},
            "Wang & E Insight 2a: complex read-out sin(4 pi x_{t-1})",
-           {1},
            Claim::width_not_heads}),
       hm_grid(
           {"wang-e-2b",
            "Insight 2b (the second Table 3 caption, read as Table 5): many memories and a simple read-out, "
            "majority of lags 1,2,4,8,12: H matters, m barely",
-           {"sparse-boolean"},
+           {{"sparse-boolean", "", {1, 2, 4, 8, 12}}},
            "Wang & E Insight 2b: a simple read-out of many memories",
-           {1, 2, 4, 8, 12},
            Claim::heads_not_width}),
       hm_grid(
           {"wang-e-3a",
            "Insight 3a (Table 6): DP vs DP-free, single layer, on a fixed memory (majority of lags 1,4,9) "
            "and an adaptive one (the lag chosen by the current token)",
-           {"sparse-boolean", "adaptive-1"},
+           {{"sparse-boolean", "fixed memory", {1, 4, 9}}, {"adaptive-1", "adaptive memory", {1, 4, 9}}},
            "Wang & E Insight 3a: DP vs DP-free, fixed and adaptive memories",
-           {1, 4, 9},
            Claim::dp,
+           true,
            true}),
       table_3b(),
       table_4a(),

@@ -20,9 +20,10 @@ TrainConfig config(const Context& c, double lr, Loss loss, std::uint64_t seed);
 json train_kernel(const std::string& tail, const std::string& rpe, int H, int T, int seed, const Context& c);
 // One attention layer (H heads of size 4, lin-type RPE, DP-free unless dp) + an FFN of width m on a
 // task with fixed lags (sparse-boolean: majority; complex-readout: frequency omega), the heads
-// reading a window of the largest lag, positions before it not scored.
+// reading a window of the largest lag, positions before it not scored; positions: learned
+// absolute positional encodings.
 json train_single_layer(const std::string& task, const std::vector<int>& lags, double omega, int H, int m,
-                        bool dp, int seed, const Context& c);
+                        bool dp, int seed, const Context& c, bool positions = false);
 
 Experiment rates();  // wang_e_rates.cpp
 
