@@ -19,7 +19,7 @@ namespace uatlab::experiment::wang_e {
 namespace {
 
 std::vector<int> head_grid(const Context& c) {
-  return c.pick({1, 2, 4}, {1, 2, 3, 4, 6, 8, 12, 16, 24, 32}, {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64});
+  return c.pick({1, 2, 4}, {1, 2, 3, 4, 6, 8, 12, 16}, {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64});
 }
 
 json run_heads(const json& cell, const Context& c) {
@@ -189,7 +189,7 @@ Experiment rates() {
     for (int seed = 1; seed <= seeds(c); ++seed) {
       for (const char* tail : {"heavy", "light"})
         for (const char* rpe : {"lin", "log"})
-          for (int T : c.pick({4, 8}, {8, 16, 32, 64}, {8, 16, 32, 64, 128}))
+          for (int T : c.pick({4, 8}, {8, 16, 32}, {8, 16, 32, 64, 128}))
             cells.push_back({{"part", "heads"},
                              {"tail", tail},
                              {"rpe", rpe},
@@ -199,7 +199,7 @@ Experiment rates() {
                              {"target", c.pick(2.0, 1e-4, 1e-4)}});  // smoke: a plumbing check
       for (int m : c.pick({4, 16}, {4, 8, 16, 32, 64, 128, 256}, {4, 8, 16, 32, 64, 128, 256, 512}))
         cells.push_back({{"part", "width"}, {"m", m}, {"seed", seed}, {"steps", steps(c)}});
-      for (int H : c.pick({1, 2}, {1, 2, 4, 8, 16}, {1, 2, 4, 8, 16, 32}))
+      for (int H : c.pick({1, 2}, {1, 2, 4, 8}, {1, 2, 4, 8, 16, 32}))
         cells.push_back({{"part", "H"}, {"H", H}, {"seed", seed}, {"steps", steps(c)}});
     }
     return cells;
