@@ -7,6 +7,7 @@
 //   width    Insight 2a's read-out sin(4π x_{t−1}) with one head: MSE/Var against the FFN width m
 //   H        the power-law kernel of 32 lags with lin-type heads: MSE/Var against H
 // Exponents per seed by least squares on log axes, then the mean with its 95% Student-t interval.
+#include <algorithm>
 #include <cmath>
 #include <map>
 
@@ -53,6 +54,7 @@ double residual(const std::vector<double>& x, const std::vector<double>& y) {
 }
 
 std::string with_interval(const Interval& e) {
+  if (e.runs == 0) return "";
   return std::isnan(e.lo) ? fixed(e.mean, 3)
                           : fixed(e.mean, 3) + " [" + fixed(e.lo, 3) + ", " + fixed(e.hi, 3) + "]";
 }
@@ -106,7 +108,12 @@ std::string report(const std::vector<json>& lines, const Outputs& out, const Con
     xy.second.push_back(std::log(l.at("result").at("heads").get<double>()));
   }
   std::vector<Row> rows;
-  for (const auto& [name, seeds] : pts) {
+  std::vector<std::string> names;  // every memory and RPE, also those that never reached the target
+  for (const json& l : heads)
+    if (std::find(names.begin(), names.end(), memory(l.at("cell"))) == names.end())
+      names.push_back(memory(l.at("cell")));
+  for (const std::string& name : names) {
+    const auto& seeds = pts[name];
     std::vector<double> poly, rate;
     int poly_better = 0, exp_better = 0, flat = 0;
     for (const auto& [seed, xy] : seeds) {
@@ -125,7 +132,8 @@ std::string report(const std::vector<json>& lines, const Outputs& out, const Con
         ++exp_better;
     }
     const int n = static_cast<int>(poly.size());
-    std::string verdict = flat == n && n > 0         ? "constant: the fewest heads at every T"
+    std::string verdict = n == 0                     ? "never reached within the grid of heads"
+                          : flat == n                ? "constant: the fewest heads at every T"
                           : poly_better > exp_better ? "polynomial fits better"
                           : exp_better > poly_better ? "exponential fits better"
                                                      : "undecided";
