@@ -265,7 +265,7 @@ Experiment memorization_capacity() {
       "exponents";
   e.cells = [](const Context& c) {
     std::vector<json> cells;
-    const int seeds = c.seeds > 0 ? c.seeds : c.pick(1, 3, 5);
+    const int seeds = c.seed_count(1, 3, 5);
     const std::vector<int> built = c.pick({8, 16}, {8, 16, 32, 64, 128, 256, 512, 1024},
                                           {8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096});
     const std::vector<int> trained = c.pick({8, 16}, {8, 16, 32, 64, 128}, {8, 16, 32, 64, 128, 256, 512});

@@ -53,7 +53,7 @@ long steps(const Context& c) {
   return c.step_count(60, 3000, 10000);
 }
 int seeds(const Context& c) {
-  return c.seeds > 0 ? c.seeds : c.pick(1, 3, 5);
+  return c.seed_count(1, 3, 5);
 }
 
 // The runs of one cell of a grouped table (empty when the cell is absent).

@@ -39,7 +39,10 @@ struct Context {
   std::vector<int> pick(std::vector<int> smoke, std::vector<int> quick, std::vector<int> full) const {
     return pick<std::vector<int>>(std::move(smoke), std::move(quick), std::move(full));
   }
-  int seed_count() const { return seeds > 0 ? seeds : pick(1, 2, 3); }
+  int seed_count() const { return seed_count(1, 2, 3); }
+  int seed_count(int smoke, int quick, int full) const {
+    return seeds > 0 ? seeds : pick(smoke, quick, full);
+  }
   long step_count(long smoke, long quick, long full) const {
     return steps > 0 ? steps : pick(smoke, quick, full);
   }
