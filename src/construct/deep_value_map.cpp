@@ -32,7 +32,12 @@ int bit_length(const Int& n) {
 
 // The smallest e with 6·2^-e ≤ gap: ramps of width 2^-e keep a margin of two widths from the data.
 int grid_exponent(const Rational& gap) {
-  int e = static_cast<int>(std::ceil(std::log2(6 / Scalar<Rational>::to_double(gap))));
+  // log2(6/gap) from the bit lengths (the gap may lie far outside double's range), then exact.
+  const long long guess = static_cast<long long>(mp::msb(Int(mp::denominator(gap)))) -
+                          static_cast<long long>(mp::msb(Int(mp::numerator(gap)))) + 3;
+  limits::check_count(guess < 0 ? -guess : guess, 0, limits::kCoefficientBits,
+                      "deep value map: grid exponent");
+  int e = static_cast<int>(guess);
   while (6 * pow2(-e) > gap)
     ++e;
   while (6 * pow2(-(e - 1)) <= gap)
