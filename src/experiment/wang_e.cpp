@@ -118,8 +118,8 @@ Experiment table_1a() {
   Experiment e;
   e.name = "wang-e-1a";
   e.summary =
-      "Insight 1a (Table 2): depth L vs heads H at equal parameters: language modelling, Type I and Type II "
-      "memories";
+      "Insight 1a (Table 2): depth L vs heads H at equal parameters (and at equal FFN width): language "
+      "modelling, Type I and Type II memories";
   e.cells = [](const Context& c) {
     std::vector<json> cells;
     using Shapes = std::vector<std::pair<int, int>>;
@@ -129,21 +129,26 @@ Experiment table_1a() {
     // Type I adaptive memory (one look-up) and Type II (a nested look-up, which needs depth).
     for (int seed = 1; seed <= seeds(c); ++seed)
       for (std::string task : {"chars", "adaptive-1", "adaptive-2"})
-        for (auto [L, H] : shapes) {
-          json cell = {{"L", L}, {"H", H}, {"seed", seed}, {"steps", steps(c)}};
-          if (task != "chars") cell["task"] = task;
-          cells.push_back(cell);
-        }
+        for (const char* budget : {"equal total", "equal width"})
+          for (auto [L, H] : shapes) {
+            json cell = {{"L", L}, {"H", H}, {"seed", seed}, {"steps", steps(c)}, {"budget", budget}};
+            if (task != "chars") cell["task"] = task;
+            cells.push_back(cell);
+          }
     return cells;
   };
   e.run = [](const json& cell, const Context& c) {
     const LmShape s = lm_shape(c);
     const int L = cell.at("L"), H = cell.at("H"), Hmax = L * H;
-    // Parameter budget of one layer with Hmax heads and width s.m, spread over L layers: each
-    // layer keeps H heads and gets the FFN width that fills its share.
+    // "equal total": the parameters of one layer with Hmax heads and width s.m, spread over L
+    // layers: each layer keeps H heads and gets the FFN width that fills its share (deeper models
+    // have narrower FFNs). "equal width": every layer has width s.m and H heads, so the attention
+    // parameters are equal (L·H heads in all) and the FFN parameters grow with L.
     const int attn = 4 * s.d * s.head_size, norms = 4 * s.d;
     const int budget = Hmax * attn + (2 * s.d + 1) * s.m + s.d + norms;
-    const int m = std::max(4, (budget / L - H * attn - s.d - norms) / (2 * s.d + 1));
+    const int m = cell.value("budget", std::string("equal total")) == "equal width"
+                      ? s.m
+                      : std::max(4, (budget / L - H * attn - s.d - norms) / (2 * s.d + 1));
     std::vector<LayerSpec> layers;
     for (int l = 0; l < L; ++l) {
       layers.push_back(attention(H, s.head_size, false, Rpe::none, true));
@@ -173,7 +178,10 @@ Experiment table_1a() {
     return r;
   };
   e.report = [](const std::vector<json>& lines, const Outputs& out, const Context&) {
-    auto model = [](const json& c) { return "L=" + label(c.at("L")) + ", H=" + label(c.at("H")); };
+    auto model = [](const json& c) {
+      return "L=" + label(c.at("L")) + ", H=" + label(c.at("H")) + ", " +
+             c.value("budget", std::string("equal total"));
+    };
     auto task = [](const json& c) {
       return c.contains("task")
                  ? std::string(c.at("task") == "adaptive-1" ? "Type I memory" : "Type II memory")
@@ -197,13 +205,20 @@ Experiment table_1a() {
       md += "\n" + grouped_markdown(group(synthetic, model, task,
                                           [](const json& r) { return r.at("val_accuracy").get<double>(); }),
                                     "validation accuracy", 3);
-    std::vector<Row> v;  // the deepest model against the one-layer one, per task
-    for (const std::string& col : g.cols)
-      if (col != "parameters (LM)")
-        v.push_back({"more depth lowers the loss at equal parameters",
-                     g.rows.back() + " vs " + g.rows.front() + ", " + col,
-                     welch_verdict(cell_values(g, g.rows.back(), col), cell_values(g, g.rows.front(), col),
-                                   "lower: holds", "higher: contradicted")});
+    std::vector<Row> v;  // per budget rule and task: the deepest model against the one-layer one
+    for (const std::string budget : {"equal total", "equal width"}) {
+      std::vector<std::string> rows;
+      for (const std::string& r : g.rows)
+        if (r.size() > budget.size() && r.compare(r.size() - budget.size(), std::string::npos, budget) == 0)
+          rows.push_back(r);
+      if (rows.size() < 2) continue;
+      for (const std::string& col : g.cols)
+        if (col != "parameters (LM)")
+          v.push_back({"more depth lowers the loss (" + budget + ")",
+                       rows.back() + " vs " + rows.front() + ", " + col,
+                       welch_verdict(cell_values(g, rows.back(), col), cell_values(g, rows.front(), col),
+                                     "lower: holds", "higher: contradicted")});
+    }
     md += verdict_table(v);
     write_file_atomic(out.path(".md"), md);
     Grouped t = group(lines, task, model, [](const json& r) { return r.at("val_loss").get<double>(); });
