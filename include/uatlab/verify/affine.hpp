@@ -29,7 +29,8 @@ void activation_pieces(const Layer<Rational>& L, std::vector<Rational>& c,
 // feed-forward sub-layer (ReLU or piecewise linear, no layer norm) as above, other sub-layers and
 // columns with a unit whose enclosure meets a breakpoint through the library's MPFI forward, then
 // pooling and readout. Construct it at the MPFR precision it will run at (an MpfrPrecision scope);
-// the affine maps of the patterns met are cached, and operator() may run on several threads.
+// the affine maps of the patterns met are cached, and operator() may run on several threads. It
+// keeps pointers into `net`, which must outlive it.
 class AffineForward {
  public:
   explicit AffineForward(const Network<Rational>& net);
