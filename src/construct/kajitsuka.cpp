@@ -545,9 +545,9 @@ json Contextual::report() const {
 double certified_max_error(const Network<Rational>& net, const Dataset& ds, unsigned bits, double stop_above,
                            const OnProgress& progress, bool dependency_free) {
   const MpfrPrecision precision(bits);
-  const Network<Mpfi> ni = network_cast<Mpfi>(net);
   const std::optional<AffineForward> affine =
       dependency_free ? std::optional<AffineForward>(std::in_place, net) : std::nullopt;
+  const Network<Mpfi> ni = affine ? Network<Mpfi>() : network_cast<Mpfi>(net);  // one of the two
   std::vector<double> worst(ds.sequences.size(), 0);
   bool stop = false;
   long long done = 0;

@@ -90,12 +90,10 @@ json run_trained(const json& cell) {
                              {"batch", 64},
                              {"lr", 0.01}};
     Network<float> net;
-    json r = train_memorization(train_cell, &net);
+    Dataset data;
+    json r = train_memorization(train_cell, &net, &data);
     bool certified = false;
     if (r.at("memorized").get<bool>()) {
-      TaskOptions o;
-      o.N = cell.at("N"), o.n = kN, o.d = kD, o.V = kV, o.seed = cell.at("seed").get<std::uint64_t>();
-      const Dataset data = make_task("memorize", o);
       const Network<Rational> exact = network_cast<Rational>(net);
       for (unsigned bits : {64u, 256u}) {
         const Predictions p =

@@ -24,7 +24,7 @@ namespace uatlab::experiment {
 // size), tied, seed, steps, batch, lr, early_stop (default true: stop once every training token is
 // right), fixed_v (tied only: the Q=K=V row fixed to Lemma 3's
 // projection scaled as the tuned construction scales it, and frozen).
-json train_memorization(const json& cell, Network<float>* trained) {
+json train_memorization(const json& cell, Network<float>* trained, Dataset* trained_on) {
   TaskOptions o;
   const std::string task = cell.at("task");
   o.N = cell.at("N");
@@ -82,6 +82,7 @@ json train_memorization(const json& cell, Network<float>* trained) {
               {"parameters", net.parameter_count()},
               {"seconds", r.seconds}});
   if (trained) *trained = std::move(net);
+  if (trained_on) *trained_on = data;
   return out;
 }
 

@@ -69,7 +69,7 @@ Interval exponent(const std::vector<json>& lines, const std::string& key, const 
   }
   std::vector<double> slopes;
   for (const auto& [seed, xy] : by_seed)
-    if (std::isfinite(slope(xy.first, xy.second))) slopes.push_back(slope(xy.first, xy.second));
+    if (const double s = slope(xy.first, xy.second); std::isfinite(s)) slopes.push_back(s);
   return mean_interval(slopes);
 }
 

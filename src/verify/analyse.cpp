@@ -99,9 +99,9 @@ Predictions certify_predictions(const Network<Rational>& net, const Dataset& ds,
   p.kind = kind;
   p.bits = bits;
   const MpfrPrecision precision(bits);
-  const Network<Mpfi> ni = network_cast<Mpfi>(net);
   std::optional<AffineForward> af;
   if (affine && !ds.token_input) af.emplace(net);
+  const Network<Mpfi> ni = af ? Network<Mpfi>() : network_cast<Mpfi>(net);  // one of the two
   const Mpfi tol = Scalar<Mpfi>::from(tolerance);
   const long N = static_cast<long>(ds.sequences.size());
   std::vector<std::vector<PredictionFailure>> fails(static_cast<std::size_t>(N));

@@ -14,8 +14,8 @@ namespace uatlab::experiment {
 // One training of a cell: task (memorize | random-labels), N, n, d, V, classes, m (FF width, 0:
 // none), H, s (head size), tied, seed, steps, batch, lr, fixed_v (tied only: the Q=K=V row fixed
 // to Lemma 3's projection and frozen). Result: accuracy, loss, memorized, steps, parameters, seconds.
-// `trained`, when given, receives the trained network.
-json train_memorization(const json& cell, Network<float>* trained = nullptr);
+// `trained` and `trained_on`, when given, receive the trained network and its training data.
+json train_memorization(const json& cell, Network<float>* trained = nullptr, Dataset* trained_on = nullptr);
 
 // The presets (name, JSON text) and a config from a preset name, JSON text or a file.
 const std::vector<std::pair<std::string, std::string>>& sweep_presets();
