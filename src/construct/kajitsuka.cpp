@@ -893,9 +893,11 @@ Memorized memorize(const Dataset& ds, const MemorizeOptions& opt) {
   m.zhang_form_ff = d + q + d * q;
   m.zhang_form_total = m.zhang_form_attention + m.zhang_form_ff;
   m.value_map = opt.value_map;
-  if (deep) m.value_map_sup = std::numeric_limits<double>::quiet_NaN();
-  for (int r = 0; r < k && !deep; ++r)
-    m.value_map_sup = std::max(m.value_map_sup, value_map_bound(m.net.layers[1], r, m.bits_used).sup);
+  if (deep)
+    m.value_map_sup = std::numeric_limits<double>::quiet_NaN();  // no one-layer map to bound
+  else
+    for (int r = 0; r < k; ++r)
+      m.value_map_sup = std::max(m.value_map_sup, value_map_bound(m.net.layers[1], r, m.bits_used).sup);
   for (double x : m.profile.target)
     m.target_max = std::max(m.target_max, std::abs(x));
   return m;

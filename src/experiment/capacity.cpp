@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <numeric>
 
 #include "uatlab/construct/kajitsuka.hpp"
 #include "uatlab/experiment/memorization.hpp"
@@ -132,32 +133,26 @@ std::string report(const std::vector<json>& lines, const Outputs& out, const Con
   std::string md =
       "Stored parameters of the smallest memorizing model, mean ± sd over the seeds that memorized:\n\n" +
       write_grouped(g, "curve", out, 4);
-  // How many seeds memorized, per cell (trained families within their grid of widths).
-  struct Count {
-    int yes = 0, all = 0, floor = 0;
+  // How many seeds memorized, per cell (trained families within their grid of widths), and how
+  // many of those at the grid's floor: 1/0 per run, through the one aggregation.
+  auto flag = [](const char* key) {
+    return [key](const json& r) { return r.value(key, false) ? 1.0 : 0.0; };
   };
-  std::map<std::pair<std::string, std::string>, Count> count;
-  std::vector<std::string> curves, cols;
-  for (const json& l : lines) {
-    const std::string r = curve(l.at("cell")), col = column(l.at("cell"));
-    if (std::find(curves.begin(), curves.end(), r) == curves.end()) curves.push_back(r);
-    if (std::find(cols.begin(), cols.end(), col) == cols.end()) cols.push_back(col);
-    Count& k = count[{r, col}];
-    k.yes += l.at("result").at("memorized").get<bool>(), ++k.all;
-    k.floor += l.at("result").value("at_floor", false);
-  }
+  const Grouped yes = group(lines, curve, column, flag("memorized")),
+                floor = group(lines, curve, column, flag("at_floor"));
+  const std::vector<std::string>& curves = yes.rows;
   Row header = {"curve"};
-  header.insert(header.end(), cols.begin(), cols.end());
+  header.insert(header.end(), yes.cols.begin(), yes.cols.end());
   std::vector<Row> rows;
-  for (const std::string& r : curves) {
-    Row row = {r};
-    for (const std::string& col : cols) {
-      auto it = count.find({r, col});
-      row.push_back(
-          it == count.end()
-              ? ""
-              : std::to_string(it->second.yes) + "/" + std::to_string(it->second.all) +
-                    (it->second.floor ? " (" + std::to_string(it->second.floor) + " at the floor)" : ""));
+  for (std::size_t r = 0; r < yes.rows.size(); ++r) {
+    Row row = {yes.rows[r]};
+    for (std::size_t c = 0; c < yes.cols.size(); ++c) {
+      const std::vector<double>& v = yes.values[r][c];
+      const double at_floor = std::accumulate(floor.values[r][c].begin(), floor.values[r][c].end(), 0.0);
+      row.push_back(v.empty() ? ""
+                              : fixed(std::accumulate(v.begin(), v.end(), 0.0), 6) + "/" +
+                                    std::to_string(v.size()) +
+                                    (at_floor > 0 ? " (" + fixed(at_floor, 6) + " at the floor)" : ""));
     }
     rows.push_back(row);
   }
