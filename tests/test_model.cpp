@@ -243,3 +243,62 @@ TEST(Model, InputErrorsNameTheProblem) {
   EXPECT_THROW(forward_tokens(tok, {0, 5}), Error);
   EXPECT_EQ(forward_tokens(tok, {4, 1}).col(0), tok.embed.col(4));
 }
+
+// The MPFI feed-forward kernel (relu_hidden) shares the products of equal consecutive rows of W1,
+// clamps in place and keeps a per-thread scratch: its enclosures must be those of the plain
+// interval formula, entry by entry, and follow the precision in force from one call to the next.
+TEST(Model, IntervalFeedForwardIsThePlainFormulaAtThePrecisionInForce) {
+  Architecture a = Architecture::from_json(json::parse(R"({"d": 2, "layers": [
+    {"type": "feedforward", "width": 7}]})"));
+  Network<Rational> net(a);
+  const Rational r[7][2] = {{{1, 3}, {2, 7}},   {{1, 3}, {2, 7}}, {{1, 3}, {2, 7}},  {{-5, 11}, {0, 1}},
+                            {{-5, 11}, {0, 1}}, {{1, 3}, {2, 7}}, {{3, 13}, {-1, 9}}};
+  for (int i = 0; i < 7; ++i) {
+    net.layers[0].w1(i, 0) = r[i][0];
+    net.layers[0].w1(i, 1) = r[i][1];
+    net.layers[0].b1(i, 0) = Rational(i - 3, 17);
+    net.layers[0].w2(0, i) = Rational(i + 1, 19);
+    net.layers[0].w2(1, i) = Rational(3 - i, 23);
+  }
+  net.layers[0].b2(1, 0) = Rational(1, 29);
+  auto input = [] {  // intervals around zero (units straddle the kink), a point and an exact zero
+    Mat<Mpfi> x(2, 3);
+    x(0, 0) = hull(Mpfr(-0.125), Mpfr(0.0625));
+    x(1, 0) = hull(Mpfr(-0.25), Mpfr(0.5));
+    x(0, 1) = Scalar<Mpfi>::from(Rational(2, 3));
+    x(1, 1) = Mpfi(0);
+    x(0, 2) = hull(Mpfr(0.75), Mpfr(1));
+    x(1, 2) = Scalar<Mpfi>::from(Rational(-1, 5));
+    return x;
+  };
+  double width_60 = 0;
+  for (unsigned bits : {60u, 200u, 60u}) {
+    const MpfrPrecision precision(bits);
+    const Network<Mpfi> ni = network_cast<Mpfi>(net);
+    const Mat<Mpfi> x = input(), y = forward(ni, x);
+    const Layer<Mpfi>& L = ni.layers[0];
+    double width = 0;
+    for (int j = 0; j < 3; ++j)
+      for (int o = 0; o < 2; ++o) {
+        Mpfi z = x(o, j);  // the residual stream, to which each unit adds its term in turn
+        for (int i = 0; i < 7; ++i) {
+          Mpfi h(0);
+          for (int k = 0; k < 2; ++k)
+            if (!(lower(x(k, j)) == 0 && upper(x(k, j)) == 0)) h = h + L.w1(i, k) * x(k, j);
+          h = h + L.b1(i, 0);
+          if (upper(h) <= 0) continue;  // relu gives 0, which the kernel skips
+          if (lower(h) < 0) h = hull(Mpfr(0), upper(h));
+          z = z + L.w2(o, i) * h;
+        }
+        z = z + L.b2(o, 0);
+        EXPECT_TRUE(lower(y(o, j)) == lower(z) && upper(y(o, j)) == upper(z))
+            << bits << " bits, token " << j << " row " << o;
+        if (j == 1)  // the point token: its width is the rounding of the precision in force
+          width = std::max(width, Scalar<Mpfr>::to_double(upper(y(o, j)) - lower(y(o, j))));
+      }
+    if (bits == 60u && width_60 == 0) width_60 = width;
+    if (bits == 200u) EXPECT_LT(width, width_60 * 1e-30);
+    EXPECT_GT(width, 0);  // the scratch took the new precision
+    if (bits == 60u && width_60 > 0) EXPECT_EQ(width, width_60);
+  }
+}

@@ -28,7 +28,7 @@ struct Opts {
   int blocks = 0;
   bool tied = false, force = false;
   std::uint64_t seed = 1;
-  unsigned max_bits = 1u << 18;
+  unsigned max_bits = ks::ContextualOptions{}.max_bits;
   int draws = 200, sweep_c = 0;
   std::string out_dir = "results/contextual", plot_dir;
   DemoSize demo;

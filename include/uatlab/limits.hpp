@@ -25,6 +25,10 @@ constexpr int kJsonDepth = 64;
 // 10^(10^6) has 3.3 million bits; the faithful Kajitsuka constructions stay below 10^(±2·10^5).
 constexpr long long kDecimalExponent = 1000000;
 
+// MPFR precision of a certificate, in bits: one number at the limit takes 512 KiB. The faithful
+// Kajitsuka construction at |V| = 7 needs about 500,000.
+constexpr long long kPrecisionBits = 1LL << 22;
+
 // Digits of an exact number (its mantissa, or p and q of "p/q").
 constexpr long long kNumberDigits = 1000000;
 

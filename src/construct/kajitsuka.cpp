@@ -392,6 +392,7 @@ double c_floor_of(const Projected& p) {  // one query's scores span 1 nat: below
 }  // namespace
 
 Contextual build_contextual(const Facts& f, const ContextualOptions& opt) {
+  limits::check_count(opt.max_bits, 64, limits::kPrecisionBits, "--max-bits");
   Contextual out;
   out.mode = opt.mode;
   out.tied = opt.tied;
@@ -473,10 +474,11 @@ ScaleSweep sweep_scale(const Facts& f, const ContextualOptions& opt, int points)
   sw.c_theorem = base.c_theorem;
   const Projected pr = projected(f, base.projection.v);
   // From a hundredth of the point where softmax is nearly uniform to the largest c whose
-  // certificate fits in max_bits / 4 (towards hardmax), at most 100 times the theorem's c.
-  const double lo = c_floor_of(pr) / 100;
+  // certificate fits in 65,536 bits (or max_bits / 4 if lower; towards hardmax), at most 100 times
+  // the theorem's c.
+  const double lo = c_floor_of(pr) / 100, cap = std::min(opt.max_bits / 4.0, 65536.0);
   double hi = 100 * std::max(sw.c_theorem, sw.c_gap);
-  while (hi > lo && bits_guess(f, pr, hi) > opt.max_bits / 4.0)
+  while (hi > lo && bits_guess(f, pr, hi) > cap)
     hi /= 2;
   const Rational wo_scale = wo_scale_of(f);
   for (int k = 0; k < points; ++k) {

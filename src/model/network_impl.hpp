@@ -329,8 +329,62 @@ void add_product(Mat<S>& C, const Mat<S>& A, const Mat<S>& B) {
   }
 }
 
+// H = relu(W1·X + b1) in MPFI, in place into H (resized, and rebuilt when the precision in force
+// changed): no number is allocated per entry, and a row of W1 equal to the one before it reuses
+// that row's products (Zhang's value map has W1 = 1aᵀ, q rows and one product per token). The
+// operations and their order are the generic path's, so the enclosures are the same.
+inline void relu_hidden(const Layer<Mpfi>& L, const Mat<Mpfi>& X, Mat<Mpfi>& H) {
+  const Eigen::Index q = L.w1.rows(), n = X.cols(), d = X.cols() ? X.rows() : 0;
+  const mpfr_prec_t prec = mpfi_get_prec(Mpfi().backend().data());
+  if (H.rows() != q || H.cols() != n || (H.size() && mpfi_get_prec(H(0, 0).backend().data()) != prec)) {
+    H.resize(0, 0);
+    H.resize(q, n);
+  }
+  auto same = [](mpfi_srcptr a, mpfi_srcptr b) {
+    return mpfr_equal_p(&a->left, &b->left) && mpfr_equal_p(&a->right, &b->right);
+  };
+  std::vector<Mpfi> P(n);  // the products W1(i,:)·X(:,j) of the current run of equal rows
+  mpfi_t t;
+  mpfi_init2(t, prec);
+  for (Eigen::Index i = 0; i < q; ++i) {
+    bool repeat = i > 0;
+    for (Eigen::Index k = 0; k < d && repeat; ++k)
+      repeat = same(L.w1(i, k).backend().data(), L.w1(i - 1, k).backend().data());
+    if (!repeat)
+      for (Eigen::Index j = 0; j < n; ++j) {
+        mpfi_ptr p = P[j].backend().data();
+        mpfi_set_ui(p, 0);
+        for (Eigen::Index k = 0; k < d; ++k) {
+          mpfi_srcptr x = X(k, j).backend().data();
+          if (mpfi_is_zero(x)) continue;
+          mpfi_mul(t, L.w1(i, k).backend().data(), x);
+          mpfi_add(p, p, t);
+        }
+      }
+    for (Eigen::Index j = 0; j < n; ++j) {
+      mpfi_ptr h = H(i, j).backend().data();
+      mpfi_add(h, P[j].backend().data(), L.b1(i, 0).backend().data());
+      if (mpfr_sgn(&h->left) >= 0) continue;  // relu: [l, u] with l < 0 becomes [0, max(u, 0)]
+      if (mpfr_sgn(&h->right) <= 0)
+        mpfi_set_ui(h, 0);
+      else
+        mpfr_set_ui(&h->left, 0, MPFR_RNDD);
+    }
+  }
+  mpfi_clear(t);
+}
+
 template <class S>
 void feedforward(const Layer<S>& L, const Mat<S>& X, Mat<S>& Z) {
+  if constexpr (std::is_same_v<S, Mpfi>) {
+    if (!L.spec.piecewise && !L.spec.gelu) {
+      thread_local Mat<Mpfi> H;  // a wide layer's q·n intervals, allocated once per thread
+      relu_hidden(L, X, H);
+      add_product(Z, L.w2, H);
+      Z.colwise() += L.b2.col(0);
+      return;
+    }
+  }
   Mat<S> H = Mat<S>::Zero(L.w1.rows(), X.cols());
   add_product(H, L.w1, X);
   H.colwise() += L.b1.col(0);

@@ -66,7 +66,7 @@ struct ContextualOptions {
   Mode mode = Mode::tuned;
   bool tied = false;  // W_Q = W_K = W_V = √c·vᵀ, W_O scaled by 1/√c
   std::uint64_t seed = 1;
-  unsigned max_bits = 1u << 18;
+  unsigned max_bits = 1u << 20;  // the faithful construction at |V| = 6 needs about 300,000
   bool search_min_bits = true;
   OnProgress progress;  // the precision tried, the sequences certified (contextual and memorize)
 };
