@@ -15,14 +15,23 @@ namespace train_detail {
 
 // The feed-forward activation φ of h = W_1 Z + b_1 and its derivative φ'(h) (ReLU or GELU).
 template <class S>
-Mat<S> activate(const LayerSpec& s, const Mat<S>& h) {
-  if (s.gelu) return h.unaryExpr([](const S& v) { return S(gelu(v)); });
-  return h.cwiseMax(S(0));
+void activate(const LayerSpec& s, const Mat<S>& h, Mat<S>& out) {  // out keeps its memory
+  if (s.gelu)
+    out = h.unaryExpr([](const S& v) { return S(gelu(v)); });
+  else
+    out = h.cwiseMax(S(0));
 }
 template <class S>
 Mat<S> activation_slope(const LayerSpec& s, const Mat<S>& h) {
   if (s.gelu) return h.unaryExpr([](const S& v) { return S(gelu_derivative(v)); });
   return h.unaryExpr([](const S& v) { return v > S(0) ? S(1) : S(0); });
+}
+
+// g += the sum of m's columns (a bias gradient), as one matrix-vector product: Eigen's
+// rowwise().sum() walks a column-major matrix row by row and does not vectorise.
+template <class S, class M>
+void add_column_sum(Mat<S>& g, const M& m) {
+  g.col(0).noalias() += m * Vec<S>::Ones(m.cols());
 }
 
 // LayerNorm over each column, caching x̂ and 1/σ.
@@ -46,8 +55,8 @@ Mat<S> ln_forward(const Mat<S>& z, const Mat<S>& w, const Mat<S>& b, const S& ep
 template <class S>
 Mat<S> ln_backward(const Mat<S>& dout, const Mat<S>& xhat, const Mat<S>& rstd, const Mat<S>& w, Mat<S>& gw,
                    Mat<S>& gb) {
-  gw.col(0) += dout.cwiseProduct(xhat).rowwise().sum();
-  gb.col(0) += dout.rowwise().sum();
+  add_column_sum(gw, dout.cwiseProduct(xhat));
+  add_column_sum(gb, dout);
   const S inv_d = S(1) / S(static_cast<long>(dout.rows()));
   Mat<S> dx(dout.rows(), dout.cols());
   for (Eigen::Index c = 0; c < dout.cols(); ++c) {
@@ -122,7 +131,7 @@ Mat<S> attention_backward(const Layer<S>& L, Layer<S>& G, const Mat<S>& in,
   const LayerSpec& s = L.spec;
   const Eigen::Index H = s.heads, hs = s.head_size, T = in.cols();
   G.wo.noalias() += dZ * t.o.transpose();
-  if (s.bias) G.bo.col(0) += dZ.rowwise().sum();
+  if (s.bias) add_column_sum(G.bo, dZ);
   const Mat<S> dO = L.wo.transpose() * dZ;
   const Mat<S>& Q = t.q;
   const Mat<S>& K = s.tied_qkv ? t.q : t.k;
@@ -183,21 +192,21 @@ Mat<S> attention_backward(const Layer<S>& L, Layer<S>& G, const Mat<S>& in,
     Mat<S> dP = dV;
     if (!s.dp_free) dP += dQ + dK;
     G.wq.noalias() += dP * in.transpose();
-    if (s.bias) G.bq.col(0) += dP.rowwise().sum();
+    if (s.bias) add_column_sum(G.bq, dP);
     din.noalias() = L.wq.transpose() * dP;
     return din;
   }
   G.wv.noalias() += dV * in.transpose();
   din.noalias() = L.wv.transpose() * dV;
-  if (s.bias) G.bv.col(0) += dV.rowwise().sum();
+  if (s.bias) add_column_sum(G.bv, dV);
   if (!s.dp_free) {
     G.wq.noalias() += dQ * in.transpose();
     G.wk.noalias() += dK * in.transpose();
     din.noalias() += L.wq.transpose() * dQ;
     din.noalias() += L.wk.transpose() * dK;
     if (s.bias) {
-      G.bq.col(0) += dQ.rowwise().sum();
-      G.bk.col(0) += dK.rowwise().sum();
+      add_column_sum(G.bq, dQ);
+      add_column_sum(G.bk, dK);
     }
   }
   return din;
@@ -223,7 +232,7 @@ Mat<S> mixer_backward(const Layer<S>& L, Layer<S>& G, const Mat<S>& in,
                       const std::vector<Eigen::Index>& start, const LayerTrace<S>& t, const Mat<S>& dZ) {
   const LayerSpec& s = L.spec;
   G.wo.noalias() += dZ * t.o.transpose();
-  if (s.bias) G.bo.col(0) += dZ.rowwise().sum();
+  if (s.bias) add_column_sum(G.bo, dZ);
   const Mat<S> dM = L.wo.transpose() * dZ;
   Mat<S> din = Mat<S>::Zero(in.rows(), in.cols());
   const Eigen::Index d = in.rows();
@@ -314,7 +323,8 @@ S forward_train(const Network<S>& net, const Batch<S>& batch, Loss loss, Trace<S
     else {
       t.h.noalias() = L.w1 * in;
       add_bias(t.h, L.b1);
-      Z.noalias() += L.w2 * activate(L.spec, t.h);
+      activate(L.spec, t.h, t.act);
+      Z.noalias() += L.w2 * t.act;
       add_bias(Z, L.b2);
     }
   }
@@ -375,7 +385,7 @@ void backward(const Network<S>& net, const Batch<S>& batch, Loss loss, const Tra
   Mat<S> dZ;
   if (a.readout > 0) {
     grad.readout_w.noalias() += dY * trace.z.transpose();
-    grad.readout_b.col(0) += dY.rowwise().sum();
+    add_column_sum(grad.readout_b, dY);
     dZ.noalias() = net.readout_w.transpose() * dY;
   } else {
     dZ = std::move(dY);
@@ -395,11 +405,11 @@ void backward(const Network<S>& net, const Batch<S>& batch, Loss loss, const Tra
     else if (L.spec.kind != LayerKind::feedforward)
       din = mixer_backward(L, G, in, batch.start, t, dZ);
     else {
-      G.w2.noalias() += dZ * activate(L.spec, t.h).transpose();
-      G.b2.col(0) += dZ.rowwise().sum();
+      G.w2.noalias() += dZ * t.act.transpose();
+      add_column_sum(G.b2, dZ);
       Mat<S> dh = (L.w2.transpose() * dZ).cwiseProduct(activation_slope(L.spec, t.h));
       G.w1.noalias() += dh * in.transpose();
-      G.b1.col(0) += dh.rowwise().sum();
+      add_column_sum(G.b1, dh);
       din.noalias() = L.w1.transpose() * dh;
     }
     if (L.spec.pre_norm)

@@ -3,9 +3,13 @@
 #include "uatlab/limits.hpp"
 
 #include <omp.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <chrono>
 #include <cmath>
 #include <fstream>
+#include <mutex>
 #include <numeric>
 
 #include "uatlab/io/model_file.hpp"
@@ -125,9 +129,41 @@ class BatchOrder {
 
 }  // namespace
 
+// A training step allocates and frees the same buffers at every step: the backward pass's
+// temporaries, d×T to m×T numbers per thread. By default glibc hands such blocks back to the
+// kernel when they are freed (mmap above 128 KiB, trimming of the threads' heaps), and the next
+// step faults every page in again, which cost half the backward pass of the tiny and small
+// benchmarks (2026-11-24, docs/benchmarks.md). Once per process, blocks up to 64 MiB come from the
+// heap, and the heap is trimmed only past 256 MiB of free memory at its top.
+void retain_freed_memory() {
+#ifdef __GLIBC__
+  static std::once_flag once;
+  std::call_once(once, [] {
+    mallopt(M_MMAP_THRESHOLD, 64 << 20);
+    mallopt(M_TRIM_THRESHOLD, 256 << 20);
+  });
+#endif
+}
+
+// The threads' gradients are reused while they hold tensors of net's shapes (a gradient is only
+// summed tensor by tensor), checked without serialising the architecture at every step.
+template <class S>
+bool same_shapes(const Network<S>& a, const Network<S>& b) {
+  std::vector<Eigen::Index> sa, sb;
+  auto shapes = [](std::vector<Eigen::Index>& out) {
+    return [&out](const std::string&, const Mat<S>& m, Layout) {
+      out.insert(out.end(), {m.rows(), m.cols()});
+    };
+  };
+  a.for_each_tensor(shapes(sa));
+  b.for_each_tensor(shapes(sb));
+  return sa == sb;
+}
+
 template <class S>
 double batch_gradient(const Network<S>& net, const Batch<S>& batch, Loss loss, Network<S>& grad,
                       Workspace<S>& ws) {
+  retain_freed_memory();
   const int B = batch.sequences();
   // Inside an enclosing parallel region (a sweep runs one training per thread) the team would get
   // one thread, so the batch is not split at all.
@@ -144,7 +180,7 @@ double batch_gradient(const Network<S>& net, const Batch<S>& batch, Loss loss, N
     return l;
   }
   ws.parts.resize(P), ws.traces.resize(P);
-  if (static_cast<int>(ws.grads.size()) != P || ws.grads[0].arch.to_json() != net.arch.to_json())
+  if (static_cast<int>(ws.grads.size()) != P || !same_shapes(ws.grads[0], net))
     ws.grads.assign(P, zero_like(net));
   std::vector<double> losses(P);
   std::vector<Eigen::Index> counts(P);

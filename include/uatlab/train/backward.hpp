@@ -41,7 +41,7 @@ struct LayerTrace {
   Mat<S> u;               // pre_norm: the branch input LayerNorm(in)
   Mat<S> q, k, v, o;      // attention: projections (H·s×T; tied: q only) and head outputs before W_O
   std::vector<Mat<S>> a;  // attention weights, one n_b×n_b matrix per (sequence, head)
-  Mat<S> h;               // feed-forward pre-activation (m×T)
+  Mat<S> h, act;          // feed-forward pre-activation h (m×T) and φ(h)
 };
 
 template <class S>
