@@ -12,6 +12,8 @@ Shapes (16 models each, every step run: early_stop false):
               H = 4 (8 models) heads of size 4, no FF; batch 64
 The PyTorch models have the same layers and sizes; the data are random tensors of the same
 shapes (throughput does not depend on the values). PyTorch runs at the same thread count.
+uatlab's time is the whole `uatlab sweep` process (start, data, training, evaluation, runs.jsonl
+and summary.csv) with --no-plots: PyTorch's side draws no plot either.
 """
 import json
 import os
@@ -110,7 +112,7 @@ def uatlab_sweep(binary, shape, steps, tmp):
     def run():
         out = tempfile.mkdtemp(dir=tmp)
         t0 = time.perf_counter()
-        subprocess.run([binary, "sweep", json.dumps(cfg), "--out-dir", out, "--threads", str(cores)],
+        subprocess.run([binary, "sweep", json.dumps(cfg), "--out-dir", out, "--threads", str(cores), "--no-plots"],
                        check=True, capture_output=True, env=stats.thread_env(cores))
         return (time.perf_counter() - t0) / models
     return run

@@ -31,7 +31,7 @@ def run(args):
         threads = cores if key == "per_core" else 1
         env = stats.thread_env(cores)
         t0 = time.perf_counter()
-        subprocess.run([binary, "sweep", json.dumps(cfg), "--out-dir", out, "--threads", str(threads)],
+        subprocess.run([binary, "sweep", json.dumps(cfg), "--out-dir", out, "--threads", str(threads), "--no-plots"],
                        check=True, capture_output=True, env=env)
         return (time.perf_counter() - t0) / args.cells  # seconds per model
     try:

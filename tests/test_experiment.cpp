@@ -110,6 +110,11 @@ TEST(Experiment, MemorizationSummaryCountsSeedsAndFindsTheSmallestModel) {
             "16,4,1,1,16,90,2,0.5,0,0,200\n");
   EXPECT_TRUE(std::filesystem::exists(dir + "/accuracy_heatmap.png"));
   EXPECT_TRUE(std::filesystem::exists(dir + "/min_parameters.png"));
+  const std::string bare = fresh_dir("summary-no-plots");  // sweep --no-plots: the same table, no PNG
+  EXPECT_EQ(summarise_sweep(lines, bare, false), md);
+  EXPECT_EQ(read_file(bare + "/summary.csv"), read_file(dir + "/summary.csv"));
+  EXPECT_FALSE(std::filesystem::exists(bare + "/accuracy_heatmap.png"));
+  EXPECT_FALSE(std::filesystem::exists(bare + "/min_parameters.png"));
 }
 
 TEST(Experiment, SweepConfigsAreValidatedAndPresetsExpand) {

@@ -52,6 +52,7 @@ int cmd_reproduce(const ReproduceOpts& o) {
 struct SweepOpts {
   std::string config, out_dir;
   int threads = 0;
+  bool no_plots = false;
 };
 
 int cmd_sweep(const SweepOpts& o) {
@@ -68,7 +69,7 @@ int cmd_sweep(const SweepOpts& o) {
   if (sweep_writer())
     std::fprintf(stderr, "sweep: %zu runs over %d rank(s), results appended to %s/runs.jsonl\n",
                  ex::sweep_cells(cfg).size(), sweep_ranks(), o.out_dir.c_str());
-  std::cout << ex::run_memorization_sweep(cfg, run);
+  std::cout << ex::run_memorization_sweep(cfg, run, !o.no_plots);
   return 0;
 }
 
@@ -105,6 +106,7 @@ void add_reproduce_commands(CLI::App& app, Commands& commands) {
       ->required();
   sw->add_option("--threads", s->threads, "Runs at once per process (default: all cores)")
       ->check(CLI::Range(1, 4096));
+  sw->add_flag("--no-plots", s->no_plots, "Write runs.jsonl and summary.csv only, without the two PNGs");
   commands.push_back({sw, [s] { return cmd_sweep(*s); }});
 }
 

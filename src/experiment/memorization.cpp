@@ -224,7 +224,7 @@ std::string config_key(const json& c) {
          " m=" + std::to_string(c.at("m").get<int>());
 }
 
-std::string summarise_sweep(const std::vector<json>& lines, const std::string& dir) {
+std::string summarise_sweep(const std::vector<json>& lines, const std::string& dir, bool plots) {
   // One row per configuration (its seeds grouped), through the one aggregation (group).
   auto all = [](const json&) { return std::string("runs"); };
   auto metric = [&](const char* key) {
@@ -279,7 +279,7 @@ std::string summarise_sweep(const std::vector<json>& lines, const std::string& d
     v = (std::isnan(v) ? 0 : v * count[r][c]) + k.accuracy;
     v /= ++count[r][c];
   }
-  plot_png(dir + "/accuracy_heatmap.png", h);
+  if (plots) plot_png(dir + "/accuracy_heatmap.png", h);
 
   LinePlot mp{"Smallest model that memorizes (every seed at 100% training accuracy)", "N (sequences)",
               "parameters"};
@@ -296,21 +296,21 @@ std::string summarise_sweep(const std::vector<json>& lines, const std::string& d
       s.y.push_back(static_cast<double>(best));
     }
   }
-  if (!s.x.empty()) {
+  if (plots && !s.x.empty()) {
     mp.series.push_back(s);
     plot_png(dir + "/min_parameters.png", mp);
   }
   return markdown_table({"N", "smallest memorizing parameters"}, md);
 }
 
-std::string run_memorization_sweep(const json& cfg, const RunOptions& o) {
+std::string run_memorization_sweep(const json& cfg, const RunOptions& o, bool plots) {
   const std::vector<json> cells = sweep_cells(cfg);  // a bad config fails before any folder is made
   Experiment sweep;
   sweep.name = "sweep";
   sweep.cells = [cells](const Context&) { return cells; };
   sweep.run = [](const json& cell, const Context&) { return train_memorization(cell); };
-  sweep.report = [](const std::vector<json>& lines, const Outputs& out, const Context&) {
-    return summarise_sweep(lines, out.dir);
+  sweep.report = [plots](const std::vector<json>& lines, const Outputs& out, const Context&) {
+    return summarise_sweep(lines, out.dir, plots);
   };
   make_dirs(o.out_dir);
   if (sweep_writer()) write_file_atomic(o.out_dir + "/config.json", cfg.dump(2) + "\n");

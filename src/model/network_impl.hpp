@@ -156,12 +156,13 @@ void normalise_columns(Mat<S>& A, const LayerSpec& spec, const EvalOptions& opt)
           A(0, k) = S(0);
         }
       }
-      const Eigen::Matrix<S, 1, Eigen::Dynamic> mx = A.colwise().maxCoeff();
-      A.rowwise() -= mx;
+      thread_local Eigen::Matrix<S, 1, Eigen::Dynamic> row;  // per column: max, then 1/sum
+      row = A.colwise().maxCoeff();
+      A.rowwise() -= row;
       A = A.array()
               .exp();  // in place: Eigen's packet exp (a replicated operand would fall back to scalar expf)
-      const Eigen::Matrix<S, 1, Eigen::Dynamic> inv = A.colwise().sum().cwiseInverse();
-      A.array().rowwise() *= inv.array();
+      row = A.colwise().sum().cwiseInverse();
+      A.array().rowwise() *= row.array();
       for (Eigen::Index k : empty)
         A.col(k).setZero();
       return;

@@ -143,6 +143,8 @@ Mat<S> attention_backward(const Layer<S>& L, Layer<S>& G, const Mat<S>& in,
 #pragma omp parallel
   {
     Mat<S> my_rpe = Mat<S>::Zero(L.rpe.rows(), L.rpe.cols());
+    Mat<S> dS;                                // dA, then dS in place; kept across sequences
+    Eigen::Matrix<S, 1, Eigen::Dynamic> dot;  // per query k: Σ_l A(l,k)·dA(l,k)
 #pragma omp for schedule(dynamic)
     for (int b = 0; b < B; ++b) {
       const Eigen::Index c0 = start[b], n = start[b + 1] - start[b];
@@ -150,12 +152,11 @@ Mat<S> attention_backward(const Layer<S>& L, Layer<S>& G, const Mat<S>& in,
         const Mat<S>& A = t.a[static_cast<std::size_t>(b) * H + h];
         const auto dOh = dO.block(h * hs, c0, hs, n);
         dV.block(h * hs, c0, hs, n).noalias() += dOh * A.transpose();
-        Mat<S> dS = V.block(h * hs, c0, hs, n).transpose() * dOh;  // dA, then dS in place
-        if (s.score == Score::softmax) {
-          for (Eigen::Index k = 0; k < n; ++k) {
-            const S dot = A.col(k).dot(dS.col(k));
-            dS.col(k) = A.col(k).cwiseProduct(dS.col(k) - Vec<S>::Constant(n, dot));
-          }
+        dS.noalias() = V.block(h * hs, c0, hs, n).transpose() * dOh;
+        if (s.score == Score::softmax) {  // dS = A ⊙ (dA − 1·dot), whole matrix at once
+          dot = A.cwiseProduct(dS).colwise().sum();
+          dS.array().rowwise() -= dot.array();
+          dS.array() *= A.array();
         } else {  // linear: masked scores do not exist (hardmax is refused before training)
           for (Eigen::Index k = 0; k < n; ++k) {
             const KeyRange r = attended_keys(s, k, n);
