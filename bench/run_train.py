@@ -1,11 +1,14 @@
 """Train-step benchmark: uatlab (bench_train) against PyTorch on the same machine, same run.
 
 usage: /usr/bin/python3 bench/run_train.py BUILD_DIR [--threads 2] [--min-time 0.3] [--reps 7] [--json F]
+                                          [--baseline OLD_BUILD_DIR]
        /usr/bin/python3 bench/run_train.py --from-json F
 Model per config: x + MultiheadAttention(x) (bias, 1/sqrt(head size)), then + ReLU feed-forward
 (width m), MSE loss, AdamW; float32. Both sides and a 1024^3 SGEMM (the attainable peak) run
 interleaved, round by round (bench/stats.py). Prints ms/step, median (min-max) over the rounds,
 the speed-up (median of the per-round ratios), GFLOP/s and the fraction of the peak.
+--baseline adds another build's bench_train (an earlier commit) to every round, and a table of
+where the step goes before and after.
 """
 import os
 import sys
@@ -67,15 +70,18 @@ def run(args):
            "min_time": args.min_time, "rows": []}
     for name, B, n, d, h, m in CONFIGS:
         step = torch_step(B, n, d, h, m)
-        phases = []  # uatlab's seconds per step in each phase, per round
-        rounds = stats.interleaved(
-            [("uatlab", lambda: stats.google_benchmark_seconds(cmd, f"train_step/{name}", env, args.min_time,
-                                                               phases)),
-             ("torch", lambda: seconds_per_call(step, args.min_time)),
-             ("sgemm", lambda: stats.google_benchmark_seconds(cmd, "sgemm_peak", env, args.min_time))],
-            args.reps, lambda r, t: print(f"{name}: round {r}/{t}", file=sys.stderr))
+        phases, base_phases = [], []  # seconds per step in each phase, per round
+        sides = [("uatlab", lambda: stats.google_benchmark_seconds(cmd, f"train_step/{name}", env, args.min_time,
+                                                                   phases)),
+                 ("torch", lambda: seconds_per_call(step, args.min_time)),
+                 ("sgemm", lambda: stats.google_benchmark_seconds(cmd, "sgemm_peak", env, args.min_time))]
+        if args.baseline:
+            base = [os.path.join(args.baseline, "bench", "bench_train")]
+            sides.append(("baseline", lambda: stats.google_benchmark_seconds(base, f"train_step/{name}", env,
+                                                                             args.min_time, base_phases)))
+        rounds = stats.interleaved(sides, args.reps, lambda r, t: print(f"{name}: round {r}/{t}", file=sys.stderr))
         doc["rows"].append({"config": name, "B": B, "n": n, "d": d, "H": h, "m": m, "flops": flops(B, n, d, m),
-                            "phases": phases, **rounds})
+                            "phases": phases, **rounds, **({"baseline_phases": base_phases} if args.baseline else {})})
     return doc
 
 
@@ -96,20 +102,35 @@ def table(doc):
                      f"≥ {GOALS[r['config']]}× | {gf:.1f} | {gf / peak * 100:.0f}% of {peak:.0f} |")
     if not any(r.get("phases") for r in doc["rows"]):
         return "\n".join(lines)
+    before = any(r.get("baseline_phases") for r in doc["rows"])
     lines += ["", "Where uatlab's step goes (median over the rounds, ms per step; forward includes splitting "
-              "the batch, optimizer includes zeroing the gradient):", "",
-              "| config | forward | backward | reduction | optimizer | sum of phases | step |",
-              "|---|---|---|---|---|---|---|"]
-    for r in doc["rows"]:
-        if not r.get("phases"):
-            continue
-        med = {k: stats.summary([p[k] for p in r["phases"]])["median"] * 1e3
+              "the batch, optimizer includes zeroing the gradient" + ("; before: the --baseline build in the "
+                                                                      "same rounds" if before else "") + "):", "",
+              "| config | build | forward | backward | reduction | optimizer | sum of phases | step |",
+              "|---|---|---|---|---|---|---|---|"]
+
+    def phase_row(config, build, phases, steps):
+        med = {k: stats.summary([p[k] for p in phases])["median"] * 1e3
                for k in ("s_forward", "s_backward", "s_reduce", "s_optimizer")}
-        lines.append(f"| {r['config']} | {stats.number(med['s_forward'])} | {stats.number(med['s_backward'])} | "
-                     f"{stats.number(med['s_reduce'])} | {stats.number(med['s_optimizer'])} | "
-                     f"{stats.number(sum(med.values()))} | {stats.number(stats.summary(r['uatlab'])['median'] * 1e3)} |")
+        return (f"| {config} | {build} | {stats.number(med['s_forward'])} | {stats.number(med['s_backward'])} | "
+                f"{stats.number(med['s_reduce'])} | {stats.number(med['s_optimizer'])} | "
+                f"{stats.number(sum(med.values()))} | {stats.number(stats.summary(steps)['median'] * 1e3)} |")
+    for r in doc["rows"]:
+        if r.get("baseline_phases"):
+            lines.append(phase_row(r["config"], "before", r["baseline_phases"], r["baseline"]))
+        if r.get("phases"):
+            lines.append(phase_row(r["config"], "after" if before else "", r["phases"], r["uatlab"]))
+    if before:
+        lines += ["", "| config | step before / after (median of the per-round ratios) |", "|---|---|"]
+        for r in doc["rows"]:
+            lines.append(f"| {r['config']} | {stats.spread(stats.speedup(r['baseline'], r['uatlab']))}× |")
     return "\n".join(lines)
 
 
+def options(ap):
+    stats.google_benchmark_options(ap)
+    ap.add_argument("--baseline", help="build folder of an earlier commit, timed in the same rounds")
+
+
 if __name__ == "__main__":
-    stats.cli(run, table, stats.google_benchmark_options)
+    stats.cli(run, table, options)

@@ -43,6 +43,34 @@ TEST(Scalar, RoundingIsCorrect) {
             Rational(mp::mpz_int("3602879701896397"), mp::mpz_int(1) << 55));
 }
 
+// m / 2^k with |m| < 2^63 takes a fast path (one integer conversion, an exact scaling); it must
+// round exactly as MPFR does, ties to even included, down to the normal range and past it.
+TEST(Scalar, DyadicFastPathRoundsAsMpfr) {
+  auto by_mpfr = [](const Rational& q, mpfr_prec_t prec) {
+    mpfr_t t;
+    mpfr_init2(t, prec);
+    mpfr_set_q(t, q.backend().data(), MPFR_RNDN);
+    const double r = prec == 24 ? mpfr_get_flt(t, MPFR_RNDN) : mpfr_get_d(t, MPFR_RNDN);
+    mpfr_clear(t);
+    return r;
+  };
+  Rng rng(7);
+  std::vector<Rational> qs;
+  for (long m : {0L, 1L, -1L, (1L << 24) + 1, (1L << 25) + 3, -((1L << 53) + 1), (1L << 62) + (1L << 38) + 1,
+                 std::numeric_limits<long>::max(), std::numeric_limits<long>::min() + 1})
+    for (int k : {0, 1, 30, 125, 126, 127, 149, 150, 1021, 1022, 1023, 1074, 1080})
+      qs.push_back(Rational(m) / Rational(mp::mpz_int(1) << k));
+  for (int i = 0; i < 2000; ++i) {
+    const long m = static_cast<long>((rng.uniform() - 0.5) * 9e18);
+    const int k = static_cast<int>(rng.uniform() * 1100);
+    qs.push_back(Rational(m) / Rational(mp::mpz_int(1) << k));
+  }
+  for (const Rational& q : qs) {
+    EXPECT_EQ(static_cast<double>(Scalar<float>::from(q)), by_mpfr(q, 24)) << q.str();
+    EXPECT_EQ(Scalar<double>::from(q), by_mpfr(q, 53)) << q.str();
+  }
+}
+
 TEST(Scalar, MpfrPrecisionAndTextRoundTrip) {
   for (unsigned bits = 2; bits < 5000; ++bits) {  // Boost's decimal-digit granularity: at most 4 bits more
     EXPECT_GE(mpfr_carried_bits(bits), bits);

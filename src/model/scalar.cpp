@@ -7,6 +7,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 
 #include <mutex>
 
@@ -162,15 +163,27 @@ Rational parse_rational(const std::string& text) {
 
 Rational rational_of(double x) {
   if (!std::isfinite(x)) throw Error("cannot convert a non-finite number (NaN or infinity) to a rational");
-  mpfr_t t;
-  mpfr_init2(t, 53);
-  mpfr_set_d(t, x, MPFR_RNDN);
-  Rational q = rational_of_mpfr(t);
-  mpfr_clear(t);
+  Rational q;
+  mpq_set_d(q.backend().data(), x);  // exact (GMP), and canonical
   return q;
 }
 
+// q = m / 2^k with |m| < 2^63 (every double, and most data): one correctly rounded conversion of
+// m, then an exact scaling, unless the result could fall below the normal range (false: use MPFR).
+template <class F>
+bool dyadic_to(const Rational& q, F& out) {
+  mpq_srcptr v = q.backend().data();
+  const std::size_t bits = mpz_sizeinbase(mpq_denref(v), 2);
+  if (!mpz_fits_slong_p(mpq_numref(v)) || mpz_scan1(mpq_denref(v), 0) != bits - 1) return false;
+  const long k = static_cast<long>(bits) - 1;
+  if (k > std::numeric_limits<F>::max_exponent - 2) return false;  // 2^-k·|m| may be subnormal
+  out = std::ldexp(static_cast<F>(mpz_get_si(mpq_numref(v))), static_cast<int>(-k));
+  return true;
+}
+
 float Scalar<float>::from(const Rational& q) {
+  float fast;
+  if (dyadic_to(q, fast)) return fast;
   MpfrTmp t(q, 24);
   const float r = mpfr_get_flt(t.v, MPFR_RNDN);
   if (!std::isfinite(r))
@@ -178,6 +191,8 @@ float Scalar<float>::from(const Rational& q) {
   return r;
 }
 double Scalar<double>::from(const Rational& q) {
+  double fast;
+  if (dyadic_to(q, fast)) return fast;
   MpfrTmp t(q, 53);
   const double r = mpfr_get_d(t.v, MPFR_RNDN);
   if (!std::isfinite(r))
