@@ -6,6 +6,7 @@
 #ifdef __GLIBC__
 #include <malloc.h>
 #endif
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <fstream>
@@ -189,8 +190,11 @@ double batch_gradient(const Network<S>& net, const Batch<S>& batch, Loss loss, N
   for (int p = 0; p < P; ++p)
     parts_grads[p] = tensors(ws.grads[p]);
   std::exception_ptr error;
-  Eigen::Index total = 0;
-  double t_fwd = 0, t_bwd = 0;  // thread 0's clock after each phase's barrier
+  // The tokens in the loss, counted as forward_train counts them: every thread normalises its
+  // backward by the whole batch's count without waiting for the others' forward passes.
+  const Eigen::Index total =
+      std::count_if(batch.mask.begin(), batch.mask.end(), [](char m) { return m != 0; });
+  double t_fwd = 0, t_bwd = 0;  // thread 0's clock after its forward pass, and after the barrier
   const double t0 = omp_get_wtime();
 #pragma omp parallel num_threads(P)
   {
@@ -203,21 +207,15 @@ double batch_gradient(const Network<S>& net, const Batch<S>& batch, Loss loss, N
       ws.traces[p].part_of_batch = true;
       losses[p] = static_cast<double>(forward_train(net, ws.parts[p], loss, ws.traces[p]));
       counts[p] = ws.traces[p].counted;
+      if (p == 0) t_fwd = omp_get_wtime();
+      if (total > 0) {
+        ws.traces[p].normaliser = total;
+        ws.grads[p].for_each_tensor([](const std::string&, Mat<S>& m, Layout) { m.setZero(); });
+        backward(net, ws.parts[p], loss, ws.traces[p], ws.grads[p]);
+      }
     } catch (...) {
 #pragma omp critical
       error = std::current_exception();
-    }
-#pragma omp barrier
-#pragma omp single
-    {
-      t_fwd = omp_get_wtime();
-      for (auto c : counts)
-        total += c;
-    }
-    if (!error && total > 0) {
-      ws.traces[p].normaliser = total;
-      ws.grads[p].for_each_tensor([](const std::string&, Mat<S>& m, Layout) { m.setZero(); });
-      backward(net, ws.parts[p], loss, ws.traces[p], ws.grads[p]);
     }
 #pragma omp barrier
 #pragma omp master
@@ -260,7 +258,9 @@ double AdamW<S>::update(Network<S>& net, Network<S>& grad, const TrainConfig& c,
   const S corr2 = static_cast<S>(1 - std::pow(c.beta2, static_cast<double>(step)));
   const S step_size = static_cast<S>(lr) / corr1, eps = static_cast<S>(c.adam_eps);
   const S decay = static_cast<S>(1 - lr * c.weight_decay);
-#pragma omp parallel for schedule(dynamic)
+  // Threads pay off past a few thousand parameters; a tiny model's update is shorter than a fork.
+  const bool threads = net.parameter_count() > 4096;
+#pragma omp parallel for schedule(dynamic) if (threads)
   for (long i = 0; i < static_cast<long>(P.size()); ++i) {
     if (frozen(c.freeze, P[i].first)) continue;
     auto p = P[i].second->array();
