@@ -53,7 +53,7 @@ void train_step(benchmark::State& state, Config c) {
   double seconds_zero = 0, seconds_update = 0;
   for (auto _ : state) {
     const double t0 = omp_get_wtime();
-    grad.for_each_tensor([](const std::string&, Mat<float>& m, Layout) { m.setZero(); });
+    grad.for_each_tensor([](Mat<float>& m) { m.setZero(); });
     const double t1 = omp_get_wtime();
     double loss = batch_gradient(net, b, Loss::mse, grad, ws);
     const double t2 = omp_get_wtime();

@@ -92,7 +92,7 @@ Network<S>::Network(Architecture a) : arch(std::move(a)) {
 template <class S>
 std::size_t Network<S>::parameter_count() const {
   std::size_t n = 0;
-  for_each_tensor([&](const std::string&, const Mat<S>& m, Layout) { n += m.size(); });
+  for_each_tensor([&](const Mat<S>& m) { n += m.size(); });
   return n;
 }
 

@@ -54,10 +54,11 @@ bool frozen(const std::vector<std::string>& patterns, const std::string& name) {
   return false;
 }
 
+// The network's tensors in visiting order, without their names (this runs at every step).
 template <class S>
-std::vector<std::pair<std::string, Mat<S>*>> tensors(Network<S>& n) {
-  std::vector<std::pair<std::string, Mat<S>*>> v;
-  n.for_each_tensor([&](const std::string& name, Mat<S>& m, Layout) { v.push_back({name, &m}); });
+std::vector<Mat<S>*> matrices(Network<S>& n) {
+  std::vector<Mat<S>*> v;
+  n.for_each_tensor([&](Mat<S>& m) { v.push_back(&m); });
   return v;
 }
 
@@ -152,9 +153,7 @@ template <class S>
 bool same_shapes(const Network<S>& a, const Network<S>& b) {
   std::vector<Eigen::Index> sa, sb;
   auto shapes = [](std::vector<Eigen::Index>& out) {
-    return [&out](const std::string&, const Mat<S>& m, Layout) {
-      out.insert(out.end(), {m.rows(), m.cols()});
-    };
+    return [&out](const Mat<S>& m) { out.insert(out.end(), {m.rows(), m.cols()}); };
   };
   a.for_each_tensor(shapes(sa));
   b.for_each_tensor(shapes(sb));
@@ -185,10 +184,10 @@ double batch_gradient(const Network<S>& net, const Batch<S>& batch, Loss loss, N
     ws.grads.assign(P, zero_like(net));
   std::vector<double> losses(P);
   std::vector<Eigen::Index> counts(P);
-  std::vector<std::vector<std::pair<std::string, Mat<S>*>>> parts_grads(P);
-  const auto G = tensors(grad);
+  std::vector<std::vector<Mat<S>*>> parts_grads(P);
+  const auto G = matrices(grad);
   for (int p = 0; p < P; ++p)
-    parts_grads[p] = tensors(ws.grads[p]);
+    parts_grads[p] = matrices(ws.grads[p]);
   std::exception_ptr error;
   // The tokens in the loss, counted as forward_train counts them: every thread normalises its
   // backward by the whole batch's count without waiting for the others' forward passes.
@@ -210,7 +209,7 @@ double batch_gradient(const Network<S>& net, const Batch<S>& batch, Loss loss, N
       if (p == 0) t_fwd = omp_get_wtime();
       if (total > 0) {
         ws.traces[p].normaliser = total;
-        ws.grads[p].for_each_tensor([](const std::string&, Mat<S>& m, Layout) { m.setZero(); });
+        ws.grads[p].for_each_tensor([](Mat<S>& m) { m.setZero(); });
         backward(net, ws.parts[p], loss, ws.traces[p], ws.grads[p]);
       }
     } catch (...) {
@@ -224,7 +223,7 @@ double batch_gradient(const Network<S>& net, const Batch<S>& batch, Loss loss, N
 #pragma omp for schedule(dynamic)
       for (long i = 0; i < static_cast<long>(G.size()); ++i)
         for (int q = 0; q < P; ++q)
-          *G[i].second += *parts_grads[q][i].second;
+          *G[i] += *parts_grads[q][i];
     }
   }
   ws.seconds_forward += t_fwd - t0, ws.seconds_backward += t_bwd - t_fwd,
@@ -239,14 +238,20 @@ double batch_gradient(const Network<S>& net, const Batch<S>& batch, Loss loss, N
 
 template <class S>
 double AdamW<S>::update(Network<S>& net, Network<S>& grad, const TrainConfig& c, double lr) {
-  auto P = tensors(net), G = tensors(grad), M = tensors(m), V = tensors(v);
-  std::vector<char> rates;  // the RPE rates p_h, kept non-negative when asked
-  net.for_each_tensor([&](const std::string&, Mat<S>&, Layout, Role r) {
-    rates.push_back(c.nonnegative_rates && r == Role::rpe_slope);
-  });
+  const auto P = matrices(net), G = matrices(grad), M = matrices(m), V = matrices(v);
+  // Per tensor: frozen (left as it is), or an RPE rate p_h kept non-negative when asked. Names and
+  // roles are looked at only when an option needs them.
+  std::vector<char> skip(P.size(), 0), rates(P.size(), 0);
+  if (!c.freeze.empty() || c.nonnegative_rates) {
+    std::size_t i = 0;
+    net.for_each_tensor([&](const std::string& name, Mat<S>&, Layout, Role r) {
+      skip[i] = frozen(c.freeze, name);
+      rates[i++] = c.nonnegative_rates && r == Role::rpe_slope;
+    });
+  }
   double sq = 0;
   for (std::size_t i = 0; i < P.size(); ++i)
-    if (!frozen(c.freeze, P[i].first)) sq += static_cast<double>(G[i].second->squaredNorm());
+    if (!skip[i]) sq += static_cast<double>(G[i]->squaredNorm());
   const double norm = std::sqrt(sq);
   if (!std::isfinite(norm))
     throw Error("the gradient became NaN or infinite at step " + std::to_string(step + 1) +
@@ -262,11 +267,11 @@ double AdamW<S>::update(Network<S>& net, Network<S>& grad, const TrainConfig& c,
   const bool threads = net.parameter_count() > 4096;
 #pragma omp parallel for schedule(dynamic) if (threads)
   for (long i = 0; i < static_cast<long>(P.size()); ++i) {
-    if (frozen(c.freeze, P[i].first)) continue;
-    auto p = P[i].second->array();
-    auto g = G[i].second->array() * scale;
-    auto mm = M[i].second->array();
-    auto vv = V[i].second->array();
+    if (skip[static_cast<std::size_t>(i)]) continue;
+    auto p = P[i]->array();
+    auto g = G[i]->array() * scale;
+    auto mm = M[i]->array();
+    auto vv = V[i]->array();
     p *= decay;
     mm = b1 * mm + (1 - b1) * g;
     vv = b2 * vv + (1 - b2) * g * g;

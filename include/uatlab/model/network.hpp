@@ -55,8 +55,8 @@ struct Network {
   // an MpfrPrecision first: constants are rounded/enclosed at the working precision.
   explicit Network(Architecture a);
 
-  // Visit every parameter as f(name, matrix, layout) or f(name, matrix, layout, role), in a fixed
-  // order (docs/formats.md).
+  // Visit every parameter as f(name, matrix, layout), f(name, matrix, layout, role) or f(matrix),
+  // in a fixed order (docs/formats.md). f(matrix) builds no name, for code that runs every step.
   template <class F>
   void for_each_tensor(F&& f) {
     visit(*this, f);
@@ -116,67 +116,71 @@ Network<T> network_cast(const Network<S>& src) {
 template <class S>
 template <class Self, class F>
 void Network<S>::visit(Self& net, F& f) {
-  auto call = [&f](const std::string& name, auto& m, Layout layout, Role role) {
-    if constexpr (std::is_invocable_v<F&, const std::string&, decltype(m), Layout, Role>)
-      f(name, m, layout, role);
+  // The name is built only for callbacks that take one: f(matrix) visits without any string.
+  auto call = [&f](const std::string& prefix, const char* suffix, auto& m, Layout layout, Role role) {
+    if constexpr (std::is_invocable_v<F&, decltype(m)>)
+      f(m);
+    else if constexpr (std::is_invocable_v<F&, const std::string&, decltype(m), Layout, Role>)
+      f(prefix + suffix, m, layout, role);
     else
-      f(name, m, layout);
+      f(prefix + suffix, m, layout);
   };
+  const std::string none;
   const Architecture& a = net.arch;
-  if (a.vocab > 0) call("embed.weight", net.embed, Layout::TokenMajor, Role::embedding);
-  if (a.max_len > 0) call("pe.weight", net.pe, Layout::TokenMajor, Role::position);
+  if (a.vocab > 0) call(none, "embed.weight", net.embed, Layout::TokenMajor, Role::embedding);
+  if (a.max_len > 0) call(none, "pe.weight", net.pe, Layout::TokenMajor, Role::position);
   for (std::size_t i = 0; i < net.layers.size(); ++i) {
     auto& l = net.layers[i];
     const LayerSpec& s = l.spec;
     const std::string p = "layers." + std::to_string(i) + ".";
     if (s.pre_norm) {
-      call(p + "norm.weight", l.norm_w, Layout::Vector, Role::norm_gain);
-      call(p + "norm.bias", l.norm_b, Layout::Vector, Role::norm_bias);
+      call(p, "norm.weight", l.norm_w, Layout::Vector, Role::norm_gain);
+      call(p, "norm.bias", l.norm_b, Layout::Vector, Role::norm_bias);
     }
     switch (s.kind) {
       case LayerKind::attention:
         if (s.tied_qkv) {
-          call(p + "qkv.weight", l.wq, Layout::Matrix, Role::weight);
-          if (s.bias) call(p + "qkv.bias", l.bq, Layout::Vector, Role::bias);
+          call(p, "qkv.weight", l.wq, Layout::Matrix, Role::weight);
+          if (s.bias) call(p, "qkv.bias", l.bq, Layout::Vector, Role::bias);
         } else {
-          call(p + "q.weight", l.wq, Layout::Matrix, Role::weight);
-          call(p + "k.weight", l.wk, Layout::Matrix, Role::weight);
-          call(p + "v.weight", l.wv, Layout::Matrix, Role::weight);
+          call(p, "q.weight", l.wq, Layout::Matrix, Role::weight);
+          call(p, "k.weight", l.wk, Layout::Matrix, Role::weight);
+          call(p, "v.weight", l.wv, Layout::Matrix, Role::weight);
           if (s.bias) {
-            call(p + "q.bias", l.bq, Layout::Vector, Role::bias);
-            call(p + "k.bias", l.bk, Layout::Vector, Role::bias);
-            call(p + "v.bias", l.bv, Layout::Vector, Role::bias);
+            call(p, "q.bias", l.bq, Layout::Vector, Role::bias);
+            call(p, "k.bias", l.bk, Layout::Vector, Role::bias);
+            call(p, "v.bias", l.bv, Layout::Vector, Role::bias);
           }
         }
-        call(p + "o.weight", l.wo, Layout::Matrix, Role::weight);
-        if (s.bias) call(p + "o.bias", l.bo, Layout::Vector, Role::bias);
-        if (s.rpe == Rpe::lin || s.rpe == Rpe::log) call(p + "rpe.p", l.rpe, Layout::Vector, Role::rpe_slope);
-        if (s.rpe == Rpe::t5) call(p + "rpe.table", l.rpe, Layout::Matrix, Role::rpe_table);
+        call(p, "o.weight", l.wo, Layout::Matrix, Role::weight);
+        if (s.bias) call(p, "o.bias", l.bo, Layout::Vector, Role::bias);
+        if (s.rpe == Rpe::lin || s.rpe == Rpe::log) call(p, "rpe.p", l.rpe, Layout::Vector, Role::rpe_slope);
+        if (s.rpe == Rpe::t5) call(p, "rpe.table", l.rpe, Layout::Matrix, Role::rpe_table);
         break;
       case LayerKind::feedforward:
-        call(p + "fc1.weight", l.w1, Layout::Matrix, Role::weight);
-        call(p + "fc1.bias", l.b1, Layout::Vector, Role::bias);
-        call(p + "fc2.weight", l.w2, Layout::Matrix, Role::weight);
-        call(p + "fc2.bias", l.b2, Layout::Vector, Role::bias);
+        call(p, "fc1.weight", l.w1, Layout::Matrix, Role::weight);
+        call(p, "fc1.bias", l.b1, Layout::Vector, Role::bias);
+        call(p, "fc2.weight", l.w2, Layout::Matrix, Role::weight);
+        call(p, "fc2.bias", l.b2, Layout::Vector, Role::bias);
         break;
       case LayerKind::layernorm:
-        call(p + "weight", l.norm_w, Layout::Vector, Role::norm_gain);
-        call(p + "bias", l.norm_b, Layout::Vector, Role::norm_bias);
+        call(p, "weight", l.norm_w, Layout::Vector, Role::norm_gain);
+        call(p, "bias", l.norm_b, Layout::Vector, Role::norm_bias);
         break;
       case LayerKind::bproj:
       case LayerKind::sepconv:
         if (s.kind == LayerKind::bproj)
-          call(p + "p.weight", l.wp, Layout::Matrix, Role::weight);
+          call(p, "p.weight", l.wp, Layout::Matrix, Role::weight);
         else
-          call(p + "filter", l.filter, Layout::Matrix, Role::weight);
-        call(p + "o.weight", l.wo, Layout::Matrix, Role::weight);
-        if (s.bias) call(p + "o.bias", l.bo, Layout::Vector, Role::bias);
+          call(p, "filter", l.filter, Layout::Matrix, Role::weight);
+        call(p, "o.weight", l.wo, Layout::Matrix, Role::weight);
+        if (s.bias) call(p, "o.bias", l.bo, Layout::Vector, Role::bias);
         break;
     }
   }
   if (a.readout > 0) {
-    call("readout.weight", net.readout_w, Layout::Matrix, Role::weight);
-    call("readout.bias", net.readout_b, Layout::Vector, Role::bias);
+    call(none, "readout.weight", net.readout_w, Layout::Matrix, Role::weight);
+    call(none, "readout.bias", net.readout_b, Layout::Vector, Role::bias);
   }
 }
 
