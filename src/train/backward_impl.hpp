@@ -336,21 +336,30 @@ S forward_train(const Network<S>& net, const Batch<S>& batch, Loss loss, Trace<S
   } else {
     trace.y = trace.z;
   }
-  // Loss over counted tokens.
+  // Loss over counted tokens. Cross-entropy works on the whole output at once: with y shifted by
+  // each column's maximum, a token's loss is log Σ exp(y) − y_label; exp(y) over the column sums
+  // is the softmax the backward pass needs.
   trace.counted = 0;
   S total(0);
+  if (loss == Loss::cross_entropy) {
+    Mat<S>& p = trace.p;
+    p = trace.y;
+    p.rowwise() -= Eigen::Matrix<S, 1, Eigen::Dynamic>(p.colwise().maxCoeff());
+    for (Eigen::Index c = 0; c < T; ++c)
+      if (batch.mask[c]) total -= p(batch.label[c], c);
+    if constexpr (std::is_floating_point_v<S>)
+      p = p.array().exp();  // Eigen's packet exp
+    else
+      p = p.unaryExpr([](const S& v) { return S(Scalar<S>::exp(v)); });
+    const Eigen::Matrix<S, 1, Eigen::Dynamic> sums = p.colwise().sum();
+    for (Eigen::Index c = 0; c < T; ++c)
+      if (batch.mask[c]) total += Scalar<S>::log(sums(c));
+    p.array().rowwise() /= sums.array();
+  }
   for (Eigen::Index c = 0; c < T; ++c) {
     if (!batch.mask[c]) continue;
     ++trace.counted;
-    if (loss == Loss::mse)
-      total += (trace.y.col(c) - batch.target.col(c)).squaredNorm();
-    else {
-      const S mx = trace.y.col(c).maxCoeff();
-      S sum(0);
-      for (Eigen::Index r = 0; r < trace.y.rows(); ++r)
-        sum += Scalar<S>::exp(trace.y(r, c) - mx);
-      total += mx + Scalar<S>::log(sum) - trace.y(batch.label[c], c);
-    }
+    if (loss == Loss::mse) total += (trace.y.col(c) - batch.target.col(c)).squaredNorm();
   }
   if (trace.counted == 0) {
     if (!trace.part_of_batch) throw Error("the batch has no tokens counted in the loss (all masked)");
@@ -375,12 +384,9 @@ void backward(const Network<S>& net, const Batch<S>& batch, Loss loss, const Tra
     if (!batch.mask[c]) continue;
     if (loss == Loss::mse)
       dY.col(c) = (trace.y.col(c) - batch.target.col(c)) * (S(2) / denom);
-    else {
-      const S mx = trace.y.col(c).maxCoeff();
-      Vec<S> p = trace.y.col(c).unaryExpr([&](const S& v) { return S(Scalar<S>::exp(v - mx)); });
-      p /= p.sum();
-      p(batch.label[c]) -= S(1);
-      dY.col(c) = p / denom;
+    else {  // (softmax − one-hot) / denom
+      dY.col(c) = trace.p.col(c) / denom;
+      dY(batch.label[c], c) -= S(1) / denom;
     }
   }
   Mat<S> dZ;

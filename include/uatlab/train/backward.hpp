@@ -49,6 +49,7 @@ struct Trace {
   std::vector<LayerTrace<S>> layers;
   Mat<S> z;  // the residual stream after the last sub-layer
   Mat<S> y;  // network output (out_dim×T)
+  Mat<S> p;  // cross-entropy: the softmax of y over the classes, per token (for the backward pass)
   S loss{};
   Eigen::Index counted = 0;  // tokens in the loss
   // Set when this trace covers part of a larger batch: backward normalises by the whole batch's
