@@ -147,7 +147,8 @@ void normalise_columns(Mat<S>& A, const LayerSpec& spec, const EvalOptions& opt)
     if (spec.score == Score::softmax) {  // whole-matrix form: Eigen vectorises exp for float/double
       constexpr S kMasked = -std::numeric_limits<S>::infinity();
       std::vector<Eigen::Index> empty;
-      for (Eigen::Index k = 0; k < n; ++k) {
+      const bool every_key = !spec.causal && spec.window == 0;  // attended_keys is [0, n) for all k
+      for (Eigen::Index k = 0; k < n && !every_key; ++k) {
         const KeyRange r = attended_keys(spec, k, n);
         A.col(k).head(r.first).setConstant(kMasked);
         A.col(k).tail(n - r.end).setConstant(kMasked);
