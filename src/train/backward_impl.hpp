@@ -79,6 +79,17 @@ S rpe_slope_derivative(Rpe r, long dist) {
   return dist == 0 ? S(0) : S(-Scalar<S>::log(S(dist)));
 }
 
+// f(view), where view(M) is the block of M that one head sees for one sequence: hs×n, or a 1×n
+// row when hs = 1. A rank-1 head's products then take Eigen's outer-product and matrix-vector
+// paths instead of general small products (Kajitsuka's construction is one tied head of size 1).
+template <class F>
+void with_head_view(Eigen::Index hs, Eigen::Index h, Eigen::Index c0, Eigen::Index n, F&& f) {
+  if (hs == 1)
+    f([=](auto& M) { return M.row(h).segment(c0, n); });
+  else
+    f([=](auto& M) { return M.block(h * hs, c0, hs, n); });
+}
+
 template <class S>
 void attention_forward(const Layer<S>& L, const Mat<S>& in, const std::vector<Eigen::Index>& start,
                        LayerTrace<S>& t, Mat<S>& Z) {
@@ -109,16 +120,17 @@ void attention_forward(const Layer<S>& L, const Mat<S>& in, const std::vector<Ei
 #pragma omp parallel for schedule(dynamic)
   for (int b = 0; b < B; ++b) {
     const Eigen::Index c0 = start[b], n = start[b + 1] - start[b];
-    for (Eigen::Index h = 0; h < H; ++h) {
-      Mat<S>& A = t.a[static_cast<std::size_t>(b) * H + h];
-      if (s.dp_free)
-        A = Mat<S>::Zero(n, n);
-      else
-        A.noalias() = (K.block(h * hs, c0, hs, n).transpose() * Q.block(h * hs, c0, hs, n)) * L.score_scale;
-      if (s.rpe != Rpe::none) A += position_bias(L, static_cast<int>(h), n);
-      normalise_columns(A, s, opt);
-      t.o.block(h * hs, c0, hs, n).noalias() = V.block(h * hs, c0, hs, n) * A;
-    }
+    for (Eigen::Index h = 0; h < H; ++h)
+      with_head_view(hs, h, c0, n, [&](auto view) {
+        Mat<S>& A = t.a[static_cast<std::size_t>(b) * H + h];
+        if (s.dp_free)
+          A = Mat<S>::Zero(n, n);
+        else
+          A.noalias() = (view(K).transpose() * view(Q)) * L.score_scale;
+        if (s.rpe != Rpe::none) A += position_bias(L, static_cast<int>(h), n);
+        normalise_columns(A, s, opt);
+        view(t.o).noalias() = view(V) * A;
+      });
   }
   Z.noalias() += L.wo * t.o;
   if (s.bias) add_bias(Z, L.bo);
@@ -148,41 +160,41 @@ Mat<S> attention_backward(const Layer<S>& L, Layer<S>& G, const Mat<S>& in,
 #pragma omp for schedule(dynamic)
     for (int b = 0; b < B; ++b) {
       const Eigen::Index c0 = start[b], n = start[b + 1] - start[b];
-      for (Eigen::Index h = 0; h < H; ++h) {
-        const Mat<S>& A = t.a[static_cast<std::size_t>(b) * H + h];
-        const auto dOh = dO.block(h * hs, c0, hs, n);
-        dV.block(h * hs, c0, hs, n).noalias() += dOh * A.transpose();
-        dS.noalias() = V.block(h * hs, c0, hs, n).transpose() * dOh;
-        if (s.score == Score::softmax) {  // dS = A ⊙ (dA − 1·dot), whole matrix at once
-          dot = A.cwiseProduct(dS).colwise().sum();
-          dS.array().rowwise() -= dot.array();
-          dS.array() *= A.array();
-        } else {  // linear: masked scores do not exist (hardmax is refused before training)
-          for (Eigen::Index k = 0; k < n; ++k) {
-            const KeyRange r = attended_keys(s, k, n);
-            dS.col(k).head(r.first).setZero();
-            dS.col(k).tail(n - r.end).setZero();
+      for (Eigen::Index h = 0; h < H; ++h)
+        with_head_view(hs, h, c0, n, [&](auto view) {
+          const Mat<S>& A = t.a[static_cast<std::size_t>(b) * H + h];
+          const auto dOh = view(dO);
+          view(dV).noalias() += dOh * A.transpose();
+          dS.noalias() = view(V).transpose() * dOh;
+          if (s.score == Score::softmax) {  // dS = A ⊙ (dA − 1·dot), whole matrix at once
+            dot = A.cwiseProduct(dS).colwise().sum();
+            dS.array().rowwise() -= dot.array();
+            dS.array() *= A.array();
+          } else {  // linear: masked scores do not exist (hardmax is refused before training)
+            for (Eigen::Index k = 0; k < n; ++k) {
+              const KeyRange r = attended_keys(s, k, n);
+              dS.col(k).head(r.first).setZero();
+              dS.col(k).tail(n - r.end).setZero();
+            }
           }
-        }
-        if (!s.dp_free) {
-          dQ.block(h * hs, c0, hs, n).noalias() += (K.block(h * hs, c0, hs, n) * dS) * L.score_scale;
-          dK.block(h * hs, c0, hs, n).noalias() +=
-              (Q.block(h * hs, c0, hs, n) * dS.transpose()) * L.score_scale;
-        }
-        if (s.rpe == Rpe::lin || s.rpe == Rpe::log) {
-          S acc(0);
-          for (Eigen::Index k = 0; k < n; ++k)
-            for (Eigen::Index l = 0; l < n; ++l)
-              if (l != k)
-                acc += dS(l, k) * rpe_slope_derivative<S>(s.rpe, std::labs(static_cast<long>(l - k)));
-          my_rpe(h, 0) += acc;
-        } else if (s.rpe == Rpe::t5) {
-          for (Eigen::Index k = 0; k < n; ++k)
-            for (Eigen::Index l = 0; l < n; ++l)
-              my_rpe(h, t5_bucket(static_cast<int>(l - k), !s.causal, s.t5_buckets, s.t5_max_distance)) +=
-                  dS(l, k);
-        }
-      }
+          if (!s.dp_free) {
+            view(dQ).noalias() += (view(K) * dS) * L.score_scale;
+            view(dK).noalias() += (view(Q) * dS.transpose()) * L.score_scale;
+          }
+          if (s.rpe == Rpe::lin || s.rpe == Rpe::log) {
+            S acc(0);
+            for (Eigen::Index k = 0; k < n; ++k)
+              for (Eigen::Index l = 0; l < n; ++l)
+                if (l != k)
+                  acc += dS(l, k) * rpe_slope_derivative<S>(s.rpe, std::labs(static_cast<long>(l - k)));
+            my_rpe(h, 0) += acc;
+          } else if (s.rpe == Rpe::t5) {
+            for (Eigen::Index k = 0; k < n; ++k)
+              for (Eigen::Index l = 0; l < n; ++l)
+                my_rpe(h, t5_bucket(static_cast<int>(l - k), !s.causal, s.t5_buckets, s.t5_max_distance)) +=
+                    dS(l, k);
+          }
+        });
     }
 #pragma omp critical
     drpe += my_rpe;
