@@ -79,15 +79,27 @@ S rpe_slope_derivative(Rpe r, long dist) {
   return dist == 0 ? S(0) : S(-Scalar<S>::log(S(dist)));
 }
 
-// f(view), where view(M) is the block of M that one head sees for one sequence: hs×n, or a 1×n
-// row when hs = 1. A rank-1 head's products then take Eigen's outer-product and matrix-vector
-// paths instead of general small products (Kajitsuka's construction is one tied head of size 1).
+// f(view), where view(M) is the block of M that one head sees for one sequence (hs×n). For head
+// sizes 1, 4 and 8 the view has hs rows at compile time, so that Eigen picks outer products,
+// matrix-vector products and unrolled small products instead of its general GEMM, whose set-up
+// dominates at these sizes (Kajitsuka's construction is one tied head of size 1). The math is
+// written once, in f.
 template <class F>
 void with_head_view(Eigen::Index hs, Eigen::Index h, Eigen::Index c0, Eigen::Index n, F&& f) {
-  if (hs == 1)
-    f([=](auto& M) { return M.row(h).segment(c0, n); });
-  else
-    f([=](auto& M) { return M.block(h * hs, c0, hs, n); });
+  auto fixed = [&](auto rows) {
+    constexpr int R = decltype(rows)::value;
+    f([=](auto& M) { return M.template block<R, Eigen::Dynamic>(h * R, c0, R, n); });
+  };
+  switch (hs) {
+    case 1:
+      return fixed(std::integral_constant<int, 1>());
+    case 4:
+      return fixed(std::integral_constant<int, 4>());
+    case 8:
+      return fixed(std::integral_constant<int, 8>());
+    default:
+      f([=](auto& M) { return M.block(h * hs, c0, hs, n); });
+  }
 }
 
 template <class S>
