@@ -336,7 +336,7 @@ void add_product(Mat<S>& C, const Mat<S>& A, const Mat<S>& B) {
 // that row's products (Zhang's value map has W1 = 1aᵀ, q rows and one product per token). The
 // operations and their order are the generic path's, so the enclosures are the same.
 inline void relu_hidden(const Layer<Mpfi>& L, const Mat<Mpfi>& X, Mat<Mpfi>& H) {
-  const Eigen::Index q = L.w1.rows(), n = X.cols(), d = X.cols() ? X.rows() : 0;
+  const Eigen::Index q = L.w1.rows(), n = X.cols(), d = X.rows();
   const mpfr_prec_t prec = mpfi_get_prec(Mpfi().backend().data());
   if (H.rows() != q || H.cols() != n || (H.size() && mpfi_get_prec(H(0, 0).backend().data()) != prec)) {
     H.resize(0, 0);

@@ -129,8 +129,6 @@ class BatchOrder {
   std::vector<std::size_t> perm_;
 };
 
-}  // namespace
-
 // A training step allocates and frees the same buffers at every step: the backward pass's
 // temporaries, d×T to m×T numbers per thread. By default glibc hands such blocks back to the
 // kernel when they are freed (mmap above 128 KiB, trimming of the threads' heaps), and the next
@@ -159,6 +157,8 @@ bool same_shapes(const Network<S>& a, const Network<S>& b) {
   b.for_each_tensor(shapes(sb));
   return sa == sb;
 }
+
+}  // namespace
 
 template <class S>
 double batch_gradient(const Network<S>& net, const Batch<S>& batch, Loss loss, Network<S>& grad,
