@@ -10,13 +10,14 @@ using nlohmann::json;
 
 namespace {
 
-Dataset data(bool tokens, int d, int vocab, int out, Loss loss, std::uint64_t seed) {
+Dataset data(bool tokens, int d, int vocab, int out, Loss loss, std::uint64_t seed,
+             const std::vector<int>& lengths = {3, 4}) {
   Rng rng(seed);
   Dataset ds;
   ds.d = tokens ? 0 : d;
   ds.token_input = tokens;
   ds.label_dim = loss == Loss::mse ? out : 1;
-  for (int n : {3, 4}) {
+  for (int n : lengths) {
     Sequence s;
     if (tokens)
       for (int k = 0; k < n; ++k)
@@ -34,14 +35,14 @@ Dataset data(bool tokens, int d, int vocab, int out, Loss loss, std::uint64_t se
   return ds;
 }
 
-void check(const std::string& arch_json, Loss loss, std::uint64_t seed) {
+void check(const std::string& arch_json, Loss loss, std::uint64_t seed, std::vector<int> lengths = {3, 4}) {
   SCOPED_TRACE(arch_json);
   const Architecture arch = Architecture::from_json(json::parse(arch_json));
   Network<double> nd(arch);
   init_random(nd, seed, 1.5);
   const MpfrPrecision precision(256);
   Network<Mpfr> net = network_cast<Mpfr>(nd);
-  const Dataset ds = data(arch.vocab > 0, arch.d, arch.vocab, arch.out_dim(), loss, seed);
+  const Dataset ds = data(arch.vocab > 0, arch.d, arch.vocab, arch.out_dim(), loss, seed, lengths);
   const Batch<Mpfr> batch = make_batch<Mpfr>(ds, {0, 1}, loss, arch.out_dim());
   Network<Mpfr> grad = zero_like(net);
   loss_and_gradient(net, batch, loss, grad);
@@ -116,6 +117,18 @@ TEST(Backward, DpFreeT5CausalAndBidirectional) {
     {"type":"attention","heads":2,"head_size":2,"dp_free":true,"rpe":"t5","t5_buckets":4,"t5_max_distance":8,"causal":true},
     {"type":"attention","heads":1,"head_size":3,"rpe":"t5","t5_buckets":6,"t5_max_distance":8,"bias":true}]})",
         Loss::mse, 4);
+}
+
+// Head sizes 1, 4 and 8 take views with their rows fixed at compile time, and for n <= 8 their
+// scores and dA are coefficient-wise products; n = 11 takes Eigen's general product with the same
+// views.
+TEST(Backward, FixedRowHeadViewsShortAndLongSequences) {
+  const char* arch = R"({"d":8,"readout":2,"layers":[
+    {"type":"attention","heads":2,"head_size":4,"bias":true,"sqrt_scaling":true},
+    {"type":"attention","heads":1,"head_size":8,"tied_qkv":true,"causal":true},
+    {"type":"attention","heads":1,"head_size":1,"rpe":"lin"}]})";
+  check(arch, Loss::cross_entropy, 9, {3, 4});
+  check(arch, Loss::mse, 10, {11, 4});
 }
 
 TEST(Backward, LinearAttentionCausal) {
