@@ -198,6 +198,22 @@ TEST(Train, ComplexReadoutAndKernelsPadTheValueIntoRowZero) {
   }
   EXPECT_EQ(task("kernel-light").shape(o).d, 3);
   EXPECT_EQ(task("kernel-light").loss, Loss::mse);
+  // Tempered: ρ(s) = s^{−2} e^{−s/3} / Z, Z summed here independently (the terms vanish by k = 2000).
+  o.cutoff = 3;
+  double z = 0;
+  for (int k = 1; k < 2000; ++k)
+    z += std::pow(k, -2.0) * std::exp(-k / 3.0);
+  const Dataset p = make_task("kernel-tempered", o);
+  const double p1 = std::exp(-1 / 3.0) / z, p2 = 0.25 * std::exp(-2 / 3.0) / z;
+  for (int t = 2; t < 10; ++t) {
+    auto x = [&](int i) { return Scalar<double>::from(p.sequences[2].x(0, i)); };
+    EXPECT_NEAR(Scalar<double>::from(p.sequences[2].y(0, t)), p1 * x(t - 1) + p2 * x(t - 2), 1e-14);
+  }
+  o.cutoff = 0;
+  EXPECT_THROW(make_task("kernel-tempered", o), Error);
+  o.cutoff = 3;
+  o.beta = 0;
+  EXPECT_THROW(make_task("kernel-heavy", o), Error);
 }
 
 TEST(Train, CharsTaskSplitsTheCorpusAndPredictsTheNextCharacter) {
@@ -241,7 +257,7 @@ TEST(Train, EveryTaskOfTheTableMatchesItsShape) {
   for (int i = 0; i < 600; ++i)
     text += "abc ";
   { std::ofstream(path) << text; }
-  ASSERT_EQ(tasks().size(), 9u);
+  ASSERT_EQ(tasks().size(), 10u);
   for (const TaskSpec& t : tasks()) {
     SCOPED_TRACE(t.name);
     TaskOptions o;

@@ -161,6 +161,8 @@ void add_train_commands(CLI::App& app, Commands& commands) {
                 "Also make a validation set of this many sequences (chars: from the held-out 10%)");
   t->add_option("--task-beta", o->task_opt.beta, "Task kernels: tail exponent / decay rate")
       ->capture_default_str();
+  t->add_option("--task-cutoff", o->task_opt.cutoff, "Task kernel-tempered: cutoff length lambda")
+      ->capture_default_str();
   t->add_option("--task-mask-before", o->task_opt.mask_before, "Task kernels: do not score positions t < K")
       ->capture_default_str();
   t->add_option("--task-window", o->task_opt.window,

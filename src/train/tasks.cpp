@@ -199,17 +199,37 @@ Dataset chars(const TaskOptions& o) {
   return ds;
 }
 
-Dataset kernel(const TaskOptions& o, bool heavy) {
-  if (o.beta <= 0) throw Error("kernel tasks need beta > 0");
-  if (o.d < 1) throw Error("kernel tasks need d >= 1");
+enum class Tail { heavy, light, tempered };
+
+// The memory kernel ρ(s), s = 1 … n, of one tail, each summing to 1 over s ≥ 1: a power law, an
+// exponential, and a power law cut off at the length λ (inside neither RPE class).
+std::vector<double> kernel_weights(const TaskOptions& o, Tail tail) {
+  if (!(o.beta > 0) || !std::isfinite(o.beta)) throw Error("kernel tasks need a finite beta > 0");
+  if (tail == Tail::tempered && (!(o.cutoff > 0) || !std::isfinite(o.cutoff)))
+    throw Error("kernel-tempered needs a finite cutoff > 0");
   std::vector<double> rho(o.n + 1, 0.0);
-  double zeta = 0;
-  for (int k = 1; k < 200000; ++k)
-    zeta += std::pow(k, -(1 + o.beta));
-  zeta += std::pow(200000.0, -o.beta) / o.beta;  // tail of Σ k^{-(1+β)}
+  if (tail == Tail::light) {
+    for (int s = 1; s <= o.n; ++s)
+      rho[s] = (1 - std::exp(-o.beta)) * std::exp(-o.beta * (s - 1));
+    return rho;
+  }
+  // s^{−(1+β)} e^{−s/λ}, λ = ∞ for the pure power law; normalised by its sum over k ≥ 1, the terms
+  // from K = 200,000 on by the integral bound e^{−K/λ} K^{−β}/β.
+  const double lambda = tail == Tail::heavy ? HUGE_VAL : o.cutoff;
+  auto f = [&](double s) { return std::pow(s, -(1 + o.beta)) * std::exp(-s / lambda); };
+  const int K = 200000;
+  double z = 0;
+  for (int k = 1; k < K; ++k)
+    z += f(k);
+  z += std::exp(-K / lambda) * std::pow(double(K), -o.beta) / o.beta;
   for (int s = 1; s <= o.n; ++s)
-    rho[s] =
-        heavy ? std::pow(s, -(1 + o.beta)) / zeta : (1 - std::exp(-o.beta)) * std::exp(-o.beta * (s - 1));
+    rho[s] = f(s) / z;
+  return rho;
+}
+
+Dataset kernel(const TaskOptions& o, Tail tail) {
+  if (o.d < 1) throw Error("kernel tasks need d >= 1");
+  const std::vector<double> rho = kernel_weights(o, tail);
   Rng rng(o.seed);
   Dataset ds;
   ds.d = o.d;
@@ -269,11 +289,15 @@ const std::vector<TaskSpec>& tasks() {
        [](O o) {
          return TaskShape{2 * static_cast<int>(o.lags.size()), 0, 2};
        }},
-      {"kernel-heavy", Loss::mse, [](O o) { return kernel(o, true); },
+      {"kernel-heavy", Loss::mse, [](O o) { return kernel(o, Tail::heavy); },
        [](O o) {
          return TaskShape{0, o.d, 1};
        }},
-      {"kernel-light", Loss::mse, [](O o) { return kernel(o, false); },
+      {"kernel-light", Loss::mse, [](O o) { return kernel(o, Tail::light); },
+       [](O o) {
+         return TaskShape{0, o.d, 1};
+       }},
+      {"kernel-tempered", Loss::mse, [](O o) { return kernel(o, Tail::tempered); },
        [](O o) {
          return TaskShape{0, o.d, 1};
        }},

@@ -16,10 +16,13 @@
 //   chars             character-level language modelling: windows of n characters of a text corpus,
 //                     y_t = the next character; training windows from the first 90%, validation
 //                     windows from the last 10%; loss ce, one class per distinct character
-//   kernel-heavy      x_t ~ N(0,1), the first coordinate of a token in R^d (rest 0), y_t = Σ_{s=1}^{t} ρ(s)
-//   x_{t−s}, ρ(s) = s^{−(1+β)}/ζ(1+β) kernel-light      the same with ρ(s) = (1 − e^{−β}) e^{−β(s−1)}; loss
-//   mse; tokens t < mask_before masked;
-//                     with window T > 0 both sums stop at s = T (for attention with the same window)
+//   kernel-heavy      x_t ~ N(0,1), the first coordinate of a token in R^d (rest 0),
+//                     y_t = Σ_{s=1}^{t} ρ(s) x_{t−s} with ρ(s) = s^{−(1+β)}/ζ(1+β); loss mse
+//   kernel-light      the same with ρ(s) = (1 − e^{−β}) e^{−β(s−1)}
+//   kernel-tempered   the same with ρ(s) ∝ s^{−(1+β)} e^{−s/λ} (λ = cutoff; sum 1 over s ≥ 1):
+//                     a power law cut off exponentially, inside neither RPE class
+//                     kernels: with window T > 0 the sums stop at s = T (for attention with the
+//                     same window); any task: positions t < mask_before are not scored
 #pragma once
 
 #include <string>
@@ -36,6 +39,7 @@ struct TaskOptions {
   std::vector<int> lags = {1, 4, 9};    // sparse-boolean
   std::string boolean = "parity";
   double beta = 0.5;        // kernels: tail exponent / rate
+  double cutoff = 8;        // kernel-tempered: the cutoff length λ
   int classes = 2;          // random-labels
   int mask_before = 0;      // any task: positions t < this are not scored
   int window = 0;           // kernels: > 0 truncates the sum at s ≤ window
