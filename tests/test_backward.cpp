@@ -46,6 +46,20 @@ void check(const std::string& arch_json, Loss loss, std::uint64_t seed, std::vec
   const Batch<Mpfr> batch = make_batch<Mpfr>(ds, {0, 1}, loss, arch.out_dim());
   Network<Mpfr> grad = zero_like(net);
   loss_and_gradient(net, batch, loss, grad);
+  {  // the training forward is the model's own forward, sequence by sequence
+    Trace<Mpfr> tr;
+    forward_train(net, batch, loss, tr);
+    for (int b = 0; b < batch.sequences(); ++b) {
+      const Sequence& seq = ds.sequences[static_cast<std::size_t>(b)];
+      const Mat<Mpfr> want =
+          arch.vocab > 0
+              ? forward_tokens(net, seq.tokens)
+              : forward(net, seq.x.unaryExpr([](const Rational& r) { return Scalar<Mpfr>::from(r); }).eval());
+      const auto got = tr.y.middleCols(batch.start[b], batch.start[b + 1] - batch.start[b]);
+      ASSERT_EQ(got.cols(), want.cols());
+      EXPECT_LT(Mpfr((got - want).cwiseAbs().maxCoeff()), Mpfr("1e-60")) << "sequence " << b;
+    }
+  }
 
   std::vector<Mat<Mpfr>*> params, grads;
   net.for_each_tensor([&](const std::string&, Mat<Mpfr>& m, Layout) { params.push_back(&m); });
@@ -129,6 +143,18 @@ TEST(Backward, FixedRowHeadViewsShortAndLongSequences) {
     {"type":"attention","heads":1,"head_size":1,"rpe":"lin"}]})";
   check(arch, Loss::cross_entropy, 9, {3, 4});
   check(arch, Loss::mse, 10, {11, 4});
+}
+
+// DP-free heads over sequences of one length share one weight matrix per head across the batch
+// (lin, log and T5 biases; softmax and linear scores; windows; head sizes 1, 2 and 3).
+TEST(Backward, DpFreeHeadsShareOneWeightMatrixOverEqualLengths) {
+  const char* arch = R"({"d":4,"readout":2,"layers":[
+    {"type":"attention","heads":2,"head_size":1,"dp_free":true,"rpe":"lin","causal":true,"strict_past":true,"window":3},
+    {"type":"attention","heads":1,"head_size":3,"dp_free":true,"rpe":"log","score":"linear","causal":true},
+    {"type":"attention","heads":2,"head_size":2,"dp_free":true,"rpe":"t5","t5_buckets":4,"t5_max_distance":8},
+    {"type":"feedforward","width":3}]})";
+  check(arch, Loss::mse, 11, {5, 5});
+  check(arch, Loss::cross_entropy, 12, {4, 4});  // both masked at one position
 }
 
 TEST(Backward, LinearAttentionCausal) {

@@ -102,6 +102,69 @@ void with_head_view(Eigen::Index hs, Eigen::Index h, Eigen::Index c0, Eigen::Ind
   }
 }
 
+// A head's weights from its scores (A holds Kᵀ Q·scale, or zeros for a DP-free head): the position
+// bias, then the softmax or normalisation over keys.
+template <class S>
+void head_weights(const Layer<S>& L, Eigen::Index h, Eigen::Index n, Mat<S>& A, const EvalOptions& opt) {
+  if (L.spec.rpe != Rpe::none) A += position_bias(L, static_cast<int>(h), n);
+  normalise_columns(A, L.spec, opt);
+}
+
+// dA → dS in place (softmax or linear scores) for head h with weights A, then the gradient of its
+// position bias into drpe. dot is scratch (per query k: Σ_l A(l,k)·dA(l,k)).
+template <class S>
+void scores_backward(const LayerSpec& s, Eigen::Index h, const Mat<S>& A, Mat<S>& dS,
+                     Eigen::Matrix<S, 1, Eigen::Dynamic>& dot, Mat<S>& drpe) {
+  const Eigen::Index n = A.cols();
+  if (s.score == Score::softmax) {  // dS = A ⊙ (dA − 1·dot), whole matrix at once
+    dot = A.cwiseProduct(dS).colwise().sum();
+    dS.array().rowwise() -= dot.array();
+    dS.array() *= A.array();
+  } else {  // linear: masked scores do not exist (hardmax is refused before training)
+    for (Eigen::Index k = 0; k < n; ++k) {
+      const KeyRange r = attended_keys(s, k, n);
+      dS.col(k).head(r.first).setZero();
+      dS.col(k).tail(n - r.end).setZero();
+    }
+  }
+  if (s.rpe == Rpe::lin || s.rpe == Rpe::log) {
+    S acc(0);
+    for (Eigen::Index k = 0; k < n; ++k)
+      for (Eigen::Index l = 0; l < n; ++l)
+        if (l != k) acc += dS(l, k) * rpe_slope_derivative<S>(s.rpe, std::labs(static_cast<long>(l - k)));
+    drpe(h, 0) += acc;
+  } else if (s.rpe == Rpe::t5) {
+    for (Eigen::Index k = 0; k < n; ++k)
+      for (Eigen::Index l = 0; l < n; ++l)
+        drpe(h, t5_bucket(static_cast<int>(l - k), !s.causal, s.t5_buckets, s.t5_max_distance)) += dS(l, k);
+  }
+}
+
+// The length every sequence of the batch has, or 0 when they differ.
+inline Eigen::Index common_length(const std::vector<Eigen::Index>& start) {
+  const Eigen::Index n = start.size() > 1 ? start[1] - start[0] : 0;
+  for (std::size_t b = 1; b + 1 < start.size(); ++b)
+    if (start[b + 1] - start[b] != n) return 0;
+  return n;
+}
+
+// A DP-free head's weights do not depend on the tokens, only on its position bias: when every
+// sequence has one length n, one n×n matrix per head serves the whole batch, and the B products
+// per head (V_b A, dO_b Aᵀ, V_bᵀ dO_b) become one each over the sequences stacked as rows: row
+// b·hs + i of the stack is row h·hs + i of M over sequence b's columns.
+template <class S>
+void stack_head(const Mat<S>& M, Eigen::Index h, Eigen::Index hs, Eigen::Index n, Mat<S>& P) {
+  const Eigen::Index B = M.cols() / n;
+  P.resize(B * hs, n);
+  for (Eigen::Index b = 0; b < B; ++b)
+    P.middleRows(b * hs, hs) = M.block(h * hs, b * n, hs, n);
+}
+template <class S>
+void unstack_head(const Mat<S>& P, Eigen::Index h, Eigen::Index hs, Eigen::Index n, Mat<S>& M) {
+  for (Eigen::Index b = 0; b < M.cols() / n; ++b)
+    M.block(h * hs, b * n, hs, n) = P.middleRows(b * hs, hs);
+}
+
 // dst = a·b·scale. When the inner size is fixed at compile time (a head view's rows) and the
 // result is at most 8×8, as a coefficient-wise product, which Eigen unrolls and vectorises instead
 // of packing the operands for its GEMM (faster for n = 8; slower from n = 32 on, measured).
@@ -140,22 +203,34 @@ void attention_forward(const Layer<S>& L, const Mat<S>& in, const std::vector<Ei
   const Mat<S>& V = s.tied_qkv ? t.q : t.v;
   const int B = static_cast<int>(start.size()) - 1;
   t.o = Mat<S>::Zero(H * hs, in.cols());
-  t.a.resize(static_cast<std::size_t>(B) * H);  // kept between steps: same shapes reuse their memory
-  EvalOptions opt;
+  EvalOptions opt;  // t.a is kept between steps: same shapes reuse their memory
+  if (const Eigen::Index n = common_length(start); s.dp_free && n > 0) {  // one A per head
+    t.a.resize(H);
+    Mat<S> P, PA;
+    for (Eigen::Index h = 0; h < H; ++h) {
+      Mat<S>& A = t.a[h];
+      A.setZero(n, n);
+      head_weights(L, h, n, A, opt);
+      stack_head(V, h, hs, n, P);
+      PA.noalias() = P * A;
+      unstack_head(PA, h, hs, n, t.o);
+    }
+  } else {
+    t.a.resize(static_cast<std::size_t>(B) * H);
 #pragma omp parallel for schedule(dynamic)
-  for (int b = 0; b < B; ++b) {
-    const Eigen::Index c0 = start[b], n = start[b + 1] - start[b];
-    for (Eigen::Index h = 0; h < H; ++h)
-      with_head_view(hs, h, c0, n, [&](auto view) {
-        Mat<S>& A = t.a[static_cast<std::size_t>(b) * H + h];
-        if (s.dp_free)
-          A = Mat<S>::Zero(n, n);
-        else
-          set_head_product(A, view(K).transpose(), view(Q), L.score_scale);
-        if (s.rpe != Rpe::none) A += position_bias(L, static_cast<int>(h), n);
-        normalise_columns(A, s, opt);
-        view(t.o).noalias() = view(V) * A;
-      });
+    for (int b = 0; b < B; ++b) {
+      const Eigen::Index c0 = start[b], n = start[b + 1] - start[b];
+      for (Eigen::Index h = 0; h < H; ++h)
+        with_head_view(hs, h, c0, n, [&](auto view) {
+          Mat<S>& A = t.a[static_cast<std::size_t>(b) * H + h];
+          if (s.dp_free)
+            A.setZero(n, n);
+          else
+            set_head_product(A, view(K).transpose(), view(Q), L.score_scale);
+          head_weights(L, h, n, A, opt);
+          view(t.o).noalias() = view(V) * A;
+        });
+    }
   }
   Z.noalias() += L.wo * t.o;
   if (s.bias) add_bias(Z, L.bo);
@@ -177,52 +252,43 @@ Mat<S> attention_backward(const Layer<S>& L, Layer<S>& G, const Mat<S>& in,
          dV = Mat<S>::Zero(H * hs, T);
   const int B = static_cast<int>(start.size()) - 1;
   Mat<S> drpe = Mat<S>::Zero(L.rpe.rows(), L.rpe.cols());
-#pragma omp parallel
-  {
-    Mat<S> my_rpe = Mat<S>::Zero(L.rpe.rows(), L.rpe.cols());
-    Mat<S> dS;                                // dA, then dS in place; kept across sequences
-    Eigen::Matrix<S, 1, Eigen::Dynamic> dot;  // per query k: Σ_l A(l,k)·dA(l,k)
-#pragma omp for schedule(dynamic)
-    for (int b = 0; b < B; ++b) {
-      const Eigen::Index c0 = start[b], n = start[b + 1] - start[b];
-      for (Eigen::Index h = 0; h < H; ++h)
-        with_head_view(hs, h, c0, n, [&](auto view) {
-          const Mat<S>& A = t.a[static_cast<std::size_t>(b) * H + h];
-          const auto dOh = view(dO);
-          view(dV).noalias() += dOh * A.transpose();
-          set_head_product(dS, view(V).transpose(), dOh, S(1));
-          if (s.score == Score::softmax) {  // dS = A ⊙ (dA − 1·dot), whole matrix at once
-            dot = A.cwiseProduct(dS).colwise().sum();
-            dS.array().rowwise() -= dot.array();
-            dS.array() *= A.array();
-          } else {  // linear: masked scores do not exist (hardmax is refused before training)
-            for (Eigen::Index k = 0; k < n; ++k) {
-              const KeyRange r = attended_keys(s, k, n);
-              dS.col(k).head(r.first).setZero();
-              dS.col(k).tail(n - r.end).setZero();
-            }
-          }
-          if (!s.dp_free) {
-            view(dQ).noalias() += (view(K) * dS) * L.score_scale;
-            view(dK).noalias() += (view(Q) * dS.transpose()) * L.score_scale;
-          }
-          if (s.rpe == Rpe::lin || s.rpe == Rpe::log) {
-            S acc(0);
-            for (Eigen::Index k = 0; k < n; ++k)
-              for (Eigen::Index l = 0; l < n; ++l)
-                if (l != k)
-                  acc += dS(l, k) * rpe_slope_derivative<S>(s.rpe, std::labs(static_cast<long>(l - k)));
-            my_rpe(h, 0) += acc;
-          } else if (s.rpe == Rpe::t5) {
-            for (Eigen::Index k = 0; k < n; ++k)
-              for (Eigen::Index l = 0; l < n; ++l)
-                my_rpe(h, t5_bucket(static_cast<int>(l - k), !s.causal, s.t5_buckets, s.t5_max_distance)) +=
-                    dS(l, k);
-          }
-        });
+  if (const Eigen::Index n = common_length(start); s.dp_free && n > 0) {  // one A per head (forward)
+    Mat<S> Pv, Pd, PdA, dS;
+    Eigen::Matrix<S, 1, Eigen::Dynamic> dot;
+    for (Eigen::Index h = 0; h < H; ++h) {
+      const Mat<S>& A = t.a[h];
+      stack_head(dO, h, hs, n, Pd);
+      stack_head(V, h, hs, n, Pv);
+      PdA.noalias() = Pd * A.transpose();
+      unstack_head(PdA, h, hs, n, dV);
+      dS.noalias() = Pv.transpose() * Pd;  // Σ_b V_bᵀ dO_b: dS is linear in dA for a fixed A
+      scores_backward(s, h, A, dS, dot, drpe);
     }
+  } else {
+#pragma omp parallel
+    {
+      Mat<S> my_rpe = Mat<S>::Zero(L.rpe.rows(), L.rpe.cols());
+      Mat<S> dS;  // dA, then dS in place; kept across sequences
+      Eigen::Matrix<S, 1, Eigen::Dynamic> dot;
+#pragma omp for schedule(dynamic)
+      for (int b = 0; b < B; ++b) {
+        const Eigen::Index c0 = start[b], n = start[b + 1] - start[b];
+        for (Eigen::Index h = 0; h < H; ++h)
+          with_head_view(hs, h, c0, n, [&](auto view) {
+            const Mat<S>& A = t.a[static_cast<std::size_t>(b) * H + h];
+            const auto dOh = view(dO);
+            view(dV).noalias() += dOh * A.transpose();
+            set_head_product(dS, view(V).transpose(), dOh, S(1));
+            scores_backward(s, h, A, dS, dot, my_rpe);
+            if (!s.dp_free) {
+              view(dQ).noalias() += (view(K) * dS) * L.score_scale;
+              view(dK).noalias() += (view(Q) * dS.transpose()) * L.score_scale;
+            }
+          });
+      }
 #pragma omp critical
-    drpe += my_rpe;
+      drpe += my_rpe;
+    }
   }
   if (s.rpe != Rpe::none) G.rpe += drpe;
   Mat<S> din;
