@@ -492,7 +492,6 @@ Experiment hm_grid(const GridSpec& spec) {
 
 // ---- memory kernels (Table 8 and its light-tailed counterpart) ---------------------------------
 
-// A kernel's row label: "heavy-tailed", "light-tailed", "tempered" (a power law cut off).
 std::string tail_label(const std::string& tail) {
   return tail == "tempered" ? tail : tail + "-tailed";
 }

@@ -16,8 +16,11 @@ void spread_rates(Network<double>& net, double lo, double hi);
 long steps(const Context& c);  // 60 / 3,000 / 10,000 (or --steps)
 int seeds(const Context& c);   // 1 / 3 / 5 (or --seeds)
 TrainConfig config(const Context& c, double lr, Loss loss, std::uint64_t seed);
-// A single-layer FFN-free DP-free model with H heads on a heavy- or light-tailed kernel of T lags.
+// A single-layer FFN-free DP-free model with H heads on a heavy-, light-tailed or tempered kernel of
+// T lags.
 json train_kernel(const std::string& tail, const std::string& rpe, int H, int T, int seed, const Context& c);
+// A kernel's row label: "heavy-tailed", "light-tailed", "tempered" (a power law cut off).
+std::string tail_label(const std::string& tail);
 // One attention layer (H heads of size 4, lin-type RPE, DP-free unless dp) + an FFN of width m on a
 // task with fixed lags (sparse-boolean: majority; complex-readout: frequency omega), the heads
 // reading a window of the largest lag, positions before it not scored; positions: learned

@@ -80,9 +80,7 @@ std::string report(const std::vector<json>& lines, const Outputs& out, const Con
      : l.at("cell").at("part") == "width" ? width
                                           : H)
         .push_back(l);
-  auto memory = [](const json& c) {
-    return label(c.at("tail")) + "-tailed, " + label(c.at("rpe")) + "-type";
-  };
+  auto memory = [](const json& c) { return tail_label(c.at("tail")) + ", " + label(c.at("rpe")) + "-type"; };
   std::vector<json> reached;
   for (const json& l : heads)
     if (l.at("result").at("reached").get<bool>()) reached.push_back(l);
