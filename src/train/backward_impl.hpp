@@ -165,17 +165,30 @@ void unstack_head(const Mat<S>& P, Eigen::Index h, Eigen::Index hs, Eigen::Index
     M.block(h * hs, b * n, hs, n) = P.middleRows(b * hs, hs);
 }
 
-// dst = a·b·scale. When the inner size is fixed at compile time (a head view's rows) and the
-// result is at most 8×8, as a coefficient-wise product, which Eigen unrolls and vectorises instead
-// of packing the operands for its GEMM (faster for n = 8; slower from n = 32 on, measured).
+// The products of one head and one sequence: dst = a·b·scale, or dst += a·b·scale. When a is a
+// head view (one dimension fixed at compile time) and every size is at most 8, as a
+// coefficient-wise product, which Eigen unrolls and vectorises instead of packing the operands for
+// its GEMM (faster at n = 8; slower from n = 32 on, measured). A single row (head size 1) stays a
+// matrix-vector product, which is faster still.
+template <class A, class B>
+bool small_head_product(const A& a, const B& b) {
+  if constexpr (A::RowsAtCompileTime == Eigen::Dynamic && A::ColsAtCompileTime == Eigen::Dynamic)
+    return false;
+  return a.rows() > 1 && a.rows() <= 8 && a.cols() <= 8 && b.cols() <= 8;
+}
 template <class D, class A, class B, class S>
-void set_head_product(D& dst, const A& a, const B& b, const S& scale) {
-  if constexpr (A::ColsAtCompileTime != Eigen::Dynamic)
-    if (a.rows() <= 8) {
-      dst.noalias() = a.lazyProduct(b) * scale;
-      return;
-    }
-  dst.noalias() = (a * b) * scale;
+void set_head_product(D&& dst, const A& a, const B& b, const S& scale) {
+  if (small_head_product(a, b))
+    dst.noalias() = a.lazyProduct(b) * scale;
+  else
+    dst.noalias() = (a * b) * scale;
+}
+template <class D, class A, class B, class S>
+void add_head_product(D&& dst, const A& a, const B& b, const S& scale) {
+  if (small_head_product(a, b))
+    dst.noalias() += a.lazyProduct(b) * scale;
+  else
+    dst.noalias() += (a * b) * scale;
 }
 
 template <class S>
@@ -228,7 +241,7 @@ void attention_forward(const Layer<S>& L, const Mat<S>& in, const std::vector<Ei
           else
             set_head_product(A, view(K).transpose(), view(Q), L.score_scale);
           head_weights(L, h, n, A, opt);
-          view(t.o).noalias() = view(V) * A;
+          set_head_product(view(t.o), view(V), A, S(1));
         });
     }
   }
@@ -277,12 +290,12 @@ Mat<S> attention_backward(const Layer<S>& L, Layer<S>& G, const Mat<S>& in,
           with_head_view(hs, h, c0, n, [&](auto view) {
             const Mat<S>& A = t.a[static_cast<std::size_t>(b) * H + h];
             const auto dOh = view(dO);
-            view(dV).noalias() += dOh * A.transpose();
+            add_head_product(view(dV), dOh, A.transpose(), S(1));
             set_head_product(dS, view(V).transpose(), dOh, S(1));
             scores_backward(s, h, A, dS, dot, my_rpe);
             if (!s.dp_free) {
-              view(dQ).noalias() += (view(K) * dS) * L.score_scale;
-              view(dK).noalias() += (view(Q) * dS.transpose()) * L.score_scale;
+              add_head_product(view(dQ), view(K), dS, L.score_scale);
+              add_head_product(view(dK), view(Q), dS.transpose(), L.score_scale);
             }
           });
       }
