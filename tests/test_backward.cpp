@@ -30,6 +30,8 @@ Dataset data(bool tokens, int d, int vocab, int out, Loss loss, std::uint64_t se
         s.y(r, k) = loss == Loss::mse ? rational_of(rng.uniform(-1, 1))
                                       : Rational(static_cast<long>(rng.uniform() * out));
     if (n == 4) s.mask = {1, 0, 1, 1};
+    if (n == 5) s.mask = {0, 1, 0, 1, 0};  // counted queries 1 … 3
+    if (n == 6) s.mask.assign(6, 0);       // none
     ds.sequences.push_back(s);
   }
   return ds;
@@ -46,7 +48,7 @@ void check(const std::string& arch_json, Loss loss, std::uint64_t seed, std::vec
   const Batch<Mpfr> batch = make_batch<Mpfr>(ds, {0, 1}, loss, arch.out_dim());
   Network<Mpfr> grad = zero_like(net);
   loss_and_gradient(net, batch, loss, grad);
-  {  // the training forward is the model's own forward, sequence by sequence
+  {  // at the tokens counted in the loss, the training forward is the model's own forward
     Trace<Mpfr> tr;
     forward_train(net, batch, loss, tr);
     for (int b = 0; b < batch.sequences(); ++b) {
@@ -55,9 +57,11 @@ void check(const std::string& arch_json, Loss loss, std::uint64_t seed, std::vec
           arch.vocab > 0
               ? forward_tokens(net, seq.tokens)
               : forward(net, seq.x.unaryExpr([](const Rational& r) { return Scalar<Mpfr>::from(r); }).eval());
-      const auto got = tr.y.middleCols(batch.start[b], batch.start[b + 1] - batch.start[b]);
-      ASSERT_EQ(got.cols(), want.cols());
-      EXPECT_LT(Mpfr((got - want).cwiseAbs().maxCoeff()), Mpfr("1e-60")) << "sequence " << b;
+      ASSERT_EQ(batch.start[b + 1] - batch.start[b], want.cols());
+      for (Eigen::Index k = 0; k < want.cols(); ++k)
+        if (batch.mask[batch.start[b] + k])
+          EXPECT_LT(Mpfr((tr.y.col(batch.start[b] + k) - want.col(k)).cwiseAbs().maxCoeff()), Mpfr("1e-60"))
+              << "sequence " << b << ", token " << k;
     }
   }
 
@@ -155,6 +159,25 @@ TEST(Backward, DpFreeHeadsShareOneWeightMatrixOverEqualLengths) {
     {"type":"feedforward","width":3}]})";
   check(arch, Loss::mse, 11, {5, 5});
   check(arch, Loss::cross_entropy, 12, {4, 4});  // both masked at one position
+}
+
+// The last attention sub-layer computes only the queries from the first to the last counted token
+// (T5 buckets and a window, log biases and linear scores over the strict past, bidirectional T5;
+// then token-wise sub-layers); a sequence with no counted token computes none.
+TEST(Backward, LastAttentionComputesOnlyTheCountedQueries) {
+  const char* t5 = R"({"d":4,"readout":2,"layers":[
+    {"type":"attention","heads":2,"head_size":2,"causal":true,"rpe":"lin"},
+    {"type":"attention","heads":2,"head_size":4,"rpe":"t5","t5_buckets":4,"t5_max_distance":8,"causal":true,"window":2},
+    {"type":"feedforward","width":3},{"type":"layernorm"}]})";
+  check(t5, Loss::mse, 13, {5, 6});
+  check(t5, Loss::cross_entropy, 14, {6, 5});
+  const char* linear = R"({"d":3,"readout":1,"layers":[
+    {"type":"attention","heads":1,"head_size":1,"score":"linear","causal":true,"strict_past":true,"rpe":"log"},
+    {"type":"feedforward","width":2}]})";
+  check(linear, Loss::mse, 15, {5, 4});
+  const char* bidirectional = R"({"d":4,"readout":2,"layers":[
+    {"type":"attention","heads":1,"head_size":3,"rpe":"t5","t5_buckets":6,"t5_max_distance":8,"bias":true}]})";
+  check(bidirectional, Loss::cross_entropy, 16, {5, 4});
 }
 
 TEST(Backward, LinearAttentionCausal) {

@@ -139,17 +139,19 @@ S piecewise(const Layer<S>& l, const S& x) {
 // ---- attention ----------------------------------------------------------------------------------
 
 // Normalise column k of the scores A over the keys it attends to (attended_keys: the one masking
-// rule); masked entries become 0, and so does a column with no key at all.
+// rule); masked entries become 0, and so does a column with no key at all. Column k is query
+// first_query + k (training computes only the queries whose outputs count).
 template <class S>
-void normalise_columns(Mat<S>& A, const LayerSpec& spec, const EvalOptions& opt) {
+void normalise_columns(Mat<S>& A, const LayerSpec& spec, const EvalOptions& opt,
+                       Eigen::Index first_query = 0) {
   const Eigen::Index n = A.rows();
   if constexpr (std::is_floating_point_v<S>) {
     if (spec.score == Score::softmax) {  // whole-matrix form: Eigen vectorises exp for float/double
       constexpr S kMasked = -std::numeric_limits<S>::infinity();
       std::vector<Eigen::Index> empty;
       const bool every_key = !spec.causal && spec.window == 0;  // attended_keys is [0, n) for all k
-      for (Eigen::Index k = 0; k < n && !every_key; ++k) {
-        const KeyRange r = attended_keys(spec, k, n);
+      for (Eigen::Index k = 0; k < A.cols() && !every_key; ++k) {
+        const KeyRange r = attended_keys(spec, first_query + k, n);
         A.col(k).head(r.first).setConstant(kMasked);
         A.col(k).tail(n - r.end).setConstant(kMasked);
         if (r.first == r.end) {  // keeps the column finite; zeroed below
@@ -170,7 +172,7 @@ void normalise_columns(Mat<S>& A, const LayerSpec& spec, const EvalOptions& opt)
     }
   }
   for (Eigen::Index k = 0; k < A.cols(); ++k) {
-    const KeyRange r = attended_keys(spec, k, n);
+    const KeyRange r = attended_keys(spec, first_query + k, n);
     const Eigen::Index lo = r.first, cnt = r.end - r.first;
     A.col(k).head(lo).setZero();
     A.col(k).tail(n - r.end).setZero();
@@ -208,7 +210,8 @@ void normalise_columns(Mat<S>& A, const LayerSpec& spec, const EvalOptions& opt)
             if (upper(col(l)) >= best) arg.push_back(l);
           for (auto l : arg)  // several candidates are fine only if they are the same point
             if (arg.size() > 1 && (lower(col(l)) != upper(col(l)) || lower(col(l)) != lower(col(arg[0]))))
-              throw Error("hardmax argmax undecided in interval arithmetic (query " + std::to_string(k) +
+              throw Error("hardmax argmax undecided in interval arithmetic (query " +
+                          std::to_string(first_query + k) +
                           "): overlapping score enclosures; raise the precision");
         } else {
           S mx = col.maxCoeff(), tol = scalar_cast<S>(opt.hardmax_tolerance);

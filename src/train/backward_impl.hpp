@@ -102,42 +102,58 @@ void with_head_view(Eigen::Index hs, Eigen::Index h, Eigen::Index c0, Eigen::Ind
   }
 }
 
-// A head's weights from its scores (A holds Kᵀ Q·scale, or zeros for a DP-free head): the position
-// bias, then the softmax or normalisation over keys.
+// A head's weights from its scores (A holds Kᵀ Q·scale, or zeros for a DP-free head; column k is
+// query q0 + k of n): the position bias, then the softmax or normalisation over keys.
 template <class S>
-void head_weights(const Layer<S>& L, Eigen::Index h, Eigen::Index n, Mat<S>& A, const EvalOptions& opt) {
-  if (L.spec.rpe != Rpe::none) A += position_bias(L, static_cast<int>(h), n);
-  normalise_columns(A, L.spec, opt);
+void head_weights(const Layer<S>& L, Eigen::Index h, Eigen::Index n, Mat<S>& A, const EvalOptions& opt,
+                  Eigen::Index q0 = 0) {
+  if (L.spec.rpe != Rpe::none) A += position_bias(L, static_cast<int>(h), n).middleCols(q0, A.cols());
+  normalise_columns(A, L.spec, opt, q0);
 }
 
-// dA → dS in place (softmax or linear scores) for head h with weights A, then the gradient of its
-// position bias into drpe. dot is scratch (per query k: Σ_l A(l,k)·dA(l,k)).
+// dA → dS in place (softmax or linear scores) for head h with weights A (column k: query q0 + k),
+// then the gradient of its position bias into drpe. dot is scratch (per query: Σ_l A(l,k)·dA(l,k)).
 template <class S>
 void scores_backward(const LayerSpec& s, Eigen::Index h, const Mat<S>& A, Mat<S>& dS,
-                     Eigen::Matrix<S, 1, Eigen::Dynamic>& dot, Mat<S>& drpe) {
-  const Eigen::Index n = A.cols();
+                     Eigen::Matrix<S, 1, Eigen::Dynamic>& dot, Mat<S>& drpe, Eigen::Index q0 = 0) {
+  const Eigen::Index n = A.rows(), queries = A.cols();
   if (s.score == Score::softmax) {  // dS = A ⊙ (dA − 1·dot), whole matrix at once
     dot = A.cwiseProduct(dS).colwise().sum();
     dS.array().rowwise() -= dot.array();
     dS.array() *= A.array();
   } else {  // linear: masked scores do not exist (hardmax is refused before training)
-    for (Eigen::Index k = 0; k < n; ++k) {
-      const KeyRange r = attended_keys(s, k, n);
+    for (Eigen::Index k = 0; k < queries; ++k) {
+      const KeyRange r = attended_keys(s, q0 + k, n);
       dS.col(k).head(r.first).setZero();
       dS.col(k).tail(n - r.end).setZero();
     }
   }
   if (s.rpe == Rpe::lin || s.rpe == Rpe::log) {
     S acc(0);
-    for (Eigen::Index k = 0; k < n; ++k)
+    for (Eigen::Index k = 0; k < queries; ++k)
       for (Eigen::Index l = 0; l < n; ++l)
-        if (l != k) acc += dS(l, k) * rpe_slope_derivative<S>(s.rpe, std::labs(static_cast<long>(l - k)));
+        if (l != q0 + k)
+          acc += dS(l, k) * rpe_slope_derivative<S>(s.rpe, std::labs(static_cast<long>(l - q0 - k)));
     drpe(h, 0) += acc;
   } else if (s.rpe == Rpe::t5) {
-    for (Eigen::Index k = 0; k < n; ++k)
+    for (Eigen::Index k = 0; k < queries; ++k)
       for (Eigen::Index l = 0; l < n; ++l)
-        drpe(h, t5_bucket(static_cast<int>(l - k), !s.causal, s.t5_buckets, s.t5_max_distance)) += dS(l, k);
+        drpe(h, t5_bucket(static_cast<int>(l - q0 - k), !s.causal, s.t5_buckets, s.t5_max_distance)) +=
+            dS(l, k);
   }
+}
+
+// Per sequence, the positions [first, end) from its first to its last token counted in the loss
+// ({0, 0} when none is).
+template <class S>
+void counted_queries(const Batch<S>& batch, std::vector<QueryRange>& out) {
+  out.assign(static_cast<std::size_t>(batch.sequences()), QueryRange{0, 0});
+  for (int b = 0; b < batch.sequences(); ++b)
+    for (Eigen::Index c = batch.start[b]; c < batch.start[b + 1]; ++c)
+      if (batch.mask[c]) {
+        if (out[b].second == 0) out[b].first = c - batch.start[b];
+        out[b].second = c - batch.start[b] + 1;
+      }
 }
 
 // The length every sequence of the batch has, or 0 when they differ.
@@ -218,6 +234,7 @@ void attention_forward(const Layer<S>& L, const Mat<S>& in, const std::vector<Ei
   t.o = Mat<S>::Zero(H * hs, in.cols());
   EvalOptions opt;  // t.a is kept between steps: same shapes reuse their memory
   if (const Eigen::Index n = common_length(start); s.dp_free && n > 0) {  // one A per head
+    t.queries.clear();  // every query: the weights are shared anyway
     t.a.resize(H);
     Mat<S> P, PA;
     for (Eigen::Index h = 0; h < H; ++h) {
@@ -233,15 +250,16 @@ void attention_forward(const Layer<S>& L, const Mat<S>& in, const std::vector<Ei
 #pragma omp parallel for schedule(dynamic)
     for (int b = 0; b < B; ++b) {
       const Eigen::Index c0 = start[b], n = start[b + 1] - start[b];
+      const auto [q0, q1] = t.queries.empty() ? QueryRange{0, n} : t.queries[b];
       for (Eigen::Index h = 0; h < H; ++h)
         with_head_view(hs, h, c0, n, [&](auto view) {
           Mat<S>& A = t.a[static_cast<std::size_t>(b) * H + h];
           if (s.dp_free)
-            A.setZero(n, n);
+            A.setZero(n, q1 - q0);
           else
-            set_head_product(A, view(K).transpose(), view(Q), L.score_scale);
-          head_weights(L, h, n, A, opt);
-          set_head_product(view(t.o), view(V), A, S(1));
+            set_head_product(A, view(K).transpose(), view(Q).middleCols(q0, q1 - q0), L.score_scale);
+          head_weights(L, h, n, A, opt, q0);
+          set_head_product(view(t.o).middleCols(q0, q1 - q0), view(V), A, S(1));
         });
     }
   }
@@ -286,16 +304,17 @@ Mat<S> attention_backward(const Layer<S>& L, Layer<S>& G, const Mat<S>& in,
 #pragma omp for schedule(dynamic)
       for (int b = 0; b < B; ++b) {
         const Eigen::Index c0 = start[b], n = start[b + 1] - start[b];
+        const auto [q0, q1] = t.queries.empty() ? QueryRange{0, n} : t.queries[b];
         for (Eigen::Index h = 0; h < H; ++h)
           with_head_view(hs, h, c0, n, [&](auto view) {
             const Mat<S>& A = t.a[static_cast<std::size_t>(b) * H + h];
-            const auto dOh = view(dO);
+            const auto dOh = view(dO).middleCols(q0, q1 - q0);
             add_head_product(view(dV), dOh, A.transpose(), S(1));
             set_head_product(dS, view(V).transpose(), dOh, S(1));
-            scores_backward(s, h, A, dS, dot, my_rpe);
+            scores_backward(s, h, A, dS, dot, my_rpe, q0);
             if (!s.dp_free) {
-              add_head_product(view(dQ), view(K), dS, L.score_scale);
-              add_head_product(view(dK), view(Q), dS.transpose(), L.score_scale);
+              add_head_product(view(dQ).middleCols(q0, q1 - q0), view(K), dS, L.score_scale);
+              add_head_product(view(dK), view(Q).middleCols(q0, q1 - q0), dS.transpose(), L.score_scale);
             }
           });
       }
@@ -423,9 +442,18 @@ S forward_train(const Network<S>& net, const Batch<S>& batch, Loss loss, Trace<S
       Z.middleCols(batch.start[b], n) += net.pe.leftCols(n);
     }
   trace.layers.resize(net.layers.size());
+  // After the last token-mixing sub-layer every sub-layer and the readout work token by token, so
+  // its outputs matter only at the tokens counted in the loss: an attention sub-layer there computes
+  // only the queries from the first to the last counted token of each sequence.
+  std::size_t last_mixer = net.layers.size();
+  for (std::size_t i = 0; i < net.layers.size(); ++i)
+    if (net.layers[i].spec.kind != LayerKind::feedforward && net.layers[i].spec.kind != LayerKind::layernorm)
+      last_mixer = i;
   for (std::size_t i = 0; i < net.layers.size(); ++i) {
     const Layer<S>& L = net.layers[i];
     LayerTrace<S>& t = trace.layers[i];
+    t.queries.clear();
+    if (i == last_mixer) counted_queries(batch, t.queries);
     t.in = Z;
     if (L.spec.kind == LayerKind::layernorm) {
       Z = ln_forward(t.in, L.norm_w, L.norm_b, L.eps, t.xhat, t.rstd);

@@ -34,14 +34,19 @@ struct Batch {
 template <class S>
 Batch<S> make_batch(const Dataset& ds, const std::vector<std::size_t>& which, Loss loss, int out_dim);
 
+using QueryRange = std::pair<Eigen::Index, Eigen::Index>;
+
 template <class S>
 struct LayerTrace {
   Mat<S> in;              // Z entering the sub-layer
   Mat<S> xhat, rstd;      // layer norm: normalised input (d×T) and 1/σ per column (1×T)
   Mat<S> u;               // pre_norm: the branch input LayerNorm(in)
   Mat<S> q, k, v, o;      // attention: projections (H·s×T; tied: q only) and head outputs before W_O
-  std::vector<Mat<S>> a;  // attention weights, one n_b×n_b matrix per (sequence, head)
-  Mat<S> h, act;          // feed-forward pre-activation h (m×T) and φ(h)
+  std::vector<Mat<S>> a;  // attention weights, one n_b×q_b matrix per (sequence, head), or one
+                          // n×n per head (DP-free heads over sequences of one length n)
+  std::vector<QueryRange> queries;  // attention: per sequence, the queries computed, [first, end)
+                                    // (q_b = end − first; empty: all)
+  Mat<S> h, act;                    // feed-forward pre-activation h (m×T) and φ(h)
 };
 
 template <class S>
