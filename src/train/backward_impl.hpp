@@ -270,7 +270,8 @@ void attention_forward(const Layer<S>& L, const Mat<S>& in, const std::vector<Ei
 // dZ: gradient of the residual stream after the sub-layer; returns the gradient w.r.t. `in`.
 template <class S>
 Mat<S> attention_backward(const Layer<S>& L, Layer<S>& G, const Mat<S>& in,
-                          const std::vector<Eigen::Index>& start, const LayerTrace<S>& t, const Mat<S>& dZ) {
+                          const std::vector<Eigen::Index>& start, const LayerTrace<S>& t, const Mat<S>& dZ,
+                          bool need_din) {
   const LayerSpec& s = L.spec;
   const Eigen::Index H = s.heads, hs = s.head_size, T = in.cols();
   G.wo.noalias() += dZ * t.o.transpose();
@@ -329,17 +330,19 @@ Mat<S> attention_backward(const Layer<S>& L, Layer<S>& G, const Mat<S>& in,
     if (!s.dp_free) dP += dQ + dK;
     G.wq.noalias() += dP * in.transpose();
     if (s.bias) add_column_sum(G.bq, dP);
-    din.noalias() = L.wq.transpose() * dP;
+    if (need_din) din.noalias() = L.wq.transpose() * dP;
     return din;
   }
   G.wv.noalias() += dV * in.transpose();
-  din.noalias() = L.wv.transpose() * dV;
+  if (need_din) din.noalias() = L.wv.transpose() * dV;
   if (s.bias) add_column_sum(G.bv, dV);
   if (!s.dp_free) {
     G.wq.noalias() += dQ * in.transpose();
     G.wk.noalias() += dK * in.transpose();
-    din.noalias() += L.wq.transpose() * dQ;
-    din.noalias() += L.wk.transpose() * dK;
+    if (need_din) {
+      din.noalias() += L.wq.transpose() * dQ;
+      din.noalias() += L.wk.transpose() * dK;
+    }
     if (s.bias) {
       add_column_sum(G.bq, dQ);
       add_column_sum(G.bk, dK);
@@ -550,9 +553,12 @@ void backward(const Network<S>& net, const Batch<S>& batch, Loss loss, const Tra
       continue;
     }
     const Mat<S>& in = L.spec.pre_norm ? t.u : t.in;
+    // The gradient through the branch is needed upstream, or by this sub-layer's own LayerNorm;
+    // the first sub-layer of a network with continuous tokens and no positions has neither.
+    const bool need_din = i > 0 || a.vocab > 0 || a.max_len > 0 || L.spec.pre_norm;
     Mat<S> din;
     if (L.spec.kind == LayerKind::attention)
-      din = attention_backward(L, G, in, batch.start, t, dZ);
+      din = attention_backward(L, G, in, batch.start, t, dZ, need_din);
     else if (L.spec.kind != LayerKind::feedforward)
       din = mixer_backward(L, G, in, batch.start, t, dZ);
     else {
@@ -561,8 +567,9 @@ void backward(const Network<S>& net, const Batch<S>& batch, Loss loss, const Tra
       Mat<S> dh = (L.w2.transpose() * dZ).cwiseProduct(activation_slope(L.spec, t.h));
       G.w1.noalias() += dh * in.transpose();
       add_column_sum(G.b1, dh);
-      din.noalias() = L.w1.transpose() * dh;
+      if (need_din) din.noalias() = L.w1.transpose() * dh;
     }
+    if (!need_din) break;  // i = 0: nothing upstream reads dZ
     if (L.spec.pre_norm)
       dZ += ln_backward(din, t.xhat, t.rstd, L.norm_w, G.norm_w, G.norm_b);
     else
