@@ -281,16 +281,19 @@ double AdamW<S>::update(Network<S>& net, Network<S>& grad, const TrainConfig& c,
   return norm;
 }
 
-template <class S>
-std::pair<double, double> evaluate_loss(const Network<S>& net, const Dataset& data, Loss loss) {
+// Mean loss and accuracy (−1 for mse) over sequences 0 … count−1, 256 at a time; batch(idx)
+// builds the batch of sequences idx.
+template <class S, class MakeBatch>
+std::pair<double, double> evaluate_in_chunks(const Network<S>& net, std::size_t count, Loss loss,
+                                             MakeBatch&& batch) {
   double total = 0, right = 0;
   long counted = 0;
   const std::size_t chunk = 256;
-  for (std::size_t s = 0; s < data.sequences.size(); s += chunk) {
+  for (std::size_t s = 0; s < count; s += chunk) {
     std::vector<std::size_t> idx;
-    for (std::size_t i = s; i < std::min(data.sequences.size(), s + chunk); ++i)
+    for (std::size_t i = s; i < std::min(count, s + chunk); ++i)
       idx.push_back(i);
-    Batch<S> b = make_batch<S>(data, idx, loss, net.arch.out_dim());
+    const Batch<S> b = batch(idx);
     Trace<S> t;
     total += static_cast<double>(forward_train(net, b, loss, t)) * static_cast<double>(t.counted);
     if (loss == Loss::cross_entropy) right += accuracy_of(t, b) * static_cast<double>(t.counted);
@@ -298,6 +301,13 @@ std::pair<double, double> evaluate_loss(const Network<S>& net, const Dataset& da
   }
   return {total / static_cast<double>(counted),
           loss == Loss::cross_entropy ? right / static_cast<double>(counted) : -1.0};
+}
+
+template <class S>
+std::pair<double, double> evaluate_loss(const Network<S>& net, const Dataset& data, Loss loss) {
+  return evaluate_in_chunks(net, data.sequences.size(), loss, [&](const std::vector<std::size_t>& idx) {
+    return make_batch<S>(data, idx, loss, net.arch.out_dim());
+  });
 }
 
 void TrainConfig::validate() const {
@@ -400,7 +410,12 @@ TrainReport train(Network<S>& net, const Dataset& data, const Dataset* validatio
         on_log({t + 1, config.steps, loss, lr, gnorm, rate,
                 static_cast<double>(config.steps - t - 1) / std::max(rate, 1e-9)});
       }
-      if (classify && config.stop_at_full_accuracy && evaluate_loss(net, data, config.loss).second == 1.0) {
+      // The data converted once (all), not again at every check.
+      if (classify && config.stop_at_full_accuracy &&
+          evaluate_in_chunks(
+              net, data.sequences.size(), config.loss, [&](const std::vector<std::size_t>& idx) {
+                return gather(all, idx);
+              }).second == 1.0) {
         rep.stopped_early = true;
         ++t;
         break;
