@@ -567,7 +567,7 @@ Experiment table_4a() {
     }
     // The tempered tail is inside neither class: no claim, a measured comparison, and whether heads
     // help each type there (the largest H against one head).
-    const std::string T = "tempered";
+    const std::string T = tail_label("tempered");
     for (const std::string& col : g.cols)
       v.push_back({"(no claim) which RPE fits a tempered memory better", "log vs lin, " + T + ", " + col,
                    welch_verdict(cell_values(g, T + ", log-type", col), cell_values(g, T + ", lin-type", col),
