@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -129,6 +130,31 @@ TEST(Experiment, SweepConfigsAreValidatedAndPresetsExpand) {
   EXPECT_EQ(full.at("early_stop"), false);
   EXPECT_THROW(sweep_cells(json::parse(R"({"N": [8], "early_stop": 1})")), Error);
   EXPECT_EQ(train_memorization(full).at("steps").get<long>(), 30);  // every step, memorized or not
+}
+
+// A sweep builds each data set once and shares it among the cells that differ only in the
+// architecture (on 3 threads, neighbours run at once): every result equals the cell trained alone.
+TEST(Experiment, SweepCellsSharingDataMatchTheCellsRunAlone) {
+  const json cfg = json::parse(R"({"task": "random-labels", "d": 4, "N": [6, 9], "n": [3], "H": [1, 2],
+                                   "s": [2], "m": [0, 4], "seeds": 2, "steps": 20, "batch": 4})");
+  const std::string dir = fresh_dir("sweep-shared");
+  RunOptions o;
+  o.out_dir = dir;
+  o.threads = 3;
+  run_memorization_sweep(cfg, o, false);
+  std::ifstream in(dir + "/runs.jsonl");
+  std::size_t lines = 0;
+  std::set<std::string> losses;
+  for (std::string text; std::getline(in, text); ++lines) {
+    const json l = json::parse(text);
+    json alone = train_memorization(l.at("cell")), shared = l.at("result");
+    alone.erase("seconds");
+    shared.erase("seconds");
+    EXPECT_EQ(shared, alone) << l.at("cell").dump();
+    losses.insert(shared.at("loss").dump());
+  }
+  EXPECT_EQ(lines, 16u);
+  EXPECT_EQ(losses.size(), 16u);  // 16 different trainings (a shared data set, not a shared result)
 }
 
 TEST(Experiment, FangFitAndRegressionReproduceTheStoredRows) {

@@ -5,9 +5,15 @@
 
 #include "uatlab/limits.hpp"
 
+#include <omp.h>
 #include <algorithm>
+
 #include <cmath>
+#include <future>
+#include <list>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <set>
 
 #include "uatlab/construct/kajitsuka.hpp"
@@ -24,16 +30,63 @@ namespace uatlab::experiment {
 // size), tied, seed, steps, batch, lr, early_stop (default true: stop once every training token is
 // right), fixed_v (tied only: the Q=K=V row fixed to Lemma 3's
 // projection scaled as the tuned construction scales it, and frozen).
-json train_memorization(const json& cell, Network<float>* trained, Dataset* trained_on) {
+namespace {
+
+TaskOptions task_options(const json& cell) {
   TaskOptions o;
-  const std::string task = cell.at("task");
   o.N = cell.at("N");
   o.n = cell.at("n");
   o.d = cell.at("d");
   o.V = cell.value("V", 64);
   o.classes = cell.value("classes", 2);
   o.seed = cell.at("seed").get<std::uint64_t>();
-  const Dataset data = make_task(task, o);
+  return o;
+}
+
+// The cells of a sweep that differ only in the architecture train on the same data (the data seed
+// is the cell's seed): each data set is built once, by the first cell that asks, while the others
+// wait for it. The last few data sets stay cached (one per thread, plus one: sweep_cells puts the
+// cells that share data next to each other); a cell still training keeps its own reference.
+class SharedData {
+ public:
+  std::shared_ptr<const Dataset> get(const json& cell) {
+    const std::string key =
+        cell.at("task").get<std::string>() + " " +
+        json{cell.at("N"),   cell.at("n"), cell.at("d"), cell.value("V", 64), cell.value("classes", 2),
+             cell.at("seed")}
+            .dump();
+    std::promise<std::shared_ptr<const Dataset>> made;
+    std::shared_future<std::shared_ptr<const Dataset>> data;
+    bool build = false;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto it = std::find_if(recent_.begin(), recent_.end(), [&](const auto& e) { return e.first == key; });
+      if (it != recent_.end()) {
+        data = it->second;
+        recent_.splice(recent_.begin(), recent_, it);
+      } else {
+        data = made.get_future().share();
+        recent_.emplace_front(key, data);
+        build = true;
+        if (recent_.size() > static_cast<std::size_t>(omp_get_num_threads()) + 1) recent_.pop_back();
+      }
+    }
+    if (build) try {
+        made.set_value(std::make_shared<const Dataset>(make_task(cell.at("task"), task_options(cell))));
+      } catch (...) {
+        made.set_exception(std::current_exception());
+      }
+    return data.get();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::list<std::pair<std::string, std::shared_future<std::shared_ptr<const Dataset>>>> recent_;
+};
+
+json train_on(const json& cell, const Dataset& data, Network<float>* trained) {
+  const TaskOptions o = task_options(cell);
+  const std::string task = cell.at("task");
   Architecture arch;
   arch.d = o.d;
   arch.readout = uatlab::task(task).shape(o).outputs;
@@ -60,6 +113,7 @@ json train_memorization(const json& cell, Network<float>* trained, Dataset* trai
   c.seed = o.seed;
   c.stop_at_full_accuracy = cell.value("early_stop", true);
   c.log_every = 25;
+  c.evaluate_training_set = true;
   json out;
   if (cell.value("fixed_v", false)) {
     if (!a.tied_qkv || a.heads != 1 || a.head_size != 1) throw Error("fixed_v needs one tied head of size 1");
@@ -74,14 +128,21 @@ json train_memorization(const json& cell, Network<float>* trained, Dataset* trai
   }
   Network<float> net = network_cast<float>(nd);
   const TrainReport r = train(net, data, nullptr, c);
-  const auto [loss, acc] = evaluate_loss(net, data, Loss::cross_entropy);
-  out.update({{"accuracy", acc},
-              {"loss", loss},
-              {"memorized", acc == 1.0},
+  out.update({{"accuracy", r.train_accuracy},
+              {"loss", r.train_loss},
+              {"memorized", r.train_accuracy == 1.0},
               {"steps", r.steps},
               {"parameters", net.parameter_count()},
               {"seconds", r.seconds}});
   if (trained) *trained = std::move(net);
+  return out;
+}
+
+}  // namespace
+
+json train_memorization(const json& cell, Network<float>* trained, Dataset* trained_on) {
+  const Dataset data = make_task(cell.at("task"), task_options(cell));
+  json out = train_on(cell, data, trained);
   if (trained_on) *trained_on = data;
   return out;
 }
@@ -196,13 +257,19 @@ std::vector<json> sweep_cells(const json& cfg) try {
   for (std::size_t k : {Ns.size(), ns.size(), Hs.size(), ss.size(), ms.size(), seeds.size()})
     total = limits::saturating_mul(total, static_cast<long long>(k));
   if (total > 1000000) throw Error("sweep config: more than 10^6 runs in the grid");
+  // The cells of one data set (N, n, seed) next to each other (SharedData), from the largest model
+  // down, so that a sweep ends on small models and no core waits long for the last one.
+  const auto down = [](std::vector<int> v) {
+    std::sort(v.rbegin(), v.rend());
+    return v;
+  };
   std::vector<json> cells;
   for (int N : Ns)
     for (int n : ns)
-      for (int H : Hs)
-        for (int s : ss)
-          for (int m : ms)
-            for (int seed : seeds) {
+      for (int seed : seeds)
+        for (int H : down(Hs))
+          for (int s : down(ss))
+            for (int m : down(ms)) {
               json c = {{"task", task}, {"N", N},         {"n", n},         {"d", d},
                         {"H", H},       {"s", s},         {"m", m},         {"seed", seed},
                         {"tied", tied}, {"steps", steps}, {"batch", batch}, {"lr", lr}};
@@ -308,7 +375,10 @@ std::string run_memorization_sweep(const json& cfg, const RunOptions& o, bool pl
   Experiment sweep;
   sweep.name = "sweep";
   sweep.cells = [cells](const Context&) { return cells; };
-  sweep.run = [](const json& cell, const Context&) { return train_memorization(cell); };
+  auto shared = std::make_shared<SharedData>();
+  sweep.run = [shared](const json& cell, const Context&) {
+    return train_on(cell, *shared->get(cell), nullptr);
+  };
   sweep.report = [plots](const std::vector<json>& lines, const Outputs& out, const Context&) {
     return summarise_sweep(lines, out.dir, plots);
   };

@@ -367,6 +367,11 @@ TrainReport train(Network<S>& net, const Dataset& data, const Dataset* validatio
                        {{"uatlab_step", std::to_string(step)}, {"uatlab_train", config.to_json().dump()}});
   };
 
+  // Loss and accuracy over every training sequence, from the data converted once (all).
+  auto on_training_set = [&] {
+    return evaluate_in_chunks(net, data.sequences.size(), config.loss,
+                              [&](const std::vector<std::size_t>& idx) { return gather(all, idx); });
+  };
   TrainReport rep;
   const auto t0 = std::chrono::steady_clock::now();
   Network<S> grad = zero_like(net);
@@ -410,12 +415,7 @@ TrainReport train(Network<S>& net, const Dataset& data, const Dataset* validatio
         on_log({t + 1, config.steps, loss, lr, gnorm, rate,
                 static_cast<double>(config.steps - t - 1) / std::max(rate, 1e-9)});
       }
-      // The data converted once (all), not again at every check.
-      if (classify && config.stop_at_full_accuracy &&
-          evaluate_in_chunks(
-              net, data.sequences.size(), config.loss, [&](const std::vector<std::size_t>& idx) {
-                return gather(all, idx);
-              }).second == 1.0) {
+      if (classify && config.stop_at_full_accuracy && on_training_set().second == 1.0) {
         rep.stopped_early = true;
         ++t;
         break;
@@ -425,6 +425,7 @@ TrainReport train(Network<S>& net, const Dataset& data, const Dataset* validatio
       save(t + 1);
   }
   rep.steps = t;
+  if (config.evaluate_training_set) std::tie(rep.train_loss, rep.train_accuracy) = on_training_set();
   if (!config.checkpoint.empty()) save(t);
   rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return rep;
@@ -439,7 +440,8 @@ json training_summary(const Network<S>& net, const Dataset& data, const Dataset*
               {"stopped_early", r.stopped_early},
               {"loss", r.loss}};
   if (r.accuracy >= 0) out["accuracy"] = r.accuracy;
-  const auto [train_loss, train_accuracy] = evaluate_loss(net, data, loss);
+  const auto [train_loss, train_accuracy] =
+      std::isnan(r.train_loss) ? evaluate_loss(net, data, loss) : std::pair{r.train_loss, r.train_accuracy};
   out["train_loss"] = train_loss;
   if (train_accuracy >= 0) out["train_accuracy"] = train_accuracy;
   if (!validation) return out;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <functional>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -26,6 +27,7 @@ struct TrainConfig {
   long log_every = 10;
   long eval_every = 0;                 // > 0: loss/accuracy on the validation set
   bool stop_at_full_accuracy = false;  // cross-entropy: stop when every training token is right
+  bool evaluate_training_set = false;  // after the last step: TrainReport::train_loss/_accuracy
   std::string metrics;                 // CSV path
   std::string checkpoint;              // path; written every checkpoint_every steps and at the end
   long checkpoint_every = 0;
@@ -69,6 +71,9 @@ struct TrainReport {
   long steps = 0;
   double loss = 0, accuracy = -1;           // last logged training loss / accuracy (-1: not classification)
   double val_loss = -1, val_accuracy = -1;  // last evaluation (-1: none)
+  // Over every training sequence after the last step, from the data converted once for training
+  // (config.evaluate_training_set; NaN and -1 otherwise; accuracy -1 for mse as well).
+  double train_loss = std::numeric_limits<double>::quiet_NaN(), train_accuracy = -1;
   double seconds = 0;
   bool stopped_early = false;
 };
