@@ -43,6 +43,21 @@ TEST(Scalar, RoundingIsCorrect) {
             Rational(mp::mpz_int("3602879701896397"), mp::mpz_int(1) << 55));
 }
 
+TEST(Scalar, ClassLabelsAreIntegersInRange) {
+  EXPECT_EQ(class_label(Rational(0), 3), 0);
+  EXPECT_EQ(class_label(Rational(2), 3), 2);
+  EXPECT_EQ(class_label(Rational(3), 3), -1);
+  EXPECT_EQ(class_label(Rational(-1), 3), -1);
+  EXPECT_EQ(class_label(Rational(1, 2), 3), -1);
+  EXPECT_EQ(class_label(Rational(4, 2), 3), 2);  // canonical: 2
+  EXPECT_EQ(class_label(Rational(mp::mpz_int(1) << 70), 3), -1);
+  EXPECT_EQ(class_label(Rational((1L << 20) - 1), 1L << 20), (1L << 20) - 1);
+  Rational q(7);
+  set_rational(q, -0.375);
+  EXPECT_EQ(q, Rational(-3, 8));
+  EXPECT_THROW(set_rational(q, std::nan("")), Error);
+}
+
 // m / 2^k with |m| < 2^63 takes a fast path (one integer conversion, an exact scaling); it must
 // round exactly as MPFR does, ties to even included, down to the normal range and past it.
 TEST(Scalar, DyadicFastPathRoundsAsMpfr) {

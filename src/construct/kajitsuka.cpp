@@ -773,7 +773,7 @@ Memorized memorize(const Dataset& ds, const MemorizeOptions& opt) {
     for (std::size_t i = 0; i < ds.sequences.size(); ++i)
       for (Eigen::Index c = 0; c < ds.sequences[i].y.cols(); ++c) {
         const Rational& y = ds.sequences[i].y(0, c);
-        if (mp::denominator(y) != 1 || y < 0 || y >= (1L << 20))
+        if (class_label(y, 1L << 20) < 0)
           throw Error("the deep value map needs integer labels in [0, 2^20): sequence " +
                       std::to_string(i + 1) + " token " + std::to_string(c + 1) + " has " + y.str());
       }

@@ -161,10 +161,20 @@ Rational parse_rational(const std::string& text) {
   return neg ? Rational(-r) : r;
 }
 
-Rational rational_of(double x) {
+void set_rational(Rational& q, double x) {
   if (!std::isfinite(x)) throw Error("cannot convert a non-finite number (NaN or infinity) to a rational");
-  Rational q;
   mpq_set_d(q.backend().data(), x);  // exact (GMP), and canonical
+}
+
+long class_label(const Rational& q, long count) {
+  mpq_srcptr v = q.backend().data();
+  if (mpz_cmp_ui(mpq_denref(v), 1) != 0 || mpq_sgn(v) < 0 || mpz_cmp_si(mpq_numref(v), count) >= 0) return -1;
+  return mpz_get_si(mpq_numref(v));
+}
+
+Rational rational_of(double x) {
+  Rational q;
+  set_rational(q, x);
   return q;
 }
 

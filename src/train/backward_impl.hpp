@@ -614,18 +614,21 @@ Batch<S> make_batch(const Dataset& ds, const std::vector<std::size_t>& which, Lo
     if (loss == Loss::cross_entropy && s.y.rows() != 1)
       throw Error(where + "cross-entropy needs one class label per token");
     for (Eigen::Index k = 0; k < n; ++k, ++c) {
+      // Entry by entry: Eigen's unaryExpr would copy each rational before converting it.
       if (ds.token_input)
         b.ids.push_back(s.tokens[k]);
       else
-        b.x.col(c) = s.x.col(k).unaryExpr([](const Rational& q) { return Scalar<S>::from(q); });
+        for (Eigen::Index r = 0; r < ds.d; ++r)
+          b.x(r, c) = Scalar<S>::from(s.x(r, k));
       if (loss == Loss::mse)
-        b.target.col(c) = s.y.col(k).unaryExpr([](const Rational& q) { return Scalar<S>::from(q); });
+        for (Eigen::Index r = 0; r < out_dim; ++r)
+          b.target(r, c) = Scalar<S>::from(s.y(r, k));
       else {
-        const Rational& y = s.y(0, k);
-        if (denominator(y) != 1 || y < 0 || y >= out_dim)
-          throw Error(where + "class label " + y.str() + " is not an integer in [0, " +
+        const long y = class_label(s.y(0, k), out_dim);
+        if (y < 0)
+          throw Error(where + "class label " + s.y(0, k).str() + " is not an integer in [0, " +
                       std::to_string(out_dim) + ")");
-        b.label.push_back(static_cast<int>(numerator(y).convert_to<long>()));
+        b.label.push_back(static_cast<int>(y));
       }
       b.mask.push_back(s.mask.empty() ? 1 : s.mask[k]);
     }

@@ -108,7 +108,7 @@ Dataset random_labels(const TaskOptions& o) {
     s.x = Mat<Rational>(o.d, o.n);
     for (int t = 0; t < o.n; ++t)
       for (int r = 0; r < o.d; ++r)
-        s.x(r, t) = rational_of(rng.gauss() * scale);
+        set_rational(s.x(r, t), rng.gauss() * scale);
     s.y = Mat<Rational>::Zero(1, o.n);
     s.y(0, 0) = std::min(o.classes - 1, static_cast<int>(rng.uniform() * o.classes));
     s.mask.assign(o.n, 0);

@@ -54,7 +54,7 @@ void check_fit(const Network<Rational>& net, const Dataset& ds, LabelKind kind) 
     for (std::size_t i = 0; i < ds.sequences.size(); ++i)
       for (Eigen::Index k = 0; k < ds.sequences[i].y.cols(); ++k) {
         const Rational& y = ds.sequences[i].y(0, k);
-        if (denominator(y) != 1 || y < 0 || y >= a.out_dim())
+        if (class_label(y, a.out_dim()) < 0)
           throw Error("analyse: sequence " + std::to_string(i + 1) + ": class label " + y.str() +
                       " is not an integer in [0, " + std::to_string(a.out_dim()) + ")");
       }
@@ -87,7 +87,7 @@ LabelKind label_kind(const std::string& labels, const Dataset& ds, int outputs) 
   if (ds.label_dim != 1 || outputs < 2) return LabelKind::values;
   for (const Sequence& s : ds.sequences)
     for (Eigen::Index k = 0; k < s.y.size(); ++k)
-      if (denominator(s.y(k)) != 1 || s.y(k) < 0 || s.y(k) >= outputs) return LabelKind::values;
+      if (class_label(s.y(k), outputs) < 0) return LabelKind::values;
   return LabelKind::classes;
 }
 

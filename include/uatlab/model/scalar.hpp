@@ -65,8 +65,13 @@ unsigned bits_of(const Mpfi& x);
 // Exact parsing: "3", "-2/6", "0.125", "1e-400", "-1.5E+3". Throws Error naming the text.
 Rational parse_rational(const std::string& text);
 
-// Exact rational value of a double (every finite double is a dyadic rational).
+// Exact rational value of a double (every finite double is a dyadic rational); set_rational
+// writes it into q's own storage (no temporary: data sets fill millions of entries this way).
 Rational rational_of(double x);
+void set_rational(Rational& q, double x);
+
+// q as an integer when it is one in [0, count) (a class label), else -1; no temporaries.
+long class_label(const Rational& q, long count);
 
 template <class S>
 struct Scalar;
