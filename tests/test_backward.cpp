@@ -178,6 +178,15 @@ TEST(Backward, LastAttentionComputesOnlyTheCountedQueries) {
   const char* bidirectional = R"({"d":4,"readout":2,"layers":[
     {"type":"attention","heads":1,"head_size":3,"rpe":"t5","t5_buckets":6,"t5_max_distance":8,"bias":true}]})";
   check(bidirectional, Loss::cross_entropy, 16, {5, 4});
+  // The queries' own columns of q, o and their gradients, scattered back into the input's gradient
+  // (embeddings and positions read it), with biases and pre-norm; tied heads keep q whole.
+  const char* untied = R"({"d":4,"vocab":5,"max_len":6,"readout":2,"layers":[
+    {"type":"attention","heads":2,"head_size":2,"bias":true,"pre_norm":true,"rpe":"lin"}]})";
+  check(untied, Loss::cross_entropy, 17, {5, 6});
+  check(untied, Loss::mse, 18, {6, 5});
+  const char* tied = R"({"d":4,"vocab":5,"max_len":6,"readout":2,"layers":[
+    {"type":"attention","heads":2,"head_size":2,"tied_qkv":true,"bias":true,"pre_norm":true}]})";
+  check(tied, Loss::cross_entropy, 19, {5, 6});
 }
 
 TEST(Backward, LinearAttentionCausal) {

@@ -79,8 +79,9 @@ S rpe_slope_derivative(Rpe r, long dist) {
   return dist == 0 ? S(0) : S(-Scalar<S>::log(S(dist)));
 }
 
-// f(view), where view(M) is the block of M that one head sees for one sequence (hs×n). For head
-// sizes 1, 4 and 8 the view has hs rows at compile time, so that Eigen picks outer products,
+// f(view, cols), where view(M) is the block of M that one head sees for one sequence (hs×n), and
+// cols(M, first, count) the head's rows of M at other columns (the queries computed). For head
+// sizes 1, 4 and 8 the blocks have hs rows at compile time, so that Eigen picks outer products,
 // matrix-vector products and unrolled small products instead of its general GEMM, whose set-up
 // dominates at these sizes (Kajitsuka's construction is one tied head of size 1). The math is
 // written once, in f.
@@ -88,7 +89,10 @@ template <class F>
 void with_head_view(Eigen::Index hs, Eigen::Index h, Eigen::Index c0, Eigen::Index n, F&& f) {
   auto fixed = [&](auto rows) {
     constexpr int R = decltype(rows)::value;
-    f([=](auto& M) { return M.template block<R, Eigen::Dynamic>(h * R, c0, R, n); });
+    auto cols = [=](auto& M, Eigen::Index first, Eigen::Index count) {
+      return M.template block<R, Eigen::Dynamic>(h * R, first, R, count);
+    };
+    f([=](auto& M) { return cols(M, c0, n); }, cols);
   };
   switch (hs) {
     case 1:
@@ -97,8 +101,12 @@ void with_head_view(Eigen::Index hs, Eigen::Index h, Eigen::Index c0, Eigen::Ind
       return fixed(std::integral_constant<int, 4>());
     case 8:
       return fixed(std::integral_constant<int, 8>());
-    default:
-      f([=](auto& M) { return M.block(h * hs, c0, hs, n); });
+    default: {
+      auto cols = [=](auto& M, Eigen::Index first, Eigen::Index count) {
+        return M.block(h * hs, first, hs, count);
+      };
+      f([=](auto& M) { return cols(M, c0, n); }, cols);
+    }
   }
 }
 
@@ -154,6 +162,33 @@ void counted_queries(const Batch<S>& batch, std::vector<QueryRange>& out) {
         if (out[b].second == 0) out[b].first = c - batch.start[b];
         out[b].second = c - batch.start[b] + 1;
       }
+}
+
+// The columns of the queries computed, sequence after sequence (LayerTrace::queries): where
+// sequence b's begin in that layout (B + 1 offsets), a copy of them out of a matrix over all
+// tokens, and the sum of such columns back into one.
+inline std::vector<Eigen::Index> query_offsets(const std::vector<QueryRange>& queries) {
+  std::vector<Eigen::Index> off(1, 0);
+  for (const auto& [q0, q1] : queries)
+    off.push_back(off.back() + q1 - q0);
+  return off;
+}
+template <class S>
+void gather_queries(const Mat<S>& M, const std::vector<Eigen::Index>& start,
+                    const std::vector<QueryRange>& queries, Mat<S>& out) {
+  const std::vector<Eigen::Index> off = query_offsets(queries);
+  out.resize(M.rows(), off.back());
+  for (std::size_t b = 0; b < queries.size(); ++b)
+    out.middleCols(off[b], off[b + 1] - off[b]) =
+        M.middleCols(start[b] + queries[b].first, off[b + 1] - off[b]);
+}
+template <class S>
+void scatter_add_queries(const Mat<S>& P, const std::vector<Eigen::Index>& start,
+                         const std::vector<QueryRange>& queries, Mat<S>& M) {
+  const std::vector<Eigen::Index> off = query_offsets(queries);
+  for (std::size_t b = 0; b < queries.size(); ++b)
+    M.middleCols(start[b] + queries[b].first, off[b + 1] - off[b]) +=
+        P.middleCols(off[b], off[b + 1] - off[b]);
 }
 
 // The length every sequence of the batch has, or 0 when they differ.
@@ -212,6 +247,16 @@ void attention_forward(const Layer<S>& L, const Mat<S>& in, const std::vector<Ei
                        LayerTrace<S>& t, Mat<S>& Z) {
   const LayerSpec& s = L.spec;
   const Eigen::Index H = s.heads, hs = s.head_size;
+  const Eigen::Index n_common = common_length(start);
+  if (s.dp_free && n_common > 0) t.queries.clear();  // one A per head: every query, shared anyway
+  // With t.queries set, q (unless tied: it is K and V too) and o are computed at those columns
+  // only: qc(b) and oc(b) are where sequence b's queries start in them.
+  const bool compact = !t.queries.empty();
+  const std::vector<Eigen::Index> off = compact ? query_offsets(t.queries) : start;
+  const auto oc = [&](int b) { return compact ? off[b] : start[b]; };
+  const auto qc = [&](int b) {
+    return compact && !s.tied_qkv ? off[b] : start[b] + (compact ? t.queries[b].first : 0);
+  };
   if (s.tied_qkv) {
     t.q.noalias() = L.wq * in;
     if (s.bias) add_bias(t.q, L.bq);
@@ -219,7 +264,12 @@ void attention_forward(const Layer<S>& L, const Mat<S>& in, const std::vector<Ei
     t.v.noalias() = L.wv * in;
     if (s.bias) add_bias(t.v, L.bv);
     if (!s.dp_free) {
-      t.q.noalias() = L.wq * in;
+      if (compact) {
+        gather_queries(in, start, t.queries, t.q_in);
+        t.q.noalias() = L.wq * t.q_in;
+      } else {
+        t.q.noalias() = L.wq * in;
+      }
       t.k.noalias() = L.wk * in;
       if (s.bias) {
         add_bias(t.q, L.bq);
@@ -231,10 +281,9 @@ void attention_forward(const Layer<S>& L, const Mat<S>& in, const std::vector<Ei
   const Mat<S>& K = s.tied_qkv ? t.q : t.k;
   const Mat<S>& V = s.tied_qkv ? t.q : t.v;
   const int B = static_cast<int>(start.size()) - 1;
-  t.o = Mat<S>::Zero(H * hs, in.cols());
+  t.o = Mat<S>::Zero(H * hs, compact ? off.back() : in.cols());
   EvalOptions opt;  // t.a is kept between steps: same shapes reuse their memory
-  if (const Eigen::Index n = common_length(start); s.dp_free && n > 0) {  // one A per head
-    t.queries.clear();  // every query: the weights are shared anyway
+  if (const Eigen::Index n = n_common; s.dp_free && n > 0) {  // one A per head
     t.a.resize(H);
     Mat<S> P, PA;
     for (Eigen::Index h = 0; h < H; ++h) {
@@ -250,20 +299,23 @@ void attention_forward(const Layer<S>& L, const Mat<S>& in, const std::vector<Ei
 #pragma omp parallel for schedule(dynamic)
     for (int b = 0; b < B; ++b) {
       const Eigen::Index c0 = start[b], n = start[b + 1] - start[b];
-      const auto [q0, q1] = t.queries.empty() ? QueryRange{0, n} : t.queries[b];
+      const auto [q0, q1] = compact ? t.queries[b] : QueryRange{0, n};
       for (Eigen::Index h = 0; h < H; ++h)
-        with_head_view(hs, h, c0, n, [&](auto view) {
+        with_head_view(hs, h, c0, n, [&](auto view, auto cols) {
           Mat<S>& A = t.a[static_cast<std::size_t>(b) * H + h];
           if (s.dp_free)
             A.setZero(n, q1 - q0);
           else
-            set_head_product(A, view(K).transpose(), view(Q).middleCols(q0, q1 - q0), L.score_scale);
+            set_head_product(A, view(K).transpose(), cols(Q, qc(b), q1 - q0), L.score_scale);
           head_weights(L, h, n, A, opt, q0);
-          set_head_product(view(t.o).middleCols(q0, q1 - q0), view(V), A, S(1));
+          set_head_product(cols(t.o, oc(b), q1 - q0), view(V), A, S(1));
         });
     }
   }
-  Z.noalias() += L.wo * t.o;
+  if (compact)
+    scatter_add_queries(Mat<S>(L.wo * t.o), start, t.queries, Z);
+  else
+    Z.noalias() += L.wo * t.o;
   if (s.bias) add_bias(Z, L.bo);
 }
 
@@ -274,13 +326,24 @@ Mat<S> attention_backward(const Layer<S>& L, Layer<S>& G, const Mat<S>& in,
                           bool need_din) {
   const LayerSpec& s = L.spec;
   const Eigen::Index H = s.heads, hs = s.head_size, T = in.cols();
-  G.wo.noalias() += dZ * t.o.transpose();
+  // The layout of the forward pass: with t.queries set, o and dO (and q and dQ unless tied) hold
+  // only the queries' columns (dZ is zero elsewhere: nothing after this sub-layer mixes tokens).
+  const bool compact = !t.queries.empty();
+  const std::vector<Eigen::Index> off = compact ? query_offsets(t.queries) : start;
+  const auto oc = [&](int b) { return compact ? off[b] : start[b]; };
+  const auto qc = [&](int b) {
+    return compact && !s.tied_qkv ? off[b] : start[b] + (compact ? t.queries[b].first : 0);
+  };
+  Mat<S> dZq;
+  if (compact) gather_queries(dZ, start, t.queries, dZq);
+  const Mat<S>& dZo = compact ? dZq : dZ;
+  G.wo.noalias() += dZo * t.o.transpose();
   if (s.bias) add_column_sum(G.bo, dZ);
-  const Mat<S> dO = L.wo.transpose() * dZ;
+  const Mat<S> dO = L.wo.transpose() * dZo;
   const Mat<S>& Q = t.q;
   const Mat<S>& K = s.tied_qkv ? t.q : t.k;
   const Mat<S>& V = s.tied_qkv ? t.q : t.v;
-  Mat<S> dQ = Mat<S>::Zero(H * hs, s.dp_free ? 0 : T), dK = Mat<S>::Zero(H * hs, s.dp_free ? 0 : T),
+  Mat<S> dQ = Mat<S>::Zero(H * hs, s.dp_free ? 0 : Q.cols()), dK = Mat<S>::Zero(H * hs, s.dp_free ? 0 : T),
          dV = Mat<S>::Zero(H * hs, T);
   const int B = static_cast<int>(start.size()) - 1;
   Mat<S> drpe = Mat<S>::Zero(L.rpe.rows(), L.rpe.cols());
@@ -305,17 +368,17 @@ Mat<S> attention_backward(const Layer<S>& L, Layer<S>& G, const Mat<S>& in,
 #pragma omp for schedule(dynamic)
       for (int b = 0; b < B; ++b) {
         const Eigen::Index c0 = start[b], n = start[b + 1] - start[b];
-        const auto [q0, q1] = t.queries.empty() ? QueryRange{0, n} : t.queries[b];
+        const auto [q0, q1] = compact ? t.queries[b] : QueryRange{0, n};
         for (Eigen::Index h = 0; h < H; ++h)
-          with_head_view(hs, h, c0, n, [&](auto view) {
+          with_head_view(hs, h, c0, n, [&](auto view, auto cols) {
             const Mat<S>& A = t.a[static_cast<std::size_t>(b) * H + h];
-            const auto dOh = view(dO).middleCols(q0, q1 - q0);
+            const auto dOh = cols(dO, oc(b), q1 - q0);
             add_head_product(view(dV), dOh, A.transpose(), S(1));
             set_head_product(dS, view(V).transpose(), dOh, S(1));
             scores_backward(s, h, A, dS, dot, my_rpe, q0);
             if (!s.dp_free) {
-              add_head_product(view(dQ).middleCols(q0, q1 - q0), view(K), dS, L.score_scale);
-              add_head_product(view(dK), view(Q).middleCols(q0, q1 - q0), dS.transpose(), L.score_scale);
+              add_head_product(cols(dQ, qc(b), q1 - q0), view(K), dS, L.score_scale);
+              add_head_product(view(dK), cols(Q, qc(b), q1 - q0), dS.transpose(), L.score_scale);
             }
           });
       }
@@ -337,10 +400,13 @@ Mat<S> attention_backward(const Layer<S>& L, Layer<S>& G, const Mat<S>& in,
   if (need_din) din.noalias() = L.wv.transpose() * dV;
   if (s.bias) add_column_sum(G.bv, dV);
   if (!s.dp_free) {
-    G.wq.noalias() += dQ * in.transpose();
+    G.wq.noalias() += dQ * (compact ? t.q_in : in).transpose();
     G.wk.noalias() += dK * in.transpose();
     if (need_din) {
-      din.noalias() += L.wq.transpose() * dQ;
+      if (compact)
+        scatter_add_queries(Mat<S>(L.wq.transpose() * dQ), start, t.queries, din);
+      else
+        din.noalias() += L.wq.transpose() * dQ;
       din.noalias() += L.wk.transpose() * dK;
     }
     if (s.bias) {

@@ -45,8 +45,11 @@ struct LayerTrace {
   std::vector<Mat<S>> a;  // attention weights, one n_b×q_b matrix per (sequence, head), or one
                           // n×n per head (DP-free heads over sequences of one length n)
   std::vector<QueryRange> queries;  // attention: per sequence, the queries computed, [first, end)
-                                    // (q_b = end − first; empty: all)
-  Mat<S> h, act;                    // feed-forward pre-activation h (m×T) and φ(h)
+                                    // (q_b = end − first; empty: all). When set, o, and q unless
+                                    // tied, hold only those columns, sequence after sequence
+                                    // (H·s × Σ q_b), and q_in the input at them (d × Σ q_b).
+  Mat<S> q_in;
+  Mat<S> h, act;  // feed-forward pre-activation h (m×T) and φ(h)
 };
 
 template <class S>
