@@ -1,7 +1,9 @@
 // Every backward option against central finite differences in 256-bit MPFR: with h = 1e-25 the
 // difference quotient is exact to ~1e-50, so agreement to 1e-35 leaves no room for a wrong term.
 #include <gtest/gtest.h>
+#include <random>
 
+#include "../src/train/thin_product.hpp"
 #include "uatlab/model/init.hpp"
 #include "uatlab/train/backward.hpp"
 
@@ -218,4 +220,45 @@ TEST(Backward, RefusesHardmaxAndAllMaskedBatches) {
   ds.sequences[0].mask = {0, 0, 0};
   EXPECT_THROW(forward_train(n2, make_batch<double>(ds, {0}, Loss::mse, 2), Loss::mse, tr), Error);
   EXPECT_THROW(make_batch<double>(ds, {0}, Loss::cross_entropy, 2), Error);  // labels are not classes
+}
+
+// The fixed-size kernels for small weights (src/train/thin_product.hpp) give Eigen's products on
+// every shape of their table and beside it (where they hand over to Eigen), set and add, for a
+// weight and a transposed one, with a bias or none.
+template <class S>
+void check_thin_products(double tol) {
+  using train_detail::add_outer;
+  using train_detail::add_weights_times;
+  using train_detail::weights_times;
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<double> u(-1, 1);
+  const auto random = [&](Eigen::Index r, Eigen::Index c) {
+    return Mat<S>(Mat<S>::NullaryExpr(r, c, [&] { return S(u(rng)); }));
+  };
+  const Eigen::Index T = 37;
+  int thin = 0;
+  for (Eigen::Index r : {1, 2, 3, 4, 8, 16, 32, 33})
+    for (Eigen::Index k : {1, 2, 4, 8, 16, 17}) {
+      thin += train_detail::with_thin_shape<S>(r, k, [](auto, auto) {});
+      const Mat<S> w = random(r, k), x = random(k, T), dy = random(r, T), y0 = random(r, T), b = random(r, 1);
+      Mat<S> y, ya = y0, g = random(r, k), yt, yb;
+      const Mat<S> g0 = g;
+      weights_times(y, w, x);
+      add_weights_times(ya, w, x);
+      weights_times(yb, w, x, &b);
+      add_outer(g, dy, x);
+      weights_times(yt, w.transpose(), dy);
+      EXPECT_LE((y - w * x).cwiseAbs().maxCoeff(), S(tol)) << r << "x" << k;
+      EXPECT_LE((ya - y0 - w * x).cwiseAbs().maxCoeff(), S(tol)) << r << "x" << k;
+      EXPECT_LE(((yb - w * x).colwise() - b.col(0)).cwiseAbs().maxCoeff(), S(tol)) << r << "x" << k;
+      EXPECT_LE((g - g0 - dy * x.transpose()).cwiseAbs().maxCoeff(), S(tol)) << r << "x" << k;
+      EXPECT_LE((yt - w.transpose() * dy).cwiseAbs().maxCoeff(), S(tol)) << r << "x" << k;
+    }
+  EXPECT_EQ(thin, 5 * 4);  // r in {2, 4, 8, 16, 32}, k in {2, 4, 8, 16}
+}
+
+TEST(Backward, ThinProductsEqualEigensProducts) {
+  check_thin_products<float>(1e-4);
+  check_thin_products<double>(1e-12);
+  EXPECT_FALSE(train_detail::with_thin_shape<Rational>(4, 4, [](auto, auto) {}));
 }

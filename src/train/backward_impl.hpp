@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "../model/network_impl.hpp"
+#include "thin_product.hpp"
 #include "uatlab/train/backward.hpp"
 
 namespace uatlab {
@@ -258,23 +259,17 @@ void attention_forward(const Layer<S>& L, const Mat<S>& in, const std::vector<Ei
     return compact && !s.tied_qkv ? off[b] : start[b] + (compact ? t.queries[b].first : 0);
   };
   if (s.tied_qkv) {
-    t.q.noalias() = L.wq * in;
-    if (s.bias) add_bias(t.q, L.bq);
+    weights_times(t.q, L.wq, in, s.bias ? &L.bq : nullptr);
   } else {
-    t.v.noalias() = L.wv * in;
-    if (s.bias) add_bias(t.v, L.bv);
+    weights_times(t.v, L.wv, in, s.bias ? &L.bv : nullptr);
     if (!s.dp_free) {
       if (compact) {
         gather_queries(in, start, t.queries, t.q_in);
-        t.q.noalias() = L.wq * t.q_in;
+        weights_times(t.q, L.wq, t.q_in, s.bias ? &L.bq : nullptr);
       } else {
-        t.q.noalias() = L.wq * in;
+        weights_times(t.q, L.wq, in, s.bias ? &L.bq : nullptr);
       }
-      t.k.noalias() = L.wk * in;
-      if (s.bias) {
-        add_bias(t.q, L.bq);
-        add_bias(t.k, L.bk);
-      }
+      weights_times(t.k, L.wk, in, s.bias ? &L.bk : nullptr);
     }
   }
   const Mat<S>& Q = t.q;
@@ -312,11 +307,14 @@ void attention_forward(const Layer<S>& L, const Mat<S>& in, const std::vector<Ei
         });
     }
   }
-  if (compact)
-    scatter_add_queries(Mat<S>(L.wo * t.o), start, t.queries, Z);
-  else
-    Z.noalias() += L.wo * t.o;
-  if (s.bias) add_bias(Z, L.bo);
+  if (compact) {
+    Mat<S> wo_o;
+    weights_times(wo_o, L.wo, t.o);
+    scatter_add_queries(wo_o, start, t.queries, Z);
+    if (s.bias) add_bias(Z, L.bo);  // every column: the residual stream keeps the others
+  } else {
+    add_weights_times(Z, L.wo, t.o, s.bias ? &L.bo : nullptr);
+  }
 }
 
 // dZ: gradient of the residual stream after the sub-layer; returns the gradient w.r.t. `in`.
@@ -337,9 +335,10 @@ Mat<S> attention_backward(const Layer<S>& L, Layer<S>& G, const Mat<S>& in,
   Mat<S> dZq;
   if (compact) gather_queries(dZ, start, t.queries, dZq);
   const Mat<S>& dZo = compact ? dZq : dZ;
-  G.wo.noalias() += dZo * t.o.transpose();
+  add_outer(G.wo, dZo, t.o);
   if (s.bias) add_column_sum(G.bo, dZ);
-  const Mat<S> dO = L.wo.transpose() * dZo;
+  Mat<S> dO;
+  weights_times(dO, L.wo.transpose(), dZo);
   const Mat<S>& Q = t.q;
   const Mat<S>& K = s.tied_qkv ? t.q : t.k;
   const Mat<S>& V = s.tied_qkv ? t.q : t.v;
@@ -391,23 +390,26 @@ Mat<S> attention_backward(const Layer<S>& L, Layer<S>& G, const Mat<S>& in,
   if (s.tied_qkv) {
     Mat<S> dP = dV;
     if (!s.dp_free) dP += dQ + dK;
-    G.wq.noalias() += dP * in.transpose();
+    add_outer(G.wq, dP, in);
     if (s.bias) add_column_sum(G.bq, dP);
-    if (need_din) din.noalias() = L.wq.transpose() * dP;
+    if (need_din) weights_times(din, L.wq.transpose(), dP);
     return din;
   }
-  G.wv.noalias() += dV * in.transpose();
-  if (need_din) din.noalias() = L.wv.transpose() * dV;
+  add_outer(G.wv, dV, in);
+  if (need_din) weights_times(din, L.wv.transpose(), dV);
   if (s.bias) add_column_sum(G.bv, dV);
   if (!s.dp_free) {
-    G.wq.noalias() += dQ * (compact ? t.q_in : in).transpose();
-    G.wk.noalias() += dK * in.transpose();
+    add_outer(G.wq, dQ, compact ? t.q_in : in);
+    add_outer(G.wk, dK, in);
     if (need_din) {
-      if (compact)
-        scatter_add_queries(Mat<S>(L.wq.transpose() * dQ), start, t.queries, din);
-      else
-        din.noalias() += L.wq.transpose() * dQ;
-      din.noalias() += L.wk.transpose() * dK;
+      if (compact) {
+        Mat<S> dq_in;
+        weights_times(dq_in, L.wq.transpose(), dQ);
+        scatter_add_queries(dq_in, start, t.queries, din);
+      } else {
+        add_weights_times(din, L.wq.transpose(), dQ);
+      }
+      add_weights_times(din, L.wk.transpose(), dK);
     }
     if (s.bias) {
       add_column_sum(G.bq, dQ);
@@ -428,17 +430,17 @@ void mixer_forward(const Layer<S>& L, const Mat<S>& in, const std::vector<Eigen:
     t.o.middleCols(c0, n) =
         L.spec.kind == LayerKind::bproj ? Mat<S>(X * bproj_matrix(L, n)) : sepconv_mix(L, X);
   }
-  Z.noalias() += L.wo * t.o;
-  if (L.spec.bias) add_bias(Z, L.bo);
+  add_weights_times(Z, L.wo, t.o, L.spec.bias ? &L.bo : nullptr);
 }
 
 template <class S>
 Mat<S> mixer_backward(const Layer<S>& L, Layer<S>& G, const Mat<S>& in,
                       const std::vector<Eigen::Index>& start, const LayerTrace<S>& t, const Mat<S>& dZ) {
   const LayerSpec& s = L.spec;
-  G.wo.noalias() += dZ * t.o.transpose();
+  add_outer(G.wo, dZ, t.o);
   if (s.bias) add_column_sum(G.bo, dZ);
-  const Mat<S> dM = L.wo.transpose() * dZ;
+  Mat<S> dM;
+  weights_times(dM, L.wo.transpose(), dZ);
   Mat<S> din = Mat<S>::Zero(in.rows(), in.cols());
   const Eigen::Index d = in.rows();
   for (std::size_t b = 0; b + 1 < start.size(); ++b) {
@@ -535,17 +537,14 @@ S forward_train(const Network<S>& net, const Batch<S>& batch, Loss loss, Trace<S
     else if (L.spec.kind != LayerKind::feedforward)
       mixer_forward(L, in, batch.start, t, Z);
     else {
-      t.h.noalias() = L.w1 * in;
-      add_bias(t.h, L.b1);
+      weights_times(t.h, L.w1, in, &L.b1);
       activate(L.spec, t.h, t.act);
-      Z.noalias() += L.w2 * t.act;
-      add_bias(Z, L.b2);
+      add_weights_times(Z, L.w2, t.act, &L.b2);
     }
   }
   trace.z = std::move(Z);
   if (a.readout > 0) {
-    trace.y.noalias() = net.readout_w * trace.z;
-    add_bias(trace.y, net.readout_b);
+    weights_times(trace.y, net.readout_w, trace.z, &net.readout_b);
   } else {
     trace.y = trace.z;
   }
@@ -604,9 +603,9 @@ void backward(const Network<S>& net, const Batch<S>& batch, Loss loss, const Tra
   }
   Mat<S> dZ;
   if (a.readout > 0) {
-    grad.readout_w.noalias() += dY * trace.z.transpose();
+    add_outer(grad.readout_w, dY, trace.z);
     add_column_sum(grad.readout_b, dY);
-    dZ.noalias() = net.readout_w.transpose() * dY;
+    weights_times(dZ, net.readout_w.transpose(), dY);
   } else {
     dZ = std::move(dY);
   }
@@ -628,12 +627,14 @@ void backward(const Network<S>& net, const Batch<S>& batch, Loss loss, const Tra
     else if (L.spec.kind != LayerKind::feedforward)
       din = mixer_backward(L, G, in, batch.start, t, dZ);
     else {
-      G.w2.noalias() += dZ * t.act.transpose();
+      add_outer(G.w2, dZ, t.act);
       add_column_sum(G.b2, dZ);
-      Mat<S> dh = (L.w2.transpose() * dZ).cwiseProduct(activation_slope(L.spec, t.h));
-      G.w1.noalias() += dh * in.transpose();
+      Mat<S> dh;
+      weights_times(dh, L.w2.transpose(), dZ);
+      dh.array() *= activation_slope(L.spec, t.h).array();
+      add_outer(G.w1, dh, in);
       add_column_sum(G.b1, dh);
-      if (need_din) din.noalias() = L.w1.transpose() * dh;
+      if (need_din) weights_times(din, L.w1.transpose(), dh);
     }
     if (!need_din) break;  // i = 0: nothing upstream reads dZ
     if (L.spec.pre_norm)

@@ -1,0 +1,90 @@
+// Products of a small weight matrix with one column per token: Y = W·X and G += dY·Xᵀ, where W
+// and G are r×k with r ≤ 32 and k ≤ 16 (the models of memorization sweeps and the tiny training
+// benchmark, d = 4 to 16). Eigen's GEMM first copies (packs) all T token columns into its own
+// layout, which costs as much as the product when k is this small. Here W, or the running sum
+// of G, is a fixed-size matrix that stays in registers, and the tokens stream through once,
+// column by column. Other shapes and scalars go to Eigen's product.
+#pragma once
+
+#include <type_traits>
+
+#include "uatlab/model/scalar.hpp"
+
+namespace uatlab::train_detail {
+
+template <int... N>
+struct Sizes {};
+using ThinRows = Sizes<2, 4, 8, 16, 32>;
+using ThinCols = Sizes<2, 4, 8, 16>;
+
+// f(integral_constant<int, N>) for the N in the list that equals n; false if none does.
+template <int... N, class F>
+bool with_size(Sizes<N...>, Eigen::Index n, F&& f) {
+  return ((n == N ? (f(std::integral_constant<int, N>{}), true) : false) || ...);
+}
+
+// f(r, k) as compile-time sizes when S is float or double and rows×cols has a kernel.
+template <class S, class F>
+bool with_thin_shape(Eigen::Index rows, Eigen::Index cols, F&& f) {
+  if constexpr (!std::is_same_v<S, float> && !std::is_same_v<S, double>) {
+    return false;
+  } else {
+    bool found = false;
+    with_size(ThinRows{}, rows,
+              [&](auto r) { found = with_size(ThinCols{}, cols, [&](auto k) { f(r, k); }); });
+    return found;
+  }
+}
+
+// dst = w·x + b (Add = false) or dst += w·x + b (Add = true): w is r×k (a weight or its
+// transpose), x holds k×T tokens, b (optional) is an r×1 bias.
+template <bool Add, class S, class W>
+void product_into(Mat<S>& dst, const Eigen::MatrixBase<W>& w, const Mat<S>& x, const Mat<S>* b) {
+  if (!Add) dst.resize(w.rows(), x.cols());
+  const bool thin = with_thin_shape<S>(w.rows(), w.cols(), [&](auto r, auto k) {
+    constexpr int R = decltype(r)::value, K = decltype(k)::value;
+    const Eigen::Matrix<S, R, K> wf = w;
+    const Eigen::Matrix<S, R, 1> bf = b ? Eigen::Matrix<S, R, 1>(b->col(0)) : Eigen::Matrix<S, R, 1>::Zero();
+    for (Eigen::Index j = 0; j < x.cols(); ++j) {
+      const Eigen::Map<const Eigen::Matrix<S, K, 1>> xj(x.data() + j * K);
+      Eigen::Map<Eigen::Matrix<S, R, 1>> yj(dst.data() + j * R);
+      if constexpr (Add)
+        yj.noalias() += wf.lazyProduct(xj) + bf;
+      else
+        yj.noalias() = wf.lazyProduct(xj) + bf;
+    }
+  });
+  if (thin) return;
+  if constexpr (Add)
+    dst.noalias() += w * x;
+  else
+    dst.noalias() = w * x;
+  if (b) dst.colwise() += b->col(0);
+}
+template <class S, class W>
+void weights_times(Mat<S>& dst, const Eigen::MatrixBase<W>& w, const Mat<S>& x, const Mat<S>* b = nullptr) {
+  product_into<false>(dst, w, x, b);
+}
+template <class S, class W>
+void add_weights_times(Mat<S>& dst, const Eigen::MatrixBase<W>& w, const Mat<S>& x,
+                       const Mat<S>* b = nullptr) {
+  product_into<true>(dst, w, x, b);
+}
+
+// g += dy·xᵀ, the sum over tokens of dy_j x_jᵀ: dy is r×T, x is k×T, g is r×k.
+template <class S>
+void add_outer(Mat<S>& g, const Mat<S>& dy, const Mat<S>& x) {
+  const bool thin = with_thin_shape<S>(g.rows(), g.cols(), [&](auto r, auto k) {
+    constexpr int R = decltype(r)::value, K = decltype(k)::value;
+    Eigen::Matrix<S, R, K> sum = Eigen::Matrix<S, R, K>::Zero();
+    for (Eigen::Index j = 0; j < x.cols(); ++j) {
+      const Eigen::Map<const Eigen::Matrix<S, R, 1>> dyj(dy.data() + j * R);
+      const Eigen::Map<const Eigen::Matrix<S, K, 1>> xj(x.data() + j * K);
+      sum.noalias() += dyj * xj.transpose();
+    }
+    g += sum;
+  });
+  if (!thin) g.noalias() += dy * x.transpose();
+}
+
+}  // namespace uatlab::train_detail
