@@ -14,7 +14,8 @@ namespace uatlab {
 
 namespace train_detail {
 
-// The feed-forward activation φ of h = W_1 Z + b_1 and its derivative φ'(h) (ReLU or GELU).
+// The feed-forward activation φ of h = W_1 Z + b_1, and a gradient times its derivative φ'(h)
+// (ReLU or GELU).
 template <class S>
 void activate(const LayerSpec& s, const Mat<S>& h, Mat<S>& out) {  // out keeps its memory
   if (s.gelu)
@@ -23,9 +24,11 @@ void activate(const LayerSpec& s, const Mat<S>& h, Mat<S>& out) {  // out keeps 
     out = h.cwiseMax(S(0));
 }
 template <class S>
-Mat<S> activation_slope(const LayerSpec& s, const Mat<S>& h) {
-  if (s.gelu) return h.unaryExpr([](const S& v) { return S(gelu_derivative(v)); });
-  return h.unaryExpr([](const S& v) { return v > S(0) ? S(1) : S(0); });
+void times_activation_slope(const LayerSpec& s, const Mat<S>& h, Mat<S>& g) {  // g ⊙= φ'(h)
+  if (s.gelu)
+    g.array() *= h.unaryExpr([](const S& v) { return S(gelu_derivative(v)); }).array();
+  else
+    g = (h.array() > S(0)).select(g, S(0));
 }
 
 // g += the sum of m's columns (a bias gradient), as one matrix-vector product: Eigen's
@@ -631,7 +634,7 @@ void backward(const Network<S>& net, const Batch<S>& batch, Loss loss, const Tra
       add_column_sum(G.b2, dZ);
       Mat<S> dh;
       weights_times(dh, L.w2.transpose(), dZ);
-      dh.array() *= activation_slope(L.spec, t.h).array();
+      times_activation_slope(L.spec, t.h, dh);
       add_outer(G.w1, dh, in);
       add_column_sum(G.b1, dh);
       if (need_din) weights_times(din, L.w1.transpose(), dh);

@@ -71,18 +71,27 @@ void add_weights_times(Mat<S>& dst, const Eigen::MatrixBase<W>& w, const Mat<S>&
   product_into<true>(dst, w, x, b);
 }
 
-// g += dy·xᵀ, the sum over tokens of dy_j x_jᵀ: dy is r×T, x is k×T, g is r×k.
+// g += dy·xᵀ, the sum over tokens of dy_j x_jᵀ: dy is r×T, x is k×T, g is r×k. The running sum
+// is kept column by column in the orientation whose columns are the longer vectors (for r < k, as
+// gᵀ += x·dyᵀ).
 template <class S>
 void add_outer(Mat<S>& g, const Mat<S>& dy, const Mat<S>& x) {
   const bool thin = with_thin_shape<S>(g.rows(), g.cols(), [&](auto r, auto k) {
     constexpr int R = decltype(r)::value, K = decltype(k)::value;
-    Eigen::Matrix<S, R, K> sum = Eigen::Matrix<S, R, K>::Zero();
+    constexpr bool tall = R >= K;
+    constexpr int Rows = tall ? R : K, Cols = tall ? K : R;
+    const S* a = tall ? dy.data() : x.data();  // Rows values per token
+    const S* b = tall ? x.data() : dy.data();  // Cols values per token
+    Eigen::Matrix<S, Rows, Cols> sum = Eigen::Matrix<S, Rows, Cols>::Zero();
     for (Eigen::Index j = 0; j < x.cols(); ++j) {
-      const Eigen::Map<const Eigen::Matrix<S, R, 1>> dyj(dy.data() + j * R);
-      const Eigen::Map<const Eigen::Matrix<S, K, 1>> xj(x.data() + j * K);
-      sum.noalias() += dyj * xj.transpose();
+      const Eigen::Map<const Eigen::Matrix<S, Rows, 1>> aj(a + j * Rows);
+      for (int c = 0; c < Cols; ++c)
+        sum.col(c).noalias() += aj * b[j * Cols + c];
     }
-    g += sum;
+    if constexpr (tall)
+      g += sum;
+    else
+      g += sum.transpose();
   });
   if (!thin) g.noalias() += dy * x.transpose();
 }
