@@ -11,6 +11,7 @@ import json
 import os
 import statistics
 import subprocess
+import time
 
 MIN_REPS = 5
 
@@ -69,7 +70,24 @@ def thread_env(threads):
     return dict(os.environ, OMP_NUM_THREADS=str(threads))
 
 
+def machine():
+    """Where the rounds ran: CPU model, cores, AVX-512 or not, date (the VM changes between runs)."""
+    model, avx512 = "unknown", False
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name") and model == "unknown":
+                    model = line.split(":", 1)[1].strip()
+                if line.startswith("flags"):
+                    avx512 = avx512 or " avx512f" in line
+    except OSError:
+        pass
+    return {"cpu": model, "cores": os.cpu_count(), "avx512": avx512,
+            "date": time.strftime("%Y-%m-%d", time.gmtime())}
+
+
 def save(path, doc):
+    doc.setdefault("machine", machine())
     with open(path, "w") as f:
         json.dump(doc, f, indent=1)
         f.write("\n")
