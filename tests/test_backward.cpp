@@ -238,7 +238,7 @@ void check_thin_products(double tol) {
   const Eigen::Index T = 37;
   int thin = 0;
   for (Eigen::Index r : {1, 2, 3, 4, 8, 16, 32, 33})
-    for (Eigen::Index k : {1, 2, 4, 8, 16, 17}) {
+    for (Eigen::Index k : {1, 2, 4, 8, 16, 17, 32}) {
       thin += train_detail::with_thin_shape<S>(r, k, [](auto, auto) {});
       const Mat<S> w = random(r, k), x = random(k, T), dy = random(r, T), y0 = random(r, T), b = random(r, 1);
       Mat<S> y, ya = y0, g = random(r, k), yt, yb;

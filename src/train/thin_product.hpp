@@ -73,22 +73,21 @@ void add_weights_times(Mat<S>& dst, const Eigen::MatrixBase<W>& w, const Mat<S>&
 
 // g += dy·xᵀ, the sum over tokens of dy_j x_jᵀ: dy is r×T, x is k×T, g is r×k. The running sum
 // is kept column by column in the orientation whose columns are the longer vectors (for r < k, as
-// gᵀ += x·dyᵀ).
+// gᵀ += x·dyᵀ), so 8×32 runs as 32×8.
 template <class S>
 void add_outer(Mat<S>& g, const Mat<S>& dy, const Mat<S>& x) {
-  const bool thin = with_thin_shape<S>(g.rows(), g.cols(), [&](auto r, auto k) {
+  const bool tall = g.rows() >= g.cols();
+  const Mat<S>& a = tall ? dy : x;  // the longer side, a column per token
+  const Mat<S>& b = tall ? x : dy;
+  const bool thin = with_thin_shape<S>(a.rows(), b.rows(), [&](auto r, auto k) {
     constexpr int R = decltype(r)::value, K = decltype(k)::value;
-    constexpr bool tall = R >= K;
-    constexpr int Rows = tall ? R : K, Cols = tall ? K : R;
-    const S* a = tall ? dy.data() : x.data();  // Rows values per token
-    const S* b = tall ? x.data() : dy.data();  // Cols values per token
-    Eigen::Matrix<S, Rows, Cols> sum = Eigen::Matrix<S, Rows, Cols>::Zero();
-    for (Eigen::Index j = 0; j < x.cols(); ++j) {
-      const Eigen::Map<const Eigen::Matrix<S, Rows, 1>> aj(a + j * Rows);
-      for (int c = 0; c < Cols; ++c)
-        sum.col(c).noalias() += aj * b[j * Cols + c];
+    Eigen::Matrix<S, R, K> sum = Eigen::Matrix<S, R, K>::Zero();
+    for (Eigen::Index j = 0; j < a.cols(); ++j) {
+      const Eigen::Map<const Eigen::Matrix<S, R, 1>> aj(a.data() + j * R);
+      for (int c = 0; c < K; ++c)
+        sum.col(c).noalias() += aj * b.data()[j * K + c];
     }
-    if constexpr (tall)
+    if (tall)
       g += sum;
     else
       g += sum.transpose();
