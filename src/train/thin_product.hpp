@@ -40,7 +40,9 @@ bool with_thin_shape(Eigen::Index rows, Eigen::Index cols, F&& f) {
 // transpose), x holds k×T tokens, b (optional) is an r×1 bias.
 template <bool Add, class S, class W>
 void product_into(Mat<S>& dst, const Eigen::MatrixBase<W>& w, const Mat<S>& x, const Mat<S>* b) {
+  eigen_assert(w.cols() == x.rows() && (!b || b->rows() == w.rows()));
   if (!Add) dst.resize(w.rows(), x.cols());
+  eigen_assert(dst.rows() == w.rows() && dst.cols() == x.cols());
   const bool thin = with_thin_shape<S>(w.rows(), w.cols(), [&](auto r, auto k) {
     constexpr int R = decltype(r)::value, K = decltype(k)::value;
     const Eigen::Matrix<S, R, K> wf = w;
@@ -76,6 +78,7 @@ void add_weights_times(Mat<S>& dst, const Eigen::MatrixBase<W>& w, const Mat<S>&
 // gᵀ += x·dyᵀ), so 8×32 runs as 32×8.
 template <class S>
 void add_outer(Mat<S>& g, const Mat<S>& dy, const Mat<S>& x) {
+  eigen_assert(dy.cols() == x.cols() && g.rows() == dy.rows() && g.cols() == x.rows());
   const bool tall = g.rows() >= g.cols();
   const Mat<S>& a = tall ? dy : x;  // the longer side, a column per token
   const Mat<S>& b = tall ? x : dy;
