@@ -71,11 +71,6 @@ Mat<S> ln_backward(const Mat<S>& dout, const Mat<S>& xhat, const Mat<S>& rstd, c
   return dx;
 }
 
-template <class S>
-void add_bias(Mat<S>& m, const Mat<S>& b) {
-  m.colwise() += b.col(0);
-}
-
 // ∂B(l,k)/∂p_h for lin and log biases.
 template <class S>
 S rpe_slope_derivative(Rpe r, long dist) {
@@ -168,32 +163,44 @@ void counted_queries(const Batch<S>& batch, std::vector<QueryRange>& out) {
       }
 }
 
-// The columns of the queries computed, sequence after sequence (LayerTrace::queries): where
-// sequence b's begin in that layout (B + 1 offsets), a copy of them out of a matrix over all
-// tokens, and the sum of such columns back into one.
-inline std::vector<Eigen::Index> query_offsets(const std::vector<QueryRange>& queries) {
-  std::vector<Eigen::Index> off(1, 0);
-  for (const auto& [q0, q1] : queries)
-    off.push_back(off.back() + q1 - q0);
-  return off;
-}
-template <class S>
-void gather_queries(const Mat<S>& M, const std::vector<Eigen::Index>& start,
-                    const std::vector<QueryRange>& queries, Mat<S>& out) {
-  const std::vector<Eigen::Index> off = query_offsets(queries);
-  out.resize(M.rows(), off.back());
-  for (std::size_t b = 0; b < queries.size(); ++b)
-    out.middleCols(off[b], off[b + 1] - off[b]) =
-        M.middleCols(start[b] + queries[b].first, off[b + 1] - off[b]);
-}
-template <class S>
-void scatter_add_queries(const Mat<S>& P, const std::vector<Eigen::Index>& start,
-                         const std::vector<QueryRange>& queries, Mat<S>& M) {
-  const std::vector<Eigen::Index> off = query_offsets(queries);
-  for (std::size_t b = 0; b < queries.size(); ++b)
-    M.middleCols(start[b] + queries[b].first, off[b + 1] - off[b]) +=
-        P.middleCols(off[b], off[b + 1] - off[b]);
-}
+// Where the last attention's columns sit, one layout for its forward and backward passes. With
+// queries set (LayerTrace::queries), o, and q unless tied (q is then K and V too), hold only the
+// queries computed, sequence after sequence: sequence b's start at off[b]. Otherwise every matrix
+// is over all tokens.
+struct QueryLayout {
+  const std::vector<Eigen::Index>& start;
+  const std::vector<QueryRange>& queries;
+  bool compact, tied;
+  std::vector<Eigen::Index> off;  // B + 1 offsets when compact
+
+  QueryLayout(const std::vector<Eigen::Index>& start, const std::vector<QueryRange>& queries, bool tied)
+      : start(start), queries(queries), compact(!queries.empty()), tied(tied), off(1, 0) {
+    for (const auto& [q0, q1] : queries)
+      off.push_back(off.back() + q1 - q0);
+  }
+  QueryRange range(int b) const {  // sequence b's queries, within the sequence
+    return compact ? queries[b] : QueryRange{0, start[b + 1] - start[b]};
+  }
+  Eigen::Index o_col(int b) const { return compact ? off[b] : start[b]; }  // its first in o
+  Eigen::Index q_col(int b) const {                                        // and in q
+    return compact && !tied ? off[b] : start[b] + range(b).first;
+  }
+  Eigen::Index o_cols(Eigen::Index tokens) const { return compact ? off.back() : tokens; }
+  // out = M's columns at the queries; M += P, P's columns at the queries.
+  template <class S>
+  void gather(const Mat<S>& M, Mat<S>& out) const {
+    out.resize(M.rows(), off.back());
+    for (std::size_t b = 0; b < queries.size(); ++b)
+      out.middleCols(off[b], off[b + 1] - off[b]) =
+          M.middleCols(start[b] + queries[b].first, off[b + 1] - off[b]);
+  }
+  template <class S>
+  void scatter_add(const Mat<S>& P, Mat<S>& M) const {
+    for (std::size_t b = 0; b < queries.size(); ++b)
+      M.middleCols(start[b] + queries[b].first, off[b + 1] - off[b]) +=
+          P.middleCols(off[b], off[b + 1] - off[b]);
+  }
+};
 
 // The length every sequence of the batch has, or 0 when they differ.
 inline Eigen::Index common_length(const std::vector<Eigen::Index>& start) {
@@ -253,21 +260,14 @@ void attention_forward(const Layer<S>& L, const Mat<S>& in, const std::vector<Ei
   const Eigen::Index H = s.heads, hs = s.head_size;
   const Eigen::Index n_common = common_length(start);
   if (s.dp_free && n_common > 0) t.queries.clear();  // one A per head: every query, shared anyway
-  // With t.queries set, q (unless tied: it is K and V too) and o are computed at those columns
-  // only: qc(b) and oc(b) are where sequence b's queries start in them.
-  const bool compact = !t.queries.empty();
-  const std::vector<Eigen::Index> off = compact ? query_offsets(t.queries) : start;
-  const auto oc = [&](int b) { return compact ? off[b] : start[b]; };
-  const auto qc = [&](int b) {
-    return compact && !s.tied_qkv ? off[b] : start[b] + (compact ? t.queries[b].first : 0);
-  };
+  const QueryLayout at(start, t.queries, s.tied_qkv);
   if (s.tied_qkv) {
     weights_times(t.q, L.wq, in, s.bias ? &L.bq : nullptr);
   } else {
     weights_times(t.v, L.wv, in, s.bias ? &L.bv : nullptr);
     if (!s.dp_free) {
-      if (compact) {
-        gather_queries(in, start, t.queries, t.q_in);
+      if (at.compact) {
+        at.gather(in, t.q_in);
         weights_times(t.q, L.wq, t.q_in, s.bias ? &L.bq : nullptr);
       } else {
         weights_times(t.q, L.wq, in, s.bias ? &L.bq : nullptr);
@@ -279,7 +279,7 @@ void attention_forward(const Layer<S>& L, const Mat<S>& in, const std::vector<Ei
   const Mat<S>& K = s.tied_qkv ? t.q : t.k;
   const Mat<S>& V = s.tied_qkv ? t.q : t.v;
   const int B = static_cast<int>(start.size()) - 1;
-  t.o = Mat<S>::Zero(H * hs, compact ? off.back() : in.cols());
+  t.o = Mat<S>::Zero(H * hs, at.o_cols(in.cols()));
   EvalOptions opt;  // t.a is kept between steps: same shapes reuse their memory
   if (const Eigen::Index n = n_common; s.dp_free && n > 0) {  // one A per head
     t.a.resize(H);
@@ -297,23 +297,23 @@ void attention_forward(const Layer<S>& L, const Mat<S>& in, const std::vector<Ei
 #pragma omp parallel for schedule(dynamic)
     for (int b = 0; b < B; ++b) {
       const Eigen::Index c0 = start[b], n = start[b + 1] - start[b];
-      const auto [q0, q1] = compact ? t.queries[b] : QueryRange{0, n};
+      const auto [q0, q1] = at.range(b);
       for (Eigen::Index h = 0; h < H; ++h)
         with_head_view(hs, h, c0, n, [&](auto view, auto cols) {
           Mat<S>& A = t.a[static_cast<std::size_t>(b) * H + h];
           if (s.dp_free)
             A.setZero(n, q1 - q0);
           else
-            set_head_product(A, view(K).transpose(), cols(Q, qc(b), q1 - q0), L.score_scale);
+            set_head_product(A, view(K).transpose(), cols(Q, at.q_col(b), q1 - q0), L.score_scale);
           head_weights(L, h, n, A, opt, q0);
-          set_head_product(cols(t.o, oc(b), q1 - q0), view(V), A, S(1));
+          set_head_product(cols(t.o, at.o_col(b), q1 - q0), view(V), A, S(1));
         });
     }
   }
-  if (compact) {
+  if (at.compact) {
     Mat<S> wo_o;
     weights_times(wo_o, L.wo, t.o);
-    scatter_add_queries(wo_o, start, t.queries, Z);
+    at.scatter_add(wo_o, Z);
     if (s.bias) add_bias(Z, L.bo);  // every column: the residual stream keeps the others
   } else {
     add_weights_times(Z, L.wo, t.o, s.bias ? &L.bo : nullptr);
@@ -327,17 +327,12 @@ Mat<S> attention_backward(const Layer<S>& L, Layer<S>& G, const Mat<S>& in,
                           bool need_din) {
   const LayerSpec& s = L.spec;
   const Eigen::Index H = s.heads, hs = s.head_size, T = in.cols();
-  // The layout of the forward pass: with t.queries set, o and dO (and q and dQ unless tied) hold
-  // only the queries' columns (dZ is zero elsewhere: nothing after this sub-layer mixes tokens).
-  const bool compact = !t.queries.empty();
-  const std::vector<Eigen::Index> off = compact ? query_offsets(t.queries) : start;
-  const auto oc = [&](int b) { return compact ? off[b] : start[b]; };
-  const auto qc = [&](int b) {
-    return compact && !s.tied_qkv ? off[b] : start[b] + (compact ? t.queries[b].first : 0);
-  };
+  // The layout of the forward pass: dO and dQ as o and q (dZ is zero away from the queries:
+  // nothing after this sub-layer mixes tokens).
+  const QueryLayout at(start, t.queries, s.tied_qkv);
   Mat<S> dZq;
-  if (compact) gather_queries(dZ, start, t.queries, dZq);
-  const Mat<S>& dZo = compact ? dZq : dZ;
+  if (at.compact) at.gather(dZ, dZq);
+  const Mat<S>& dZo = at.compact ? dZq : dZ;
   add_outer(G.wo, dZo, t.o);
   if (s.bias) add_column_sum(G.bo, dZ);
   Mat<S> dO;
@@ -370,17 +365,17 @@ Mat<S> attention_backward(const Layer<S>& L, Layer<S>& G, const Mat<S>& in,
 #pragma omp for schedule(dynamic)
       for (int b = 0; b < B; ++b) {
         const Eigen::Index c0 = start[b], n = start[b + 1] - start[b];
-        const auto [q0, q1] = compact ? t.queries[b] : QueryRange{0, n};
+        const auto [q0, q1] = at.range(b);
         for (Eigen::Index h = 0; h < H; ++h)
           with_head_view(hs, h, c0, n, [&](auto view, auto cols) {
             const Mat<S>& A = t.a[static_cast<std::size_t>(b) * H + h];
-            const auto dOh = cols(dO, oc(b), q1 - q0);
+            const auto dOh = cols(dO, at.o_col(b), q1 - q0);
             add_head_product(view(dV), dOh, A.transpose(), S(1));
             set_head_product(dS, view(V).transpose(), dOh, S(1));
             scores_backward(s, h, A, dS, dot, my_rpe, q0);
             if (!s.dp_free) {
-              add_head_product(cols(dQ, qc(b), q1 - q0), view(K), dS, L.score_scale);
-              add_head_product(view(dK), cols(Q, qc(b), q1 - q0), dS.transpose(), L.score_scale);
+              add_head_product(cols(dQ, at.q_col(b), q1 - q0), view(K), dS, L.score_scale);
+              add_head_product(view(dK), cols(Q, at.q_col(b), q1 - q0), dS.transpose(), L.score_scale);
             }
           });
       }
@@ -402,13 +397,13 @@ Mat<S> attention_backward(const Layer<S>& L, Layer<S>& G, const Mat<S>& in,
   if (need_din) weights_times(din, L.wv.transpose(), dV);
   if (s.bias) add_column_sum(G.bv, dV);
   if (!s.dp_free) {
-    add_outer(G.wq, dQ, compact ? t.q_in : in);
+    add_outer(G.wq, dQ, at.compact ? t.q_in : in);
     add_outer(G.wk, dK, in);
     if (need_din) {
-      if (compact) {
+      if (at.compact) {
         Mat<S> dq_in;
         weights_times(dq_in, L.wq.transpose(), dQ);
-        scatter_add_queries(dq_in, start, t.queries, din);
+        at.scatter_add(dq_in, din);
       } else {
         add_weights_times(din, L.wq.transpose(), dQ);
       }

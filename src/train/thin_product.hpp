@@ -36,6 +36,11 @@ bool with_thin_shape(Eigen::Index rows, Eigen::Index cols, F&& f) {
   }
 }
 
+template <class S>
+void add_bias(Mat<S>& m, const Mat<S>& b) {  // every column
+  m.colwise() += b.col(0);
+}
+
 // dst = w·x + b (Add = false) or dst += w·x + b (Add = true): w is r×k (a weight or its
 // transpose), x holds k×T tokens, b (optional) is an r×1 bias.
 template <bool Add, class S, class W>
@@ -61,7 +66,7 @@ void product_into(Mat<S>& dst, const Eigen::MatrixBase<W>& w, const Mat<S>& x, c
     dst.noalias() += w * x;
   else
     dst.noalias() = w * x;
-  if (b) dst.colwise() += b->col(0);
+  if (b) add_bias(dst, *b);
 }
 template <class S, class W>
 void weights_times(Mat<S>& dst, const Eigen::MatrixBase<W>& w, const Mat<S>& x, const Mat<S>* b = nullptr) {
