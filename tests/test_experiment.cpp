@@ -13,6 +13,7 @@
 #include <sstream>
 #include <thread>
 
+#include "../src/experiment/wang_e.hpp"
 #include "uatlab/experiment/approximate.hpp"
 #include "uatlab/experiment/domain.hpp"
 #include "uatlab/experiment/experiment.hpp"
@@ -492,4 +493,58 @@ TEST(Experiment, WelchVerdictNamesTheDirection) {
   EXPECT_EQ(welch_verdict({10, 11, 12}, {0, 1, 2}, "less", "more").rfind("more (p = ", 0), 0u);
   EXPECT_EQ(welch_verdict({0, 1, 2}, {0.1, 1.1, 2.1}).rfind("no difference shown", 0), 0u);
   EXPECT_EQ(welch_verdict({1}, {1, 2}), "too few runs");
+}
+
+TEST(Experiment, LearnedKernelIsTheImpulseResponseOfTheBiasFreeModel) {
+  Architecture a;
+  a.d = 2;
+  a.readout = 1;
+  a.layers = {wang_e::attention(2, 1, true, Rpe::lin)};
+  a.layers[0].window = 8;
+  Network<double> nd(a);
+  init_random(nd, 3);
+  const Network<float> net = network_cast<float>(nd);
+  const int n = 16, T = 8;
+  const std::vector<double> rho = wang_e::learned_kernel(net, n, T);
+  ASSERT_EQ(rho.size(), T + 1u);
+  EXPECT_EQ(rho[0], 0);
+  EXPECT_NE(rho[1], rho[2]);  // lin-type heads weigh each lag differently
+  // Without biases the model is linear: its output at the last position is Σ_s ρ̂(s)·x(n−1−s) for
+  // any input that is zero there, lags beyond the window included (they must weigh nothing).
+  Network<double> free = network_cast<double>(net);
+  free.for_each_tensor([](const std::string&, Mat<double>& m, Layout, Role role) {
+    if (role == Role::bias || role == Role::norm_bias) m.setZero();
+  });
+  Rng rng(5);
+  Mat<double> x = Mat<double>::Zero(2, n);
+  for (int t = 0; t < n - 1; ++t)
+    x(0, t) = rng.gauss();
+  double want = 0;
+  for (int s = 1; s <= T; ++s)
+    want += rho[s] * x(0, n - 1 - s);
+  EXPECT_NEAR(forward(free, x)(0, n - 1), want, 1e-12);
+}
+
+TEST(Experiment, MemoryKernelsAreTheTasksPowerLawExponentialAndLags) {
+  TaskOptions o;
+  o.n = 32;
+  o.beta = 0.5;
+  const std::vector<double> heavy = memory_kernel("kernel-heavy", o),
+                            light = memory_kernel("kernel-light", o);
+  ASSERT_EQ(heavy.size(), 33u);
+  EXPECT_EQ(heavy[0], 0);
+  EXPECT_NEAR(heavy[4] / heavy[1], std::pow(4.0, -1.5), 1e-15);
+  EXPECT_NEAR(light[3] / light[2], std::exp(-0.5), 1e-15);
+  double sum = 0;
+  for (double r : light)
+    sum += r;
+  EXPECT_NEAR(sum, 1 - std::exp(-0.5 * 32), 1e-14);
+  o.lags = {3, 5, 5};  // a repeated lag counts twice
+  const std::vector<double> sparse = memory_kernel("kernel-lags", o);
+  EXPECT_EQ(sparse[3], 1.0 / 3);
+  EXPECT_EQ(sparse[5], 2.0 / 3);
+  EXPECT_EQ(std::count(sparse.begin(), sparse.end(), 0.0), 31);
+  o.lags = {32};  // n must exceed the lags
+  EXPECT_THROW(memory_kernel("kernel-lags", o), Error);
+  EXPECT_THROW(memory_kernel("chars", o), Error);
 }

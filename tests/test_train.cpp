@@ -214,6 +214,13 @@ TEST(Train, ComplexReadoutAndKernelsPadTheValueIntoRowZero) {
   o.cutoff = 3;
   o.beta = 0;
   EXPECT_THROW(make_task("kernel-heavy", o), Error);
+  o.window = 0;  // kernel-lags: the mean of x_{t−1} and x_{t−3}, whatever beta
+  o.lags = {1, 3};
+  const Dataset l = make_task("kernel-lags", o);
+  for (int t = 3; t < 10; ++t) {
+    auto x = [&](int i) { return Scalar<double>::from(l.sequences[0].x(0, i)); };
+    EXPECT_NEAR(Scalar<double>::from(l.sequences[0].y(0, t)), (x(t - 1) + x(t - 3)) / 2, 1e-15);
+  }
 }
 
 TEST(Train, CharsTaskSplitsTheCorpusAndPredictsTheNextCharacter) {
@@ -257,7 +264,7 @@ TEST(Train, EveryTaskOfTheTableMatchesItsShape) {
   for (int i = 0; i < 600; ++i)
     text += "abc ";
   { std::ofstream(path) << text; }
-  ASSERT_EQ(tasks().size(), 10u);
+  ASSERT_EQ(tasks().size(), 11u);
   for (const TaskSpec& t : tasks()) {
     SCOPED_TRACE(t.name);
     TaskOptions o;

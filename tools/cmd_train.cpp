@@ -149,8 +149,9 @@ void add_train_commands(CLI::App& app, Commands& commands) {
                 "Tasks memorize, random-labels, complex-readout, kernel-*: token dimension")
       ->capture_default_str();
   t->add_option("--task-V", o->task_opt.V, "Task memorize: vocabulary size")->capture_default_str();
-  t->add_option("--task-lags", o->lags,
-                "Tasks sparse-boolean, complex-readout: lags; adaptive-*: the lag table, e.g. 1,4,9");
+  t->add_option(
+      "--task-lags", o->lags,
+      "Tasks sparse-boolean, complex-readout, kernel-lags: lags; adaptive-*: the lag table, e.g. 1,4,9");
   t->add_option("--task-boolean", o->task_opt.boolean,
                 "Task sparse-boolean: parity, majority, and, product, table")
       ->capture_default_str();

@@ -74,7 +74,9 @@ json train_task(const TaskTraining& t) {
   if (t.adjust) t.adjust(nd);
   Network<float> net = network_cast<float>(nd);
   const TrainReport r = train(net, data, t.val_N > 0 ? &val : nullptr, t.cfg);
-  return training_summary(net, data, t.val_N > 0 ? &val : nullptr, t.cfg.loss, r);
+  json summary = training_summary(net, data, t.val_N > 0 ? &val : nullptr, t.cfg.loss, r);
+  if (t.inspect) t.inspect(net, summary);
+  return summary;
 }
 
 }  // namespace uatlab::experiment

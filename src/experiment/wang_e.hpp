@@ -19,6 +19,10 @@ TrainConfig config(const Context& c, double lr, Loss loss, std::uint64_t seed);
 // A single-layer FFN-free DP-free model with H heads on a heavy-, light-tailed or tempered kernel of
 // T lags.
 json train_kernel(const std::string& tail, const std::string& rpe, int H, int T, int seed, const Context& c);
+// The memory kernel a trained FFN-free DP-free kernel model has learned: ρ̂(s), s = 0 … T (ρ̂(0) = 0),
+// the response at the last of n positions to a unit impulse s positions earlier, with every bias
+// set to zero, in double.
+std::vector<double> learned_kernel(const Network<float>& net, int n, int T);
 // A kernel's row label: "heavy-tailed", "light-tailed", "tempered" (a power law cut off).
 std::string tail_label(const std::string& tail);
 // One attention layer (H heads of size 4, lin-type RPE, DP-free unless dp) + an FFN of width m on a

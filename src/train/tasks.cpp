@@ -199,15 +199,23 @@ Dataset chars(const TaskOptions& o) {
   return ds;
 }
 
-enum class Tail { heavy, light, tempered };
+enum class Tail { heavy, light, tempered, lags };
 
 // The memory kernel ρ(s), s = 1 … n, of one tail, each summing to 1 over s ≥ 1: a power law, an
-// exponential, and a power law cut off at the length λ (inside neither RPE class).
-std::vector<double> kernel_weights(const TaskOptions& o, Tail tail) {
+// exponential, a power law cut off at the length λ (inside neither RPE class), and a sparse memory
+// (weight 1/M at each of the M lags).
+template <Tail tail>
+std::vector<double> kernel_weights(const TaskOptions& o) {
+  std::vector<double> rho(o.n + 1, 0.0);
+  if constexpr (tail == Tail::lags) {
+    check_lags(o, "kernel-lags");
+    for (int l : o.lags)
+      rho[l] += 1.0 / static_cast<double>(o.lags.size());
+    return rho;
+  }
   if (!(o.beta > 0) || !std::isfinite(o.beta)) throw Error("kernel tasks need a finite beta > 0");
   if (tail == Tail::tempered && (!(o.cutoff > 0) || !std::isfinite(o.cutoff)))
     throw Error("kernel-tempered needs a finite cutoff > 0");
-  std::vector<double> rho(o.n + 1, 0.0);
   if (tail == Tail::light) {
     for (int s = 1; s <= o.n; ++s)
       rho[s] = (1 - std::exp(-o.beta)) * std::exp(-o.beta * (s - 1));
@@ -227,9 +235,10 @@ std::vector<double> kernel_weights(const TaskOptions& o, Tail tail) {
   return rho;
 }
 
-Dataset kernel(const TaskOptions& o, Tail tail) {
+template <Tail tail>
+Dataset kernel(const TaskOptions& o) {
   if (o.d < 1) throw Error("kernel tasks need d >= 1");
-  const std::vector<double> rho = kernel_weights(o, tail);
+  const std::vector<double> rho = kernel_weights<tail>(o);
   Rng rng(o.seed);
   Dataset ds;
   ds.d = o.d;
@@ -252,6 +261,10 @@ Dataset kernel(const TaskOptions& o, Tail tail) {
     ds.sequences.push_back(std::move(s));
   }
   return ds;
+}
+
+TaskShape kernel_shape(const TaskOptions& o) {
+  return TaskShape{0, o.d, 1};
 }
 
 int alphabet_size(const TaskOptions& o) {
@@ -289,24 +302,22 @@ const std::vector<TaskSpec>& tasks() {
        [](O o) {
          return TaskShape{2 * static_cast<int>(o.lags.size()), 0, 2};
        }},
-      {"kernel-heavy", Loss::mse, [](O o) { return kernel(o, Tail::heavy); },
-       [](O o) {
-         return TaskShape{0, o.d, 1};
-       }},
-      {"kernel-light", Loss::mse, [](O o) { return kernel(o, Tail::light); },
-       [](O o) {
-         return TaskShape{0, o.d, 1};
-       }},
-      {"kernel-tempered", Loss::mse, [](O o) { return kernel(o, Tail::tempered); },
-       [](O o) {
-         return TaskShape{0, o.d, 1};
-       }},
+      {"kernel-heavy", Loss::mse, kernel<Tail::heavy>, kernel_shape, kernel_weights<Tail::heavy>},
+      {"kernel-light", Loss::mse, kernel<Tail::light>, kernel_shape, kernel_weights<Tail::light>},
+      {"kernel-tempered", Loss::mse, kernel<Tail::tempered>, kernel_shape, kernel_weights<Tail::tempered>},
+      {"kernel-lags", Loss::mse, kernel<Tail::lags>, kernel_shape, kernel_weights<Tail::lags>},
       {"chars", Loss::cross_entropy, chars,
        [](O o) {
          return TaskShape{alphabet_size(o), 0, alphabet_size(o)};
        }},
   };
   return table;
+}
+
+std::vector<double> memory_kernel(const std::string& name, const TaskOptions& o) {
+  const TaskSpec& t = task(name);
+  if (!t.kernel) throw Error("task \"" + name + "\" has no memory kernel");
+  return t.kernel(o);
 }
 
 std::string task_names() {

@@ -82,6 +82,8 @@ struct TaskTraining {
   TrainConfig cfg;
   std::uint64_t init_seed = 1;
   std::function<void(Network<double>&)> adjust;  // after the random initialisation
+  // After training: adds the experiment's own measurements of the trained network to the summary.
+  std::function<void(const Network<float>&, json&)> inspect;
 };
 json train_task(const TaskTraining& t);  // training_summary of the trained float network
 

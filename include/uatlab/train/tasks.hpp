@@ -21,6 +21,8 @@
 //   kernel-light      the same with ρ(s) = (1 − e^{−β}) e^{−β(s−1)}
 //   kernel-tempered   the same with ρ(s) ∝ s^{−(1+β)} e^{−s/λ} (λ = cutoff; sum 1 over s ≥ 1):
 //                     a power law cut off exponentially, inside neither RPE class
+//   kernel-lags       the same with weight 1/M at each of the M lags (a fixed sparse memory with a
+//                     linear read-out: the mean of x_{t−T_i})
 //                     kernels: with window T > 0 the sums stop at s = T (for attention with the
 //                     same window); any task: positions t < mask_before are not scored
 #pragma once
@@ -36,7 +38,7 @@ namespace uatlab {
 struct TaskOptions {
   int N = 1000, n = 32, d = 4, V = 64;  // sequences, length; memorize, random-labels, complex-readout,
                                         // kernels: dimension; memorize: vocabulary
-  std::vector<int> lags = {1, 4, 9};    // sparse-boolean
+  std::vector<int> lags = {1, 4, 9};    // sparse-boolean, complex-readout, adaptive-*, kernel-lags
   std::string boolean = "parity";
   double beta = 0.5;        // kernels: tail exponent / rate
   double cutoff = 8;        // kernel-tempered: the cutoff length λ
@@ -49,6 +51,10 @@ struct TaskOptions {
   std::uint64_t seed = 1;
 };
 
+// The memory kernel ρ(0 … n) of a kernel-* task (ρ(0) = 0), the weights its targets sum with;
+// throws Error for other tasks.
+std::vector<double> memory_kernel(const std::string& name, const TaskOptions& o);
+
 // A task's shapes: token ids (vocab > 0) or continuous tokens in R^d, and the readout size.
 struct TaskShape {
   int vocab = 0, d = 0, outputs = 0;
@@ -60,6 +66,7 @@ struct TaskSpec {
   Loss loss;
   Dataset (*generate)(const TaskOptions&);
   TaskShape (*shape)(const TaskOptions&);
+  std::vector<double> (*kernel)(const TaskOptions&) = nullptr;  // kernel-*: ρ(0 … n)
 };
 const std::vector<TaskSpec>& tasks();
 const TaskSpec& task(const std::string& name);  // throws Error listing the known names
