@@ -7,7 +7,7 @@
 #include <limits>
 
 #include "../model/network_impl.hpp"
-#include "thin_product.hpp"
+#include "head_product.hpp"
 #include "uatlab/train/backward.hpp"
 
 namespace uatlab {
@@ -82,12 +82,24 @@ S rpe_slope_derivative(Rpe r, long dist) {
 // cols(M, first, count) the head's rows of M at other columns (the queries computed). For head
 // sizes 1, 4 and 8 the blocks have hs rows at compile time, so that Eigen picks outer products,
 // matrix-vector products and unrolled small products instead of its general GEMM, whose set-up
-// dominates at these sizes (Kajitsuka's construction is one tied head of size 1). The math is
-// written once, in f.
-template <class F>
-void with_head_view(Eigen::Index hs, Eigen::Index h, Eigen::Index c0, Eigen::Index n, F&& f) {
+// dominates at these sizes (Kajitsuka's construction is one tied head of size 1). For the head
+// sizes and lengths of head_product.hpp, when every query is computed, the blocks have n columns at
+// compile time too, and the products go to its kernels. The math is written once, in f.
+template <class S, class F>
+void with_head_view(Eigen::Index hs, Eigen::Index h, Eigen::Index c0, Eigen::Index n, Eigen::Index queries,
+                    F&& f) {
   auto fixed = [&](auto rows) {
     constexpr int R = decltype(rows)::value;
+    if constexpr ((std::is_same_v<S, float> || std::is_same_v<S, double>)&&contains(HeadRows{}, R))
+      if (queries == n && with_size(HeadLengths{}, n, [&](auto length) {
+            constexpr int N = decltype(length)::value;
+            auto cols = [=](auto& M, Eigen::Index first, [[maybe_unused]] Eigen::Index count) {
+              eigen_assert(count == N);
+              return M.template block<R, N>(h * R, first);
+            };
+            f([=](auto& M) { return cols(M, c0, N); }, cols);
+          }))
+        return;
     auto cols = [=](auto& M, Eigen::Index first, Eigen::Index count) {
       return M.template block<R, Eigen::Dynamic>(h * R, first, R, count);
     };
@@ -240,6 +252,7 @@ bool small_head_product(const A& a, const B& b) {
 }
 template <class D, class A, class B, class S>
 void set_head_product(D&& dst, const A& a, const B& b, const S& scale) {
+  if (fixed_head_product<false>(dst, a, b, scale)) return;
   if (small_head_product(a, b))
     dst.noalias() = a.lazyProduct(b) * scale;
   else
@@ -247,6 +260,7 @@ void set_head_product(D&& dst, const A& a, const B& b, const S& scale) {
 }
 template <class D, class A, class B, class S>
 void add_head_product(D&& dst, const A& a, const B& b, const S& scale) {
+  if (fixed_head_product<true>(dst, a, b, scale)) return;
   if (small_head_product(a, b))
     dst.noalias() += a.lazyProduct(b) * scale;
   else
@@ -299,7 +313,7 @@ void attention_forward(const Layer<S>& L, const Mat<S>& in, const std::vector<Ei
       const Eigen::Index c0 = start[b], n = start[b + 1] - start[b];
       const auto [q0, q1] = at.range(b);
       for (Eigen::Index h = 0; h < H; ++h)
-        with_head_view(hs, h, c0, n, [&](auto view, auto cols) {
+        with_head_view<S>(hs, h, c0, n, q1 - q0, [&](auto view, auto cols) {
           Mat<S>& A = t.a[static_cast<std::size_t>(b) * H + h];
           if (s.dp_free)
             A.setZero(n, q1 - q0);
@@ -367,7 +381,7 @@ Mat<S> attention_backward(const Layer<S>& L, Layer<S>& G, const Mat<S>& in,
         const Eigen::Index c0 = start[b], n = start[b + 1] - start[b];
         const auto [q0, q1] = at.range(b);
         for (Eigen::Index h = 0; h < H; ++h)
-          with_head_view(hs, h, c0, n, [&](auto view, auto cols) {
+          with_head_view<S>(hs, h, c0, n, q1 - q0, [&](auto view, auto cols) {
             const Mat<S>& A = t.a[static_cast<std::size_t>(b) * H + h];
             const auto dOh = cols(dO, at.o_col(b), q1 - q0);
             add_head_product(view(dV), dOh, A.transpose(), S(1));
