@@ -23,6 +23,8 @@ std::vector<int> head_grid(const Context& c) {
   return c.pick({1, 2, 4}, {1, 2, 3, 4, 6, 8, 12, 16}, {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64});
 }
 
+constexpr int kHeadsT = 32;  // the memory of the error-against-H cells
+
 // The cells' error measure: MSE/Var over the whole memory (val_nmse, the default) or over its far
 // half (tail_nmse, train_kernel).
 std::string measure(const json& cell) {
@@ -186,20 +188,23 @@ std::string report(const std::vector<json>& lines, const Outputs& out, const Con
       [](const json& c) { return "m=" + label(c.at("m")); },
       [](const json& r) { return r.at("val_nmse").get<double>(); });
   const Grouped gh = group(
-      H, [](const json&) { return std::string("MSE/Var, heavy tail, lin-type, T = 32"); },
+      H, [](const json&) { return "MSE/Var, heavy tail, lin-type, T = " + std::to_string(kHeadsT); },
       [](const json& c) { return "H=" + label(c.at("H")); },
       [](const json& r) { return r.at("val_nmse").get<double>(); });
-  md += "\nError against the FFN width m (Insight 2a's read-out sin(4π x_{t−1}), one head):\n\n" +
-        grouped_markdown(gm, "m", 4) + "\nFitted exponent of MSE/Var against m: " + with_interval(em) +
-        "\n\nError against the number of heads H (power-law kernel, lin-type, T = 32):\n\n" +
-        grouped_markdown(gh, "H", 4) + "\nFitted exponent of MSE/Var against H: " + with_interval(eh) + "\n";
+  md +=
+      "\nError against the FFN width m (Insight 2a's read-out sin(4π x_{t−1}), one head):\n\n" +
+      grouped_markdown(gm, "m", 4) + "\nFitted exponent of MSE/Var against m: " + with_interval(em) +
+      "\n\nError against the number of heads H (power-law kernel, lin-type, T = " + std::to_string(kHeadsT) +
+      "):\n\n" + grouped_markdown(gh, "H", 4) +
+      "\nFitted exponent of MSE/Var against H: " + with_interval(eh) + "\n";
   LinePlot pm{"Wang & E: error against FFN width (2a's read-out, H = 1)", "FFN width m",
               "validation MSE / Var(y)"};
   pm.logx = pm.logy = true;
   pm.series = row_series(gm, 2);
   plot_png(out.dir + "/" + out.name + "-width.png", pm);
-  LinePlot ph{"Wang & E: error against heads (power-law kernel, lin-type, T = 32)", "heads H",
-              "validation MSE / Var(y)"};
+  LinePlot ph{
+      "Wang & E: error against heads (power-law kernel, lin-type, T = " + std::to_string(kHeadsT) + ")",
+      "heads H", "validation MSE / Var(y)"};
   ph.logx = ph.logy = true;
   ph.series = row_series(gh, 2);
   plot_png(out.dir + "/" + out.name + "-heads.png", ph);
@@ -207,17 +212,18 @@ std::string report(const std::vector<json>& lines, const Outputs& out, const Con
   // The far half of the memory against H, and the learned kernel along the lags (seed 1).
   const Interval et = exponent(H, "H", "tail_nmse");
   const Grouped gt = group(
-      H, [](const json&) { return std::string("far-half MSE/Var, heavy tail, lin-type, T = 32"); },
+      H, [](const json&) { return "far-half MSE/Var, heavy tail, lin-type, T = " + std::to_string(kHeadsT); },
       [](const json& c) { return "H=" + label(c.at("H")); },
       [](const json& r) { return r.at("tail_nmse").get<double>(); });
-  md += "\nThe far half of the memory (lags 17 to 32) against H, its error relative to its own size:\n\n" +
+  md += "\nThe far half of the memory (lags " + std::to_string(kHeadsT / 2 + 1) + " to " +
+        std::to_string(kHeadsT) + ") against H, its error relative to its own size:\n\n" +
         grouped_markdown(gt, "H", 4) +
         "\nFitted exponent of the far-half MSE/Var against H: " + with_interval(et) + "\n";
   LinePlot pk{"Wang & E: learned kernel / target along the lags (power law, lin-type, seed 1)", "lag s",
               "learned rho(s) / rho(s)"};
   pk.logx = true;
   for (const json& l : H)
-    if (l.at("cell").at("seed") == H.front().at("cell").at("seed")) {
+    if (l.at("cell").at("seed") == 1) {
       Series se{"H=" + label(l.at("cell").at("H")), {}, {}, {}, Series::Style::lines};
       const std::vector<double> k = l.at("result").at("kernel"), rho = l.at("result").at("target_kernel");
       for (std::size_t s = 0; s < k.size(); ++s)
@@ -266,7 +272,7 @@ Experiment rates() {
     if (cell.at("part") == "heads") return run_heads(cell, c);
     if (cell.at("part") == "width")
       return train_single_layer("complex-readout", {1}, 4, 1, cell.at("m"), false, cell.at("seed"), c);
-    return train_kernel("heavy", "lin", cell.at("H"), 32, cell.at("seed"), c);
+    return train_kernel("heavy", "lin", cell.at("H"), kHeadsT, cell.at("seed"), c);
   };
   e.report = report;
   return e;
