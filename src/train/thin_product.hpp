@@ -18,8 +18,8 @@ struct Sizes {};
 using ThinRows = Sizes<2, 4, 8, 16, 32>;
 using ThinCols = Sizes<2, 4, 8, 16>;
 // Y = W·X for these r×k as well, four tokens at a time: 32 weight columns do not fit the registers
-// beside the sums, so each column loaded serves four tokens (1.4× Eigen's GEMM at 8×32, 1.7× at
-// 16×32, 1.5× at 4×32; slower at r = 2; one core, 1,024 tokens, measured).
+// beside the sums, so each column loaded serves four tokens (float: 1.4× Eigen's GEMM at 8×32,
+// 1.7× at 16×32, 1.5× at 4×32, slower at r = 2; double: 1.8-2.1×; one core, 1,024 tokens).
 using WideRows = Sizes<4, 8, 16>;
 using WideCols = Sizes<32>;
 
