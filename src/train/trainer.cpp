@@ -289,12 +289,12 @@ std::pair<double, double> evaluate_in_chunks(const Network<S>& net, std::size_t 
   double total = 0, right = 0;
   long counted = 0;
   const std::size_t chunk = 256;
+  Trace<S> t;  // one for every chunk: its buffers are reused, not freed and faulted in again
   for (std::size_t s = 0; s < count; s += chunk) {
     std::vector<std::size_t> idx;
     for (std::size_t i = s; i < std::min(count, s + chunk); ++i)
       idx.push_back(i);
     const Batch<S> b = batch(idx);
-    Trace<S> t;
     total += static_cast<double>(forward_train(net, b, loss, t)) * static_cast<double>(t.counted);
     if (loss == Loss::cross_entropy) right += accuracy_of(t, b) * static_cast<double>(t.counted);
     counted += t.counted;
