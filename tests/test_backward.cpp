@@ -61,9 +61,10 @@ void check(const std::string& arch_json, Loss loss, std::uint64_t seed, std::vec
               : forward(net, seq.x.unaryExpr([](const Rational& r) { return Scalar<Mpfr>::from(r); }).eval());
       ASSERT_EQ(batch.start[b + 1] - batch.start[b], want.cols());
       for (Eigen::Index k = 0; k < want.cols(); ++k)
-        if (batch.mask[batch.start[b] + k])
+        if (batch.mask[batch.start[b] + k]) {
           EXPECT_LT(Mpfr((tr.y.col(batch.start[b] + k) - want.col(k)).cwiseAbs().maxCoeff()), Mpfr("1e-60"))
               << "sequence " << b << ", token " << k;
+        }
     }
   }
 

@@ -81,7 +81,9 @@ TEST(DeepValueMap, MemorizesEveryLabelCheckedIndependentlyIn2000Bits) {
     const Predictions pr = certify_predictions(m.net, ds, LabelKind::values, Rational(1, 1000000),
                                                m.bits_used, {}, false, affine);
     EXPECT_EQ(pr.all(), affine);
-    if (!affine) EXPECT_EQ(pr.failures.front().kind, "undecided");
+    if (!affine) {
+      EXPECT_EQ(pr.failures.front().kind, "undecided");
+    }
   }
 }
 

@@ -483,7 +483,9 @@ TEST(Experiment, MemorizationCapacityFitsExponentsForProofsAndTrainings) {
       EXPECT_TRUE(r.at("memorized").get<bool>());
     else
       for (const json& p : r.at("probes"))
-        if (p.at("certified").get<bool>()) EXPECT_TRUE(p.at("memorized").get<bool>());
+        if (p.at("certified").get<bool>()) {
+          EXPECT_TRUE(p.at("memorized").get<bool>());
+        }
   }
   EXPECT_NE(md.find("Fitted exponent"), std::string::npos);
 }

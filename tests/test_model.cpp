@@ -297,8 +297,12 @@ TEST(Model, IntervalFeedForwardIsThePlainFormulaAtThePrecisionInForce) {
           width = std::max(width, Scalar<Mpfr>::to_double(upper(y(o, j)) - lower(y(o, j))));
       }
     if (bits == 60u && width_60 == 0) width_60 = width;
-    if (bits == 200u) EXPECT_LT(width, width_60 * 1e-30);
+    if (bits == 200u) {
+      EXPECT_LT(width, width_60 * 1e-30);
+    }
     EXPECT_GT(width, 0);  // the scratch took the new precision
-    if (bits == 60u && width_60 > 0) EXPECT_EQ(width, width_60);
+    if (bits == 60u && width_60 > 0) {
+      EXPECT_EQ(width, width_60);
+    }
   }
 }

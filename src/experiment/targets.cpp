@@ -90,7 +90,7 @@ yun::Target expression_target(const std::string& expr, int d, int n) {
       throw Error("target \"" + limits::excerpt(expr) + "\": " + e.GetMsg());
     }
   };
-  return {expr, eval};
+  return {expr, eval, nullptr};  // no interval form: muParser evaluates in double
 }
 
 }  // namespace
