@@ -91,7 +91,7 @@ void with_head_view(Eigen::Index hs, Eigen::Index h, Eigen::Index c0, Eigen::Ind
   auto fixed = [&](auto rows) {
     constexpr int R = decltype(rows)::value;
     if constexpr ((std::is_same_v<S, float> || std::is_same_v<S, double>)&&contains(HeadRows{}, R))
-      if (queries == n && with_size(HeadLengths{}, n, [&](auto length) {
+      if (queries == n && with_size(FixedLengths{}, n, [&](auto length) {
             constexpr int N = decltype(length)::value;
             auto cols = [=](auto& M, Eigen::Index first, [[maybe_unused]] Eigen::Index count) {
               eigen_assert(count == N);

@@ -1,5 +1,5 @@
 // The products of one attention head and one sequence when its head size R and its length N are
-// both compile-time sizes (float and double, R ∈ HeadRows, N ∈ HeadLengths, every query computed:
+// both compile-time sizes (float and double, R ∈ HeadRows, N ∈ FixedLengths, every query computed:
 // with_head_view hands such blocks). Eigen's GEMM packs both operands first, which at these sizes
 // costs more than the multiply-adds, and its fixed-size product of a transposed block was slower
 // still (measured). Here the N-entry column being summed stays in registers:
@@ -13,12 +13,7 @@
 
 namespace uatlab::train_detail {
 
-using HeadRows = Sizes<4, 8>;
-using HeadLengths = Sizes<16, 32>;
-template <int... N>
-constexpr bool contains(Sizes<N...>, int v) {
-  return ((v == N) || ...);
-}
+using HeadRows = Sizes<4, 8>;  // and lengths N in FixedLengths (model/sizes.hpp)
 
 template <class T>
 struct IsTranspose : std::false_type {};

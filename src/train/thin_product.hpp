@@ -9,12 +9,11 @@
 
 #include <type_traits>
 
+#include "../model/sizes.hpp"
 #include "uatlab/model/scalar.hpp"
 
 namespace uatlab::train_detail {
 
-template <int... N>
-struct Sizes {};
 using ThinRows = Sizes<2, 4, 8, 16, 32>;
 using ThinCols = Sizes<2, 4, 8, 16>;
 // Y = W·X for these r×k as well, four tokens at a time: 32 weight columns do not fit the registers
@@ -22,12 +21,6 @@ using ThinCols = Sizes<2, 4, 8, 16>;
 // 1.7× at 16×32, 1.5× at 4×32, slower at r = 2; double: 1.8-2.1×; one core, 1,024 tokens).
 using WideRows = Sizes<4, 8, 16>;
 using WideCols = Sizes<32>;
-
-// f(integral_constant<int, N>) for the N in the list that equals n; false if none does.
-template <int... N, class F>
-bool with_size(Sizes<N...>, Eigen::Index n, F&& f) {
-  return ((n == N ? (f(std::integral_constant<int, N>{}), true) : false) || ...);
-}
 
 // f(r, k) as compile-time sizes when S is float or double and rows×cols has a kernel.
 template <class S, class F>
