@@ -449,6 +449,14 @@ TEST(Experiment, SlopeAndMeanIntervalMatchStudentsTable) {
   EXPECT_NEAR(i.hi - i.mean, t / std::sqrt(3.0), 1e-12);
   EXPECT_NEAR(i.mean - i.lo, i.hi - i.mean, 1e-15);
   EXPECT_TRUE(std::isnan(mean_interval({5}).lo));
+  // y = (0, 1, 1) on x = (0, 1, 2): slope 1/2, squared residuals 1/36 + 1/9 + 1/36 = 1/6, Σ(x − x̄)² = 2,
+  // so the slope's standard error is √(1/6 / 1 / 2); Student's t with 1 degree of freedom is tan(π(p − 1/2)).
+  const LineFit f = fit_line({0, 1, 2}, {0, 1, 1});
+  EXPECT_NEAR(f.slope, 0.5, 1e-15);
+  EXPECT_NEAR(f.residual, 1.0 / 6, 1e-15);
+  EXPECT_NEAR(f.hi - f.slope, std::tan(M_PI * 0.475) * std::sqrt(1.0 / 12), 1e-9);
+  EXPECT_NEAR(f.slope - f.lo, f.hi - f.slope, 1e-12);
+  EXPECT_TRUE(std::isnan(fit_line({0, 1}, {0, 1}).lo));
 }
 
 // memorization-capacity in smoke mode: every construction memorizes with the same criterion; the
@@ -549,4 +557,52 @@ TEST(Experiment, MemoryKernelsAreTheTasksPowerLawExponentialAndLags) {
   o.lags = {32};  // n must exceed the lags
   EXPECT_THROW(memory_kernel("kernel-lags", o), Error);
   EXPECT_THROW(memory_kernel("chars", o), Error);
+}
+
+// The class's reach without training: an in-class kernel takes one head (its gain the kernel's
+// sum), a kernel of two heads takes two (gains 2 and −3), W heads interpolate any kernel on W lags,
+// and the error never rises with a head more.
+TEST(Experiment, KernelCapacityFindsInClassKernelsAndInterpolatesWithWHeads) {
+  const std::vector<double> rates = wang_e::capacity_rates();
+  TaskOptions o;
+  o.n = 16;
+  o.beta = 0.5;
+  std::vector<double> heavy = memory_kernel("kernel-heavy", o);
+  heavy.erase(heavy.begin());
+  const wang_e::Capacity one = wang_e::kernel_capacity(heavy, true, rates, 3, 256, 1e-28);
+  ASSERT_EQ(one.errors.size(), 1u);  // ρ itself carries double rounding: 1e-32 or so
+  EXPECT_LT(one.errors[0], 1e-28);
+  EXPECT_EQ(one.rates[0], 1.5);
+  double sum = 0;
+  for (double r : heavy)
+    sum += r;
+  EXPECT_NEAR(std::pow(10.0, one.log10_gains[0]), sum, 1e-13);
+  EXPECT_GT(wang_e::kernel_capacity(heavy, false, rates, 1, 256).errors[0], 1e-3);  // lin misses it
+
+  std::vector<double> two(8);  // 2 w_{1/4} − 3 w_2, w_p = e^{−p s} / Σ_s e^{−p s}
+  for (double p : {0.25, 2.0}) {
+    double z = 0;
+    for (int s = 1; s <= 8; ++s)
+      z += std::exp(-p * s);
+    for (int s = 1; s <= 8; ++s)
+      two[s - 1] += (p == 0.25 ? 2 : -3) * std::exp(-p * s) / z;
+  }
+  const wang_e::Capacity c = wang_e::kernel_capacity(two, false, {0.25, 1.0, 2.0}, 2, 256);
+  ASSERT_EQ(c.errors.size(), 2u);
+  EXPECT_LT(c.errors[1], 1e-28);
+  EXPECT_NEAR(std::pow(10.0, c.log10_gains[1]), 5, 1e-12);
+
+  o.n = 4;
+  o.lags = {2};
+  std::vector<double> spike = memory_kernel("kernel-lags", o);
+  spike.erase(spike.begin());
+  for (bool log_type : {false, true}) {
+    const wang_e::Capacity s = wang_e::kernel_capacity(spike, log_type, rates, 10, 256);
+    ASSERT_EQ(s.errors.size(), 4u);  // at most W heads
+    EXPECT_LT(s.errors.back(), 1e-60);
+    for (std::size_t h = 1; h < s.errors.size(); ++h)
+      EXPECT_LE(s.errors[h], s.errors[h - 1]);
+  }
+  EXPECT_THROW(wang_e::kernel_capacity(spike, false, {-1.0}, 1, 64), Error);
+  EXPECT_THROW(wang_e::kernel_capacity({0, 0}, false, rates, 1, 64), Error);
 }

@@ -131,6 +131,23 @@ Interval mean_interval(const std::vector<double>& v, double level) {
   return r;
 }
 
+LineFit fit_line(const std::vector<double>& x, const std::vector<double>& y, double level) {
+  LineFit f;
+  f.points = static_cast<int>(std::min(x.size(), y.size()));
+  f.slope = slope(x, y);
+  if (!std::isfinite(f.slope)) return f;
+  const double a = mean(y) - f.slope * mean(x), mx = mean(x);
+  double sxx = 0;
+  for (int i = 0; i < f.points; ++i)
+    f.residual += (y[i] - a - f.slope * x[i]) * (y[i] - a - f.slope * x[i]), sxx += (x[i] - mx) * (x[i] - mx);
+  if (f.points < 3) return f;
+  const boost::math::students_t dist(static_cast<double>(f.points - 2));
+  const double half =
+      boost::math::quantile(dist, 0.5 + level / 2) * std::sqrt(f.residual / (f.points - 2) / sxx);
+  f.lo = f.slope - half, f.hi = f.slope + half;
+  return f;
+}
+
 std::string welch_verdict(const std::vector<double>& a, const std::vector<double>& b,
                           const std::string& lower, const std::string& higher) {
   const Welch w = welch(a, b);

@@ -32,6 +32,24 @@ std::string tail_label(const std::string& tail);
 json train_single_layer(const std::string& task, const std::vector<int>& lags, double omega, int H, int m,
                         bool dp, int seed, const Context& c, bool positions = false);
 
+// The model class's own reach on a memory kernel, without training: H DP-free heads of one layer
+// represent the kernels ρ̂(s) = Σ_h c_h w_h(s) over the lags s = 1 … W, each head's weights
+// w_h = φ(p_h, ·)/Σ_s φ(p_h, s) with φ(p, s) = e^{−p·s} (lin-type RPE) or s^{−p} (log-type) and a
+// rate p_h ≥ 0, and c_h the head's gain (its value and output weights). Heads are added greedily:
+// each step takes the rate of `rates` that lowers the least-squares error most (orthogonal matching
+// pursuit, in MPFR at `bits`), so the errors are upper bounds on the class's best. After 1, 2, …
+// heads: the error Σ_s (ρ̂(s) − ρ(s))² / Σ_s ρ(s)² (rho: ρ(1 … W)) and log10 of the gains' size
+// Σ_h |c_h| (it can pass double's range). The search stops at max_heads, at W heads, when no rate
+// is left that is independent of the chosen ones, or once the error is at most `stop`.
+struct Capacity {
+  std::vector<double> errors, log10_gains, rates;  // rates: the chosen ones, in order
+};
+Capacity kernel_capacity(const std::vector<double>& rho, bool log_type, const std::vector<double>& rates,
+                         int max_heads, unsigned bits, double stop = 0);
+// The rates the capacity search picks from: 0, 2^−10 … 2^−5, k/16 up to 16, then k/2 up to 60 (all
+// exact in binary, so that the in-class kernels' own rates 1/2 and 3/2 are among them).
+std::vector<double> capacity_rates();
+
 Experiment rates();  // wang_e_rates.cpp
 
 }  // namespace uatlab::experiment::wang_e

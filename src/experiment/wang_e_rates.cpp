@@ -6,6 +6,8 @@
 //            against log T (polynomial growth) and against T (exponential growth)
 //   width    Insight 2a's read-out sin(4π x_{t−1}) with one head: MSE/Var against the FFN width m
 //   H        the power-law kernel of 32 lags with lin-type heads: MSE/Var against H
+//   capacity the heads the model class itself needs, without training (kernel_capacity, MPFR): the
+//            spike at lag T in a window of 2T and the trained cells' kernels, with the fits' gains
 // Exponents per seed by least squares on log axes, then the mean with its 95% Student-t interval.
 #include <algorithm>
 #include <cmath>
@@ -13,9 +15,130 @@
 
 #include "uatlab/experiment/table.hpp"
 #include "uatlab/io/json.hpp"
+#include "uatlab/io/lists.hpp"
+#include "uatlab/model/scalar.hpp"
+#include "uatlab/train/tasks.hpp"
 #include "wang_e.hpp"
 
 namespace uatlab::experiment::wang_e {
+
+// ---- the model class's reach without training ---------------------------------------------------
+
+std::vector<double> capacity_rates() {
+  std::vector<double> p = {0};
+  for (int k = -10; k <= -5; ++k)
+    p.push_back(std::ldexp(1.0, k));
+  for (int k = 1; k <= 256; ++k)
+    p.push_back(k / 16.0);
+  for (int k = 33; k <= 120; ++k)
+    p.push_back(k / 2.0);
+  return p;
+}
+
+namespace {
+
+using Vec = std::vector<Mpfr>;
+
+// a · b and v −= c·q with MPFR's fused multiply-add, rounding once per term, no temporaries.
+Mpfr dot(const Vec& a, const Vec& b) {
+  Mpfr acc = 0;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    mpfr_fma(acc.backend().data(), a[i].backend().data(), b[i].backend().data(), acc.backend().data(),
+             MPFR_RNDN);
+  return acc;
+}
+void subtract(Vec& v, const Mpfr& c, const Vec& q) {
+  const Mpfr m = -c;
+  for (std::size_t i = 0; i < v.size(); ++i)
+    mpfr_fma(v[i].backend().data(), m.backend().data(), q[i].backend().data(), v[i].backend().data(),
+             MPFR_RNDN);
+}
+
+}  // namespace
+
+Capacity kernel_capacity(const std::vector<double>& rho, bool log_type, const std::vector<double>& rates,
+                         int max_heads, unsigned bits, double stop) {
+  const MpfrPrecision precision(bits);
+  const std::size_t W = rho.size();
+  Vec r(W);  // the residual ρ − ρ̂, orthogonal to the chosen heads' span
+  for (std::size_t s = 0; s < W; ++s)
+    r[s] = Mpfr(rho[s]);
+  const Mpfr total = dot(r, r);
+  if (!(total > 0)) throw Error("kernel_capacity needs a kernel that is not zero");
+  // Each candidate φ(p, ·) at unit norm φ̂ = scale·w (w = φ/Σφ, the head's weights), then kept
+  // orthogonal to the chosen heads (modified Gram–Schmidt): its squared norm is the part of it the
+  // chosen heads do not yet span, and `proj` its components along them (R's column in A = QR).
+  std::vector<Vec> v, proj(rates.size());
+  Vec scale;
+  for (double p : rates) {
+    if (!(p >= 0) || !std::isfinite(p)) throw Error("kernel_capacity needs finite rates >= 0");
+    Vec f(W);
+    Mpfr sum = 0;
+    for (std::size_t s = 0; s < W; ++s) {
+      const Mpfr lag(static_cast<long>(s + 1));
+      f[s] = mp::exp(-Mpfr(p) * (log_type ? mp::log(lag) : lag));
+      sum += f[s];
+    }
+    const Mpfr norm = mp::sqrt(dot(f, f));
+    for (Mpfr& x : f)
+      x /= norm;
+    scale.push_back(sum / norm);
+    v.push_back(std::move(f));
+  }
+  // Below this fraction of its norm a candidate is taken as spanned: its remainder is rounding.
+  const Mpfr independent = mp::ldexp(Mpfr(1), -static_cast<int>(bits / 2));
+  std::vector<bool> used(v.size(), false);
+  std::vector<long> chosen;
+  Vec along;  // the kernel's components along the chosen directions: Qᵀρ
+  Capacity out;
+  // log10 Σ_h |c_h| of the chosen heads' least-squares gains: R·a = Qᵀρ by back substitution (a along
+  // the unit-norm φ̂), c_h = a_h · scale_h.
+  auto log10_gains = [&] {
+    const std::size_t H = chosen.size();
+    Vec a(H);
+    Mpfr l1 = 0;
+    for (std::size_t k = H; k-- > 0;) {
+      Mpfr x = along[k];
+      for (std::size_t i = k + 1; i < H; ++i)
+        x -= proj[chosen[i]][k] * a[i];
+      a[k] = x / proj[chosen[k]][k];
+      l1 += mp::abs(a[k] * scale[chosen[k]]);
+    }
+    return static_cast<double>(mp::log10(l1));
+  };
+  while (static_cast<long>(chosen.size()) < std::min<long>(max_heads, static_cast<long>(W))) {
+    long best = -1;  // the candidate that lowers the squared error most: by (v·r)²/(v·v)
+    Mpfr best_drop = 0;
+    for (std::size_t j = 0; j < v.size(); ++j) {
+      if (used[j]) continue;
+      const Mpfr n2 = dot(v[j], v[j]);
+      if (n2 < independent) continue;
+      const Mpfr c = dot(v[j], r), drop = c * c / n2;
+      if (best < 0 || drop > best_drop) best = static_cast<long>(j), best_drop = drop;
+    }
+    if (best < 0) break;
+    used[best] = true;
+    Vec q = v[best];
+    const Mpfr norm = mp::sqrt(dot(q, q));
+    for (Mpfr& x : q)
+      x /= norm;
+    proj[best].push_back(norm);
+    chosen.push_back(best);
+    along.push_back(dot(q, r));
+    subtract(r, along.back(), q);
+    for (std::size_t j = 0; j < v.size(); ++j)
+      if (!used[j]) {
+        proj[j].push_back(dot(q, v[j]));
+        subtract(v[j], proj[j].back(), q);
+      }
+    out.errors.push_back(static_cast<double>(dot(r, r) / total));
+    out.log10_gains.push_back(log10_gains());
+    if (out.errors.back() <= stop) break;
+  }
+  for (long j : chosen)
+    out.rates.push_back(rates[j]);
+  return out;
+}
 
 namespace {
 
@@ -59,21 +182,33 @@ json run_heads(const json& cell, const Context& c) {
   return out;
 }
 
-// The sum of squared residuals of the least-squares line of y on x.
-double residual(const std::vector<double>& x, const std::vector<double>& y) {
-  const double b = slope(x, y);
-  if (!std::isfinite(b)) return 0;
-  const double a = mean(y) - b * mean(x);
-  double r = 0;
-  for (std::size_t i = 0; i < x.size(); ++i)
-    r += (y[i] - a - b * x[i]) * (y[i] - a - b * x[i]);
-  return r;
+// How the heads needed H grow with the memory T: log H against log T (H ∝ T^a, polynomial) and
+// against T (H ∝ e^{bT}, exponential); the better line is the one with the smaller squared residual.
+enum class Shape { none, flat, polynomial, exponential };
+struct Growth {
+  LineFit poly, exp;
+  Shape shape() const {
+    if (!std::isfinite(poly.slope)) return Shape::none;
+    if (poly.slope == 0 && exp.slope == 0) return Shape::flat;
+    return poly.residual < exp.residual ? Shape::polynomial : Shape::exponential;
+  }
+};
+Growth growth(const std::vector<double>& T, const std::vector<double>& heads) {
+  std::vector<double> logT, logH;
+  for (std::size_t i = 0; i < T.size(); ++i)
+    logT.push_back(std::log(T[i])), logH.push_back(std::log(heads[i]));
+  return {fit_line(logT, logH), fit_line(T, logH)};
 }
 
+// "v [lo, hi]", or "v" without an interval.
+std::string with_interval(double v, double lo, double hi) {
+  return std::isnan(lo) ? fixed(v, 3) : fixed(v, 3) + " [" + fixed(lo, 3) + ", " + fixed(hi, 3) + "]";
+}
 std::string with_interval(const Interval& e) {
-  if (e.runs == 0) return "";
-  return std::isnan(e.lo) ? fixed(e.mean, 3)
-                          : fixed(e.mean, 3) + " [" + fixed(e.lo, 3) + ", " + fixed(e.hi, 3) + "]";
+  return e.runs == 0 ? "" : with_interval(e.mean, e.lo, e.hi);
+}
+std::string with_interval(const LineFit& l) {
+  return with_interval(l.slope, l.lo, l.hi);
 }
 
 // Per seed, the slope of log(value) on log(x): the mean exponent and its interval.
@@ -115,7 +250,7 @@ std::string heads_section(const std::vector<json>& heads, const std::string& wha
     }
     auto& xy = pts[memory(c)][c.at("seed").get<long long>()];
     xy.first.push_back(c.at("T").get<double>());
-    xy.second.push_back(std::log(l.at("result").at("heads").get<double>()));
+    xy.second.push_back(l.at("result").at("heads").get<double>());
   }
   std::vector<Row> rows;
   std::vector<std::string> names;  // every memory and RPE, also those that never reached the target
@@ -127,19 +262,11 @@ std::string heads_section(const std::vector<json>& heads, const std::string& wha
     std::vector<double> poly, rate;
     int poly_better = 0, exp_better = 0, flat = 0;
     for (const auto& [seed, xy] : seeds) {
-      std::vector<double> logT;
-      for (double t : xy.first)
-        logT.push_back(std::log(t));
-      const double p = slope(logT, xy.second), r = slope(xy.first, xy.second);
-      if (!std::isfinite(p)) continue;
-      poly.push_back(p), rate.push_back(r);
-      const double rp = residual(logT, xy.second), re = residual(xy.first, xy.second);
-      if (p == 0 && r == 0)
-        ++flat;
-      else if (rp < re)
-        ++poly_better;
-      else
-        ++exp_better;
+      const Growth f = growth(xy.first, xy.second);
+      if (!std::isfinite(f.poly.slope)) continue;
+      poly.push_back(f.poly.slope), rate.push_back(f.exp.slope);
+      const Shape sh = f.shape();
+      (sh == Shape::flat ? flat : sh == Shape::polynomial ? poly_better : exp_better)++;
     }
     const int n = static_cast<int>(poly.size());
     std::string verdict = n == 0                     ? "never reached within the grid of heads"
@@ -170,13 +297,142 @@ std::string heads_section(const std::vector<json>& heads, const std::string& wha
   return md;
 }
 
-std::string report(const std::vector<json>& lines, const Outputs& out, const Context&) {
-  std::vector<json> heads, tail, width, H;
+// ---- the class's reach without training: the `capacity` cells ------------------------------
+
+const std::vector<double> kCapacityTargets = {1e-1, 1e-4};
+
+// The memory of a capacity cell: the spike at lag T in a window of 2T (the sparse memory, kernel-lags)
+// or the power law / exponential of the trained cells in a window of T lags.
+std::vector<double> capacity_kernel(const json& cell) {
+  TaskOptions o;
+  const int T = cell.at("T");
+  const std::string memory = cell.at("memory");
+  o.n = memory == "spike" ? 2 * T : T;
+  o.lags = {T};
+  o.beta = 0.5;
+  std::vector<double> rho = memory_kernel(memory == "spike" ? "kernel-lags" : "kernel-" + memory, o);
+  rho.erase(rho.begin());  // ρ(0) = 0: the heads read the strict past
+  return rho;
+}
+
+// The greedy search at a precision that grows with the window, and again at twice it: the heads
+// needed must not depend on the precision.
+json run_capacity(const json& cell) {
+  const std::vector<double> rho = capacity_kernel(cell);
+  const bool log_type = cell.at("rpe") == "log";
+  const int W = static_cast<int>(rho.size());
+  const unsigned bits = 512 + 32 * static_cast<unsigned>(W);
+  const double stop = kCapacityTargets.back() / 100;
+  const Capacity a = kernel_capacity(rho, log_type, capacity_rates(), W, bits, stop),
+                 b = kernel_capacity(rho, log_type, capacity_rates(), W, 2 * bits, stop);
+  return {{"errors", a.errors},
+          {"log10_gains", a.log10_gains},
+          {"rates", a.rates},
+          {"bits", bits},
+          {"errors_2x", b.errors}};
+}
+
+// The fewest heads whose error is at most `target` (0: never within the search).
+int heads_needed(const std::vector<double>& errors, double target) {
+  for (std::size_t h = 0; h < errors.size(); ++h)
+    if (errors[h] <= target) return static_cast<int>(h + 1);
+  return 0;
+}
+
+// 10^x as text, also past double's range: "3.5e+26", "1e+400".
+std::string gain_text(double log10) {
+  if (log10 < 300) return fixed(std::pow(10.0, log10), 2);
+  const double e = std::floor(log10);
+  return fixed(std::pow(10.0, log10 - e), 2) + "e+" + fixed(e, 6);
+}
+
+std::string capacity_section(const std::vector<json>& lines, const Outputs& out) {
+  auto memory = [](const json& c) {
+    const std::string m = c.at("memory");
+    return (m == "spike" ? std::string("spike at lag T, window 2T") : tail_label(m) + ", window T") + ", " +
+           label(c.at("rpe")) + "-type";
+  };
+  std::vector<std::string> names, Ts;
   for (const json& l : lines) {
     const json& c = l.at("cell");
-    (c.at("part") == "heads"   ? (measure(c) == "tail_nmse" ? tail : heads)
-     : c.at("part") == "width" ? width
-                               : H)
+    if (std::find(names.begin(), names.end(), memory(c)) == names.end()) names.push_back(memory(c));
+    const std::string T = "T=" + label(c.at("T"));
+    if (std::find(Ts.begin(), Ts.end(), T) == Ts.end()) Ts.push_back(T);
+  }
+  std::sort(Ts.begin(), Ts.end(), [](const std::string& a, const std::string& b) {
+    return std::stoi(a.substr(2)) < std::stoi(b.substr(2));
+  });
+  std::string md;
+  std::vector<std::string> differ;  // cells whose heads needed change at twice the precision
+  std::vector<Row> fits, csv;
+  LinePlot plot{
+      "Wang & E: heads the class needs for error <= " + fixed(kCapacityTargets.back(), 3) + " (no training)",
+      "T (lags)", "heads needed"};
+  plot.logx = plot.logy = true;
+  for (double target : kCapacityTargets) {
+    std::vector<Row> rows;
+    for (const std::string& name : names) {
+      Row row = {name};
+      std::vector<double> T, H;
+      for (const std::string& col : Ts) {
+        std::string text;
+        for (const json& l : lines)
+          if (memory(l.at("cell")) == name && "T=" + label(l.at("cell").at("T")) == col) {
+            const json& r = l.at("result");
+            const std::vector<double> e = r.at("errors"), g = r.at("log10_gains"), e2 = r.at("errors_2x");
+            const int h = heads_needed(e, target);
+            if (h != heads_needed(e2, target)) differ.push_back(name + ", " + col);
+            csv.push_back({name, col.substr(2), fixed(target, 3), std::to_string(h),
+                           h ? fixed(g[h - 1], 6) : "", std::to_string(heads_needed(e2, target))});
+            text = h == 0 ? "> " + std::to_string(e.size())
+                          : std::to_string(h) + " (" + gain_text(g[h - 1]) + ")";
+            if (h > 0) T.push_back(l.at("cell").at("T").get<double>()), H.push_back(h);
+          }
+        row.push_back(text);
+      }
+      rows.push_back(row);
+      const Growth f = growth(T, H);
+      const Shape sh = f.shape();
+      fits.push_back({name, fixed(target, 3), sh == Shape::none ? "" : with_interval(f.poly),
+                      sh == Shape::none ? "" : with_interval(f.exp),
+                      sh == Shape::none         ? "never reached"
+                      : sh == Shape::flat       ? "constant"
+                      : sh == Shape::polynomial ? "polynomial fits better"
+                                                : "exponential fits better"});
+      if (target == kCapacityTargets.back() && !H.empty()) {
+        Series se{name, T, H, {}, Series::Style::lines};
+        plot.series.push_back(std::move(se));
+      }
+    }
+    Row header = {"memory, RPE"};
+    header.insert(header.end(), Ts.begin(), Ts.end());
+    md +=
+        "\nHeads the class needs for error ≤ " + fixed(target, 3) +
+        " (greedy over the rate grid, MPFR), with the size of that fit's gains, Σ_h |c_h|, in brackets:\n\n" +
+        markdown_table(header, rows);
+  }
+  md +=
+      "\nGrowth of the heads needed with T: the exponent a of H ∝ T^a and the rate b of H ∝ e^{bT} "
+      "(least-squares slope with its 95% interval over the T reached), and the better line:\n\n" +
+      markdown_table({"memory, RPE", "error ≤", "polynomial exponent a", "exponential rate b", "better fit"},
+                     fits);
+  md += differ.empty() ? "\nThe heads needed are the same at twice the precision in every cell.\n"
+                       : "\nThe heads needed change at twice the precision in: " + join_list(differ) + ".\n";
+  write_file_atomic(out.path(".csv"), csv_text({"memory", "T", "error", "heads (0: not reached)",
+                                                "log10 of the gains", "heads at 2x bits"},
+                                               csv));
+  plot_png(out.path(".png"), plot);
+  return md;
+}
+
+std::string report(const std::vector<json>& lines, const Outputs& out, const Context&) {
+  std::vector<json> heads, tail, width, H, capacity;
+  for (const json& l : lines) {
+    const json& c = l.at("cell");
+    (c.at("part") == "heads"      ? (measure(c) == "tail_nmse" ? tail : heads)
+     : c.at("part") == "width"    ? width
+     : c.at("part") == "capacity" ? capacity
+                                  : H)
         .push_back(l);
   }
   std::string md = heads_section(heads, "MSE/Var", out);
@@ -231,6 +487,9 @@ std::string report(const std::vector<json>& lines, const Outputs& out, const Con
       pk.series.push_back(std::move(se));
     }
   plot_png(out.dir + "/" + out.name + "-kernel.png", pk);
+  if (!capacity.empty())
+    md += "\nThe class's own reach, without training:\n" +
+          capacity_section(capacity, {out.dir, out.name + "-capacity"});
   write_file_atomic(out.path(".md"), md);
   return md;
 }
@@ -242,7 +501,8 @@ Experiment rates() {
   e.name = "wang-e-rates";
   e.summary =
       "Wang & E's rates: heads needed against memory length for lin/log RPE on power-law and exponential "
-      "memories; error against FFN width and against heads, with fitted exponents";
+      "memories, trained and by the class's own reach (MPFR); error against FFN width and against heads, "
+      "with fitted exponents";
   e.cells = [](const Context& c) {
     std::vector<json> cells;
     for (int seed = 1; seed <= seeds(c); ++seed) {
@@ -266,9 +526,16 @@ Experiment rates() {
       for (int H : c.pick({1, 2}, {1, 2, 4, 8}, {1, 2, 4, 8, 16, 32}))
         cells.push_back({{"part", "H"}, {"H", H}, {"seed", seed}, {"steps", steps(c)}});
     }
+    // The class's reach without training: deterministic, one cell per memory, RPE and T.
+    for (const char* memory : {"spike", "heavy", "light"})
+      for (const char* rpe : {"lin", "log"})
+        for (int T : std::string(memory) == "spike" ? c.pick({2, 4}, {2, 4, 8, 16, 32}, {2, 4, 8, 16, 32, 64})
+                                                    : c.pick({4, 8}, {8, 16, 32}, {8, 16, 32, 64, 128}))
+          cells.push_back({{"part", "capacity"}, {"memory", memory}, {"rpe", rpe}, {"T", T}});
     return cells;
   };
   e.run = [](const json& cell, const Context& c) -> json {
+    if (cell.at("part") == "capacity") return run_capacity(cell);
     if (cell.at("part") == "heads") return run_heads(cell, c);
     if (cell.at("part") == "width")
       return train_single_layer("complex-readout", {1}, 4, 1, cell.at("m"), false, cell.at("seed"), c);

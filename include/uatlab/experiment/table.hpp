@@ -50,6 +50,13 @@ struct Interval {
   int runs = 0;
 };
 Interval mean_interval(const std::vector<double>& v, double level = 0.95);
+// The least-squares line of y on x: its slope with the two-sided Student-t interval at `level`
+// (n − 2 degrees of freedom; lo, hi NaN below three points) and its sum of squared residuals.
+struct LineFit {
+  double slope = std::numeric_limits<double>::quiet_NaN(), lo = slope, hi = slope, residual = 0;
+  int points = 0;
+};
+LineFit fit_line(const std::vector<double>& x, const std::vector<double>& y, double level = 0.95);
 
 // The text of a JSON value for a label: strings without quotes, numbers as JSON writes them.
 std::string label(const json& j);
