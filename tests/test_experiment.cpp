@@ -564,11 +564,7 @@ TEST(Experiment, MemoryKernelsAreTheTasksPowerLawExponentialAndLags) {
 // and the error never rises with a head more.
 TEST(Experiment, KernelCapacityFindsInClassKernelsAndInterpolatesWithWHeads) {
   const std::vector<double> rates = wang_e::capacity_rates();
-  TaskOptions o;
-  o.n = 16;
-  o.beta = 0.5;
-  std::vector<double> heavy = memory_kernel("kernel-heavy", o);
-  heavy.erase(heavy.begin());
+  const std::vector<double> heavy = wang_e::capacity_kernel("heavy", 16);
   const wang_e::Capacity one = wang_e::kernel_capacity(heavy, true, rates, 3, 256, 1e-28);
   ASSERT_EQ(one.errors.size(), 1u);  // ρ itself carries double rounding: 1e-32 or so
   EXPECT_LT(one.errors[0], 1e-28);
@@ -592,10 +588,8 @@ TEST(Experiment, KernelCapacityFindsInClassKernelsAndInterpolatesWithWHeads) {
   EXPECT_LT(c.errors[1], 1e-28);
   EXPECT_NEAR(std::pow(10.0, c.log10_gains[1]), 5, 1e-12);
 
-  o.n = 4;
-  o.lags = {2};
-  std::vector<double> spike = memory_kernel("kernel-lags", o);
-  spike.erase(spike.begin());
+  const std::vector<double> spike = wang_e::capacity_kernel("spike", 2);
+  ASSERT_EQ(spike, (std::vector<double>{0, 1, 0, 0}));
   for (bool log_type : {false, true}) {
     const wang_e::Capacity s = wang_e::kernel_capacity(spike, log_type, rates, 10, 256);
     ASSERT_EQ(s.errors.size(), 4u);  // at most W heads
@@ -605,4 +599,25 @@ TEST(Experiment, KernelCapacityFindsInClassKernelsAndInterpolatesWithWHeads) {
   }
   EXPECT_THROW(wang_e::kernel_capacity(spike, false, {-1.0}, 1, 64), Error);
   EXPECT_THROW(wang_e::kernel_capacity({0, 0}, false, rates, 1, 64), Error);
+}
+
+// Gains within a budget: an in-class kernel (gain = its sum ≤ 1) is fitted whatever the budget; a
+// spike is not, its lower bound is positive and below the fit found, and a larger budget never
+// leaves more error.
+TEST(Experiment, BoundedGainFitBoundsTheLeastErrorFromBothSides) {
+  const std::vector<double> rates = wang_e::capacity_rates();
+  const std::vector<double> light = wang_e::capacity_kernel("light", 8),
+                            spike = wang_e::capacity_kernel("spike", 4);
+  const wang_e::BoundedFit in = wang_e::bounded_gain_fit(light, false, rates, 1, 20000);
+  EXPECT_LT(in.error, 1e-6);
+  EXPECT_LE(in.lower, in.error);
+  double last = 1;
+  for (double budget : {1.0, 10.0, 100.0}) {
+    const wang_e::BoundedFit f = wang_e::bounded_gain_fit(spike, false, rates, budget, 100000);
+    EXPECT_LE(f.lower, f.error);
+    EXPECT_LE(f.error, last + 1e-9);
+    if (budget <= 10) EXPECT_GT(f.lower, 0.5);  // 0.851 and 0.664 (docs/wang-e.md)
+    last = f.error;
+  }
+  EXPECT_THROW(wang_e::bounded_gain_fit(spike, false, rates, 0, 10), Error);
 }

@@ -46,9 +46,22 @@ struct Capacity {
 };
 Capacity kernel_capacity(const std::vector<double>& rho, bool log_type, const std::vector<double>& rates,
                          int max_heads, unsigned bits, double stop = 0);
+// What gains the size of a float model's leave: the least error of any number of heads whose gains
+// keep Σ_h |c_h| ≤ budget, their rates restricted to `rates`. The problem is convex (least squares
+// over an ℓ1 ball); FISTA in double, `iterations` at most. error: the fit found; lower: that error
+// less the Frank–Wolfe gap, a lower bound on the least error (up to double rounding).
+struct BoundedFit {
+  double error = 0, lower = 0;
+};
+BoundedFit bounded_gain_fit(const std::vector<double>& rho, bool log_type, const std::vector<double>& rates,
+                            double budget, int iterations);
 // The rates the capacity search picks from: 0, 2^−10 … 2^−5, k/16 up to 16, then k/2 up to 60 (all
 // exact in binary, so that the in-class kernels' own rates 1/2 and 3/2 are among them).
 std::vector<double> capacity_rates();
+// The kernels of the capacity cells, ρ(1 … W): "spike", 1 at lag T in a window of W = 2T (the
+// sparse memory of kernel-lags), or "heavy" / "light", the trained cells' kernels (β = 1/2) in a
+// window of W = T.
+std::vector<double> capacity_kernel(const std::string& memory, int T);
 
 Experiment rates();  // wang_e_rates.cpp
 

@@ -9,8 +9,10 @@
 //   capacity the heads the model class itself needs, without training (kernel_capacity, MPFR): the
 //            spike at lag T in a window of 2T and the trained cells' kernels, with the fits' gains
 // Exponents per seed by least squares on log axes, then the mean with its 95% Student-t interval.
+#include <Eigen/Dense>
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <map>
 
 #include "uatlab/experiment/table.hpp"
@@ -35,7 +37,35 @@ std::vector<double> capacity_rates() {
   return p;
 }
 
+std::vector<double> capacity_kernel(const std::string& memory, int T) {
+  TaskOptions o;
+  o.n = memory == "spike" ? 2 * T : T;
+  o.lags = {T};
+  o.beta = 0.5;
+  std::vector<double> rho = memory_kernel(memory == "spike" ? "kernel-lags" : "kernel-" + memory, o);
+  rho.erase(rho.begin());  // ρ(0) = 0: the heads read the strict past
+  return rho;
+}
+
 namespace {
+
+// A DP-free head's weights over the lags s = 1 … W: φ(p, s)/Σ φ(p, ·), φ = e^{−p·s} (lin-type) or
+// s^{−p} (log-type).
+template <class S>
+std::vector<S> head_weights(double p, std::size_t W, bool log_type) {
+  if (!(p >= 0) || !std::isfinite(p)) throw Error("the heads' rates must be finite and >= 0");
+  std::vector<S> w(W);
+  S sum = 0;
+  for (std::size_t s = 0; s < W; ++s) {
+    const S lag = static_cast<S>(static_cast<long>(s + 1));
+    using std::exp, std::log;
+    w[s] = exp(-S(p) * (log_type ? log(lag) : lag));
+    sum += w[s];
+  }
+  for (S& x : w)
+    x /= sum;
+  return w;
+}
 
 using Vec = std::vector<Mpfr>;
 
@@ -65,24 +95,17 @@ Capacity kernel_capacity(const std::vector<double>& rho, bool log_type, const st
     r[s] = Mpfr(rho[s]);
   const Mpfr total = dot(r, r);
   if (!(total > 0)) throw Error("kernel_capacity needs a kernel that is not zero");
-  // Each candidate φ(p, ·) at unit norm φ̂ = scale·w (w = φ/Σφ, the head's weights), then kept
-  // orthogonal to the chosen heads (modified Gram–Schmidt): its squared norm is the part of it the
-  // chosen heads do not yet span, and `proj` its components along them (R's column in A = QR).
+  // Each candidate at unit norm, φ̂ = w/‖w‖ (w: the head's weights), then kept orthogonal to the
+  // chosen heads (modified Gram–Schmidt): its squared norm is the part of it the chosen heads do
+  // not yet span, and `proj` its components along them (R's column in A = QR).
   std::vector<Vec> v, proj(rates.size());
-  Vec scale;
+  Vec scale;  // 1/‖w‖: a head's gain is its coefficient along φ̂ times this
   for (double p : rates) {
-    if (!(p >= 0) || !std::isfinite(p)) throw Error("kernel_capacity needs finite rates >= 0");
-    Vec f(W);
-    Mpfr sum = 0;
-    for (std::size_t s = 0; s < W; ++s) {
-      const Mpfr lag(static_cast<long>(s + 1));
-      f[s] = mp::exp(-Mpfr(p) * (log_type ? mp::log(lag) : lag));
-      sum += f[s];
-    }
+    Vec f = head_weights<Mpfr>(p, W, log_type);
     const Mpfr norm = mp::sqrt(dot(f, f));
     for (Mpfr& x : f)
       x /= norm;
-    scale.push_back(sum / norm);
+    scale.push_back(1 / norm);
     v.push_back(std::move(f));
   }
   // Below this fraction of its norm a candidate is taken as spanned: its remainder is rounding.
@@ -137,6 +160,68 @@ Capacity kernel_capacity(const std::vector<double>& rho, bool log_type, const st
   }
   for (long j : chosen)
     out.rates.push_back(rates[j]);
+  return out;
+}
+
+namespace {
+
+// The Euclidean projection of v onto the ball Σ|x| ≤ radius (sort, then soft-threshold).
+Eigen::VectorXd project_l1(const Eigen::VectorXd& v, double radius) {
+  if (v.lpNorm<1>() <= radius) return v;
+  std::vector<double> a(v.size());
+  for (Eigen::Index i = 0; i < v.size(); ++i)
+    a[i] = std::abs(v[i]);
+  std::sort(a.begin(), a.end(), std::greater<>());
+  double sum = 0, theta = 0;
+  for (std::size_t k = 0; k < a.size(); ++k) {
+    sum += a[k];
+    const double t = (sum - radius) / static_cast<double>(k + 1);
+    if (k + 1 == a.size() || a[k + 1] <= t) {
+      theta = t;
+      break;
+    }
+  }
+  return v.unaryExpr(
+      [theta](double x) { return x > 0 ? std::max(x - theta, 0.0) : std::min(x + theta, 0.0); });
+}
+
+}  // namespace
+
+BoundedFit bounded_gain_fit(const std::vector<double>& rho, bool log_type, const std::vector<double>& rates,
+                            double budget, int iterations) {
+  if (!(budget > 0) || !std::isfinite(budget)) throw Error("bounded_gain_fit needs a finite budget > 0");
+  const Eigen::Index W = static_cast<Eigen::Index>(rho.size()), J = static_cast<Eigen::Index>(rates.size());
+  Eigen::MatrixXd D(W, J);  // column j: the weights of a head with rate j
+  for (Eigen::Index j = 0; j < J; ++j)
+    D.col(j) =
+        Eigen::Map<const Eigen::VectorXd>(head_weights<double>(rates[j], rho.size(), log_type).data(), W);
+  const Eigen::VectorXd y = Eigen::Map<const Eigen::VectorXd>(rho.data(), W);
+  const double total = y.squaredNorm();
+  if (!(total > 0)) throw Error("bounded_gain_fit needs a kernel that is not zero");
+  // f(c) = ‖Dc − ρ‖² / ‖ρ‖², its gradient 2Dᵀ(Dc − ρ)/‖ρ‖², Lipschitz with 2λ_max(DDᵀ)/‖ρ‖².
+  const double L =
+      2 * Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd>(D * D.transpose()).eigenvalues().maxCoeff() / total;
+  auto f = [&](const Eigen::VectorXd& c) { return (D * c - y).squaredNorm() / total; };
+  auto grad = [&](const Eigen::VectorXd& c) -> Eigen::VectorXd {
+    return 2 * D.transpose() * (D * c - y) / total;
+  };
+  // The Frank–Wolfe gap ∇f(c)·c + budget·‖∇f(c)‖_∞ bounds f(c) − min f from above (f is convex).
+  auto gap = [&](const Eigen::VectorXd& c) {
+    const Eigen::VectorXd g = grad(c);
+    return g.dot(c) + budget * g.lpNorm<Eigen::Infinity>();
+  };
+  Eigen::VectorXd x = Eigen::VectorXd::Zero(J), z = x;
+  double t = 1;
+  for (int k = 0; k < iterations; ++k) {  // FISTA
+    const Eigen::VectorXd next = project_l1(z - grad(z) / L, budget);
+    const double t_next = (1 + std::sqrt(1 + 4 * t * t)) / 2;
+    z = next + (t - 1) / t_next * (next - x);
+    x = next, t = t_next;
+    if (k % 256 == 255 && gap(x) <= 1e-4 * f(x)) break;
+  }
+  BoundedFit out;
+  out.error = f(x);
+  out.lower = std::max(0.0, out.error - gap(x));
   return out;
 }
 
@@ -300,36 +385,25 @@ std::string heads_section(const std::vector<json>& heads, const std::string& wha
 // ---- the class's reach without training: the `capacity` cells ------------------------------
 
 const std::vector<double> kCapacityTargets = {1e-1, 1e-4};
-
-// The memory of a capacity cell: the spike at lag T in a window of 2T (the sparse memory, kernel-lags)
-// or the power law / exponential of the trained cells in a window of T lags.
-std::vector<double> capacity_kernel(const json& cell) {
-  TaskOptions o;
-  const int T = cell.at("T");
-  const std::string memory = cell.at("memory");
-  o.n = memory == "spike" ? 2 * T : T;
-  o.lags = {T};
-  o.beta = 0.5;
-  std::vector<double> rho = memory_kernel(memory == "spike" ? "kernel-lags" : "kernel-" + memory, o);
-  rho.erase(rho.begin());  // ρ(0) = 0: the heads read the strict past
-  return rho;
-}
+const std::vector<double> kGainBudgets = {1, 10, 100, 1000};  // Σ_h |c_h|; the kernels sum to 1
 
 // The greedy search at a precision that grows with the window, and again at twice it: the heads
 // needed must not depend on the precision.
 json run_capacity(const json& cell) {
-  const std::vector<double> rho = capacity_kernel(cell);
+  const std::vector<double> rho = capacity_kernel(cell.at("memory"), cell.at("T"));
   const bool log_type = cell.at("rpe") == "log";
   const int W = static_cast<int>(rho.size());
   const unsigned bits = 512 + 32 * static_cast<unsigned>(W);
   const double stop = kCapacityTargets.back() / 100;
   const Capacity a = kernel_capacity(rho, log_type, capacity_rates(), W, bits, stop),
                  b = kernel_capacity(rho, log_type, capacity_rates(), W, 2 * bits, stop);
-  return {{"errors", a.errors},
-          {"log10_gains", a.log10_gains},
-          {"rates", a.rates},
-          {"bits", bits},
-          {"errors_2x", b.errors}};
+  json bounded = json::array();
+  for (double budget : kGainBudgets) {
+    const BoundedFit f = bounded_gain_fit(rho, log_type, capacity_rates(), budget, 100000);
+    bounded.push_back({{"budget", budget}, {"error", f.error}, {"lower", f.lower}});
+  }
+  return {{"errors", a.errors}, {"log10_gains", a.log10_gains}, {"rates", a.rates},
+          {"bits", bits},       {"errors_2x", b.errors},        {"bounded", bounded}};
 }
 
 // The fewest heads whose error is at most `target` (0: never within the search).
@@ -416,11 +490,37 @@ std::string capacity_section(const std::vector<json>& lines, const Outputs& out)
       "(least-squares slope with its 95% interval over the T reached), and the better line:\n\n" +
       markdown_table({"memory, RPE", "error ≤", "polynomial exponent a", "exponential rate b", "better fit"},
                      fits);
+  // The least error at bounded gains, any number of heads.
+  std::vector<Row> bounded, bounded_csv;
+  for (const std::string& name : names)
+    for (const std::string& col : Ts)
+      for (const json& l : lines)
+        if (memory(l.at("cell")) == name && "T=" + label(l.at("cell").at("T")) == col &&
+            l.at("result").contains("bounded")) {
+          Row row = {name, col.substr(2)};
+          for (const json& b : l.at("result").at("bounded")) {
+            const double error = b.at("error"), lower = b.at("lower");
+            row.push_back(fixed(error, 3) + " (≥ " + fixed(lower, 3) + ")");
+            bounded_csv.push_back(
+                {name, col.substr(2), label(b.at("budget")), fixed(error, 9), fixed(lower, 9)});
+          }
+          bounded.push_back(row);
+        }
+  Row header = {"memory, RPE", "T"};
+  for (double b : kGainBudgets)
+    header.push_back("Σ|c_h| ≤ " + fixed(b, 6));
+  md +=
+      "\nThe least error of any number of heads (rates on the grid) whose gains keep Σ_h |c_h| within a "
+      "budget: the fit found (FISTA, double, at most 100,000 steps) and, in brackets, a lower bound on the "
+      "least error (the fit's error less its Frank–Wolfe gap):\n\n" +
+      markdown_table(header, bounded);
   md += differ.empty() ? "\nThe heads needed are the same at twice the precision in every cell.\n"
                        : "\nThe heads needed change at twice the precision in: " + join_list(differ) + ".\n";
   write_file_atomic(out.path(".csv"), csv_text({"memory", "T", "error", "heads (0: not reached)",
                                                 "log10 of the gains", "heads at 2x bits"},
                                                csv));
+  write_file_atomic(out.path("-bounded.csv"),
+                    csv_text({"memory", "T", "gain budget", "error", "lower bound"}, bounded_csv));
   plot_png(out.path(".png"), plot);
   return md;
 }
