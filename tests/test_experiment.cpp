@@ -616,7 +616,9 @@ TEST(Experiment, BoundedGainFitBoundsTheLeastErrorFromBothSides) {
     const wang_e::BoundedFit f = wang_e::bounded_gain_fit(spike, false, rates, budget, 100000);
     EXPECT_LE(f.lower, f.error);
     EXPECT_LE(f.error, last + 1e-9);
-    if (budget <= 10) EXPECT_GT(f.lower, 0.5);  // 0.851 and 0.664 (docs/wang-e.md)
+    if (budget <= 10) {
+      EXPECT_GT(f.lower, 0.5);  // 0.851 and 0.664 (docs/wang-e.md)
+    }
     last = f.error;
   }
   EXPECT_THROW(wang_e::bounded_gain_fit(spike, false, rates, 0, 10), Error);
