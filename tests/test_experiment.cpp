@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <filesystem>
@@ -356,6 +357,29 @@ TEST(Experiment, RunExperimentWritesTablesAndResumesWithoutRunning) {
   ran = 0;
   EXPECT_EQ(run_experiment(find_experiment("fang-fit"), c, o), md);
   EXPECT_EQ(ran.load(), 0);
+}
+
+TEST(Experiment, OnlyKeepsTheCellsWithEveryValueAndRefusesWhatMatchesNothing) {
+  Context c;
+  c.mode = Mode::quick;
+  const Experiment& e = find_experiment("wang-e-rates");
+  const std::vector<json> all = e.cells(c);
+  auto count = [&](const std::string& key, const std::string& value) {
+    return std::count_if(all.begin(), all.end(),
+                         [&](const json& x) { return x.contains(key) && label(x.at(key)) == value; });
+  };
+  EXPECT_EQ(select_cells(e, c, {}).size(), all.size());
+  const std::vector<json> far = select_cells(e, c, {"measure=tail_nmse"});
+  EXPECT_EQ(static_cast<long>(far.size()), count("measure", "tail_nmse"));
+  EXPECT_EQ(far.size(), 36u);  // 3 seeds × 2 tails × 2 RPE × 3 T
+  const std::vector<json> cap8 = select_cells(e, c, {"part=capacity", "T=8"});
+  EXPECT_EQ(cap8.size(), 6u);  // the spike and both kernels, lin and log
+  for (const json& x : cap8)
+    EXPECT_TRUE(x.at("part") == "capacity" && x.at("T") == 8) << x.dump();
+  EXPECT_THROW(select_cells(e, c, {"T"}), Error);
+  EXPECT_THROW(select_cells(e, c, {"=8"}), Error);
+  EXPECT_THROW(select_cells(e, c, {"T=999"}), Error);
+  EXPECT_THROW(select_cells(e, c, {"part=capacity", "seed=1"}), Error);  // no capacity cell has a seed
 }
 
 TEST(Experiment, PrecisionScopesOnTwoThreadsDoNotMix) {

@@ -140,8 +140,12 @@ TEST(Report, PlotsArePngFilesWrittenWhole) {
   const std::string line = fresh("line.png"), heat = fresh("heat.png");
   LinePlot p{"title's", "x", "y"};
   p.logy = true;
+  p.series.push_back({"empty", {}, {}, {}});  // left out of the plot, which gnuplot would refuse
   p.series.push_back({"a", {1, 2, 4}, {1, 0.1, 0.01}, {0.1, 0.01, 0.001}});
   plot_png(line, p);
+  const std::string none = fresh("none.png");
+  plot_png(none, LinePlot{"nothing to draw", "x", "y"});  // a report on a part of its grid
+  EXPECT_FALSE(std::filesystem::exists(none));
   HeatMap h{"heat",
             "N",
             "params",

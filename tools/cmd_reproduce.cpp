@@ -18,6 +18,7 @@ namespace {
 
 struct ReproduceOpts {
   std::string name, out_dir, mode = "quick", corpus = UATLAB_DATA_DIR "/tinyshakespeare.txt";
+  std::vector<std::string> only;
   int threads = 0, seeds = 0;
   long steps = 0;
   bool list = false;
@@ -38,13 +39,14 @@ int cmd_reproduce(const ReproduceOpts& o) {
   ex::RunOptions run;
   run.out_dir = o.out_dir.empty() ? "results/" + e.name + "-" + o.mode : o.out_dir;
   run.threads = o.threads;
+  run.only = o.only;
   run.on_result = [](std::size_t done, std::size_t total, const json& line) {
     if (quiet()) return;
     std::fprintf(stderr, "[%zu/%zu] %s -> %s\n", done, total, line["cell"].dump().c_str(),
                  line["result"].dump().c_str());
   };
   std::fprintf(stderr, "%s (%s mode): %zu runs, results in %s/runs.jsonl\n", e.name.c_str(), o.mode.c_str(),
-               e.cells(c).size(), run.out_dir.c_str());
+               ex::select_cells(e, c, o.only).size(), run.out_dir.c_str());
   std::cout << ex::run_experiment(e, c, run);
   return 0;
 }
@@ -90,6 +92,9 @@ void add_reproduce_commands(CLI::App& app, Commands& commands) {
   r->add_option("--threads", o->threads, "Runs at once (default: all cores)")->check(CLI::Range(1, 4096));
   r->add_option("--out-dir", o->out_dir,
                 "Output folder (default results/NAME-MODE); runs.jsonl there makes a rerun resume");
+  r->add_option("--only", o->only,
+                "KEY=VALUE (repeatable): run and report only the cells with these values, as runs.jsonl "
+                "spells them (part=capacity, T=64)");
   commands.push_back({r, [o] { return cmd_reproduce(*o); }});
 
   auto s = std::make_shared<SweepOpts>();

@@ -1,6 +1,7 @@
 #include "uatlab/experiment/experiment.hpp"
 
 #include "uatlab/experiment/sweep.hpp"
+#include "uatlab/experiment/table.hpp"
 #include "uatlab/io/json.hpp"
 #include "uatlab/io/lists.hpp"
 #include "uatlab/model/init.hpp"
@@ -46,10 +47,28 @@ const Experiment& find_experiment(const std::string& name) {
   throw Error("unknown experiment \"" + name + "\" (" + join_list(known) + ")");
 }
 
+std::vector<json> select_cells(const Experiment& e, const Context& c, const std::vector<std::string>& only) {
+  std::vector<json> cells = e.cells(c);
+  for (const std::string& f : only) {
+    const std::size_t eq = f.find('=');
+    if (eq == std::string::npos || eq == 0)
+      throw Error("--only \"" + f + "\": expected KEY=VALUE, as a cell of runs.jsonl spells it");
+    const std::string key = f.substr(0, eq), value = f.substr(eq + 1);
+    std::vector<json> kept;
+    for (json& cell : cells)
+      if (cell.contains(key) && label(cell.at(key)) == value) kept.push_back(std::move(cell));
+    if (kept.empty())
+      throw Error("--only \"" + f + "\": no cell of " + e.name + " (" + to_string(c.mode) +
+                  " mode) matches it and the filters before it");
+    cells = std::move(kept);
+  }
+  return cells;
+}
+
 std::string run_experiment(const Experiment& e, const Context& c, const RunOptions& o) {
   if (o.out_dir.empty()) throw Error("an experiment needs an output folder");
+  const std::vector<json> cells = select_cells(e, c, o.only);
   make_dirs(o.out_dir);
-  const std::vector<json> cells = e.cells(c);
   SweepOptions so;
   so.results = o.out_dir + "/runs.jsonl";
   so.threads = o.threads;

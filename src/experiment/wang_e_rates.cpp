@@ -386,6 +386,7 @@ std::string heads_section(const std::vector<json>& heads, const std::string& wha
 
 const std::vector<double> kCapacityTargets = {1e-1, 1e-4};
 const std::vector<double> kGainBudgets = {1, 10, 100, 1000};  // Σ_h |c_h|; the kernels sum to 1
+const int kFistaSteps = 100000;                               // per bounded-gain fit
 
 // The greedy search at a precision that grows with the window, and again at twice it: the heads
 // needed must not depend on the precision.
@@ -399,7 +400,7 @@ json run_capacity(const json& cell) {
                  b = kernel_capacity(rho, log_type, capacity_rates(), W, 2 * bits, stop);
   json bounded = json::array();
   for (double budget : kGainBudgets) {
-    const BoundedFit f = bounded_gain_fit(rho, log_type, capacity_rates(), budget, 100000);
+    const BoundedFit f = bounded_gain_fit(rho, log_type, capacity_rates(), budget, kFistaSteps);
     bounded.push_back({{"budget", budget}, {"error", f.error}, {"lower", f.lower}});
   }
   return {{"errors", a.errors}, {"log10_gains", a.log10_gains}, {"rates", a.rates},
@@ -427,11 +428,13 @@ std::string capacity_section(const std::vector<json>& lines, const Outputs& out)
            label(c.at("rpe")) + "-type";
   };
   std::vector<std::string> names, Ts;
+  std::map<std::pair<std::string, std::string>, const json*> line_of;  // (memory, "T=..") → its line
   for (const json& l : lines) {
     const json& c = l.at("cell");
     if (std::find(names.begin(), names.end(), memory(c)) == names.end()) names.push_back(memory(c));
     const std::string T = "T=" + label(c.at("T"));
     if (std::find(Ts.begin(), Ts.end(), T) == Ts.end()) Ts.push_back(T);
+    line_of[{memory(c), T}] = &l;
   }
   std::sort(Ts.begin(), Ts.end(), [](const std::string& a, const std::string& b) {
     return std::stoi(a.substr(2)) < std::stoi(b.substr(2));
@@ -450,18 +453,18 @@ std::string capacity_section(const std::vector<json>& lines, const Outputs& out)
       std::vector<double> T, H;
       for (const std::string& col : Ts) {
         std::string text;
-        for (const json& l : lines)
-          if (memory(l.at("cell")) == name && "T=" + label(l.at("cell").at("T")) == col) {
-            const json& r = l.at("result");
-            const std::vector<double> e = r.at("errors"), g = r.at("log10_gains"), e2 = r.at("errors_2x");
-            const int h = heads_needed(e, target);
-            if (h != heads_needed(e2, target)) differ.push_back(name + ", " + col);
-            csv.push_back({name, col.substr(2), fixed(target, 3), std::to_string(h),
-                           h ? fixed(g[h - 1], 6) : "", std::to_string(heads_needed(e2, target))});
-            text = h == 0 ? "> " + std::to_string(e.size())
-                          : std::to_string(h) + " (" + gain_text(g[h - 1]) + ")";
-            if (h > 0) T.push_back(l.at("cell").at("T").get<double>()), H.push_back(h);
-          }
+        if (const auto it = line_of.find({name, col}); it != line_of.end()) {
+          const json& l = *it->second;
+          const json& r = l.at("result");
+          const std::vector<double> e = r.at("errors"), g = r.at("log10_gains"), e2 = r.at("errors_2x");
+          const int h = heads_needed(e, target);
+          if (h != heads_needed(e2, target)) differ.push_back(name + ", " + col);
+          csv.push_back({name, col.substr(2), fixed(target, 3), std::to_string(h),
+                         h ? fixed(g[h - 1], 6) : "", std::to_string(heads_needed(e2, target))});
+          text =
+              h == 0 ? "> " + std::to_string(e.size()) : std::to_string(h) + " (" + gain_text(g[h - 1]) + ")";
+          if (h > 0) T.push_back(l.at("cell").at("T").get<double>()), H.push_back(h);
+        }
         row.push_back(text);
       }
       rows.push_back(row);
@@ -494,25 +497,26 @@ std::string capacity_section(const std::vector<json>& lines, const Outputs& out)
   std::vector<Row> bounded, bounded_csv;
   for (const std::string& name : names)
     for (const std::string& col : Ts)
-      for (const json& l : lines)
-        if (memory(l.at("cell")) == name && "T=" + label(l.at("cell").at("T")) == col &&
-            l.at("result").contains("bounded")) {
-          Row row = {name, col.substr(2)};
-          for (const json& b : l.at("result").at("bounded")) {
-            const double error = b.at("error"), lower = b.at("lower");
-            row.push_back(fixed(error, 3) + " (≥ " + fixed(lower, 3) + ")");
-            bounded_csv.push_back(
-                {name, col.substr(2), label(b.at("budget")), fixed(error, 9), fixed(lower, 9)});
-          }
-          bounded.push_back(row);
+      if (const auto it = line_of.find({name, col});
+          it != line_of.end() && it->second->at("result").contains("bounded")) {
+        Row row = {name, col.substr(2)};
+        for (const json& b : it->second->at("result").at("bounded")) {
+          const double error = b.at("error"), lower = b.at("lower");
+          row.push_back(fixed(error, 3) + " (≥ " + fixed(lower, 3) + ")");
+          bounded_csv.push_back(
+              {name, col.substr(2), label(b.at("budget")), fixed(error, 9), fixed(lower, 9)});
         }
+        bounded.push_back(row);
+      }
   Row header = {"memory, RPE", "T"};
   for (double b : kGainBudgets)
     header.push_back("Σ|c_h| ≤ " + fixed(b, 6));
   md +=
       "\nThe least error of any number of heads (rates on the grid) whose gains keep Σ_h |c_h| within a "
-      "budget: the fit found (FISTA, double, at most 100,000 steps) and, in brackets, a lower bound on the "
-      "least error (the fit's error less its Frank–Wolfe gap):\n\n" +
+      "budget: the fit found (FISTA, double, at most " +
+      std::to_string(kFistaSteps) +
+      " steps) and, in brackets, a lower bound on the least error (the fit's error less its Frank–Wolfe "
+      "gap):\n\n" +
       markdown_table(header, bounded);
   md += differ.empty() ? "\nThe heads needed are the same at twice the precision in every cell.\n"
                        : "\nThe heads needed change at twice the precision in: " + join_list(differ) + ".\n";
@@ -525,56 +529,40 @@ std::string capacity_section(const std::vector<json>& lines, const Outputs& out)
   return md;
 }
 
-std::string report(const std::vector<json>& lines, const Outputs& out, const Context&) {
-  std::vector<json> heads, tail, width, H, capacity;
-  for (const json& l : lines) {
-    const json& c = l.at("cell");
-    (c.at("part") == "heads"      ? (measure(c) == "tail_nmse" ? tail : heads)
-     : c.at("part") == "width"    ? width
-     : c.at("part") == "capacity" ? capacity
-                                  : H)
-        .push_back(l);
-  }
-  std::string md = heads_section(heads, "MSE/Var", out);
-  if (!tail.empty()) md += "\n" + heads_section(tail, "far-half MSE/Var", {out.dir, out.name + "-tail"});
-  // Error against m and against H.
-  const Interval em = exponent(width, "m", "val_nmse"), eh = exponent(H, "H", "val_nmse");
+// Error against m (the `width` cells).
+std::string width_section(const std::vector<json>& width, const Outputs& out) {
+  const Interval em = exponent(width, "m", "val_nmse");
   const Grouped gm = group(
       width, [](const json&) { return std::string("MSE/Var, 2a's read-out, H = 1"); },
       [](const json& c) { return "m=" + label(c.at("m")); },
       [](const json& r) { return r.at("val_nmse").get<double>(); });
-  const Grouped gh = group(
-      H, [](const json&) { return "MSE/Var, heavy tail, lin-type, T = " + std::to_string(kHeadsT); },
-      [](const json& c) { return "H=" + label(c.at("H")); },
-      [](const json& r) { return r.at("val_nmse").get<double>(); });
-  md +=
-      "\nError against the FFN width m (Insight 2a's read-out sin(4π x_{t−1}), one head):\n\n" +
-      grouped_markdown(gm, "m", 4) + "\nFitted exponent of MSE/Var against m: " + with_interval(em) +
-      "\n\nError against the number of heads H (power-law kernel, lin-type, T = " + std::to_string(kHeadsT) +
-      "):\n\n" + grouped_markdown(gh, "H", 4) +
-      "\nFitted exponent of MSE/Var against H: " + with_interval(eh) + "\n";
   LinePlot pm{"Wang & E: error against FFN width (2a's read-out, H = 1)", "FFN width m",
               "validation MSE / Var(y)"};
   pm.logx = pm.logy = true;
   pm.series = row_series(gm, 2);
   plot_png(out.dir + "/" + out.name + "-width.png", pm);
+  return "\nError against the FFN width m (Insight 2a's read-out sin(4π x_{t−1}), one head):\n\n" +
+         grouped_markdown(gm, "m", 4) + "\nFitted exponent of MSE/Var against m: " + with_interval(em) + "\n";
+}
+
+// Error against H for a fixed memory (the `H` cells): the whole memory, its far half, and the
+// learned kernel along the lags (seed 1).
+std::string count_section(const std::vector<json>& H, const Outputs& out) {
+  const Interval eh = exponent(H, "H", "val_nmse"), et = exponent(H, "H", "tail_nmse");
+  auto by_H = [&](const std::string& row, const char* key) {
+    return group(
+        H, [&](const json&) { return row; }, [](const json& c) { return "H=" + label(c.at("H")); },
+        [key](const json& r) { return r.at(key).get<double>(); });
+  };
+  const std::string memory = "heavy tail, lin-type, T = " + std::to_string(kHeadsT);
+  const Grouped gh = by_H("MSE/Var, " + memory, "val_nmse"),
+                gt = by_H("far-half MSE/Var, " + memory, "tail_nmse");
   LinePlot ph{
       "Wang & E: error against heads (power-law kernel, lin-type, T = " + std::to_string(kHeadsT) + ")",
       "heads H", "validation MSE / Var(y)"};
   ph.logx = ph.logy = true;
   ph.series = row_series(gh, 2);
   plot_png(out.dir + "/" + out.name + "-heads.png", ph);
-
-  // The far half of the memory against H, and the learned kernel along the lags (seed 1).
-  const Interval et = exponent(H, "H", "tail_nmse");
-  const Grouped gt = group(
-      H, [](const json&) { return "far-half MSE/Var, heavy tail, lin-type, T = " + std::to_string(kHeadsT); },
-      [](const json& c) { return "H=" + label(c.at("H")); },
-      [](const json& r) { return r.at("tail_nmse").get<double>(); });
-  md += "\nThe far half of the memory (lags " + std::to_string(kHeadsT / 2 + 1) + " to " +
-        std::to_string(kHeadsT) + ") against H, its error relative to its own size:\n\n" +
-        grouped_markdown(gt, "H", 4) +
-        "\nFitted exponent of the far-half MSE/Var against H: " + with_interval(et) + "\n";
   LinePlot pk{"Wang & E: learned kernel / target along the lags (power law, lin-type, seed 1)", "lag s",
               "learned rho(s) / rho(s)"};
   pk.logx = true;
@@ -587,6 +575,31 @@ std::string report(const std::vector<json>& lines, const Outputs& out, const Con
       pk.series.push_back(std::move(se));
     }
   plot_png(out.dir + "/" + out.name + "-kernel.png", pk);
+  return "\nError against the number of heads H (power-law kernel, lin-type, T = " + std::to_string(kHeadsT) +
+         "):\n\n" + grouped_markdown(gh, "H", 4) +
+         "\nFitted exponent of MSE/Var against H: " + with_interval(eh) +
+         "\n\nThe far half of the memory (lags " + std::to_string(kHeadsT / 2 + 1) + " to " +
+         std::to_string(kHeadsT) + ") against H, its error relative to its own size:\n\n" +
+         grouped_markdown(gt, "H", 4) +
+         "\nFitted exponent of the far-half MSE/Var against H: " + with_interval(et) + "\n";
+}
+
+// Each part of the grid present in `lines` gets its section (`--only` may run a few of them).
+std::string report(const std::vector<json>& lines, const Outputs& out, const Context&) {
+  std::vector<json> heads, tail, width, H, capacity;
+  for (const json& l : lines) {
+    const json& c = l.at("cell");
+    (c.at("part") == "heads"      ? (measure(c) == "tail_nmse" ? tail : heads)
+     : c.at("part") == "width"    ? width
+     : c.at("part") == "capacity" ? capacity
+                                  : H)
+        .push_back(l);
+  }
+  std::string md;
+  if (!heads.empty()) md += heads_section(heads, "MSE/Var", out);
+  if (!tail.empty()) md += "\n" + heads_section(tail, "far-half MSE/Var", {out.dir, out.name + "-tail"});
+  if (!width.empty()) md += width_section(width, out);
+  if (!H.empty()) md += count_section(H, out);
   if (!capacity.empty())
     md += "\nThe class's own reach, without training:\n" +
           capacity_section(capacity, {out.dir, out.name + "-capacity"});

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <sstream>
@@ -121,7 +122,12 @@ std::string mean_sd(const std::vector<double>& v, int digits) {
   return fixed(mean(v), digits) + " ± " + fixed(sd(v), 2);
 }
 
-void plot_png(const std::string& path, const LinePlot& p) {
+void plot_png(const std::string& path, const LinePlot& plot) {
+  LinePlot p = plot;
+  p.series.erase(
+      std::remove_if(p.series.begin(), p.series.end(), [](const Series& se) { return se.x.empty(); }),
+      p.series.end());
+  if (p.series.empty()) return;
   std::ostringstream s;
   s << "set title " << gq(p.title) << "\nset xlabel " << gq(p.xlabel) << "\nset ylabel " << gq(p.ylabel)
     << "\nset grid\nset key outside right top\n";

@@ -65,10 +65,14 @@ const std::vector<Experiment>& experiments();
 const Experiment& find_experiment(const std::string& name);  // throws Error naming the known ones
 
 struct RunOptions {
-  std::string out_dir;  // runs.jsonl (resume), NAME.md, NAME.csv, NAME.png
-  int threads = 0;      // runs at once (0: all cores)
+  std::string out_dir;            // runs.jsonl (resume), NAME.md, NAME.csv, NAME.png
+  int threads = 0;                // runs at once (0: all cores)
+  std::vector<std::string> only;  // "KEY=VALUE": run and report only the cells with these values
   std::function<void(std::size_t done, std::size_t total, const json& line)> on_result;
 };
+// The experiment's cells that match every "KEY=VALUE" of `only` (a cell's value as `label` writes
+// it: 8, 0.0001, true, lin). Throws Error on a filter without '=' or one that no cell matches.
+std::vector<json> select_cells(const Experiment& e, const Context& c, const std::vector<std::string>& only);
 // Run the cells not yet in out_dir/runs.jsonl, then report. Returns the Markdown on the writing
 // process ("" on other MPI ranks).
 std::string run_experiment(const Experiment& e, const Context& c, const RunOptions& o);

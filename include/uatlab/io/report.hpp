@@ -43,6 +43,8 @@ struct HeatMap {
   bool logcb = false;
 };
 
+// A line plot draws only its series with points, and nothing at all when none has any (a report
+// run on a part of its grid, `reproduce --only`).
 void plot_png(const std::string& path, const LinePlot& plot);
 void plot_png(const std::string& path, const HeatMap& plot);
 
