@@ -237,11 +237,12 @@ void check_thin_products(double tol) {
     return Mat<S>(Mat<S>::NullaryExpr(r, c, [&] { return S(u(rng)); }));
   };
   const Eigen::Index T = 37;
-  int thin = 0, fixed = 0;
-  for (Eigen::Index r : {1, 2, 3, 4, 8, 16, 32, 33})
-    for (Eigen::Index k : {1, 2, 4, 8, 16, 17, 32}) {
+  int thin = 0, fixed = 0, blocked = 0;
+  for (Eigen::Index r : {1, 2, 3, 4, 8, 16, 32, 33, 64, 160})
+    for (Eigen::Index k : {1, 2, 4, 8, 16, 17, 32, 128}) {
       thin += train_detail::with_thin_shape<S>(r, k, [](auto, auto) {});
       fixed += train_detail::with_product_shape<S>(r, k, [](auto, auto, auto) {});
+      blocked += train_detail::blocked_shape<S>(r, k);
       const Mat<S> w = random(r, k), x = random(k, T), dy = random(r, T), y0 = random(r, T), b = random(r, 1);
       Mat<S> y, ya = y0, g = random(r, k), yt, yb;
       const Mat<S> g0 = g;
@@ -258,6 +259,11 @@ void check_thin_products(double tol) {
     }
   EXPECT_EQ(thin, 5 * 4);       // r in {2, 4, 8, 16, 32}, k in {2, 4, 8, 16}
   EXPECT_EQ(fixed, 5 * 4 + 3);  // and W·X for r in {4, 8, 16}, k = 32, 4 tokens at a time (T = 37)
+  // The blocked kernels (rows a multiple of two SIMD registers, at most 128; T = 37 leaves five
+  // tokens after four blocks of eight, k = 17 one column after two): at least r = 32 and 64 with
+  // every k when a register holds 4 or more numbers; 160 rows go to Eigen.
+  EXPECT_GE(blocked, 16);
+  EXPECT_FALSE(train_detail::blocked_shape<S>(160, 32));
 }
 
 // The six products of one head and one sequence (scores, V·A; dO·Aᵀ, Vᵀ·dO, K·dS, Q·dSᵀ), made as
@@ -322,4 +328,5 @@ TEST(Backward, ThinProductsEqualEigensProducts) {
   check_thin_products<double>(1e-12);
   EXPECT_FALSE(train_detail::with_thin_shape<Rational>(4, 4, [](auto, auto) {}));
   EXPECT_FALSE(train_detail::with_product_shape<Rational>(8, 32, [](auto, auto, auto) {}));
+  EXPECT_FALSE(train_detail::blocked_shape<Rational>(32, 32));
 }
