@@ -258,7 +258,7 @@ void check_thin_products(double tol) {
       EXPECT_LE((yt - w.transpose() * dy).cwiseAbs().maxCoeff(), S(tol)) << r << "x" << k;
     }
   EXPECT_EQ(thin, 5 * 4);       // r in {2, 4, 8, 16, 32}, k in {2, 4, 8, 16}
-  EXPECT_EQ(fixed, 5 * 4 + 3);  // and W·X for r in {4, 8, 16}, k = 32, 4 tokens at a time (T = 37)
+  EXPECT_EQ(fixed, 5 * 4 + 3);  // and W·X for r in {4, 8, 16}, k = 32, 8 tokens at a time (T = 37)
   // The blocked kernels (rows a multiple of two SIMD registers, at most 128; T = 37 leaves five
   // tokens after four blocks of eight, k = 17 one column after two): at least r = 32 and 64 with
   // every k when a register holds 4 or more numbers; 160 rows go to Eigen.

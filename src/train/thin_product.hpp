@@ -18,11 +18,15 @@ namespace uatlab::train_detail {
 
 using ThinRows = Sizes<2, 4, 8, 16, 32>;
 using ThinCols = Sizes<2, 4, 8, 16>;
-// Y = W·X for these r×k as well, four tokens at a time: 32 weight columns do not fit the registers
-// beside the sums, so each column loaded serves four tokens (float: 1.4× Eigen's GEMM at 8×32,
-// 1.7× at 16×32, 1.5× at 4×32, slower at r = 2; double: 1.8-2.1×; one core, 1,024 tokens).
+// Y = W·X for r = 4, 8, 16 and these k, eight tokens at a time: each column of W loaded serves
+// eight tokens, and the eight sums are independent, so the multiply-adds do not wait on each
+// other's latency (one token at a time is one chain of k of them). Four tokens at a time already
+// beat Eigen's GEMM at k = 32 (float: 1.4× at 8×32, 1.7× at 16×32, 1.5× at 4×32, slower at r = 2;
+// double: 1.8-2.1×; one core, 1,024 tokens); eight, with the stores fixed below, make tiny's
+// step 1.04× faster again (docs/benchmarks.md).
 using WideRows = Sizes<4, 8, 16>;
-using WideCols = Sizes<32>;
+using WideCols = Sizes<2, 4, 8, 16, 32>;
+constexpr int kWideTokens = 8;
 
 // f(r, k) as compile-time sizes when S is float or double and rows×cols has a kernel.
 template <class S, class F>
@@ -41,16 +45,16 @@ bool with_thin_shape(Eigen::Index rows, Eigen::Index cols, F&& f) {
 // kernel that takes p tokens at a time.
 template <class S, class F>
 bool with_product_shape(Eigen::Index rows, Eigen::Index cols, F&& f) {
-  if (with_thin_shape<S>(rows, cols, [&](auto r, auto k) { f(r, k, std::integral_constant<int, 1>{}); }))
-    return true;
   if constexpr (!std::is_same_v<S, float> && !std::is_same_v<S, double>) {
     return false;
   } else {
     bool found = false;
     with_size(WideRows{}, rows, [&](auto r) {
-      found = with_size(WideCols{}, cols, [&](auto k) { f(r, k, std::integral_constant<int, 4>{}); });
+      found =
+          with_size(WideCols{}, cols, [&](auto k) { f(r, k, std::integral_constant<int, kWideTokens>{}); });
     });
-    return found;
+    return found ||
+           with_thin_shape<S>(rows, cols, [&](auto r, auto k) { f(r, k, std::integral_constant<int, 1>{}); });
   }
 }
 
@@ -65,16 +69,19 @@ void tokens_product(const Eigen::Matrix<S, R, K>& w, const Eigen::Matrix<S, R, 1
     else
       yj.noalias() = w.lazyProduct(xj) + b;
   } else {
-    Eigen::Matrix<S, R, P> acc = b.template replicate<1, P>();
+    Eigen::Matrix<S, R, P> acc = Eigen::Matrix<S, R, P>::Zero();
     for (int k = 0; k < K; ++k) {
       const Eigen::Matrix<S, R, 1> c = w.col(k);
       for (int t = 0; t < P; ++t)
         acc.col(t) += c * xj(k, t);
     }
-    if constexpr (Add)
-      yj += acc;
-    else
-      yj = acc;
+    // Column by column, the bias added last: GCC stores a plain copy of the sums as whole
+    // registers through the stack, which stalls the loads that follow (seen in perf annotate).
+    for (int t = 0; t < P; ++t)
+      if constexpr (Add)
+        yj.col(t) += acc.col(t) + b;
+      else
+        yj.col(t) = acc.col(t) + b;
   }
 }
 
