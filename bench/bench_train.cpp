@@ -1,9 +1,15 @@
 // One training step (forward + backward + AdamW, float32) on the configurations, plus a
 // large SGEMM as the machine's attainable peak. bench/run_train.py runs this beside PyTorch.
+// Beside them, the token products of src/train/thin_product.hpp against Eigen's product on one
+// core (products/...), for the figures quoted there and in docs/benchmarks.md:
 //   bench_train [google-benchmark flags]
+//   bench_train --benchmark_filter=products --benchmark_repetitions=15
+//       --benchmark_enable_random_interleaving=true --benchmark_report_aggregates_only=true
+//       --benchmark_min_time=0.05
 #include <benchmark/benchmark.h>
 #include <omp.h>
 
+#include "../src/train/thin_product.hpp"
 #include "uatlab/model/init.hpp"
 #include "uatlab/train/trainer.hpp"
 
@@ -81,9 +87,52 @@ void sgemm_peak(benchmark::State& state) {
       2.0 * n * n * n * static_cast<double>(state.iterations()) / 1e9, benchmark::Counter::kIsRate);
 }
 
+// Y = W·X (kind 0) or G += dY·Xᵀ (kind 1) for an r×k weight over 1,024 tokens, float, one core:
+// Eigen's product, uatlab's (train_detail::weights_times, add_outer: whichever kernel they pick),
+// or the blocked kernels called directly, also past the bound where the dispatch stops using them.
+enum class Side { eigen, uatlab, blocked };
+void products(benchmark::State& state, int kind, Side side, Eigen::Index r, Eigen::Index k) {
+  const Eigen::Index T = 1024;
+  const Mat<float> w = Mat<float>::Random(r, k), x = Mat<float>::Random(k, T), dy = Mat<float>::Random(r, T);
+  Mat<float> y(r, T), g = Mat<float>::Zero(r, k);
+  Eigen::setNbThreads(1);  // Eigen's product on one core, as the kernels
+  for (auto _ : state) {
+    if (side == Side::eigen && kind == 0)
+      y.noalias() = w * x;
+    else if (side == Side::eigen)
+      g.noalias() += dy * x.transpose();
+    else if (side == Side::uatlab && kind == 0)
+      train_detail::weights_times(y, w, x);
+    else if (side == Side::uatlab)
+      train_detail::add_outer(g, dy, x);
+    else if (kind == 0)
+      train_detail::blocked_product<false>(y, w, x, static_cast<const float*>(nullptr));
+    else
+      train_detail::blocked_outer(g, dy, x);
+    benchmark::DoNotOptimize(y.data());
+    benchmark::DoNotOptimize(g.data());
+  }
+  Eigen::setNbThreads(0);  // back to OpenMP's count
+  state.counters["GFLOPs"] = benchmark::Counter(
+      2.0 * static_cast<double>(r * k * T * state.iterations()) / 1e9, benchmark::Counter::kIsRate);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  const std::pair<int, int> shapes[] = {{8, 8},    {8, 32},    {32, 32},   {128, 32},
+                                        {32, 128}, {128, 128}, {512, 128}, {128, 512}};
+  const std::pair<Side, const char*> sides[] = {
+      {Side::eigen, "/eigen"}, {Side::uatlab, "/uatlab"}, {Side::blocked, "/blocked"}};
+  for (int kind : {0, 1})
+    for (const auto& [r, k] : shapes)
+      for (const auto& [side, label] : sides) {
+        if (side == Side::blocked && r % train_detail::kBlockRows<float> != 0) continue;
+        const std::string name = std::string("products/") + (kind == 0 ? "WX/" : "dYXt/") +
+                                 std::to_string(r) + "x" + std::to_string(k) + label;
+        benchmark::RegisterBenchmark(name.c_str(), products, kind, side, Eigen::Index{r}, Eigen::Index{k});
+      }
+
   for (const Config& c : kConfigs)
     benchmark::RegisterBenchmark((std::string("train_step/") + c.name).c_str(), train_step, c)->UseRealTime();
   benchmark::RegisterBenchmark("sgemm_peak", sgemm_peak)->UseRealTime();

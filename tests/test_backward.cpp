@@ -238,11 +238,11 @@ void check_thin_products(double tol) {
   };
   const Eigen::Index T = 37;
   int thin = 0, fixed = 0, blocked = 0;
-  for (Eigen::Index r : {1, 2, 3, 4, 8, 16, 32, 33, 64, 160})
+  for (Eigen::Index r : {1, 2, 3, 4, 8, 16, 32, 33, 64, 160, 640})
     for (Eigen::Index k : {1, 2, 4, 8, 16, 17, 32, 128}) {
       thin += train_detail::with_thin_shape<S>(r, k, [](auto, auto) {});
       fixed += train_detail::with_product_shape<S>(r, k, [](auto, auto, auto) {});
-      blocked += train_detail::blocked_shape<S>(r, k);
+      blocked += train_detail::blocked_shape<S>(r, k, train_detail::kBlockOuterMax);
       const Mat<S> w = random(r, k), x = random(k, T), dy = random(r, T), y0 = random(r, T), b = random(r, 1);
       Mat<S> y, ya = y0, g = random(r, k), yt, yb;
       const Mat<S> g0 = g;
@@ -259,11 +259,13 @@ void check_thin_products(double tol) {
     }
   EXPECT_EQ(thin, 5 * 4);       // r in {2, 4, 8, 16, 32}, k in {2, 4, 8, 16}
   EXPECT_EQ(fixed, 5 * 4 + 3);  // and W·X for r in {4, 8, 16}, k = 32, 8 tokens at a time (T = 37)
-  // The blocked kernels (rows a multiple of two SIMD registers, at most 128; T = 37 leaves five
-  // tokens after four blocks of eight, k = 17 one column after two): at least r = 32 and 64 with
-  // every k when a register holds 4 or more numbers; 160 rows go to Eigen.
+  // The blocked kernels (rows a multiple of two SIMD registers; T = 37 leaves five tokens after
+  // four blocks of eight, k = 17 one column after two): G for at least r = 32 and 64 with every k
+  // when a register holds 4 or more numbers; 160 rows only for W·X, 640 rows for neither.
   EXPECT_GE(blocked, 16);
-  EXPECT_FALSE(train_detail::blocked_shape<S>(160, 32));
+  EXPECT_TRUE(train_detail::blocked_shape<S>(160, 32, train_detail::kBlockProductMax));
+  EXPECT_FALSE(train_detail::blocked_shape<S>(160, 32, train_detail::kBlockOuterMax));
+  EXPECT_FALSE(train_detail::blocked_shape<S>(640, 32, train_detail::kBlockProductMax));
 }
 
 // The six products of one head and one sequence (scores, V·A; dO·Aᵀ, Vᵀ·dO, K·dS, Q·dSᵀ), made as
@@ -328,5 +330,5 @@ TEST(Backward, ThinProductsEqualEigensProducts) {
   check_thin_products<double>(1e-12);
   EXPECT_FALSE(train_detail::with_thin_shape<Rational>(4, 4, [](auto, auto) {}));
   EXPECT_FALSE(train_detail::with_product_shape<Rational>(8, 32, [](auto, auto, auto) {}));
-  EXPECT_FALSE(train_detail::blocked_shape<Rational>(32, 32));
+  EXPECT_FALSE(train_detail::blocked_shape<Rational>(32, 32, train_detail::kBlockProductMax));
 }

@@ -4,9 +4,9 @@
 // 32 back to d, and its input's gradient). Eigen's GEMM first copies (packs) all T token columns
 // into its own layout, which costs as much as the product when k is this small. Here W, or the
 // running sum of G, is a fixed-size matrix that stays in registers, and the tokens stream through
-// once, column by column. Larger weights, up to 128×128 with r a multiple of a block of rows (the
-// small benchmark's d = 32, m = 128), go to the blocked kernels below. Other shapes and scalars go
-// to Eigen's product.
+// once, column by column. Larger weights, with r a multiple of a block of rows and both sizes up to
+// 512 (up to 128 for G; the small and medium benchmarks' d = 32, 128 and m = 128, 512), go to the
+// blocked kernels below. Other shapes and scalars go to Eigen's product.
 #pragma once
 
 #include <type_traits>
@@ -88,22 +88,22 @@ void tokens_product(const Eigen::Matrix<S, R, K>& w, const Eigen::Matrix<S, R, 1
 // The blocked kernels: rows in blocks of two SIMD registers (32 floats with AVX-512), against
 // eight tokens (Y = W·X) or eight columns of G (G += dY·Xᵀ) at a time, so that sixteen registers
 // hold the sums while a column of W (or a token of dY) and eight broadcast numbers stream past.
-// Eigen's GEMM first copies both operands into its own layout. One core, 1,024 tokens, float,
-// median ratio of the times over 15 interleaved rounds, Eigen / kernel: Y = W·X 1.3-1.5× at 32×32,
-// 1.1-1.2× at 128×32, 1.2-1.5× at 32×128, 1.03-1.09× at 128×128; G += dY·Xᵀ 1.7-2.1× at 32×32,
-// 1.2-1.4× at 128×32, 1.5-1.7× at 32×128, 1.05× at 128×128. At 512×128 G += dY·Xᵀ is 0.6×
-// (dY is re-read from L2 for each block of G), hence the bound of 128.
+// Eigen's GEMM first copies both operands into its own layout. One core, 1,024 tokens, float
+// (bench_train's products/ benchmarks, docs/benchmarks.md): Y = W·X 1.59× Eigen's speed at 32×32,
+// 1.28× at 128×32, 1.18× at 128×128, 1.2× at 512×128 and 128×512; G += dY·Xᵀ 2.09×, 1.44× and
+// 1.22× at the first three, but 0.65× at 512×128 (dY is re-read from L2 for each block of G;
+// products/.../blocked runs the kernels past the bounds), hence the two bounds.
 template <class S>
 constexpr int kBlockRows = 2 * Eigen::internal::packet_traits<S>::size;
 constexpr int kBlockWidth = 8;
-constexpr Eigen::Index kBlockMax = 128;
+constexpr Eigen::Index kBlockProductMax = 512, kBlockOuterMax = 128;
 
 template <class S>
-bool blocked_shape(Eigen::Index rows, Eigen::Index cols) {
+bool blocked_shape(Eigen::Index rows, Eigen::Index cols, Eigen::Index max) {
   if constexpr (!std::is_same_v<S, float> && !std::is_same_v<S, double>)
     return false;
   else
-    return rows % kBlockRows<S> == 0 && rows <= kBlockMax && cols <= kBlockMax;
+    return rows % kBlockRows<S> == 0 && rows <= max && cols <= max;
 }
 
 // y (+)= w·x + b for the P token columns at x and y; w is r×k with r a multiple of the block.
@@ -150,6 +150,16 @@ void block_outer(Mat<S>& g, const Mat<S>& a, const Mat<S>& b, Eigen::Index c0) {
   }
 }
 
+// dst (+)= w·x + b over all of x's tokens (dst already sized), w's rows a multiple of the block.
+template <bool Add, class S>
+void blocked_product(Mat<S>& dst, const Mat<S>& w, const Mat<S>& x, const S* b) {
+  const Eigen::Index T = x.cols(), K = w.cols(), R = w.rows(), whole = T - T % kBlockWidth;
+  for (Eigen::Index j = 0; j < whole; j += kBlockWidth)
+    block_tokens<Add, kBlockWidth>(w, b, x.data() + j * K, dst.data() + j * R);
+  for (Eigen::Index j = whole; j < T; ++j)
+    block_tokens<Add, 1>(w, b, x.data() + j * K, dst.data() + j * R);
+}
+
 template <class S>
 void blocked_outer(Mat<S>& g, const Mat<S>& a, const Mat<S>& b) {
   const Eigen::Index k = b.rows(), whole = k - k % kBlockWidth;
@@ -182,14 +192,8 @@ void product_into(Mat<S>& dst, const Eigen::MatrixBase<W>& w, const Mat<S>& x, c
       tokens_product<Add, 1>(wf, bf, x.data() + j * K, dst.data() + j * R);
   });
   if (fixed) return;
-  if (blocked_shape<S>(w.rows(), w.cols())) {
-    const Mat<S> wc = w;  // column-major, also when w is a transposed weight
-    const S* bias = b ? b->data() : nullptr;
-    const Eigen::Index T = x.cols(), K = wc.cols(), R = wc.rows(), whole = T - T % kBlockWidth;
-    for (Eigen::Index j = 0; j < whole; j += kBlockWidth)
-      block_tokens<Add, kBlockWidth>(wc, bias, x.data() + j * K, dst.data() + j * R);
-    for (Eigen::Index j = whole; j < T; ++j)
-      block_tokens<Add, 1>(wc, bias, x.data() + j * K, dst.data() + j * R);
+  if (blocked_shape<S>(w.rows(), w.cols(), kBlockProductMax)) {
+    blocked_product<Add>(dst, Mat<S>(w), x, b ? b->data() : nullptr);  // w copied column-major
     return;
   }
   if constexpr (Add)
@@ -231,9 +235,9 @@ void add_outer(Mat<S>& g, const Mat<S>& dy, const Mat<S>& x) {
       g += sum.transpose();
   });
   if (thin) return;
-  if (blocked_shape<S>(dy.rows(), x.rows())) {
+  if (blocked_shape<S>(dy.rows(), x.rows(), kBlockOuterMax)) {
     blocked_outer(g, dy, x);
-  } else if (blocked_shape<S>(x.rows(), dy.rows())) {
+  } else if (blocked_shape<S>(x.rows(), dy.rows(), kBlockOuterMax)) {
     Mat<S> gt = Mat<S>::Zero(x.rows(), dy.rows());
     blocked_outer(gt, x, dy);
     g += gt.transpose();
