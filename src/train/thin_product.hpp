@@ -20,10 +20,8 @@ using ThinRows = Sizes<2, 4, 8, 16, 32>;
 using ThinCols = Sizes<2, 4, 8, 16>;
 // Y = W·X for r = 4, 8, 16 and these k, eight tokens at a time: each column of W loaded serves
 // eight tokens, and the eight sums are independent, so the multiply-adds do not wait on each
-// other's latency (one token at a time is one chain of k of them). Four tokens at a time already
-// beat Eigen's GEMM at k = 32 (float: 1.4× at 8×32, 1.7× at 16×32, 1.5× at 4×32, slower at r = 2;
-// double: 1.8-2.1×; one core, 1,024 tokens); eight, with the stores fixed below, make tiny's
-// step 1.04× faster again (docs/benchmarks.md).
+// other's latency (one token at a time is one chain of k of them). Float, one core, 1,024 tokens
+// (bench_train's products/ benchmarks): 3.1× Eigen's GEMM at 8×8, 1.8× at 8×32.
 using WideRows = Sizes<4, 8, 16>;
 using WideCols = Sizes<2, 4, 8, 16, 32>;
 constexpr int kWideTokens = 8;
