@@ -87,9 +87,9 @@ void tokens_product(const Eigen::Matrix<S, R, K>& w, const Eigen::Matrix<S, R, 1
 // eight tokens (Y = W·X) or eight columns of G (G += dY·Xᵀ) at a time, so that sixteen registers
 // hold the sums while a column of W (or a token of dY) and eight broadcast numbers stream past.
 // Eigen's GEMM first copies both operands into its own layout. One core, 1,024 tokens, float
-// (bench_train's products/ benchmarks, docs/benchmarks.md): Y = W·X 1.59× Eigen's speed at 32×32,
-// 1.28× at 128×32, 1.18× at 128×128, 1.2× at 512×128 and 128×512; G += dY·Xᵀ 2.09×, 1.44× and
-// 1.22× at the first three, but 0.65× at 512×128 (dY is re-read from L2 for each block of G;
+// (bench_train's products/ benchmarks, docs/benchmarks.md): Y = W·X 1.57× Eigen's speed at 32×32,
+// 1.28× at 128×32, 1.16-1.17× at 128×128, 512×128 and 128×512; G += dY·Xᵀ 2.07×, 1.45× and 1.24×
+// at the first three, but 0.65× at 512×128 (dY is re-read from L2 for each block of G;
 // products/.../blocked runs the kernels past the bounds), hence the two bounds.
 template <class S>
 constexpr int kBlockRows = 2 * Eigen::internal::packet_traits<S>::size;
