@@ -244,17 +244,21 @@ void check_thin_products(double tol) {
       fixed += train_detail::with_product_shape<S>(r, k, [](auto, auto, auto) {});
       blocked += train_detail::blocked_shape<S>(r, k, train_detail::kBlockOuterMax);
       const Mat<S> w = random(r, k), x = random(k, T), dy = random(r, T), y0 = random(r, T), b = random(r, 1);
-      Mat<S> y, ya = y0, g = random(r, k), yt, yb;
+      Mat<S> y, ya = y0, g = random(r, k), yt, yb, gb = b;
       const Mat<S> g0 = g;
       weights_times(y, w, x);
       add_weights_times(ya, w, x);
       weights_times(yb, w, x, &b);
-      add_outer(g, dy, x);
+      add_outer(g, dy, x, &gb);  // and the bias gradient
+      Mat<S> g_alone = g0;       // without it
+      add_outer(g_alone, dy, x);
       weights_times(yt, w.transpose(), dy);
       EXPECT_LE((y - w * x).cwiseAbs().maxCoeff(), S(tol)) << r << "x" << k;
       EXPECT_LE((ya - y0 - w * x).cwiseAbs().maxCoeff(), S(tol)) << r << "x" << k;
       EXPECT_LE(((yb - w * x).colwise() - b.col(0)).cwiseAbs().maxCoeff(), S(tol)) << r << "x" << k;
       EXPECT_LE((g - g0 - dy * x.transpose()).cwiseAbs().maxCoeff(), S(tol)) << r << "x" << k;
+      EXPECT_LE((gb - b - dy.rowwise().sum()).cwiseAbs().maxCoeff(), S(tol)) << r << "x" << k;
+      EXPECT_EQ(g_alone, g) << r << "x" << k;
       EXPECT_LE((yt - w.transpose() * dy).cwiseAbs().maxCoeff(), S(tol)) << r << "x" << k;
     }
   EXPECT_EQ(thin, 5 * 4);       // r in {2, 4, 8, 16, 32}, k in {2, 4, 8, 16}
@@ -323,6 +327,23 @@ TEST(Backward, HeadProductsEqualEigensProducts) {
   EXPECT_EQ(check_head_products<float>(1e-4), 4);  // head sizes 4 and 8 at n = 16 and 32, every query
   EXPECT_EQ(check_head_products<double>(1e-12), 4);
   EXPECT_EQ(check_head_products<Rational>(0), 0);
+}
+
+// The queries the last attention computes: empty (every query, nothing to leave out) when each
+// sequence counts its first and last token, else per sequence its first to last counted token.
+TEST(Backward, CountedQueries) {
+  Batch<double> b;
+  b.start = {0, 3, 7};
+  b.mask = {1, 0, 1, 1, 1, 1, 1};
+  std::vector<QueryRange> q = {{5, 5}};
+  train_detail::counted_queries(b, q);
+  EXPECT_TRUE(q.empty());
+  b.mask = {1, 0, 0, 0, 1, 1, 0};
+  train_detail::counted_queries(b, q);
+  EXPECT_EQ(q, (std::vector<QueryRange>{{0, 1}, {1, 3}}));
+  b.mask = {0, 0, 0, 1, 1, 1, 1};
+  train_detail::counted_queries(b, q);
+  EXPECT_EQ(q, (std::vector<QueryRange>{{0, 0}, {0, 4}}));
 }
 
 TEST(Backward, ThinProductsEqualEigensProducts) {

@@ -3,7 +3,9 @@
 // matrix holds query k's scores over keys l.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <limits>
 
 #include "../model/network_impl.hpp"
@@ -29,13 +31,6 @@ void times_activation_slope(const LayerSpec& s, const Mat<S>& h, Mat<S>& g) {  /
     g.array() *= h.unaryExpr([](const S& v) { return S(gelu_derivative(v)); }).array();
   else
     g = (h.array() > S(0)).select(g, S(0));
-}
-
-// g += the sum of m's columns (a bias gradient), as one matrix-vector product: Eigen's
-// rowwise().sum() walks a column-major matrix row by row and does not vectorise.
-template <class S, class M>
-void add_column_sum(Mat<S>& g, const M& m) {
-  g.col(0).noalias() += m * Vec<S>::Ones(m.cols());
 }
 
 // LayerNorm over each column, caching x̂ and 1/σ.
@@ -163,16 +158,25 @@ void scores_backward(const LayerSpec& s, Eigen::Index h, const Mat<S>& A, Mat<S>
 }
 
 // Per sequence, the positions [first, end) from its first to its last token counted in the loss
-// ({0, 0} when none is).
+// ({0, 0} when none is); empty when every sequence counts its first and last token, so that there
+// is nothing to leave out (the usual batch, every token counted).
 template <class S>
 void counted_queries(const Batch<S>& batch, std::vector<QueryRange>& out) {
   out.assign(static_cast<std::size_t>(batch.sequences()), QueryRange{0, 0});
-  for (int b = 0; b < batch.sequences(); ++b)
-    for (Eigen::Index c = batch.start[b]; c < batch.start[b + 1]; ++c)
-      if (batch.mask[c]) {
-        if (out[b].second == 0) out[b].first = c - batch.start[b];
-        out[b].second = c - batch.start[b] + 1;
-      }
+  bool whole = true;
+  for (int b = 0; b < batch.sequences(); ++b) {
+    const auto first = batch.mask.begin() + batch.start[b], end = batch.mask.begin() + batch.start[b + 1];
+    const auto counted = [](char m) { return m != 0; };
+    const auto lo = std::find_if(first, end, counted);
+    if (lo == end) {
+      whole = whole && first == end;
+      continue;
+    }
+    const auto hi = std::find_if(std::make_reverse_iterator(end), std::make_reverse_iterator(lo), counted);
+    out[b] = {lo - first, hi.base() - first};
+    whole = whole && lo == first && hi.base() == end;
+  }
+  if (whole) out.clear();
 }
 
 // Where the last attention's columns sit, one layout for its forward and backward passes. With
@@ -293,8 +297,8 @@ void attention_forward(const Layer<S>& L, const Mat<S>& in, const std::vector<Ei
   const Mat<S>& K = s.tied_qkv ? t.q : t.k;
   const Mat<S>& V = s.tied_qkv ? t.q : t.v;
   const int B = static_cast<int>(start.size()) - 1;
-  t.o = Mat<S>::Zero(H * hs, at.o_cols(in.cols()));
-  EvalOptions opt;  // t.a is kept between steps: same shapes reuse their memory
+  t.o.resize(H * hs, at.o_cols(in.cols()));  // every column is set below, head by head
+  EvalOptions opt;                           // t.a is kept between steps: same shapes reuse their memory
   if (const Eigen::Index n = n_common; s.dp_free && n > 0) {  // one A per head
     t.a.resize(H);
     Mat<S> P, PA;
@@ -347,8 +351,7 @@ Mat<S> attention_backward(const Layer<S>& L, Layer<S>& G, const Mat<S>& in,
   Mat<S> dZq;
   if (at.compact) at.gather(dZ, dZq);
   const Mat<S>& dZo = at.compact ? dZq : dZ;
-  add_outer(G.wo, dZo, t.o);
-  if (s.bias) add_column_sum(G.bo, dZ);
+  add_outer(G.wo, dZo, t.o, s.bias ? &G.bo : nullptr);  // dZ is zero away from dZo's columns
   Mat<S> dO;
   weights_times(dO, L.wo.transpose(), dZo);
   const Mat<S>& Q = t.q;
@@ -402,17 +405,15 @@ Mat<S> attention_backward(const Layer<S>& L, Layer<S>& G, const Mat<S>& in,
   if (s.tied_qkv) {
     Mat<S> dP = dV;
     if (!s.dp_free) dP += dQ + dK;
-    add_outer(G.wq, dP, in);
-    if (s.bias) add_column_sum(G.bq, dP);
+    add_outer(G.wq, dP, in, s.bias ? &G.bq : nullptr);
     if (need_din) weights_times(din, L.wq.transpose(), dP);
     return din;
   }
-  add_outer(G.wv, dV, in);
+  add_outer(G.wv, dV, in, s.bias ? &G.bv : nullptr);
   if (need_din) weights_times(din, L.wv.transpose(), dV);
-  if (s.bias) add_column_sum(G.bv, dV);
   if (!s.dp_free) {
-    add_outer(G.wq, dQ, at.compact ? t.q_in : in);
-    add_outer(G.wk, dK, in);
+    add_outer(G.wq, dQ, at.compact ? t.q_in : in, s.bias ? &G.bq : nullptr);
+    add_outer(G.wk, dK, in, s.bias ? &G.bk : nullptr);
     if (need_din) {
       if (at.compact) {
         Mat<S> dq_in;
@@ -422,10 +423,6 @@ Mat<S> attention_backward(const Layer<S>& L, Layer<S>& G, const Mat<S>& in,
         add_weights_times(din, L.wq.transpose(), dQ);
       }
       add_weights_times(din, L.wk.transpose(), dK);
-    }
-    if (s.bias) {
-      add_column_sum(G.bq, dQ);
-      add_column_sum(G.bk, dK);
     }
   }
   return din;
@@ -449,8 +446,7 @@ template <class S>
 Mat<S> mixer_backward(const Layer<S>& L, Layer<S>& G, const Mat<S>& in,
                       const std::vector<Eigen::Index>& start, const LayerTrace<S>& t, const Mat<S>& dZ) {
   const LayerSpec& s = L.spec;
-  add_outer(G.wo, dZ, t.o);
-  if (s.bias) add_column_sum(G.bo, dZ);
+  add_outer(G.wo, dZ, t.o, s.bias ? &G.bo : nullptr);
   Mat<S> dM;
   weights_times(dM, L.wo.transpose(), dZ);
   Mat<S> din = Mat<S>::Zero(in.rows(), in.cols());
@@ -563,7 +559,6 @@ S forward_train(const Network<S>& net, const Batch<S>& batch, Loss loss, Trace<S
   // Loss over counted tokens. Cross-entropy works on the whole output at once: with y shifted by
   // each column's maximum, a token's loss is log Σ exp(y) − y_label; exp(y) over the column sums
   // is the softmax the backward pass needs.
-  trace.counted = 0;
   S total(0);
   if (loss == Loss::cross_entropy) {
     Mat<S>& p = trace.p;
@@ -580,11 +575,12 @@ S forward_train(const Network<S>& net, const Batch<S>& batch, Loss loss, Trace<S
       if (batch.mask[c]) total += Scalar<S>::log(sums(c));
     p.array().rowwise() /= sums.array();
   }
-  for (Eigen::Index c = 0; c < T; ++c) {
-    if (!batch.mask[c]) continue;
-    ++trace.counted;
-    if (loss == Loss::mse) total += (trace.y.col(c) - batch.target.col(c)).squaredNorm();
-  }
+  trace.counted = std::count_if(batch.mask.begin(), batch.mask.end(), [](char m) { return m != 0; });
+  if (loss == Loss::mse && trace.counted == T)
+    total = (trace.y - batch.target).squaredNorm();
+  else if (loss == Loss::mse)
+    for (Eigen::Index c = 0; c < T; ++c)
+      if (batch.mask[c]) total += (trace.y.col(c) - batch.target.col(c)).squaredNorm();
   if (trace.counted == 0) {
     if (!trace.part_of_batch) throw Error("the batch has no tokens counted in the loss (all masked)");
     return trace.loss = S(0);
@@ -600,23 +596,22 @@ void backward(const Network<S>& net, const Batch<S>& batch, Loss loss, const Tra
   using namespace train_detail;
   const Architecture& a = net.arch;
   const Eigen::Index T = batch.tokens();
-  // dLoss/dy
-  Mat<S> dY = Mat<S>::Zero(trace.y.rows(), T);
+  // dLoss/dy: whole matrices, then the tokens not counted set to zero.
   const Eigen::Index counted = trace.normaliser > 0 ? trace.normaliser : trace.counted;
   const S denom = S(static_cast<long>(counted * (loss == Loss::mse ? trace.y.rows() : 1)));
-  for (Eigen::Index c = 0; c < T; ++c) {
-    if (!batch.mask[c]) continue;
-    if (loss == Loss::mse)
-      dY.col(c) = (trace.y.col(c) - batch.target.col(c)) * (S(2) / denom);
-    else {  // (softmax − one-hot) / denom
-      dY.col(c) = trace.p.col(c) / denom;
-      dY(batch.label[c], c) -= S(1) / denom;
-    }
+  Mat<S> dY;
+  if (loss == Loss::mse) {
+    dY = (trace.y - batch.target) * (S(2) / denom);
+  } else {  // (softmax − one-hot) / denom
+    dY = trace.p / denom;
+    for (Eigen::Index c = 0; c < T; ++c)
+      if (batch.mask[c]) dY(batch.label[c], c) -= S(1) / denom;
   }
+  for (Eigen::Index c = 0; c < T; ++c)
+    if (!batch.mask[c]) dY.col(c).setZero();
   Mat<S> dZ;
   if (a.readout > 0) {
-    add_outer(grad.readout_w, dY, trace.z);
-    add_column_sum(grad.readout_b, dY);
+    add_outer(grad.readout_w, dY, trace.z, &grad.readout_b);
     weights_times(dZ, net.readout_w.transpose(), dY);
   } else {
     dZ = std::move(dY);
@@ -639,13 +634,11 @@ void backward(const Network<S>& net, const Batch<S>& batch, Loss loss, const Tra
     else if (L.spec.kind != LayerKind::feedforward)
       din = mixer_backward(L, G, in, batch.start, t, dZ);
     else {
-      add_outer(G.w2, dZ, t.act);
-      add_column_sum(G.b2, dZ);
+      add_outer(G.w2, dZ, t.act, &G.b2);
       Mat<S> dh;
       weights_times(dh, L.w2.transpose(), dZ);
       times_activation_slope(L.spec, t.h, dh);
-      add_outer(G.w1, dh, in);
-      add_column_sum(G.b1, dh);
+      add_outer(G.w1, dh, in, &G.b1);
       if (need_din) weights_times(din, L.w1.transpose(), dh);
     }
     if (!need_din) break;  // i = 0: nothing upstream reads dZ

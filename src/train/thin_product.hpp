@@ -191,7 +191,10 @@ void product_into(Mat<S>& dst, const Eigen::MatrixBase<W>& w, const Mat<S>& x, c
   });
   if (fixed) return;
   if (blocked_shape<S>(w.rows(), w.cols(), kBlockProductMax)) {
-    blocked_product<Add>(dst, Mat<S>(w), x, b ? b->data() : nullptr);  // w copied column-major
+    if constexpr (std::is_same_v<W, Mat<S>>)
+      blocked_product<Add>(dst, w.derived(), x, b ? b->data() : nullptr);
+    else  // a transposed weight, copied column-major
+      blocked_product<Add>(dst, Mat<S>(w), x, b ? b->data() : nullptr);
     return;
   }
   if constexpr (Add)
@@ -210,27 +213,53 @@ void add_weights_times(Mat<S>& dst, const Eigen::MatrixBase<W>& w, const Mat<S>&
   product_into<true>(dst, w, x, b);
 }
 
-// g += dy·xᵀ, the sum over tokens of dy_j x_jᵀ: dy is r×T, x is k×T, g is r×k. The running sum
-// is kept column by column in the orientation whose columns are the longer vectors (for r < k, as
-// gᵀ += x·dyᵀ), so 8×32 runs as 32×8.
+// g += the sum of m's columns (a bias gradient), as one matrix-vector product: Eigen's
+// rowwise().sum() walks a column-major matrix row by row and does not vectorise.
+template <class S, class M>
+void add_column_sum(Mat<S>& g, const M& m) {
+  g.col(0).noalias() += m * Vec<S>::Ones(m.cols());
+}
+
+// g (+)= Σ_j a_j b_jᵀ over the token columns of a (R×T) and b (K×T), as g += sum when Tall, else
+// as g += sumᵀ; gb (when given) += the sum of dy's columns: a's when Tall, else b's, summed in the
+// same pass (one more addition per token).
+template <bool Tall, int R, int K, class S>
+void outer_tokens(Mat<S>& g, const Mat<S>& a, const Mat<S>& b, Mat<S>* gb) {
+  Eigen::Matrix<S, R, K> sum = Eigen::Matrix<S, R, K>::Zero();
+  Eigen::Matrix<S, Tall ? R : K, 1> dy_sum = Eigen::Matrix < S, Tall ? R : K, 1 > ::Zero();
+  for (Eigen::Index j = 0; j < a.cols(); ++j) {
+    const Eigen::Map<const Eigen::Matrix<S, R, 1>> aj(a.data() + j * R);
+    for (int c = 0; c < K; ++c)
+      sum.col(c).noalias() += aj * b.data()[j * K + c];
+    if constexpr (Tall)
+      dy_sum += aj;
+    else
+      dy_sum += Eigen::Map<const Eigen::Matrix<S, K, 1>>(b.data() + j * K);
+  }
+  if constexpr (Tall)
+    g += sum;
+  else
+    g += sum.transpose();
+  if (gb) gb->col(0) += dy_sum;
+}
+
+// g += dy·xᵀ, the sum over tokens of dy_j x_jᵀ: dy is r×T, x is k×T, g is r×k; and, when gb is
+// given, the bias gradient gb += the sum of dy's columns. The running sum is kept column by column
+// in the orientation whose columns are the longer vectors (for r < k, as gᵀ += x·dyᵀ), so 8×32
+// runs as 32×8.
 template <class S>
-void add_outer(Mat<S>& g, const Mat<S>& dy, const Mat<S>& x) {
+void add_outer(Mat<S>& g, const Mat<S>& dy, const Mat<S>& x, Mat<S>* gb = nullptr) {
   eigen_assert(dy.cols() == x.cols() && g.rows() == dy.rows() && g.cols() == x.rows());
+  eigen_assert(!gb || (gb->rows() == dy.rows() && gb->cols() == 1));
   const bool tall = g.rows() >= g.cols();
   const Mat<S>& a = tall ? dy : x;  // the longer side, a column per token
   const Mat<S>& b = tall ? x : dy;
   const bool thin = with_thin_shape<S>(a.rows(), b.rows(), [&](auto r, auto k) {
     constexpr int R = decltype(r)::value, K = decltype(k)::value;
-    Eigen::Matrix<S, R, K> sum = Eigen::Matrix<S, R, K>::Zero();
-    for (Eigen::Index j = 0; j < a.cols(); ++j) {
-      const Eigen::Map<const Eigen::Matrix<S, R, 1>> aj(a.data() + j * R);
-      for (int c = 0; c < K; ++c)
-        sum.col(c).noalias() += aj * b.data()[j * K + c];
-    }
     if (tall)
-      g += sum;
+      outer_tokens<true, R, K>(g, a, b, gb);
     else
-      g += sum.transpose();
+      outer_tokens<false, R, K>(g, a, b, gb);
   });
   if (thin) return;
   if (blocked_shape<S>(dy.rows(), x.rows(), kBlockOuterMax)) {
@@ -242,6 +271,7 @@ void add_outer(Mat<S>& g, const Mat<S>& dy, const Mat<S>& x) {
   } else {
     g.noalias() += dy * x.transpose();
   }
+  if (gb) add_column_sum(*gb, dy);
 }
 
 }  // namespace uatlab::train_detail
