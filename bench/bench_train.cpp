@@ -120,7 +120,7 @@ void products(benchmark::State& state, int kind, Side side, Eigen::Index r, Eige
 }  // namespace
 
 int main(int argc, char** argv) {
-  const std::pair<int, int> shapes[] = {{8, 8},    {8, 32},    {32, 32},   {128, 32},
+  const std::pair<int, int> shapes[] = {{8, 8},    {8, 32},    {32, 8},    {32, 32},  {128, 32},
                                         {32, 128}, {128, 128}, {512, 128}, {128, 512}};
   const std::pair<Side, const char*> sides[] = {
       {Side::eigen, "/eigen"}, {Side::uatlab, "/uatlab"}, {Side::blocked, "/blocked"}};

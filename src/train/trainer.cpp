@@ -62,16 +62,16 @@ std::vector<Mat<S>*> matrices(Network<S>& n) {
   return v;
 }
 
-// Columns of `all` for the sequences `which` (all = every sequence, converted once).
+// Columns of `all` for the sequences `which` (all = every sequence, converted once), into b, whose
+// memory is reused: a training step gathers the same sizes every time.
 template <class S>
-Batch<S> gather(const Batch<S>& all, const std::vector<std::size_t>& which) {
-  Batch<S> b;
-  b.start.push_back(0);
+void gather(const Batch<S>& all, const std::vector<std::size_t>& which, Batch<S>& b) {
   Eigen::Index T = 0;
   for (std::size_t i : which)
     T += all.start[i + 1] - all.start[i];
-  if (all.x.size()) b.x.resize(all.x.rows(), T);
-  if (all.target.size()) b.target.resize(all.target.rows(), T);
+  b.x.resize(all.x.size() ? all.x.rows() : 0, all.x.size() ? T : 0);
+  b.target.resize(all.target.size() ? all.target.rows() : 0, all.target.size() ? T : 0);
+  b.start.assign(1, 0), b.ids.clear(), b.label.clear(), b.mask.clear();
   Eigen::Index c = 0;
   for (std::size_t i : which) {
     const Eigen::Index c0 = all.start[i], n = all.start[i + 1] - c0;
@@ -83,6 +83,11 @@ Batch<S> gather(const Batch<S>& all, const std::vector<std::size_t>& which) {
     c += n;
     b.start.push_back(c);
   }
+}
+template <class S>
+Batch<S> gather(const Batch<S>& all, const std::vector<std::size_t>& which) {
+  Batch<S> b;
+  gather(all, which, b);
   return b;
 }
 
@@ -202,7 +207,7 @@ double batch_gradient(const Network<S>& net, const Batch<S>& batch, Loss loss, N
       std::vector<std::size_t> mine;
       for (int b = p * B / P; b < (p + 1) * B / P; ++b)
         mine.push_back(static_cast<std::size_t>(b));
-      ws.parts[p] = gather(batch, mine);
+      gather(batch, mine, ws.parts[p]);
       ws.traces[p].part_of_batch = true;
       losses[p] = static_cast<double>(forward_train(net, ws.parts[p], loss, ws.traces[p]));
       counts[p] = ws.traces[p].counted;
@@ -219,8 +224,8 @@ double batch_gradient(const Network<S>& net, const Batch<S>& batch, Loss loss, N
 #pragma omp barrier
 #pragma omp master
     t_bwd = omp_get_wtime();
-    if (!error && total > 0) {
-#pragma omp for schedule(dynamic)
+    if (!error && total > 0) {  // the region's end is the one barrier after the sums
+#pragma omp for schedule(dynamic) nowait
       for (long i = 0; i < static_cast<long>(G.size()); ++i)
         for (int q = 0; q < P; ++q)
           *G[i] += *parts_grads[q][i];
@@ -263,11 +268,8 @@ double AdamW<S>::update(Network<S>& net, Network<S>& grad, const TrainConfig& c,
   const S corr2 = static_cast<S>(1 - std::pow(c.beta2, static_cast<double>(step)));
   const S step_size = static_cast<S>(lr) / corr1, eps = static_cast<S>(c.adam_eps);
   const S decay = static_cast<S>(1 - lr * c.weight_decay);
-  // Threads pay off past a few thousand parameters; a tiny model's update is shorter than a fork.
-  const bool threads = net.parameter_count() > 4096;
-#pragma omp parallel for schedule(dynamic) if (threads)
-  for (long i = 0; i < static_cast<long>(P.size()); ++i) {
-    if (skip[static_cast<std::size_t>(i)]) continue;
+  auto update = [&](long i) {
+    if (skip[static_cast<std::size_t>(i)]) return;
     auto p = P[i]->array();
     auto g = G[i]->array() * scale;
     auto mm = M[i]->array();
@@ -277,6 +279,17 @@ double AdamW<S>::update(Network<S>& net, Network<S>& grad, const TrainConfig& c,
     vv = b2 * vv + (1 - b2) * g * g;
     p -= step_size * mm / ((vv / corr2).sqrt() + eps);
     if (rates[static_cast<std::size_t>(i)]) p = p.max(S(0));  // projected onto p_h ≥ 0
+  };
+  // Threads pay off past a few thousand parameters; a tiny model's update is shorter than a fork
+  // (which an OpenMP `if` clause would still make, for a team of one).
+  const long tensors = static_cast<long>(P.size());
+  if (net.parameter_count() > 4096) {
+#pragma omp parallel for schedule(dynamic)
+    for (long i = 0; i < tensors; ++i)
+      update(i);
+  } else {
+    for (long i = 0; i < tensors; ++i)
+      update(i);
   }
   return norm;
 }
