@@ -8,6 +8,8 @@
 #include <iterator>
 #include <limits>
 
+#include <omp.h>
+
 #include "../model/network_impl.hpp"
 #include "head_product.hpp"
 #include "uatlab/train/backward.hpp"
@@ -243,6 +245,30 @@ void unstack_head(const Mat<S>& P, Eigen::Index h, Eigen::Index hs, Eigen::Index
     M.block(h * hs, b * n, hs, n) = P.middleRows(b * hs, hs);
 }
 
+// body(state, b) for every sequence b < B, state = init() per thread; then done(state) per thread,
+// one at a time. Across threads, unless called inside a parallel region (a part of batch_gradient's
+// batch, one training of a sweep): there a nested region would only make a team of one, at the
+// price of a fork.
+template <class Init, class Body, class Done>
+void for_each_sequence(int B, Init&& init, Body&& body, Done&& done) {
+  if (omp_in_parallel()) {
+    auto state = init();
+    for (int b = 0; b < B; ++b)
+      body(state, b);
+    done(state);
+    return;
+  }
+#pragma omp parallel
+  {
+    auto state = init();
+#pragma omp for schedule(dynamic)
+    for (int b = 0; b < B; ++b)
+      body(state, b);
+#pragma omp critical
+    done(state);
+  }
+}
+
 // The products of one head and one sequence: dst = a·b·scale, or dst += a·b·scale. When a is a
 // head view (one dimension fixed at compile time) and every size is at most 8, as a
 // coefficient-wise product, which Eigen unrolls and vectorises instead of packing the operands for
@@ -312,21 +338,23 @@ void attention_forward(const Layer<S>& L, const Mat<S>& in, const std::vector<Ei
     }
   } else {
     t.a.resize(static_cast<std::size_t>(B) * H);
-#pragma omp parallel for schedule(dynamic)
-    for (int b = 0; b < B; ++b) {
-      const Eigen::Index c0 = start[b], n = start[b + 1] - start[b];
-      const auto [q0, q1] = at.range(b);
-      for (Eigen::Index h = 0; h < H; ++h)
-        with_head_view<S>(hs, h, c0, n, q1 - q0, [&](auto view, auto cols) {
-          Mat<S>& A = t.a[static_cast<std::size_t>(b) * H + h];
-          if (s.dp_free)
-            A.setZero(n, q1 - q0);
-          else
-            set_head_product(A, view(K).transpose(), cols(Q, at.q_col(b), q1 - q0), L.score_scale);
-          head_weights(L, h, n, A, opt, q0);
-          set_head_product(cols(t.o, at.o_col(b), q1 - q0), view(V), A, S(1));
-        });
-    }
+    for_each_sequence(
+        B, [] { return 0; },
+        [&](int, int b) {
+          const Eigen::Index c0 = start[b], n = start[b + 1] - start[b];
+          const auto [q0, q1] = at.range(b);
+          for (Eigen::Index h = 0; h < H; ++h)
+            with_head_view<S>(hs, h, c0, n, q1 - q0, [&](auto view, auto cols) {
+              Mat<S>& A = t.a[static_cast<std::size_t>(b) * H + h];
+              if (s.dp_free)
+                A.setZero(n, q1 - q0);
+              else
+                set_head_product(A, view(K).transpose(), cols(Q, at.q_col(b), q1 - q0), L.score_scale);
+              head_weights(L, h, n, A, opt, q0);
+              set_head_product(cols(t.o, at.o_col(b), q1 - q0), view(V), A, S(1));
+            });
+        },
+        [](int) {});
   }
   if (at.compact) {
     Mat<S> wo_o;
@@ -374,31 +402,36 @@ Mat<S> attention_backward(const Layer<S>& L, Layer<S>& G, const Mat<S>& in,
       scores_backward(s, h, A, dS, dot, drpe);
     }
   } else {
-#pragma omp parallel
-    {
-      Mat<S> my_rpe = Mat<S>::Zero(L.rpe.rows(), L.rpe.cols());
-      Mat<S> dS;  // dA, then dS in place; kept across sequences
+    struct Scratch {
+      Mat<S> my_rpe;  // this thread's share of drpe
+      Mat<S> dS;      // dA, then dS in place; kept across sequences
       Eigen::Matrix<S, 1, Eigen::Dynamic> dot;
-#pragma omp for schedule(dynamic)
-      for (int b = 0; b < B; ++b) {
-        const Eigen::Index c0 = start[b], n = start[b + 1] - start[b];
-        const auto [q0, q1] = at.range(b);
-        for (Eigen::Index h = 0; h < H; ++h)
-          with_head_view<S>(hs, h, c0, n, q1 - q0, [&](auto view, auto cols) {
-            const Mat<S>& A = t.a[static_cast<std::size_t>(b) * H + h];
-            const auto dOh = cols(dO, at.o_col(b), q1 - q0);
-            add_head_product(view(dV), dOh, A.transpose(), S(1));
-            set_head_product(dS, view(V).transpose(), dOh, S(1));
-            scores_backward(s, h, A, dS, dot, my_rpe, q0);
-            if (!s.dp_free) {
-              add_head_product(cols(dQ, at.q_col(b), q1 - q0), view(K), dS, L.score_scale);
-              add_head_product(view(dK), cols(Q, at.q_col(b), q1 - q0), dS.transpose(), L.score_scale);
-            }
-          });
-      }
-#pragma omp critical
-      drpe += my_rpe;
-    }
+    };
+    for_each_sequence(
+        B,
+        [&] {
+          return Scratch{Mat<S>::Zero(L.rpe.rows(), L.rpe.cols()), {}, {}};
+        },
+        [&](Scratch& scratch, int b) {
+          Mat<S>& my_rpe = scratch.my_rpe;
+          Mat<S>& dS = scratch.dS;
+          auto& dot = scratch.dot;
+          const Eigen::Index c0 = start[b], n = start[b + 1] - start[b];
+          const auto [q0, q1] = at.range(b);
+          for (Eigen::Index h = 0; h < H; ++h)
+            with_head_view<S>(hs, h, c0, n, q1 - q0, [&](auto view, auto cols) {
+              const Mat<S>& A = t.a[static_cast<std::size_t>(b) * H + h];
+              const auto dOh = cols(dO, at.o_col(b), q1 - q0);
+              add_head_product(view(dV), dOh, A.transpose(), S(1));
+              set_head_product(dS, view(V).transpose(), dOh, S(1));
+              scores_backward(s, h, A, dS, dot, my_rpe, q0);
+              if (!s.dp_free) {
+                add_head_product(cols(dQ, at.q_col(b), q1 - q0), view(K), dS, L.score_scale);
+                add_head_product(view(dK), cols(Q, at.q_col(b), q1 - q0), dS.transpose(), L.score_scale);
+              }
+            });
+        },
+        [&](const Scratch& scratch) { drpe += scratch.my_rpe; });
   }
   if (s.rpe != Rpe::none) G.rpe += drpe;
   Mat<S> din;
