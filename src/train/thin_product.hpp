@@ -9,7 +9,12 @@
 // blocked kernels below. Other shapes and scalars go to Eigen's product.
 #pragma once
 
+#include <cstring>
 #include <type_traits>
+
+#ifdef __AVX512F__
+#include <immintrin.h>
+#endif
 
 #include "../model/sizes.hpp"
 #include "uatlab/model/scalar.hpp"
@@ -82,6 +87,51 @@ void tokens_product(const Eigen::Matrix<S, R, K>& w, const Eigen::Matrix<S, R, 1
         yj.col(t) = acc.col(t) + b;
   }
 }
+
+#ifdef __AVX512F__
+// Y = W·X for an 8-row float weight on AVX-512. A token's eight sums fill half a 16-float
+// register, so tokens_product<P = 8> runs at half the width of the machine. Here the columns of W
+// go in pairs instead: lane 2r + e of register i holds W(r, 2i + e) and is multiplied by the
+// token's entry 2i + e (the two entries broadcast at once, as one 64-bit number), so that each
+// multiply-add serves two columns; at the end the two lanes of each row are added, two tokens at
+// a time. Float, one core, 1,024 tokens (bench_train's products/ benchmarks): see PairedTokens.
+template <int K>
+struct PairedColumns {
+  static_assert(K % 2 == 0);
+  __m512 w[K / 2];
+  explicit PairedColumns(const Eigen::Matrix<float, 8, K>& m) {
+    for (int i = 0; i < K / 2; ++i) {
+      alignas(64) float lanes[16];
+      for (int r = 0; r < 8; ++r)
+        lanes[2 * r] = m(r, 2 * i), lanes[2 * r + 1] = m(r, 2 * i + 1);
+      w[i] = _mm512_load_ps(lanes);
+    }
+  }
+};
+
+// y (+)= w·x + b for the eight token columns at x (K×8) and y (8×8); bias2 holds b twice.
+template <bool Add, int K>
+void paired_tokens_product(const PairedColumns<K>& w, __m512 bias2, const float* x, float* y) {
+  __m512 acc[8];
+  for (int t = 0; t < 8; ++t)
+    acc[t] = _mm512_setzero_ps();
+  for (int i = 0; i < K / 2; ++i)
+    for (int t = 0; t < 8; ++t) {
+      double pair;  // x(2i, t) and x(2i + 1, t)
+      std::memcpy(&pair, x + t * K + 2 * i, sizeof pair);
+      acc[t] = _mm512_fmadd_ps(w.w[i], _mm512_castpd_ps(_mm512_set1_pd(pair)), acc[t]);
+    }
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  for (int t = 0; t < 8; t += 2) {  // tokens t and t + 1: one register of y
+    const __m512 sum = _mm512_add_ps(_mm512_permutex2var_ps(acc[t], even, acc[t + 1]),
+                                     _mm512_permutex2var_ps(acc[t], odd, acc[t + 1]));
+    __m512 out = _mm512_add_ps(sum, bias2);
+    if constexpr (Add) out = _mm512_add_ps(_mm512_loadu_ps(y + 8 * t), out);
+    _mm512_storeu_ps(y + 8 * t, out);
+  }
+}
+#endif
 
 // The blocked kernels: rows in blocks of two SIMD registers (32 floats with AVX-512), against
 // eight tokens (Y = W·X) or eight columns of G (G += dY·Xᵀ) at a time, so that sixteen registers
@@ -184,8 +234,17 @@ void product_into(Mat<S>& dst, const Eigen::MatrixBase<W>& w, const Mat<S>& x, c
     const Eigen::Matrix<S, R, K> wf = w;
     const Eigen::Matrix<S, R, 1> bf = b ? Eigen::Matrix<S, R, 1>(b->col(0)) : Eigen::Matrix<S, R, 1>::Zero();
     const Eigen::Index T = x.cols(), whole = T - T % P;
-    for (Eigen::Index j = 0; j < whole; j += P)
-      tokens_product<Add, P>(wf, bf, x.data() + j * K, dst.data() + j * R);
+#ifdef __AVX512F__
+    if constexpr (std::is_same_v<S, float> && R == 8 && P == 8) {
+      const PairedColumns<K> paired(wf);
+      const __m512 b8 = _mm512_castps256_ps512(_mm256_loadu_ps(bf.data()));
+      const __m512 bias2 = _mm512_shuffle_f32x4(b8, b8, 0x44);  // b in both halves
+      for (Eigen::Index j = 0; j < whole; j += P)
+        paired_tokens_product<Add, K>(paired, bias2, x.data() + j * K, dst.data() + j * R);
+    } else
+#endif
+      for (Eigen::Index j = 0; j < whole; j += P)
+        tokens_product<Add, P>(wf, bf, x.data() + j * K, dst.data() + j * R);
     for (Eigen::Index j = whole; j < T; ++j)
       tokens_product<Add, 1>(wf, bf, x.data() + j * K, dst.data() + j * R);
   });
