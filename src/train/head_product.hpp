@@ -4,7 +4,7 @@
 // costs more than the multiply-adds, and its fixed-size product of a transposed block was slower
 // still (measured). Here the N-entry column being summed stays in registers:
 //   scores and dS:  A = Xᵀ·Y·scale, A's column j = Σ_r (row r of X)ᵀ · Y(r, j);
-//   the others:     G (+)= X·M·scale and X·Mᵀ·scale, through Gᵀ = Mᵀ·Xᵀ and M·Xᵀ.
+//   the others:     G (+)= X·M·scale and X·Mᵀ·scale, sixteen columns of G at a time.
 // The train step at n = 16 and 32 (tiny and small in docs/benchmarks.md) is 1.26× and 1.14× faster
 // with them.
 #pragma once
@@ -39,20 +39,27 @@ void head_gram(const X& x, const Y& y, S scale, Mat<S>& a) {
   }
 }
 
-// G (+)= X·Mᵀ·scale for an R×N block X and an N×N matrix M, as Gᵀ = M·Xᵀ column by column.
-template <bool Add, int R, int N, class S, class G, class X, class M>
-void head_times_transposed(G&& g, const X& x, const M& m, S scale) {
-  Eigen::Matrix<S, N, R> gt;
-  for (int r = 0; r < R; ++r) {
-    Eigen::Matrix<S, N, 1> acc = m.col(0) * x(r, 0);
-    for (int i = 1; i < N; ++i)
-      acc += m.col(i) * x(r, i);
-    gt.col(r) = acc;
+// G (+)= X·M·scale, or X·Mᵀ·scale when Transposed, for an R×N block X and an N×N matrix M: column
+// j of G is Σ_i X(:, i)·M(i, j) (M(j, i) when Transposed), sixteen columns of G at a time in
+// registers, while the columns of X stream past; neither M nor G is transposed. (Summing Gᵀ in
+// N-number registers, as before, took a transposed copy of G, element by element, and of M for
+// X·M: the one took half of these products' time at R = 8, N = 16, float.)
+template <bool Add, bool Transposed, int R, int N, class S, class G, class X, class M>
+void head_times(G&& g, const X& x, const M& m, S scale) {
+  constexpr int J = N < 16 ? N : 16;  // columns of G per block, all in registers
+  static_assert(N % J == 0);
+  for (int j0 = 0; j0 < N; j0 += J) {
+    Eigen::Matrix<S, R, J> sum = Eigen::Matrix<S, R, J>::Zero();
+    for (int i = 0; i < N; ++i) {
+      const Eigen::Matrix<S, R, 1> xi = x.col(i);
+      for (int j = 0; j < J; ++j)
+        sum.col(j) += xi * (Transposed ? m(j0 + j, i) : m(i, j0 + j));
+    }
+    if constexpr (Add)
+      g.template middleCols<J>(j0) += sum * scale;
+    else
+      g.template middleCols<J>(j0) = sum * scale;
   }
-  if constexpr (Add)
-    g += gt.transpose() * scale;
-  else
-    g = gt.transpose() * scale;
 }
 
 // dst = a·b·scale or dst += a·b·scale when the operands are the fixed-size blocks above: Xᵀ·Y
@@ -66,14 +73,13 @@ bool fixed_head_product(D&& dst, const A& a, const B& b, const S& scale) {
   } else if constexpr (fixed_size<A> && !IsTranspose<B>::value && !fixed_size<B>) {
     constexpr int R = A::RowsAtCompileTime, N = A::ColsAtCompileTime;
     eigen_assert(b.rows() == N && b.cols() == N);
-    const Eigen::Matrix<S, N, N> bt = Eigen::Map<const Eigen::Matrix<S, N, N>>(b.data()).transpose();
-    head_times_transposed<Add, R, N>(dst, a, bt, scale);
+    head_times<Add, false, R, N>(dst, a, Eigen::Map<const Eigen::Matrix<S, N, N>>(b.data()), scale);
     return true;
   } else if constexpr (fixed_size<A> && IsTranspose<B>::value && !fixed_size<B>) {
     constexpr int R = A::RowsAtCompileTime, N = A::ColsAtCompileTime;
     const auto& m = b.nestedExpression();
     eigen_assert(m.rows() == N && m.cols() == N);
-    head_times_transposed<Add, R, N>(dst, a, Eigen::Map<const Eigen::Matrix<S, N, N>>(m.data()), scale);
+    head_times<Add, true, R, N>(dst, a, Eigen::Map<const Eigen::Matrix<S, N, N>>(m.data()), scale);
     return true;
   } else {
     return false;
