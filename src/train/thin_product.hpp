@@ -322,8 +322,9 @@ void outer_tokens(Mat<S>& g, const Mat<S>& a, const Mat<S>& b, Mat<S>* gb) {
     return;
   }
 #endif
+  constexpr int D = Tall ? R : K;  // dy's rows
   Eigen::Matrix<S, R, K> sum = Eigen::Matrix<S, R, K>::Zero();
-  Eigen::Matrix<S, Tall ? R : K, 1> dy_sum = Eigen::Matrix < S, Tall ? R : K, 1 > ::Zero();
+  Eigen::Matrix<S, D, 1> dy_sum = Eigen::Matrix<S, D, 1>::Zero();
   for (Eigen::Index j = 0; j < a.cols(); ++j) {
     const Eigen::Map<const Eigen::Matrix<S, R, 1>> aj(a.data() + j * R);
     for (int c = 0; c < K; ++c)
