@@ -73,6 +73,14 @@ int run_train(TrainOpts& o, const Dataset& data, const Dataset* val, Architectur
   save_network(net, o.out, std::is_same_v<S, float> ? "F32" : "F64", Scalar<S>::name);
   rep["model"] = o.out;
   std::cout << rep.dump() << "\n";
+  // Within 2% of the best input-blind prediction: say so, a loss of ln 3 means nothing to a newcomer.
+  const double chance = chance_loss(data, o.cfg.loss), final_loss = rep["train_loss"].get<double>();
+  if (chance > 0 && final_loss >= 0.98 * chance)
+    std::fprintf(stderr,
+                 "uatlab: note: the training loss %.4g ended at chance level (%.4g, the best prediction that "
+                 "ignores the input): the network learned nothing. Try more steps, another --lr, a "
+                 "wider network or a smaller task (docs/training.md).\n",
+                 final_loss, chance);
   return 0;
 }
 
@@ -111,6 +119,11 @@ int cmd_train(TrainOpts& o) {
   }
   Architecture arch;
   if (o.init_model.empty()) arch = architecture_from_flags(o.arch);
+  if (o.init_model.empty() && o.arch.arch.empty() && o.arch.layers.empty())
+    std::fprintf(stderr,
+                 "uatlab: note: no --layer given: the network has no attention or feed-forward sub-layer, "
+                 "only its embedding and readout (e.g. --layer attention:heads=2,head_size=4 --layer "
+                 "feedforward:width=32)\n");
   const Dataset* v = val.sequences.empty() ? nullptr : &val;
   if (o.dtype == "float") return run_train<float>(o, data, v, arch);
   if (o.dtype == "double") return run_train<double>(o, data, v, arch);

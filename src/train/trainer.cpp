@@ -10,6 +10,8 @@
 #include <chrono>
 #include <cmath>
 #include <fstream>
+#include <limits>
+#include <map>
 #include <mutex>
 #include <numeric>
 
@@ -464,6 +466,37 @@ TrainReport train(Network<S>& net, const Dataset& data, const Dataset* validatio
   return rep;
 }
 
+double chance_loss(const Dataset& data, Loss loss) {
+  std::map<long, double> classes;  // ce: count per label
+  std::vector<double> sum, sum2;   // mse: per coordinate
+  double count = 0;
+  for (const Sequence& q : data.sequences)
+    for (Eigen::Index c = 0; c < q.y.cols(); ++c) {
+      if (!q.mask.empty() && !q.mask[c]) continue;
+      count += 1;
+      if (loss == Loss::cross_entropy) {
+        classes[class_label(q.y(0, c), std::numeric_limits<int>::max())] += 1;
+        continue;
+      }
+      sum.resize(static_cast<std::size_t>(q.y.rows())), sum2.resize(sum.size());
+      for (Eigen::Index i = 0; i < q.y.rows(); ++i) {
+        const double y = Scalar<double>::from(q.y(i, c));
+        sum[static_cast<std::size_t>(i)] += y;
+        sum2[static_cast<std::size_t>(i)] += y * y;
+      }
+    }
+  if (count == 0) return std::numeric_limits<double>::quiet_NaN();
+  double out = 0;
+  if (loss == Loss::cross_entropy) {
+    for (const auto& [label, k] : classes)
+      out -= k / count * std::log(k / count);
+    return out;
+  }
+  for (std::size_t i = 0; i < sum.size(); ++i)
+    out += std::max(0.0, sum2[i] / count - (sum[i] / count) * (sum[i] / count));
+  return sum.empty() ? 0 : out / static_cast<double>(sum.size());
+}
+
 template <class S>
 json training_summary(const Network<S>& net, const Dataset& data, const Dataset* validation, Loss loss,
                       const TrainReport& r) {
@@ -477,6 +510,7 @@ json training_summary(const Network<S>& net, const Dataset& data, const Dataset*
       std::isnan(r.train_loss) ? evaluate_loss(net, data, loss) : std::pair{r.train_loss, r.train_accuracy};
   out["train_loss"] = train_loss;
   if (train_accuracy >= 0) out["train_accuracy"] = train_accuracy;
+  out["chance_loss"] = chance_loss(data, loss);
   if (!validation) return out;
   const auto [val_loss, val_accuracy] = evaluate_loss(net, *validation, loss);
   out["val_loss"] = val_loss;

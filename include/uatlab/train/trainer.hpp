@@ -93,9 +93,16 @@ TrainReport train(Network<S>& net, const Dataset& data, const Dataset* validatio
 template <class S>
 std::pair<double, double> evaluate_loss(const Network<S>& net, const Dataset& data, Loss loss);
 
+// The chance level of a dataset: the loss of the best prediction that ignores the input, one
+// constant for every scored token. Cross-entropy: the entropy of the scored labels' frequencies
+// (ln 3 for three balanced classes); mse: the mean over output coordinates of the scored targets'
+// variance. A training whose loss ends there has learned nothing.
+double chance_loss(const Dataset& data, Loss loss);
+
 // The result of a training as JSON, the one format of `uatlab train` and the experiments:
 // parameters, steps, seconds, stopped_early, loss (+ accuracy: the last logged), train_loss
-// (+ train_accuracy for ce) over the whole training set, and with a validation set val_loss
+// (+ train_accuracy for ce) over the whole training set, chance_loss (chance_loss of the training
+// set), and with a validation set val_loss
 // (+ val_accuracy; mse: val_nmse = val MSE / variance of the scored validation targets).
 template <class S>
 nlohmann::json training_summary(const Network<S>& net, const Dataset& data, const Dataset* validation,
