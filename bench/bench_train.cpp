@@ -106,7 +106,7 @@ void products(benchmark::State& state, int kind, Side side, Eigen::Index r, Eige
     else if (side == Side::uatlab)
       train_detail::add_outer(g, dy, x);
     else if (kind == 0)
-      train_detail::blocked_product<false>(y, w, x, static_cast<const float*>(nullptr));
+      train_detail::blocked_product(y, w, x, static_cast<const float*>(nullptr), false);
     else
       train_detail::blocked_outer(g, dy, x);
     benchmark::DoNotOptimize(y.data());

@@ -3,7 +3,7 @@
 #include <mpfi.h>
 #include <mpfr.h>
 #include <omp.h>
-#include <Eigen/Core>
+#include "uatlab/model/eigen.hpp"
 
 #include <chrono>
 #include <cstdio>

@@ -14,6 +14,7 @@
 #include <cmath>
 #include <functional>
 #include <map>
+#include "uatlab/model/eigen.hpp"  // first, then Eigen's modules
 
 #include "uatlab/experiment/table.hpp"
 #include "uatlab/io/json.hpp"

@@ -3,8 +3,8 @@
 // their shapes from these tables.
 #pragma once
 
-#include <Eigen/Core>
 #include <type_traits>
+#include "uatlab/model/eigen.hpp"
 
 namespace uatlab {
 

@@ -1,5 +1,6 @@
-// Instantiations of the training forward/backward: float and double train, MPFR checks them.
-#include "backward_impl.hpp"
+// The training loss by name; the forward/backward passes are instantiated per scalar in
+// {forward,backward}_{float,double,mpfr}.cpp.
+#include "uatlab/train/backward.hpp"
 
 namespace uatlab {
 
@@ -8,9 +9,5 @@ Loss parse_loss(const std::string& s) {
   if (s == "ce" || s == "cross-entropy") return Loss::cross_entropy;
   throw Error("loss \"" + s + "\": expected mse or ce");
 }
-
-UATLAB_INSTANTIATE_TRAIN(float)
-UATLAB_INSTANTIATE_TRAIN(double)
-UATLAB_INSTANTIATE_TRAIN(Mpfr)
 
 }  // namespace uatlab

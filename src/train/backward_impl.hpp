@@ -273,28 +273,34 @@ void for_each_sequence(int B, Init&& init, Body&& body, Done&& done) {
 // head view (one dimension fixed at compile time) and every size is at most 8, as a
 // coefficient-wise product, which Eigen unrolls and vectorises instead of packing the operands for
 // its GEMM (faster at n = 8; slower from n = 32 on, measured). A single row (head size 1) stays a
-// matrix-vector product, which is faster still.
-template <class A, class B>
-bool small_head_product(const A& a, const B& b) {
-  if constexpr (A::RowsAtCompileTime == Eigen::Dynamic && A::ColsAtCompileTime == Eigen::Dynamic)
-    return false;
-  return a.rows() > 1 && a.rows() <= 8 && a.cols() <= 8 && b.cols() <= 8;
+// matrix-vector product, which is faster still. Each branch is compiled only for the operands it
+// can serve (fixed-size blocks go to head_product.hpp alone).
+template <bool Add, class D, class A, class B, class S>
+void head_product(D&& dst, const A& a, const B& b, const S& scale) {
+  if constexpr (fixed_head_operands<A, B>) {
+    fixed_head_product<Add>(dst, a, b, scale);
+  } else {
+    if constexpr (A::RowsAtCompileTime != Eigen::Dynamic || A::ColsAtCompileTime != Eigen::Dynamic)
+      if (a.rows() > 1 && a.rows() <= 8 && a.cols() <= 8 && b.cols() <= 8) {
+        if constexpr (Add)
+          dst.noalias() += a.lazyProduct(b) * scale;
+        else
+          dst.noalias() = a.lazyProduct(b) * scale;
+        return;
+      }
+    if constexpr (Add)
+      dst.noalias() += (a * b) * scale;
+    else
+      dst.noalias() = (a * b) * scale;
+  }
 }
 template <class D, class A, class B, class S>
 void set_head_product(D&& dst, const A& a, const B& b, const S& scale) {
-  if (fixed_head_product<false>(dst, a, b, scale)) return;
-  if (small_head_product(a, b))
-    dst.noalias() = a.lazyProduct(b) * scale;
-  else
-    dst.noalias() = (a * b) * scale;
+  head_product<false>(dst, a, b, scale);
 }
 template <class D, class A, class B, class S>
 void add_head_product(D&& dst, const A& a, const B& b, const S& scale) {
-  if (fixed_head_product<true>(dst, a, b, scale)) return;
-  if (small_head_product(a, b))
-    dst.noalias() += a.lazyProduct(b) * scale;
-  else
-    dst.noalias() += (a * b) * scale;
+  head_product<true>(dst, a, b, scale);
 }
 
 template <class S>
@@ -342,7 +348,8 @@ void attention_forward(const Layer<S>& L, const Mat<S>& in, const std::vector<Ei
         B, [] { return 0; },
         [&](int, int b) {
           const Eigen::Index c0 = start[b], n = start[b + 1] - start[b];
-          const auto [q0, q1] = at.range(b);
+          const QueryRange range = at.range(b);  // not a structured binding: clang 14 cannot capture one
+          const Eigen::Index q0 = range.first, q1 = range.second;
           for (Eigen::Index h = 0; h < H; ++h)
             with_head_view<S>(hs, h, c0, n, q1 - q0, [&](auto view, auto cols) {
               Mat<S>& A = t.a[static_cast<std::size_t>(b) * H + h];
@@ -417,7 +424,8 @@ Mat<S> attention_backward(const Layer<S>& L, Layer<S>& G, const Mat<S>& in,
           Mat<S>& dS = scratch.dS;
           auto& dot = scratch.dot;
           const Eigen::Index c0 = start[b], n = start[b + 1] - start[b];
-          const auto [q0, q1] = at.range(b);
+          const QueryRange range = at.range(b);  // not a structured binding: clang 14 cannot capture one
+          const Eigen::Index q0 = range.first, q1 = range.second;
           for (Eigen::Index h = 0; h < H; ++h)
             with_head_view<S>(hs, h, c0, n, q1 - q0, [&](auto view, auto cols) {
               const Mat<S>& A = t.a[static_cast<std::size_t>(b) * H + h];
@@ -741,11 +749,5 @@ Batch<S> make_batch(const Dataset& ds, const std::vector<std::size_t>& which, Lo
   }
   return b;
 }
-
-#define UATLAB_INSTANTIATE_TRAIN(S)                                                                  \
-  template S forward_train<S>(const Network<S>&, const Batch<S>&, Loss, Trace<S>&);                  \
-  template void backward<S>(const Network<S>&, const Batch<S>&, Loss, const Trace<S>&, Network<S>&); \
-  template S loss_and_gradient<S>(const Network<S>&, const Batch<S>&, Loss, Network<S>&);            \
-  template Batch<S> make_batch<S>(const Dataset&, const std::vector<std::size_t>&, Loss, int);
 
 }  // namespace uatlab

@@ -62,27 +62,29 @@ void head_times(G&& g, const X& x, const M& m, S scale) {
   }
 }
 
-// dst = a·b·scale or dst += a·b·scale when the operands are the fixed-size blocks above: Xᵀ·Y
-// (scores, dS), X·M (V·A, K·dS) or X·Mᵀ (dO·Aᵀ, Q·dSᵀ), M an N×N Mat. False for other operands.
+// Whether a·b is one of the products below: Xᵀ·Y (scores, dS), X·M (V·A, K·dS) or X·Mᵀ (dO·Aᵀ,
+// Q·dSᵀ) for fixed-size blocks X, Y and an N×N Mat M. Decided at compile time, so that no other
+// product is compiled for these operands.
+template <class A, class B>
+constexpr bool fixed_head_operands = (IsTranspose<A>::value && fixed_size<B>) ||
+                                     (fixed_size<A> && !fixed_size<B>);
+
+// dst = a·b·scale, or dst += a·b·scale when Add, for fixed_head_operands.
 template <bool Add, class D, class A, class B, class S>
-bool fixed_head_product(D&& dst, const A& a, const B& b, const S& scale) {
-  if constexpr (IsTranspose<A>::value && fixed_size<B>) {
+void fixed_head_product(D&& dst, const A& a, const B& b, const S& scale) {
+  static_assert(fixed_head_operands<A, B>);
+  if constexpr (IsTranspose<A>::value) {
     static_assert(!Add, "the scores are set, not added");
     head_gram<B::RowsAtCompileTime, B::ColsAtCompileTime>(a.nestedExpression(), b, scale, dst);
-    return true;
-  } else if constexpr (fixed_size<A> && !IsTranspose<B>::value && !fixed_size<B>) {
+  } else if constexpr (!IsTranspose<B>::value) {
     constexpr int R = A::RowsAtCompileTime, N = A::ColsAtCompileTime;
     eigen_assert(b.rows() == N && b.cols() == N);
     head_times<Add, false, R, N>(dst, a, Eigen::Map<const Eigen::Matrix<S, N, N>>(b.data()), scale);
-    return true;
-  } else if constexpr (fixed_size<A> && IsTranspose<B>::value && !fixed_size<B>) {
+  } else {
     constexpr int R = A::RowsAtCompileTime, N = A::ColsAtCompileTime;
     const auto& m = b.nestedExpression();
     eigen_assert(m.rows() == N && m.cols() == N);
     head_times<Add, true, R, N>(dst, a, Eigen::Map<const Eigen::Matrix<S, N, N>>(m.data()), scale);
-    return true;
-  } else {
-    return false;
   }
 }
 

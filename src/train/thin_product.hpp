@@ -12,12 +12,12 @@
 #include <cstring>
 #include <type_traits>
 
+#include "../model/sizes.hpp"
+#include "uatlab/model/scalar.hpp"  // and through it uatlab/model/eigen.hpp, before immintrin.h
+
 #ifdef __AVX512F__
 #include <immintrin.h>
 #endif
-
-#include "../model/sizes.hpp"
-#include "uatlab/model/scalar.hpp"
 
 namespace uatlab::train_detail {
 
@@ -57,21 +57,27 @@ bool with_product_shape(Eigen::Index rows, Eigen::Index cols, F&& f) {
       found =
           with_size(WideCols{}, cols, [&](auto k) { f(r, k, std::integral_constant<int, kWideTokens>{}); });
     });
-    return found ||
-           with_thin_shape<S>(rows, cols, [&](auto r, auto k) { f(r, k, std::integral_constant<int, 1>{}); });
+    // The shapes both tables hold went to the first: only the others are compiled again.
+    return found || with_thin_shape<S>(rows, cols, [&](auto r, auto k) {
+             if constexpr (!contains(WideRows{}, decltype(r)::value) ||
+                           !contains(WideCols{}, decltype(k)::value))
+               f(r, k, std::integral_constant<int, 1>{});
+           });
   }
 }
 
-// y (+)= w·x + b for the P token columns at x and y.
-template <bool Add, int P, class S, int R, int K>
-void tokens_product(const Eigen::Matrix<S, R, K>& w, const Eigen::Matrix<S, R, 1>& b, const S* x, S* y) {
+// y (+)= w·x + b for the P token columns at x and y (added when add, else set).
+template <int P, class S, int R, int K>
+void tokens_product(const Eigen::Matrix<S, R, K>& w, const Eigen::Matrix<S, R, 1>& b, const S* x, S* y,
+                    bool add) {
   Eigen::Map<Eigen::Matrix<S, R, P>> yj(y);
   const Eigen::Map<const Eigen::Matrix<S, K, P>> xj(x);
   if constexpr (P == 1) {  // Eigen unrolls the product
-    if constexpr (Add)
-      yj.noalias() += w.lazyProduct(xj) + b;
+    const Eigen::Matrix<S, R, 1> v = w.lazyProduct(xj) + b;
+    if (add)
+      yj += v;
     else
-      yj.noalias() = w.lazyProduct(xj) + b;
+      yj = v;
   } else {
     Eigen::Matrix<S, R, P> acc = Eigen::Matrix<S, R, P>::Zero();
     for (int k = 0; k < K; ++k) {
@@ -82,7 +88,7 @@ void tokens_product(const Eigen::Matrix<S, R, K>& w, const Eigen::Matrix<S, R, 1
     // Column by column, the bias added last: GCC stores a plain copy of the sums as whole
     // registers through the stack, which stalls the loads that follow (seen in perf annotate).
     for (int t = 0; t < P; ++t)
-      if constexpr (Add)
+      if (add)
         yj.col(t) += acc.col(t) + b;
       else
         yj.col(t) = acc.col(t) + b;
@@ -120,8 +126,8 @@ struct PairedColumns {
 };
 
 // y (+)= w·x + b for the eight token columns at x (K×8) and y (8×8); bias2 holds b twice.
-template <bool Add, int K>
-void paired_tokens_product(const PairedColumns<K>& w, __m512 bias2, const float* x, float* y) {
+template <int K>
+void paired_tokens_product(const PairedColumns<K>& w, __m512 bias2, const float* x, float* y, bool add) {
   __m512 acc[8];
   for (int t = 0; t < 8; ++t)
     acc[t] = _mm512_setzero_ps();
@@ -135,7 +141,7 @@ void paired_tokens_product(const PairedColumns<K>& w, __m512 bias2, const float*
     const __m512 sum = _mm512_add_ps(_mm512_permutex2var_ps(acc[t], even, acc[t + 1]),
                                      _mm512_permutex2var_ps(acc[t], odd, acc[t + 1]));
     __m512 out = _mm512_add_ps(sum, bias2);
-    if constexpr (Add) out = _mm512_add_ps(_mm512_loadu_ps(y + 8 * t), out);
+    if (add) out = _mm512_add_ps(_mm512_loadu_ps(y + 8 * t), out);
     _mm512_storeu_ps(y + 8 * t, out);
   }
 }
@@ -191,8 +197,8 @@ bool blocked_shape(Eigen::Index rows, Eigen::Index cols, Eigen::Index max) {
 }
 
 // y (+)= w·x + b for the P token columns at x and y; w is r×k with r a multiple of the block.
-template <bool Add, int P, class S>
-void block_tokens(const Mat<S>& w, const S* b, const S* x, S* y) {
+template <int P, class S>
+void block_tokens(const Mat<S>& w, const S* b, const S* x, S* y, bool add) {
   constexpr int RB = kBlockRows<S>;
   using Block = Eigen::Matrix<S, RB, P>;
   const Eigen::Index r = w.rows(), k = w.cols();
@@ -209,7 +215,7 @@ void block_tokens(const Mat<S>& w, const S* b, const S* x, S* y) {
         acc.col(t) += wc * x[t * k + c];
     }
     Eigen::Map<Block, 0, Eigen::OuterStride<>> yj(y + r0, Eigen::OuterStride<>(r));
-    if constexpr (Add)
+    if (add)
       yj += acc;
     else
       yj = acc;
@@ -235,13 +241,13 @@ void block_outer(Mat<S>& g, const Mat<S>& a, const Mat<S>& b, Eigen::Index c0) {
 }
 
 // dst (+)= w·x + b over all of x's tokens (dst already sized), w's rows a multiple of the block.
-template <bool Add, class S>
-void blocked_product(Mat<S>& dst, const Mat<S>& w, const Mat<S>& x, const S* b) {
+template <class S>
+void blocked_product(Mat<S>& dst, const Mat<S>& w, const Mat<S>& x, const S* b, bool add) {
   const Eigen::Index T = x.cols(), K = w.cols(), R = w.rows(), whole = T - T % kBlockWidth;
   for (Eigen::Index j = 0; j < whole; j += kBlockWidth)
-    block_tokens<Add, kBlockWidth>(w, b, x.data() + j * K, dst.data() + j * R);
+    block_tokens<kBlockWidth>(w, b, x.data() + j * K, dst.data() + j * R, add);
   for (Eigen::Index j = whole; j < T; ++j)
-    block_tokens<Add, 1>(w, b, x.data() + j * K, dst.data() + j * R);
+    block_tokens<1>(w, b, x.data() + j * K, dst.data() + j * R, add);
 }
 
 template <class S>
@@ -258,12 +264,29 @@ void add_bias(Mat<S>& m, const Mat<S>& b) {  // every column
   m.colwise() += b.col(0);
 }
 
-// dst = w·x + b (Add = false) or dst += w·x + b (Add = true): w is r×k (a weight or its
-// transpose), x holds k×T tokens, b (optional) is an r×1 bias.
-template <bool Add, class S, class W>
-void product_into(Mat<S>& dst, const Eigen::MatrixBase<W>& w, const Mat<S>& x, const Mat<S>* b) {
+// Whether Y = W·X with an r×k weight has a kernel here (else it is Eigen's product).
+template <class S>
+bool has_product_kernel(Eigen::Index rows, Eigen::Index cols) {
+  return with_product_shape<S>(rows, cols, [](auto, auto, auto) {}) ||
+         blocked_shape<S>(rows, cols, kBlockProductMax);
+}
+
+// dst (+)= w·x + b as Eigen's product, for the shapes without a kernel.
+template <class S, class W>
+void eigen_product(Mat<S>& dst, const W& w, const Mat<S>& x, const Mat<S>* b, bool add) {
+  if (add)
+    dst.noalias() += w * x;
+  else
+    dst.noalias() = w * x;
+  if (b) add_bias(dst, *b);
+}
+
+// dst (+)= w·x + b through the kernels (has_product_kernel) or Eigen's product: w is r×k, x holds
+// k×T tokens, b (optional) is an r×1 bias; dst is set, or added to when add (then already sized).
+template <class S>
+void product_into(Mat<S>& dst, const Mat<S>& w, const Mat<S>& x, const Mat<S>* b, bool add) {
   eigen_assert(w.cols() == x.rows() && (!b || b->rows() == w.rows()));
-  if (!Add) dst.resize(w.rows(), x.cols());
+  if (!add) dst.resize(w.rows(), x.cols());
   eigen_assert(dst.rows() == w.rows() && dst.cols() == x.cols());
   const bool fixed = with_product_shape<S>(w.rows(), w.cols(), [&](auto r, auto k, auto p) {
     constexpr int R = decltype(r)::value, K = decltype(k)::value, P = decltype(p)::value;
@@ -276,36 +299,37 @@ void product_into(Mat<S>& dst, const Eigen::MatrixBase<W>& w, const Mat<S>& x, c
       const __m512 b8 = _mm512_castps256_ps512(_mm256_loadu_ps(bf.data()));
       const __m512 bias2 = _mm512_shuffle_f32x4(b8, b8, 0x44);  // b in both halves
       for (Eigen::Index j = 0; j < whole; j += P)
-        paired_tokens_product<Add, K>(paired, bias2, x.data() + j * K, dst.data() + j * R);
+        paired_tokens_product<K>(paired, bias2, x.data() + j * K, dst.data() + j * R, add);
     } else
 #endif
       for (Eigen::Index j = 0; j < whole; j += P)
-        tokens_product<Add, P>(wf, bf, x.data() + j * K, dst.data() + j * R);
+        tokens_product<P>(wf, bf, x.data() + j * K, dst.data() + j * R, add);
     for (Eigen::Index j = whole; j < T; ++j)
-      tokens_product<Add, 1>(wf, bf, x.data() + j * K, dst.data() + j * R);
+      tokens_product<1>(wf, bf, x.data() + j * K, dst.data() + j * R, add);
   });
   if (fixed) return;
   if (blocked_shape<S>(w.rows(), w.cols(), kBlockProductMax)) {
-    if constexpr (std::is_same_v<W, Mat<S>>)
-      blocked_product<Add>(dst, w.derived(), x, b ? b->data() : nullptr);
-    else  // a transposed weight, copied column-major
-      blocked_product<Add>(dst, Mat<S>(w), x, b ? b->data() : nullptr);
+    blocked_product(dst, w, x, b ? b->data() : nullptr, add);
     return;
   }
-  if constexpr (Add)
-    dst.noalias() += w * x;
-  else
-    dst.noalias() = w * x;
-  if (b) add_bias(dst, *b);
+  eigen_product(dst, w, x, b, add);
+}
+// A transposed weight (the backward's Wᵀ·dY) is copied column-major when a kernel takes its shape:
+// the kernels are compiled for plain weights only.
+template <class S>
+void product_into(Mat<S>& dst, const Eigen::Transpose<const Mat<S>>& w, const Mat<S>& x, const Mat<S>* b,
+                  bool add) {
+  if (has_product_kernel<S>(w.rows(), w.cols())) return product_into(dst, Mat<S>(w), x, b, add);
+  eigen_assert(w.cols() == x.rows() && (!b || b->rows() == w.rows()));
+  eigen_product(dst, w, x, b, add);
 }
 template <class S, class W>
-void weights_times(Mat<S>& dst, const Eigen::MatrixBase<W>& w, const Mat<S>& x, const Mat<S>* b = nullptr) {
-  product_into<false>(dst, w, x, b);
+void weights_times(Mat<S>& dst, const W& w, const Mat<S>& x, const Mat<S>* b = nullptr) {
+  product_into(dst, w, x, b, false);
 }
 template <class S, class W>
-void add_weights_times(Mat<S>& dst, const Eigen::MatrixBase<W>& w, const Mat<S>& x,
-                       const Mat<S>* b = nullptr) {
-  product_into<true>(dst, w, x, b);
+void add_weights_times(Mat<S>& dst, const W& w, const Mat<S>& x, const Mat<S>* b = nullptr) {
+  product_into(dst, w, x, b, true);
 }
 
 // g += the sum of m's columns (a bias gradient), as one matrix-vector product: Eigen's
@@ -338,11 +362,14 @@ void outer_tokens(Mat<S>& g, const Mat<S>& a, const Mat<S>& b, Mat<S>* gb) {
     else
       dy_sum += Eigen::Map<const Eigen::Matrix<S, K, 1>>(b.data() + j * K);
   }
+  // Into g and gb through fixed-size maps: a dynamic destination of a fixed-size sum makes GCC 12
+  // warn (-Warray-bounds) about the branches of Eigen's assignment it cannot prove dead.
+  eigen_assert(g.size() == R * K && (!gb || gb->size() == D));
   if constexpr (Tall)
-    g += sum;
+    Eigen::Map<Eigen::Matrix<S, R, K>>(g.data()) += sum;
   else
-    g += sum.transpose();
-  if (gb) gb->col(0) += dy_sum;
+    Eigen::Map<Eigen::Matrix<S, K, R>>(g.data()) += sum.transpose();
+  if (gb) Eigen::Map<Eigen::Matrix<S, D, 1>>(gb->data()) += dy_sum;
 }
 
 // g += dy·xᵀ, the sum over tokens of dy_j x_jᵀ: dy is r×T, x is k×T, g is r×k; and, when gb is
@@ -356,12 +383,18 @@ void add_outer(Mat<S>& g, const Mat<S>& dy, const Mat<S>& x, Mat<S>* gb = nullpt
   const bool tall = g.rows() >= g.cols();
   const Mat<S>& a = tall ? dy : x;  // the longer side, a column per token
   const Mat<S>& b = tall ? x : dy;
+  // a has at least as many rows as b, more unless g is square (then tall): only those shapes are
+  // compiled.
   const bool thin = with_thin_shape<S>(a.rows(), b.rows(), [&](auto r, auto k) {
     constexpr int R = decltype(r)::value, K = decltype(k)::value;
-    if (tall)
+    if constexpr (R == K)
       outer_tokens<true, R, K>(g, a, b, gb);
-    else
-      outer_tokens<false, R, K>(g, a, b, gb);
+    else if constexpr (R > K) {
+      if (tall)
+        outer_tokens<true, R, K>(g, a, b, gb);
+      else
+        outer_tokens<false, R, K>(g, a, b, gb);
+    }
   });
   if (thin) return;
   if (blocked_shape<S>(dy.rows(), x.rows(), kBlockOuterMax)) {

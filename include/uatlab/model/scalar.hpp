@@ -8,12 +8,13 @@
 //   Rational          GMP rationals: exact, for networks without exp/log/sqrt
 #pragma once
 
+#include "uatlab/model/eigen.hpp"  // first: boost/multiprecision/eigen.hpp includes Eigen
+
 #include <boost/multiprecision/eigen.hpp>
 #include <boost/multiprecision/gmp.hpp>
 #include <boost/multiprecision/mpfi.hpp>
 #include <boost/multiprecision/mpfr.hpp>
 
-#include <Eigen/Core>
 #include <stdexcept>
 #include <string>
 

@@ -87,4 +87,21 @@ Network<S> zero_like(const Network<S>& net) {
 template <class S>
 S loss_and_gradient(const Network<S>& net, const Batch<S>& batch, Loss loss, Network<S>& grad);
 
+// float and double train; MPFR checks them (tests/test_backward.cpp). Each scalar's forward and
+// backward passes are instantiated in translation units of their own
+// (src/train/{forward,backward}_<scalar>.cpp), so that no includer compiles them again and no
+// single file compiles all of them (each stays under 2 GB of compiler memory, docs/building.md).
+#define UATLAB_TRAIN_FORWARD_INSTANCES(PREFIX, S)                                                \
+  PREFIX template S forward_train<S>(const Network<S>&, const Batch<S>&, Loss, Trace<S>&);       \
+  PREFIX template S loss_and_gradient<S>(const Network<S>&, const Batch<S>&, Loss, Network<S>&); \
+  PREFIX template Batch<S> make_batch<S>(const Dataset&, const std::vector<std::size_t>&, Loss, int);
+#define UATLAB_TRAIN_BACKWARD_INSTANCES(PREFIX, S) \
+  PREFIX template void backward<S>(const Network<S>&, const Batch<S>&, Loss, const Trace<S>&, Network<S>&);
+#define UATLAB_TRAIN_INSTANCES(PREFIX, S)   \
+  UATLAB_TRAIN_FORWARD_INSTANCES(PREFIX, S) \
+  UATLAB_TRAIN_BACKWARD_INSTANCES(PREFIX, S)
+UATLAB_TRAIN_INSTANCES(extern, float)
+UATLAB_TRAIN_INSTANCES(extern, double)
+UATLAB_TRAIN_INSTANCES(extern, Mpfr)
+
 }  // namespace uatlab

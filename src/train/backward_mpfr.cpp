@@ -1,0 +1,6 @@
+// The training backward pass in Mpfr (backward_impl.hpp): one scalar and one pass per translation unit.
+#include "backward_impl.hpp"
+
+namespace uatlab {
+UATLAB_TRAIN_BACKWARD_INSTANCES(, Mpfr)
+}  // namespace uatlab

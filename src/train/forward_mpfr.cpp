@@ -1,0 +1,6 @@
+// The training forward pass in Mpfr (backward_impl.hpp): one scalar and one pass per translation unit.
+#include "backward_impl.hpp"
+
+namespace uatlab {
+UATLAB_TRAIN_FORWARD_INSTANCES(, Mpfr)
+}  // namespace uatlab

@@ -1,0 +1,65 @@
+// The kernels of the training step against Eigen's products, part 2: the fixed-size and blocked
+// token products (src/train/thin_product.hpp, an internal header). Part 1: test_head_products.cpp.
+#include <gtest/gtest.h>
+#include <random>
+
+#include "../src/train/thin_product.hpp"
+
+using namespace uatlab;
+
+// The fixed-size kernels for small weights (src/train/thin_product.hpp) give Eigen's products on
+// every shape of their table and beside it (where they hand over to Eigen), set and add, for a
+// weight and a transposed one, with a bias or none.
+template <class S>
+void check_thin_products(double tol) {
+  using train_detail::add_outer;
+  using train_detail::add_weights_times;
+  using train_detail::weights_times;
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<double> u(-1, 1);
+  const auto random = [&](Eigen::Index r, Eigen::Index c) {
+    return Mat<S>(Mat<S>::NullaryExpr(r, c, [&] { return S(u(rng)); }));
+  };
+  const Eigen::Index T = 37;
+  int thin = 0, fixed = 0, blocked = 0;
+  for (Eigen::Index r : {1, 2, 3, 4, 8, 16, 32, 33, 64, 160, 640})
+    for (Eigen::Index k : {1, 2, 4, 8, 16, 17, 32, 128}) {
+      thin += train_detail::with_thin_shape<S>(r, k, [](auto, auto) {});
+      fixed += train_detail::with_product_shape<S>(r, k, [](auto, auto, auto) {});
+      blocked += train_detail::blocked_shape<S>(r, k, train_detail::kBlockOuterMax);
+      const Mat<S> w = random(r, k), x = random(k, T), dy = random(r, T), y0 = random(r, T), b = random(r, 1);
+      Mat<S> y, ya = y0, g = random(r, k), yt, yb, gb = b;
+      const Mat<S> g0 = g;
+      weights_times(y, w, x);
+      add_weights_times(ya, w, x);
+      weights_times(yb, w, x, &b);
+      add_outer(g, dy, x, &gb);  // and the bias gradient
+      Mat<S> g_alone = g0;       // without it
+      add_outer(g_alone, dy, x);
+      weights_times(yt, w.transpose(), dy);
+      EXPECT_LE((y - w * x).cwiseAbs().maxCoeff(), S(tol)) << r << "x" << k;
+      EXPECT_LE((ya - y0 - w * x).cwiseAbs().maxCoeff(), S(tol)) << r << "x" << k;
+      EXPECT_LE(((yb - w * x).colwise() - b.col(0)).cwiseAbs().maxCoeff(), S(tol)) << r << "x" << k;
+      EXPECT_LE((g - g0 - dy * x.transpose()).cwiseAbs().maxCoeff(), S(tol)) << r << "x" << k;
+      EXPECT_LE((gb - b - dy.rowwise().sum()).cwiseAbs().maxCoeff(), S(tol)) << r << "x" << k;
+      EXPECT_EQ(g_alone, g) << r << "x" << k;
+      EXPECT_LE((yt - w.transpose() * dy).cwiseAbs().maxCoeff(), S(tol)) << r << "x" << k;
+    }
+  EXPECT_EQ(thin, 5 * 4);       // r in {2, 4, 8, 16, 32}, k in {2, 4, 8, 16}
+  EXPECT_EQ(fixed, 5 * 4 + 3);  // and W·X for r in {4, 8, 16}, k = 32, 8 tokens at a time (T = 37)
+  // The blocked kernels (rows a multiple of two SIMD registers; T = 37 leaves five tokens after
+  // four blocks of eight, k = 17 one column after two): G for at least r = 32 and 64 with every k
+  // when a register holds 4 or more numbers; 160 rows only for W·X, 640 rows for neither.
+  EXPECT_GE(blocked, 16);
+  EXPECT_TRUE(train_detail::blocked_shape<S>(160, 32, train_detail::kBlockProductMax));
+  EXPECT_FALSE(train_detail::blocked_shape<S>(160, 32, train_detail::kBlockOuterMax));
+  EXPECT_FALSE(train_detail::blocked_shape<S>(640, 32, train_detail::kBlockProductMax));
+}
+
+TEST(Kernels, ThinProductsEqualEigensProducts) {
+  check_thin_products<float>(1e-4);
+  check_thin_products<double>(1e-12);
+  EXPECT_FALSE(train_detail::with_thin_shape<Rational>(4, 4, [](auto, auto) {}));
+  EXPECT_FALSE(train_detail::with_product_shape<Rational>(8, 32, [](auto, auto, auto) {}));
+  EXPECT_FALSE(train_detail::blocked_shape<Rational>(32, 32, train_detail::kBlockProductMax));
+}
