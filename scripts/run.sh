@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Set up (scripts/setup.sh) and run uatlab's main job on its embedded default.
+# Set up (scripts/setup.sh: packages, then the CLI target alone) and run uatlab's main job on its
+# embedded default.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BUILD_TARGETS=uatlab_cli
 source "$ROOT/scripts/setup.sh"
 # --force: the main job owns its two outputs in the build folder and replaces them on every run.
 "$BUILD_DIR/uatlab" memorize --force --out "$BUILD_DIR/demo-memorized.json" "$@"

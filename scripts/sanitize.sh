@@ -9,7 +9,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 OUT="${SANITIZE_DIR:-$ROOT/build-asan}"
 
-BUILD_DIR="$OUT" CMAKE_EXTRA="-DUATLAB_SANITIZE=ON -DUATLAB_PYTHON=OFF -DUATLAB_BENCH=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo" \
+BUILD_DIR="$OUT" CMAKE_EXTRA="-DUATLAB_SANITIZE=ON -DUATLAB_TESTS=ON -DUATLAB_PYTHON=OFF -DUATLAB_BENCH=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo" \
   bash "$ROOT/scripts/setup.sh"
 
 export ASAN_OPTIONS="halt_on_error=1:detect_leaks=1:abort_on_error=1"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install what is missing (Debian packages, idempotent), then configure and build uatlab (Release).
 # Sourced by scripts/run.sh and scripts/test.sh; BUILD_DIR defaults to ./build. EXTRA_PACKAGES and
-# CMAKE_EXTRA (scripts/fuzz.sh, scripts/sanitize.sh) add packages and CMake options.
+# CMAKE_EXTRA (scripts/test.sh, fuzz.sh, sanitize.sh) add packages and CMake options; BUILD_TARGETS
+# names the targets to build (scripts/run.sh: the CLI alone), every configured one by default.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD_DIR="${BUILD_DIR:-$ROOT/build}"
@@ -27,4 +28,5 @@ PACKAGES=(
 
 # shellcheck disable=SC2086
 cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release ${CMAKE_EXTRA:-} >/dev/null
-ninja -C "$BUILD_DIR"
+# shellcheck disable=SC2086
+ninja -C "$BUILD_DIR" ${BUILD_TARGETS:-}
