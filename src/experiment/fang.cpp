@@ -4,7 +4,6 @@
 
 #include <Eigen/QR>
 #include <cmath>
-#include "uatlab/model/eigen.hpp"  // first, then Eigen's modules
 
 #include "uatlab/construct/fang.hpp"
 #include "uatlab/experiment/targets.hpp"

@@ -9,6 +9,8 @@
 //   capacity the heads the model class itself needs, without training (kernel_capacity, MPFR): the
 //            spike at lag T in a window of 2T and the trained cells' kernels, with the fits' gains
 // Exponents per seed by least squares on log axes, then the mean with its 95% Student-t interval.
+#include "uatlab/model/eigen.hpp"  // before Eigen's modules
+
 #include <Eigen/Dense>
 #include <algorithm>
 #include <cmath>

@@ -409,4 +409,14 @@ void add_outer(Mat<S>& g, const Mat<S>& dy, const Mat<S>& x, Mat<S>* gb = nullpt
   if (gb) add_column_sum(*gb, dy);
 }
 
+// The kernels in float and double are compiled once, in thin_product.cpp, for every file that
+// includes this header (the training passes, their tests, the benchmark).
+#define UATLAB_TOKEN_PRODUCT_INSTANCES(PREFIX, S)                                                     \
+  PREFIX template void product_into<S>(Mat<S>&, const Mat<S>&, const Mat<S>&, const Mat<S>*, bool);   \
+  PREFIX template void product_into<S>(Mat<S>&, const Eigen::Transpose<const Mat<S>>&, const Mat<S>&, \
+                                       const Mat<S>*, bool);                                          \
+  PREFIX template void add_outer<S>(Mat<S>&, const Mat<S>&, const Mat<S>&, Mat<S>*);
+UATLAB_TOKEN_PRODUCT_INSTANCES(extern, float)
+UATLAB_TOKEN_PRODUCT_INSTANCES(extern, double)
+
 }  // namespace uatlab::train_detail

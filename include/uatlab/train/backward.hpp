@@ -87,7 +87,8 @@ Network<S> zero_like(const Network<S>& net) {
 template <class S>
 S loss_and_gradient(const Network<S>& net, const Batch<S>& batch, Loss loss, Network<S>& grad);
 
-// float and double train; MPFR checks them (tests/test_backward.cpp). Each scalar's forward and
+// float and double train (libuatlab); MPFR checks them (tests/test_backward.cpp; its instances are
+// in the library uatlab::train_mpfr, -luatlab_train_mpfr). Each scalar's forward and
 // backward passes are instantiated in translation units of their own
 // (src/train/{forward,backward}_<scalar>.cpp), so that no includer compiles them again and no
 // single file compiles all of them (each stays under 2 GB of compiler memory, docs/building.md).
