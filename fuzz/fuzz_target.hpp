@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <string>
 
-#include "uatlab/model/scalar.hpp"
+#include "uatlab/error.hpp"
 
 // Defined by each fuzz_<name>.cpp.
 void fuzz_one(const std::string& bytes);

@@ -427,6 +427,13 @@ TEST(Experiment, EvaluationHonoursItsPrecisionWhateverIsInForce) {
   EXPECT_NE(evaluate_file(dir + "/m.json", ds, Precision::parse("100")), plain);
   EXPECT_THROW(Precision::parse("1"), Error);
   EXPECT_THROW(Precision::parse("interval:99999999999"), Error);
+  EXPECT_THROW(Precision::parse("mpfr:"), Error);
+  // parse accepts every name() it prints
+  for (const char* text : {"float", "double", "rational", "200", "mpfr:64", "interval:128"}) {
+    const Precision q = Precision::parse(text);
+    EXPECT_EQ(Precision::parse(q.name()).name(), q.name()) << text;
+  }
+  EXPECT_EQ(Precision::parse("mpfr:64").name(), "mpfr:64");
 }
 
 // Welch's test against a case worked by hand: two samples of 3 with variance 1 give df = 4, and

@@ -117,20 +117,26 @@ struct ConvertOpts {
 
 int cmd_convert(const ConvertOpts& o) {
   const Network<Rational> net = load_network<Rational>(o.in);  // every stored value is exact
+  const bool json_out = o.out.size() >= 5 && o.out.compare(o.out.size() - 5, 5, ".json") == 0;
+  const std::string weights = o.precision.empty() || o.precision == "rational"
+                                  ? "exact"
+                                  : "rounded to " + Precision::parse(o.precision).name() + " first";
   if (o.precision.empty() || o.precision == "rational") {
     save_network(net, o.out, o.dtype, "rational");
-    return 0;
+  } else {
+    const Precision p = Precision::parse(o.precision);
+    with_scalar(p, [&](auto zero) {
+      using S = decltype(zero);
+      if constexpr (std::is_same_v<S, Mpfi>)
+        throw Error("convert: --precision must be float, double, BITS or rational");
+      else {
+        const auto scope = precision_scope(p);
+        save_network(network_cast<S>(net), o.out, o.dtype, p.name());
+      }
+    });
   }
-  const Precision p = Precision::parse(o.precision);
-  with_scalar(p, [&](auto zero) {
-    using S = decltype(zero);
-    if constexpr (std::is_same_v<S, Mpfi>)
-      throw Error("convert: --precision must be float, double, BITS or rational");
-    else {
-      const auto scope = precision_scope(p);
-      save_network(network_cast<S>(net), o.out, o.dtype, p.name());
-    }
-  });
+  std::cerr << "wrote " << o.out << ": " << (json_out ? "lossless JSON" : "safetensors " + o.dtype) << ", "
+            << net.parameter_count() << " parameters, weights " << weights << "\n";
   return 0;
 }
 

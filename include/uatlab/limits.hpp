@@ -9,7 +9,7 @@
 #include <cstdio>
 #include <string>
 
-#include "uatlab/model/scalar.hpp"
+#include "uatlab/error.hpp"
 
 namespace uatlab::limits {
 

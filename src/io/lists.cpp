@@ -1,6 +1,6 @@
 #include "uatlab/io/lists.hpp"
 
-#include "uatlab/model/scalar.hpp"
+#include "uatlab/error.hpp"
 
 namespace uatlab {
 

@@ -6,7 +6,8 @@ Precision Precision::parse(const std::string& text) {
   Precision p;
   auto bits_of_text = [&](const std::string& s) {
     if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos || s.size() > 8)
-      throw Error("precision \"" + text + "\": expected float, double, rational, BITS or interval:BITS");
+      throw Error("precision \"" + text +
+                  "\": expected float, double, rational, BITS, mpfr:BITS or interval:BITS");
     const unsigned long b = std::stoul(s);
     if (b < 2 || b > (1ul << 26))
       throw Error("precision \"" + text + "\": BITS must be from 2 to 67108864 (2^26)");
@@ -21,9 +22,9 @@ Precision Precision::parse(const std::string& text) {
   else if (text.rfind("interval:", 0) == 0) {
     p.kind = Kind::Interval;
     p.bits = bits_of_text(text.substr(9));
-  } else {
+  } else {  // BITS, or mpfr:BITS as name() prints it
     p.kind = Kind::Mpfr;
-    p.bits = bits_of_text(text);
+    p.bits = bits_of_text(text.rfind("mpfr:", 0) == 0 ? text.substr(5) : text);
   }
   return p;
 }

@@ -3,10 +3,7 @@
 // double rounding) and the library's experiment registry is reachable.
 #include <cstdio>
 
-#include "uatlab/model/init.hpp"
-#include "uatlab/model/network.hpp"
-#include "uatlab/verify/precision.hpp"
-#include "uatlab/version.hpp"
+#include "uatlab/uatlab.hpp"  // the umbrella header: everything the library offers
 
 int main() {
   using namespace uatlab;

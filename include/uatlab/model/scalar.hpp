@@ -15,8 +15,9 @@
 #include <boost/multiprecision/mpfi.hpp>
 #include <boost/multiprecision/mpfr.hpp>
 
-#include <stdexcept>
 #include <string>
+
+#include "uatlab/error.hpp"
 
 namespace uatlab {
 
@@ -29,11 +30,6 @@ template <class S>
 using Mat = Eigen::Matrix<S, Eigen::Dynamic, Eigen::Dynamic>;
 template <class S>
 using Vec = Eigen::Matrix<S, Eigen::Dynamic, 1>;
-
-// Every error uatlab reports to a user is an Error with a message naming the problem.
-struct Error : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
 
 // MPFR/MPFI working precision, as a value. New Mpfr/Mpfi numbers (and every intermediate the
 // model computes) carry the working precision in force; an MpfrPrecision sets it for its own
