@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite under AddressSanitizer + UndefinedBehaviorSanitizer: bash scripts/sanitize.sh
 # Builds into build-asan/ (-DUATLAB_SANITIZE=ON, RelWithDebInfo) and runs every ctest entry, the
-# fuzz regression replays included, except the two that are not about uatlab's code: the
-# clang-format check and the installed-package consumer (a program that would have to link ASan).
+# fuzz regression replays included, except three that are not about this build's code: the
+# clang-format check, the installed-package consumer (a program that would have to link ASan) and
+# the portable build (a second, uninstrumented tree).
 # Any sanitizer report fails its test (halt_on_error, no UBSan recovery). The one test that starts
 # mpirun runs without LeakSanitizer (see below).
 set -euo pipefail
@@ -16,7 +17,7 @@ export ASAN_OPTIONS="halt_on_error=1:detect_leaks=1:abort_on_error=1"
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
 cd "$OUT"
 status=0
-ctest -j"$(nproc)" --output-on-failure -E '^(format|installed_consumer|sweep_cli)$' "$@" || status=1
+ctest -j"$(nproc)" --output-on-failure -E '^(format|installed_consumer|portable|sweep_cli)$' "$@" || status=1
 # sweep_cli starts mpirun: OpenMPI's components are dlopen'ed and closed before exit, so what they
 # keep cannot be attributed (or suppressed) by LeakSanitizer. That one test runs with leak
 # detection off; ASan's other checks and UBSan stay on.

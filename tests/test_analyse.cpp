@@ -60,7 +60,7 @@ TEST(Analyse, CertifiesAConstructionAndNamesAWrongLabel) {
   EXPECT_EQ(a.predictions.failures[0].token, 2u);
   EXPECT_EQ(a.predictions.failures[0].kind, "wrong");
   EXPECT_EQ(a.min_bits, 0u);
-  EXPECT_NE(a.summary().find("sequence 5 token 2: wrong"), std::string::npos) << a.summary();
+  EXPECT_NE(a.summary().find("sequence 6 token 3: wrong"), std::string::npos) << a.summary();
 }
 
 TEST(Analyse, ATrainedClassifierAndAFlippedLabel) {

@@ -247,7 +247,7 @@ TEST(Cli, AnalyseNamesAWrongLabel) {
   r = run("analyse -q " + d + "an.json " + d + "an_wrong.jsonl");
   EXPECT_EQ(r.code, 0);
   EXPECT_NE(r.out.find("159 of 160"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("sequence 1 token 0: wrong"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("sequence 2 token 1: wrong"), std::string::npos) << r.out;
   fs::remove(d + "an_wrong_report.json");
   r = run("analyse -q " + d + "an.json " + d + "an_wrong.jsonl --check --report " + d +
           "an_wrong_report.json");

@@ -118,6 +118,12 @@ TEST(ModelFile, RejectsInconsistentFilesAndWritesNothingOnError) {
   expect_error([&] { load_network<double>(p.string()); }, "no \"uatlab\" architecture");
   expect_error([&] { load_network<double>((fs::path(UATLAB_TEST_TMP) / "missing.safetensors").string()); },
                "cannot open");
+  // torch.save's two formats, a zip archive and a pickle, are named as such.
+  for (const std::string& head : {std::string("PK\x03\x04rest"), std::string("\x80\x02}q\x00")}) {
+    auto pt = tmp("model.pt");
+    write_file_atomic(pt.string(), head);
+    expect_error([&] { load_network<double>(pt.string()); }, "a PyTorch checkpoint (torch.save)");
+  }
 
   // A value that overflows binary32: error, and no file appears.
   Network<Rational> big = network_cast<Rational>(sample());

@@ -185,7 +185,7 @@ def test_train_and_analyse():
     f = rep["memorization"]["failures"]
     check(len(f) == 1 and f[0]["sequence"] == 4 and f[0]["token"] == 2 and f[0]["kind"] == "wrong",
           "a wrong prediction is named")
-    check("sequence 4 token 2: wrong" in text, "and shown in the summary")
+    check("sequence 5 token 3: wrong" in text, "and shown in the summary")
     with tempfile.TemporaryDirectory() as tmp:
         png = os.path.join(tmp, "sep.png")
         uatlab.analyse(back, Xl, [y.tolist() for y in Y], plot=png, rounding=False, min_bits=False)

@@ -212,8 +212,13 @@ TEST(Yun, ApproximateCommand) {
       cli("approximate \"x*x - mean\" --d 1 --n 2 --K 4 --samples 500 --samples-standard 100 --report " +
           (dir / "r.json").string());
   ASSERT_EQ(code, 0) << out;
-  EXPECT_NE(out.find("\"ok\": true"), std::string::npos) << out;
+  EXPECT_NE(out.find("lemma 6      holds, checked exactly"), std::string::npos) << out;
+  EXPECT_NE(out.find("d_1          modified"), std::string::npos) << out;
   EXPECT_TRUE(fs::exists(dir / "r.json"));
+  std::tie(code, out) =
+      cli("approximate tokenwise-sin --d 1 --n 2 --K 2 --samples 50 --samples-standard 10 --json");
+  ASSERT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("\"ok\": true"), std::string::npos) << out;
   std::tie(code, out) =
       cli("approximate prefix-mean --d 1 --n 2 --K 4 --out " + (dir / "g.safetensors").string());
   EXPECT_NE(code, 0);

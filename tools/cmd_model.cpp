@@ -340,8 +340,10 @@ void add_model_commands(CLI::App& app, Commands& commands) {
       ->check(CLI::Range(0L, 1L << 20));
   a->add_option("--seed", an->opt.seed, "Seed of the random directions tried for the projection")
       ->capture_default_str();
-  a->add_flag("!--no-min-bits", an->opt.min_bits, "Skip the search for the fewest bits");
-  a->add_flag("!--no-rounding", an->opt.rounding, "Skip float32 / bfloat16 / float16 weights");
+  a->add_flag_callback(
+      "--no-min-bits", [an] { an->opt.min_bits = false; }, "Skip the search for the fewest bits");
+  a->add_flag_callback(
+      "--no-rounding", [an] { an->opt.rounding = false; }, "Skip float32 / bfloat16 / float16 weights");
   a->add_flag("--affine", an->opt.affine,
               "Feed-forward sub-layers as exact affine maps on the enclosures (steep staircases such as "
               "memorize --value-map deep need it)");

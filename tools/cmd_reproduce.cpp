@@ -24,6 +24,21 @@ struct ReproduceOpts {
   bool list = false;
 };
 
+// A cell's result as one progress line: its numbers, flags and short words (arrays and nested
+// objects, such as a kernel's fitted weights, stay in runs.jsonl), at most 200 characters.
+std::string progress_summary(const json& result) {
+  if (!result.is_object()) return result.is_array() ? "[...]" : result.dump();
+  json brief = json::object();
+  for (const auto& [key, value] : result.items())
+    if (value.is_number() || value.is_boolean() ||
+        (value.is_string() && value.get<std::string>().size() <= 40))
+      brief[key] = value;
+  std::string text = brief.dump();
+  if (brief.size() < result.size())
+    text += " (+" + std::to_string(result.size() - brief.size()) + " more in runs.jsonl)";
+  return text.size() > 200 ? text.substr(0, 197) + "..." : text;
+}
+
 int cmd_reproduce(const ReproduceOpts& o) {
   if (o.list || o.name.empty()) {
     for (const ex::Experiment& e : ex::experiments())
@@ -43,7 +58,7 @@ int cmd_reproduce(const ReproduceOpts& o) {
   run.on_result = [](std::size_t done, std::size_t total, const json& line) {
     if (quiet()) return;
     std::fprintf(stderr, "[%zu/%zu] %s -> %s\n", done, total, line["cell"].dump().c_str(),
-                 line["result"].dump().c_str());
+                 progress_summary(line["result"]).c_str());
   };
   std::fprintf(stderr, "%s (%s mode): %zu runs, results in %s/runs.jsonl\n", e.name.c_str(), o.mode.c_str(),
                ex::select_cells(e, c, o.only).size(), run.out_dir.c_str());

@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <iostream>
 #include <memory>
+#include <sstream>
+#include <string>
 
 #include "commands.hpp"
 #include "uatlab/experiment/approximate.hpp"
@@ -13,6 +15,7 @@
 namespace uatlab::cli {
 
 namespace ex = uatlab::experiment;
+using nlohmann::json;
 
 namespace {
 
@@ -20,8 +23,42 @@ struct ApproximateOpts {
   ex::ApproximateOptions run;
   std::string target = "tokenwise-sin", ps = "1,2", report, sweep, out_dir = "results/yun";
   int K = 4;
-  bool no_check = false;
+  bool no_check = false, json_out = false;
 };
+
+// The report as lines, as the other commands print theirs (--json: the whole report instead).
+std::string approximate_summary(const json& r) {
+  std::ostringstream s;
+  auto text = [](const json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); };
+  s << "target       " << text(r["target"]) << " (d = " << r["d"] << ", n = " << r["n"] << "), K = " << r["K"]
+    << " (delta = " << text(r["delta"]) << "), " << text(r["construction"]) << ", " << r["contexts"]
+    << " contexts\n";
+  const json& l = r["layers"];
+  s << "network      " << l["total"] << " layers (quantization " << l["quantization"] << ", attention "
+    << l["attention"] << ", value map " << l["value_map"] << "), " << r["parameters"] << " parameters";
+  if (r.contains("standard")) s << "; the standard form " << r["standard"]["parameters"];
+  s << "\n";
+  if (r.contains("lemma6"))
+    s << "lemma 6      " << (r["lemma6"]["ok"].get<bool>() ? "holds" : "DOES NOT HOLD")
+      << ", checked exactly\n";
+  if (r.contains("grid_max_error"))
+    s << "grid         max error " << r["grid_max_error"] << " at the grid points\n";
+  for (const char* p : {"d_1", "d_2"}) {
+    if (!r.contains(p)) continue;
+    s << p << "          ";
+    for (const char* form : {"modified", "standard"}) {
+      if (!r[p].contains(form)) continue;
+      const json& e = r[p][form];
+      char line[160];
+      std::snprintf(line, sizeof line, "%s%s %.4g (95%% CI %.4g to %.4g, %s samples)",
+                    form == std::string("standard") ? "; " : "", form, e["value"].get<double>(),
+                    e["ci95"][0].get<double>(), e["ci95"][1].get<double>(), e["samples"].dump().c_str());
+      s << line;
+    }
+    s << ", measured\n";
+  }
+  return s.str();
+}
 
 int cmd_approximate(ApproximateOpts& o) {
   o.run.ps = parse_int_list(o.ps, "--p", 1, 16);
@@ -35,7 +72,7 @@ int cmd_approximate(ApproximateOpts& o) {
       throw Error("the exact check found that Lemma 6 does not hold for these d, n, K (violations " +
                   r.report["lemma6"]["violations"].dump() + "); nothing written");
     if (!o.report.empty()) write_output(o.report, r.report.dump(2) + "\n");
-    std::cout << r.report.dump(2) << "\n";
+    std::cout << (o.json_out ? r.report.dump(2) + "\n" : approximate_summary(r.report));
     return 0;
   }
   const std::vector<int> Ks = parse_int_list(o.sweep, "--sweep-delta", 2, 1 << 20);
@@ -101,6 +138,7 @@ void add_yun_commands(CLI::App& app, Commands& commands) {
   a->add_option("--out,-o", o->run.out, "Write the modified network (hardmax, Phi) as safetensors");
   a->add_option("--standard-out", o->run.standard_out,
                 "Write the standard network (softmax, ReLU) as safetensors");
+  a->add_flag("--json", o->json_out, "Print the whole report as JSON instead of the summary");
   a->add_option("--report", o->report, "Write the JSON report here");
   a->add_option("--sweep-delta", o->sweep,
                 "Comma-separated K values: CSV + PNG of error and size against delta");

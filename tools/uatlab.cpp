@@ -3,13 +3,38 @@
 // "uatlab: error: ..." on stderr with exit status 1 (2 for a malformed command line), and leaves no
 // partial output file (outputs are written atomically).
 #include <CLI/CLI.hpp>
+#include <cstring>
 #include <iostream>
+#include <memory>
+#include <string>
 
 #include "commands.hpp"
 #include "uatlab/version.hpp"
 
+namespace {
+
+// CLI11 prints a checked option's type as "INT:INT in [1 - 1073741824]"; this prints
+// "INT in [1, 1073741824]".
+class Formatter : public CLI::Formatter {
+ public:
+  std::string make_option_opts(const CLI::Option* opt) const override {
+    std::string s = CLI::Formatter::make_option_opts(opt);
+    for (const char* type : {"INT", "UINT", "FLOAT", "TEXT"}) {
+      const std::string twice = std::string(type) + ":" + type + " in [";
+      if (const std::size_t at = s.find(twice); at != std::string::npos) {
+        s.erase(at + std::strlen(type), std::strlen(type) + 1);  // the ":TYPE"
+        if (const std::size_t dash = s.find(" - ", at); dash != std::string::npos) s.replace(dash, 3, ", ");
+      }
+    }
+    return s;
+  }
+};
+
+}  // namespace
+
 int main(int argc, char** argv) {
   CLI::App app{"uatlab: construct, verify and train the Transformers of expressivity theory"};
+  app.formatter(std::make_shared<Formatter>());
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string(UATLAB_VERSION));
   app.add_flag("--quiet,-q", uatlab::cli::quiet(), "No progress lines on stderr (anywhere on the line)");

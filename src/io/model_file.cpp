@@ -94,12 +94,27 @@ Network<S> assemble(const json& arch_json, const Stored<S>& stored) {
 
 }  // namespace
 
+namespace {
+// torch.save writes a zip archive (since PyTorch 1.6) or, before, a pickle (protocol 2 to 5).
+// Asked only of a file that did not parse: a safetensors header length can begin with these bytes.
+bool is_pytorch_checkpoint(const std::string& bytes) {
+  return bytes.rfind("PK\x03\x04", 0) == 0 ||
+         (bytes.size() >= 2 && static_cast<unsigned char>(bytes[0]) == 0x80 && bytes[1] >= 2 &&
+          bytes[1] <= 5);
+}
+}  // namespace
+
 template <class S>
 Network<S> load_network(const std::string& path) {
   const std::string bytes = read_file(path);
   try {
     return parse_network<S>(bytes, format_for_path(path));
   } catch (const Error& e) {
+    if (is_pytorch_checkpoint(bytes))
+      throw Error(
+          path +
+          ": a PyTorch checkpoint (torch.save), which uatlab does not read (a pickle can run code). "
+          "Convert it in Python: uatlab.from_torch(module).save(\"model.safetensors\") (docs/python.md)");
     throw Error(path + ": " + e.what());
   }
 }

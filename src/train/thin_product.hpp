@@ -315,11 +315,16 @@ void product_into(Mat<S>& dst, const Mat<S>& w, const Mat<S>& x, const Mat<S>* b
   eigen_product(dst, w, x, b, add);
 }
 // A transposed weight (the backward's Wᵀ·dY) is copied column-major when a kernel takes its shape:
-// the kernels are compiled for plain weights only.
+// the kernels are compiled for plain weights only. The copy goes to memory each thread keeps, so
+// that a training step allocates nothing for it.
 template <class S>
 void product_into(Mat<S>& dst, const Eigen::Transpose<const Mat<S>>& w, const Mat<S>& x, const Mat<S>* b,
                   bool add) {
-  if (has_product_kernel<S>(w.rows(), w.cols())) return product_into(dst, Mat<S>(w), x, b, add);
+  if (has_product_kernel<S>(w.rows(), w.cols())) {
+    thread_local Mat<S> copy;
+    copy = w;
+    return product_into(dst, copy, x, b, add);
+  }
   eigen_assert(w.cols() == x.rows() && (!b || b->rows() == w.rows()));
   eigen_product(dst, w, x, b, add);
 }

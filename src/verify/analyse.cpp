@@ -577,8 +577,9 @@ std::string Analysis::summary() const {
       s << "              ... " << p.failures.size() - 10 << " more in the report\n";
       break;
     }
-    s << "              sequence " << f.sequence << " token " << f.token << ": " << f.kind << " (label "
-      << f.label << ", predicted " << f.predicted << ")\n";
+    // Counted from 1, as every message of uatlab counts them (the report's fields are 0-based).
+    s << "              sequence " << f.sequence + 1 << " token " << f.token + 1 << ": " << f.kind
+      << " (label " << f.label << ", predicted " << f.predicted << ")\n";
   }
   if (min_bits > 0) s << "bits          every prediction still certified down to " << min_bits << " bits\n";
   for (const auto& [name, over] : overflow) {
@@ -589,10 +590,10 @@ std::string Analysis::summary() const {
     }
     for (const auto& [n2, q] : rounded)
       if (n2 == name)
-        s << (q.all()
-                  ? "every prediction kept (certified)"
-                  : "not every prediction kept: sequence " + std::to_string(q.failures.front().sequence) +
-                        " token " + std::to_string(q.failures.front().token) + " " + q.failures.front().kind)
+        s << (q.all() ? "every prediction kept (certified)"
+                      : "not every prediction kept: sequence " +
+                            std::to_string(q.failures.front().sequence + 1) + " token " +
+                            std::to_string(q.failures.front().token + 1) + " " + q.failures.front().kind)
           << "\n";
   }
   for (const LayerSeparation& l : layers) {

@@ -9,7 +9,7 @@ set -euo pipefail
 SRC=$1 WORK=$2
 cmake -S "$SRC" -B "$WORK" -G Ninja -DCMAKE_BUILD_TYPE=Release -DUATLAB_NATIVE=OFF -DUATLAB_TESTS=ON \
   -DUATLAB_PYTHON=OFF -DUATLAB_BENCH=OFF -DUATLAB_MPI=OFF -DUATLAB_WERROR=ON >/dev/null
-ninja -C "$WORK" uatlab_portable_tests | tail -1
+ninja -C "$WORK" -j "$(nproc)" uatlab_portable_tests | tail -1
 if grep -q -- "-march=native" "$WORK/build.ninja"; then
   echo "portable: the build still compiles with -march=native" >&2
   exit 1
