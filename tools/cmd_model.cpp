@@ -117,10 +117,7 @@ struct ConvertOpts {
 
 int cmd_convert(const ConvertOpts& o) {
   const Network<Rational> net = load_network<Rational>(o.in);  // every stored value is exact
-  const bool json_out = o.out.size() >= 5 && o.out.compare(o.out.size() - 5, 5, ".json") == 0;
-  const std::string weights = o.precision.empty() || o.precision == "rational"
-                                  ? "exact"
-                                  : "rounded to " + Precision::parse(o.precision).name() + " first";
+  std::string weights = "exact";
   if (o.precision.empty() || o.precision == "rational") {
     save_network(net, o.out, o.dtype, "rational");
   } else {
@@ -134,9 +131,11 @@ int cmd_convert(const ConvertOpts& o) {
         save_network(network_cast<S>(net), o.out, o.dtype, p.name());
       }
     });
+    weights = "rounded to " + p.name() + " first";
   }
-  std::cerr << "wrote " << o.out << ": " << (json_out ? "lossless JSON" : "safetensors " + o.dtype) << ", "
-            << net.parameter_count() << " parameters, weights " << weights << "\n";
+  std::cerr << "wrote " << o.out << ": "
+            << (format_for_path(o.out) == FileFormat::json ? "lossless JSON" : "safetensors " + o.dtype)
+            << ", " << net.parameter_count() << " parameters, weights " << weights << "\n";
   return 0;
 }
 

@@ -74,7 +74,7 @@ int run_train(TrainOpts& o, const Dataset& data, const Dataset* val, Architectur
   rep["model"] = o.out;
   std::cout << rep.dump() << "\n";
   // Within 2% of the best input-blind prediction: say so, a loss of ln 3 means nothing to a newcomer.
-  const double chance = chance_loss(data, o.cfg.loss), final_loss = rep["train_loss"].get<double>();
+  const double chance = rep["chance_loss"].get<double>(), final_loss = rep["train_loss"].get<double>();
   if (chance > 0 && final_loss >= 0.98 * chance)
     std::fprintf(stderr,
                  "uatlab: note: the training loss %.4g ended at chance level (%.4g, the best prediction that "
