@@ -10,6 +10,7 @@
 #include "uatlab/construct/kajitsuka.hpp"
 #include "uatlab/experiment/domain.hpp"
 
+#include "registry.hpp"
 #include "uatlab/io/json.hpp"
 #include "uatlab/io/model_file.hpp"
 #include "uatlab/io/report.hpp"
@@ -223,11 +224,9 @@ void plot_value_maps(const yun::Target& f, int K, const ApproximateOptions& o, c
   plot_png(path, p);
 }
 
-namespace {
-
 // Certified bounds over the whole domain against the Monte Carlo estimates, for the targets of
 // docs/yun.md, both constructions, over K.
-Experiment certified_experiment() {
+Experiment yun_certified() {
   Experiment e;
   e.name = "yun-certified";
   e.summary =
@@ -334,12 +333,6 @@ Experiment certified_experiment() {
     return md;
   };
   return e;
-}
-
-}  // namespace
-
-std::vector<Experiment> yun_experiments() {
-  return {certified_experiment(), yun_mixers()};
 }
 
 }  // namespace uatlab::experiment

@@ -7,6 +7,7 @@
 #include <map>
 #include <numeric>
 
+#include "registry.hpp"
 #include "uatlab/construct/kajitsuka.hpp"
 #include "uatlab/experiment/memorization.hpp"
 #include "uatlab/experiment/table.hpp"
@@ -44,7 +45,7 @@ std::string curve_of(const json& cell) {
 // A construction: memorize (tuned, tied) with the value map; certified |y − label| ≤ 10^-6, so the
 // nearest class is the label's.
 json run_construction(const json& cell) {
-  const Dataset ds = kajitsuka::demo_dataset(cell.at("N"), kN, kD, kV, cell.at("seed").get<std::uint64_t>());
+  const Dataset ds = demo_dataset(cell.at("N"), kN, kD, kV, cell.at("seed").get<std::uint64_t>());
   kajitsuka::MemorizeOptions o;
   o.contextual.tied = true;
   o.contextual.seed = cell.at("seed").get<std::uint64_t>();
@@ -122,7 +123,7 @@ json run_trained(const json& cell) {
   return out;
 }
 
-std::string report(const std::vector<json>& lines, const Outputs& out, const Context& c) {
+std::string capacity_report(const std::vector<json>& lines, const Outputs& out, const Context& c) {
   auto curve = [](const json& cell) { return curve_of(cell); };
   auto column = [](const json& cell) { return "N=" + label(cell.at("N")); };
   std::vector<json> done;
@@ -285,7 +286,7 @@ Experiment memorization_capacity() {
   e.run = [](const json& cell, const Context&) {
     return cell.at("kind") == "construction" ? run_construction(cell) : run_trained(cell);
   };
-  e.report = report;
+  e.report = capacity_report;
   return e;
 }
 

@@ -1,5 +1,8 @@
 #include "uatlab/experiment/experiment.hpp"
 
+#include <array>
+
+#include "registry.hpp"
 #include "uatlab/experiment/sweep.hpp"
 #include "uatlab/experiment/table.hpp"
 #include "uatlab/io/json.hpp"
@@ -27,12 +30,20 @@ const char* to_string(Mode m) {
   return "?";
 }
 
+// The registry, in listing order. A new experiment: its factory in registry.hpp, a row here, the
+// count below, its name in tests/test_reproduce.py and its page in docs/.
+constexpr std::array factories{
+    wang_e::insight_1a,    wang_e::insight_1b, wang_e::insight_2a, wang_e::insight_2b,     wang_e::insight_3a,
+    wang_e::insight_3b,    wang_e::insight_4a, wang_e::rates,      kajitsuka_memorization, kajitsuka_delta,
+    memorization_capacity, fang_fit,           fang_regression,    yun_certified,          yun_mixers};
+static_assert(factories.size() == 15,
+              "an experiment was added or removed: update the count and its listings");
+
 const std::vector<Experiment>& experiments() {
   static const std::vector<Experiment> all = [] {
     std::vector<Experiment> v;
-    for (auto list : {wang_e_experiments, kajitsuka_experiments, fang_experiments, yun_experiments})
-      for (Experiment& e : list())
-        v.push_back(std::move(e));
+    for (auto make : factories)
+      v.push_back(make());
     return v;
   }();
   return all;

@@ -5,6 +5,7 @@
 #include <Eigen/QR>
 #include <cmath>
 
+#include "registry.hpp"
 #include "uatlab/construct/fang.hpp"
 #include "uatlab/experiment/targets.hpp"
 #include "uatlab/io/json.hpp"
@@ -150,7 +151,9 @@ std::vector<json> results_of(const std::vector<json>& lines) {
   return r;
 }
 
-Experiment fit_experiment() {
+}  // namespace
+
+Experiment fang_fit() {
   Experiment e;
   e.name = "fang-fit";
   e.summary =
@@ -191,7 +194,7 @@ Experiment fit_experiment() {
   return e;
 }
 
-Experiment regression_experiment() {
+Experiment fang_regression() {
   Experiment e;
   e.name = "fang-regression";
   e.summary =
@@ -240,12 +243,6 @@ Experiment regression_experiment() {
     return text;
   };
   return e;
-}
-
-}  // namespace
-
-std::vector<Experiment> fang_experiments() {
-  return {fit_experiment(), regression_experiment()};
 }
 
 }  // namespace uatlab::experiment

@@ -5,6 +5,7 @@
 
 #include "uatlab/experiment/contextual.hpp"
 
+#include "registry.hpp"
 #include "uatlab/construct/kajitsuka.hpp"
 #include "uatlab/experiment/experiment.hpp"
 #include "uatlab/experiment/memorization.hpp"
@@ -14,11 +15,9 @@
 
 namespace uatlab::experiment {
 
-namespace {
-
 // The demo family with n = 3, d = 2, N = 2|V|, seed 1, through build_contextual; faithful mode only
 // up to |V| = 6 (7 in full mode): its precision grows like |V|^4 (187,011 bits at |V| = 6).
-Experiment delta_experiment() {
+Experiment kajitsuka_delta() {
   Experiment e;
   e.name = "kajitsuka-delta";
   e.summary =
@@ -34,7 +33,7 @@ Experiment delta_experiment() {
   };
   e.run = [](const json& cell, const Context&) {
     const int V = cell.at("V");
-    const Dataset ds = kajitsuka::demo_dataset(2 * V, 3, 2, V, 1);
+    const Dataset ds = demo_dataset(2 * V, 3, 2, V, 1);
     const kajitsuka::Facts f = kajitsuka::analyse(ds);
     kajitsuka::ContextualOptions opt;
     opt.mode = kajitsuka::parse_mode(cell.at("mode"));
@@ -92,8 +91,6 @@ Experiment delta_experiment() {
   };
   return e;
 }
-
-}  // namespace
 
 std::string write_scale_sweep(const kajitsuka::ScaleSweep& sw, const std::string& data_name,
                               const std::string& out_dir) {
@@ -199,10 +196,6 @@ void write_contextual_plots(const kajitsuka::Contextual& c, const kajitsuka::Fac
     }
   }
   plot_png(out_dir + "/attention.png", am);
-}
-
-std::vector<Experiment> kajitsuka_experiments() {
-  return {kajitsuka_memorization_experiment(), delta_experiment(), memorization_capacity()};
 }
 
 }  // namespace uatlab::experiment

@@ -16,6 +16,7 @@
 #include <mutex>
 #include <set>
 
+#include "registry.hpp"
 #include "uatlab/construct/kajitsuka.hpp"
 #include "uatlab/experiment/sweep.hpp"
 #include "uatlab/experiment/table.hpp"
@@ -389,7 +390,8 @@ std::string run_memorization_sweep(const json& cfg, const RunOptions& o, bool pl
 
 // ---- reproduce kajitsuka-memorization -----------------------------------------------------------
 
-Experiment kajitsuka_memorization_experiment() {
+// One tied rank-1 head + ReLU FF over (N, FF width), with the reviewers' fixed-v variant.
+Experiment kajitsuka_memorization() {
   Experiment e;
   e.name = "kajitsuka-memorization";
   e.summary =

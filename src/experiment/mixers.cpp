@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 
+#include "registry.hpp"
 #include "uatlab/experiment/experiment.hpp"
 #include "uatlab/experiment/table.hpp"
 #include "uatlab/io/json.hpp"

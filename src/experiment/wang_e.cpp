@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "registry.hpp"
 #include "wang_e.hpp"
 
 #include "uatlab/experiment/table.hpp"
@@ -12,49 +13,6 @@
 namespace uatlab::experiment {
 
 namespace wang_e {
-
-LayerSpec attention(int heads, int head_size, bool dp_free, Rpe rpe, bool pre_norm) {
-  LayerSpec a;
-  a.kind = LayerKind::attention;
-  a.heads = heads;
-  a.head_size = head_size;
-  a.dp_free = dp_free;
-  a.rpe = rpe;
-  a.causal = true;
-  a.pre_norm = pre_norm;
-  // the recipe's DP-free heads read the strict past; x_t arrives through the residual
-  a.strict_past = dp_free;
-  a.sqrt_scaling = !dp_free;
-  return a;
-}
-
-LayerSpec feedforward(int width, bool pre_norm) {
-  LayerSpec f;
-  f.kind = LayerKind::feedforward;
-  f.width = width;
-  f.pre_norm = pre_norm;
-  return f;
-}
-
-// Spread the heads' RPE rates geometrically over [lo, hi] (like ALiBi's slopes), so that the
-// heads start as different memory kernels; training moves them.
-void spread_rates(Network<double>& net, double lo, double hi) {
-  for (auto& L : net.layers) {
-    if (L.spec.kind != LayerKind::attention || (L.spec.rpe != Rpe::lin && L.spec.rpe != Rpe::log)) continue;
-    const int H = L.spec.heads;
-    for (int h = 0; h < H; ++h)
-      L.rpe(h, 0) = std::exp(std::log(lo) + (h + 0.5) / H * (std::log(hi) - std::log(lo)));
-  }
-}
-
-// Every experiment trains 60 / 3,000 / 10,000 steps in smoke / quick / full mode (or --steps),
-// over 1 / 3 / 5 seeds (or --seeds): at least 3, so that each verdict is a test over seeds.
-long steps(const Context& c) {
-  return c.step_count(60, 3000, 10000);
-}
-int seeds(const Context& c) {
-  return c.seed_count(1, 3, 5);
-}
 
 // The runs of one cell of a grouped table (empty when the cell is absent).
 std::vector<double> cell_values(const Grouped& g, const std::string& row, const std::string& col) {
@@ -68,21 +26,6 @@ std::vector<double> cell_values(const Grouped& g, const std::string& row, const 
 std::string verdict_table(const std::vector<Row>& rows) {
   return "\nComputed verdicts (one-sided Welch t-tests over seeds, p < 0.05):\n\n" +
          markdown_table({"claim", "comparison", "verdict"}, rows);
-}
-
-TrainConfig config(const Context& c, double lr, Loss loss, std::uint64_t seed) {
-  TrainConfig t;
-  t.loss = loss;
-  t.steps = steps(c);
-  t.batch = 32;
-  t.lr = lr;
-  t.min_lr = lr / 10;
-  t.warmup = std::min<long>(100, t.steps / 10);
-  t.clip = 1;
-  t.seed = seed;
-  t.log_every = t.steps;
-  t.nonnegative_rates = true;  // the recipe's rates p_h ≥ 0 (projected after each step)
-  return t;
 }
 
 // ---- language modelling (Tables 2 and 7) -------------------------------------------------------
@@ -114,7 +57,7 @@ json train_lm(const json& cell, const Context& c, const std::vector<LayerSpec>& 
   return train_task(t);
 }
 
-Experiment table_1a() {
+Experiment insight_1a() {
   Experiment e;
   e.name = "wang-e-1a";
   e.summary =
@@ -244,7 +187,7 @@ Experiment table_1a() {
   return e;
 }
 
-Experiment table_3b() {
+Experiment insight_3b() {
   Experiment e;
   e.name = "wang-e-3b";
   e.summary = "Insight 3b (Table 7): DP vs DP-free attention (with RPE), character-level language modelling";
@@ -415,37 +358,6 @@ std::vector<int> grid_widths(const GridSpec& spec, const Context& c) {
                       : c.pick({8, 16}, {8, 32, 128}, {8, 32, 128, 512});
 }
 
-// A single layer (attention with lin-type RPE + FFN) on a task with fixed lags. The heads read a
-// sliding window of the largest lag, and only positions with a full window are scored, so that
-// every scored position sees the same lags and a DP-free head's softmax normalises over the same
-// past everywhere.
-json train_single_layer(const std::string& name, const std::vector<int>& lags, double omega, int H, int m,
-                        bool dp, int seed, const Context& c, bool positions) {
-  TaskTraining t;
-  t.task = name;
-  t.data.lags = lags;
-  t.data.n = 32;
-  t.data.N = c.pick(256, 4000, 8000);
-  t.data.seed = seed;
-  t.data.boolean = "majority";
-  t.data.omega = omega;
-  t.data.d = 8;
-  const int window = *std::max_element(lags.begin(), lags.end());
-  t.data.mask_before = window;
-  t.val_N = c.pick(64, 512, 1024);
-  const Loss loss = task(t.task).loss;
-  t.arch.vocab = task(t.task).shape(t.data).vocab;
-  t.arch.d = t.arch.vocab > 0 ? 16 : task(t.task).shape(t.data).d;
-  t.arch.readout = task(t.task).shape(t.data).outputs;
-  t.arch.max_len = positions ? t.data.n : 0;
-  t.arch.layers = {attention(H, 4, !dp, Rpe::lin), feedforward(m)};
-  t.arch.layers[0].window = window;
-  t.cfg = config(c, 3e-3, loss, t.data.seed);
-  t.init_seed = t.data.seed;
-  t.adjust = [](Network<double>& net) { spread_rates(net, 0.05, 2.0); };
-  return train_task(t);
-}
-
 // An (H, m) grid of train_single_layer.
 Experiment hm_grid(const GridSpec& spec) {
   Experiment e;
@@ -512,68 +424,7 @@ Experiment hm_grid(const GridSpec& spec) {
   return e;
 }
 
-// ---- memory kernels (Table 8 and its light-tailed counterpart) ---------------------------------
-
-std::string tail_label(const std::string& tail) {
-  return tail == "tempered" ? tail : tail + "-tailed";
-}
-
-// Without biases the FFN-free DP-free model is linear in x, so the impulse response is ρ̂(s) itself,
-// with relative accuracy also where a light tail is far below the biases.
-std::vector<double> learned_kernel(const Network<float>& net, int n, int T) {
-  Network<double> nd = network_cast<double>(net);
-  nd.for_each_tensor([](const std::string&, Mat<double>& m, Layout, Role role) {
-    if (role == Role::bias || role == Role::norm_bias) m.setZero();
-  });
-  std::vector<double> rho(T + 1, 0.0);
-  for (int s = 1; s <= T; ++s) {
-    Mat<double> x = Mat<double>::Zero(nd.arch.d, n);
-    x(0, n - 1 - s) = 1;
-    rho[s] = forward(nd, x)(0, n - 1);
-  }
-  return rho;
-}
-
-// One single-layer, FFN-free, DP-free model with H heads on a memory kernel (heavy, light or
-// tempered tail) over a window of T lags: sequences of n = 2T, positions t < T not scored, so that
-// every scored position sees exactly the T lags of its target (docs/theory/wang-e.md, kernels).
-json train_kernel(const std::string& tail, const std::string& rpe, int H, int T, int seed, const Context& c) {
-  TaskTraining t;
-  t.task = "kernel-" + tail;
-  t.data.n = 2 * T;
-  t.data.N = c.pick(256, 2000, 4000);
-  t.data.seed = seed;
-  t.data.beta = 0.5;
-  t.data.window = T;
-  t.data.mask_before = T;
-  t.val_N = c.pick(64, 256, 512);
-  t.data.d = 2;  // row 0 carries x_t, row 1 is free for the heads' output, which the readout reads
-  t.arch.d = 2;
-  t.arch.readout = 1;
-  const bool log = rpe == "log";
-  t.arch.layers = {attention(H, 1, true, log ? Rpe::log : Rpe::lin)};
-  t.arch.layers[0].window = T;
-  t.cfg = config(c, 1e-2, Loss::mse, seed);
-  t.init_seed = seed;
-  t.adjust = [log](Network<double>& net) {
-    log ? spread_rates(net, 0.25, 4.0) : spread_rates(net, 0.02, 2.0);
-  };
-  // The learned kernel, and the error on the far half of the memory (T/2 < s ≤ T) relative to the
-  // kernel's own size there: Σ (ρ̂ − ρ)² / Σ ρ², the MSE/Var of that half's contribution for
-  // unit Gaussian inputs. MSE/Var over the whole memory is dominated by the first lags.
-  t.inspect = [&t, T](const Network<float>& net, json& r) {
-    const std::vector<double> rho = memory_kernel(t.task, t.data), got = learned_kernel(net, t.data.n, T);
-    double err = 0, size = 0;
-    for (int s = T / 2 + 1; s <= T; ++s)
-      err += (got[s] - rho[s]) * (got[s] - rho[s]), size += rho[s] * rho[s];
-    r["tail_nmse"] = err / size;
-    r["kernel"] = std::vector<double>(got.begin() + 1, got.end());
-    r["target_kernel"] = std::vector<double>(rho.begin() + 1, rho.begin() + T + 1);
-  };
-  return train_task(t);
-}
-
-Experiment table_4a() {
+Experiment insight_4a() {
   Experiment e;
   e.name = "wang-e-4a";
   e.summary =
@@ -639,44 +490,47 @@ Experiment table_4a() {
   return e;
 }
 
-}  // namespace wang_e
-
-std::vector<Experiment> wang_e_experiments() {
-  using namespace wang_e;
-  return {
-      table_1a(),
-      hm_grid(
-          {"wang-e-1b",
-           "Insight 1b (Table 3): H x m grid, single-layer DP-free, sparse Boolean (majority of lags 1,2,3 "
-           "and of lags 1,4,9), a window of the largest lag",
-           {{"sparse-boolean", "lags 1,2,3", {1, 2, 3}}, {"sparse-boolean", "lags 1,4,9", {1, 4, 9}}},
-           "Wang & E Insight 1b: single-layer DP-free on sparse Boolean memories",
-           Claim::heads_help}),
-      hm_grid(
-          {"wang-e-2a",
-           "Insight 2a (Table 4): complex read-out sin(4 pi x_{t-1}) of a simple memory: m matters, H barely",
-           {{"complex-readout", "", {1}}},
-           "Wang & E Insight 2a: complex read-out sin(4 pi x_{t-1})",
-           Claim::width_not_heads}),
-      hm_grid(
-          {"wang-e-2b",
-           "Insight 2b (the second Table 3 caption, read as Table 5): many memories and a simple read-out, "
-           "majority of lags 1,2,4,8,12: H matters, m barely",
-           {{"sparse-boolean", "", {1, 2, 4, 8, 12}}},
-           "Wang & E Insight 2b: a simple read-out of many memories",
-           Claim::heads_not_width}),
-      hm_grid(
-          {"wang-e-3a",
-           "Insight 3a (Table 6): DP vs DP-free, single layer, on a fixed memory (majority of lags 1,4,9) "
-           "and an adaptive one (the lag chosen by the current token)",
-           {{"sparse-boolean", "fixed memory", {1, 4, 9}}, {"adaptive-1", "adaptive memory", {1, 4, 9}}},
-           "Wang & E Insight 3a: DP vs DP-free, fixed and adaptive memories",
-           Claim::dp,
-           true,
-           true}),
-      table_3b(),
-      table_4a(),
-      rates()};
+Experiment insight_1b() {
+  return hm_grid(
+      {"wang-e-1b",
+       "Insight 1b (Table 3): H x m grid, single-layer DP-free, sparse Boolean (majority of lags 1,2,3 "
+       "and of lags 1,4,9), a window of the largest lag",
+       {{"sparse-boolean", "lags 1,2,3", {1, 2, 3}}, {"sparse-boolean", "lags 1,4,9", {1, 4, 9}}},
+       "Wang & E Insight 1b: single-layer DP-free on sparse Boolean memories",
+       Claim::heads_help});
 }
+
+Experiment insight_2a() {
+  return hm_grid(
+      {"wang-e-2a",
+       "Insight 2a (Table 4): complex read-out sin(4 pi x_{t-1}) of a simple memory: m matters, H barely",
+       {{"complex-readout", "", {1}}},
+       "Wang & E Insight 2a: complex read-out sin(4 pi x_{t-1})",
+       Claim::width_not_heads});
+}
+
+Experiment insight_2b() {
+  return hm_grid(
+      {"wang-e-2b",
+       "Insight 2b (the second Table 3 caption, read as Table 5): many memories and a simple read-out, "
+       "majority of lags 1,2,4,8,12: H matters, m barely",
+       {{"sparse-boolean", "", {1, 2, 4, 8, 12}}},
+       "Wang & E Insight 2b: a simple read-out of many memories",
+       Claim::heads_not_width});
+}
+
+Experiment insight_3a() {
+  return hm_grid(
+      {"wang-e-3a",
+       "Insight 3a (Table 6): DP vs DP-free, single layer, on a fixed memory (majority of lags 1,4,9) "
+       "and an adaptive one (the lag chosen by the current token)",
+       {{"sparse-boolean", "fixed memory", {1, 4, 9}}, {"adaptive-1", "adaptive memory", {1, 4, 9}}},
+       "Wang & E Insight 3a: DP vs DP-free, fixed and adaptive memories",
+       Claim::dp,
+       true,
+       true});
+}
+
+}  // namespace wang_e
 
 }  // namespace uatlab::experiment

@@ -1,4 +1,5 @@
-// What the Wang & E experiments share (wang_e.cpp: the tables; wang_e_rates.cpp: the rates).
+// What the Wang & E experiments share (wang_e_common.cpp; the tables in wang_e.cpp, the rates and
+// the capacity search in wang_e_rates.cpp).
 #pragma once
 
 #include <string>
@@ -62,7 +63,5 @@ std::vector<double> capacity_rates();
 // sparse memory of kernel-lags), or "heavy" / "light", the trained cells' kernels (β = 1/2) in a
 // window of W = T.
 std::vector<double> capacity_kernel(const std::string& memory, int T);
-
-Experiment rates();  // wang_e_rates.cpp
 
 }  // namespace uatlab::experiment::wang_e

@@ -16,8 +16,8 @@
 #include <cmath>
 #include <functional>
 #include <map>
-#include "uatlab/model/eigen.hpp"  // first, then Eigen's modules
 
+#include "registry.hpp"
 #include "uatlab/experiment/table.hpp"
 #include "uatlab/io/json.hpp"
 #include "uatlab/io/lists.hpp"

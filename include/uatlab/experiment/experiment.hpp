@@ -91,12 +91,4 @@ struct TaskTraining {
 };
 json train_task(const TaskTraining& t);  // training_summary of the trained float network
 
-// Per-experiment lists, gathered by experiments().
-std::vector<Experiment> wang_e_experiments();
-std::vector<Experiment> kajitsuka_experiments();
-std::vector<Experiment> fang_experiments();
-std::vector<Experiment> yun_experiments();
-Experiment yun_mixers();             // src/experiment/mixers.cpp, listed by yun_experiments()
-Experiment memorization_capacity();  // src/experiment/capacity.cpp, listed by kajitsuka_experiments()
-
 }  // namespace uatlab::experiment

@@ -27,8 +27,6 @@ std::string config_key(const json& cell);  // "N=.. n=.. H=.. s=.. m=.."
 // summary.csv, accuracy_heatmap.png, min_parameters.png (unless !plots) in dir; returns the
 // Markdown table of the smallest memorizing model per N.
 std::string summarise_sweep(const std::vector<json>& lines, const std::string& dir, bool plots = true);
-// One tied rank-1 head + ReLU FF over (N, FF width), with the reviewers' fixed-v variant.
-Experiment kajitsuka_memorization_experiment();
 
 // config.json, runs.jsonl (resume) and the summary; "" on non-writing MPI ranks.
 std::string run_memorization_sweep(const json& config, const RunOptions& o, bool plots = true);
