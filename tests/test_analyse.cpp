@@ -8,6 +8,7 @@
 #include "uatlab/train/tasks.hpp"
 #include "uatlab/train/trainer.hpp"
 #include "uatlab/verify/analyse.hpp"
+#include "uatlab/verify/precision.hpp"
 
 using namespace uatlab;
 
@@ -38,7 +39,7 @@ TEST(Analyse, RoundsExactlyToNarrowFormats) {
 }
 
 TEST(Analyse, CertifiesAConstructionAndNamesAWrongLabel) {
-  Dataset ds = kajitsuka::demo_dataset(12, 4, 3, 8, 2);
+  Dataset ds = demo_dataset(12, 4, 3, 8, 2);
   kajitsuka::MemorizeOptions mo;
   const kajitsuka::Memorized m = kajitsuka::memorize(ds, mo);
   Analysis a = analyse(m.net, ds, AnalyseOptions{});
@@ -95,7 +96,7 @@ TEST(Analyse, ATrainedClassifierAndAFlippedLabel) {
 // Control: without positions, an attention layer whose output projection is 0 gives a token the
 // same output in every context, so δ must come out 0 exactly (and the different tokens stay apart).
 TEST(Analyse, SeparationIsZeroWhereContextsCannotBeToldApart) {
-  Dataset ds = kajitsuka::demo_dataset(12, 4, 3, 8, 2);
+  Dataset ds = demo_dataset(12, 4, 3, 8, 2);
   Network<Rational> net(Architecture::from_json(nlohmann::json::parse(
       R"({"d":3,"layers":[{"type":"attention","heads":1,"head_size":1},{"type":"attention","heads":1,"head_size":1}]})")));
   net.layers[0].wq(0, 0) = 1, net.layers[0].wk(0, 1) = 1, net.layers[0].wv(0, 2) = 1;  // W_O = 0
@@ -109,4 +110,37 @@ TEST(Analyse, SeparationIsZeroWhereContextsCannotBeToldApart) {
   EXPECT_TRUE(std::isinf(a.layers[0].log10_delta));
   EXPECT_GT(a.layers[0].cross, 0);
   EXPECT_GT(a.layers[1].delta, 0);  // the second layer mixes the context in
+}
+
+TEST(Precision, DoublingTriesTwiceTheBitsUpToTheCap) {
+  std::vector<unsigned> tried;
+  auto never = [&](unsigned b) {
+    tried.push_back(b);
+    return false;
+  };
+  Doubling d = certify_with_doubling(64, 1000, never);
+  EXPECT_EQ(tried, (std::vector<unsigned>{64, 128, 256, 512, 1000}));
+  EXPECT_EQ(d.bits, 1000u);
+  EXPECT_FALSE(d.finished);
+  tried.clear();
+  d = certify_with_doubling(64, 1000, [&](unsigned b) {
+    tried.push_back(b);
+    return b >= 200;
+  });
+  EXPECT_EQ(tried, (std::vector<unsigned>{64, 128, 256}));
+  EXPECT_TRUE(d.finished);
+  EXPECT_EQ(d.bits, 256u);
+  tried.clear();  // an attempt that asks for more than twice its bits, and one past the cap
+  d = certify_with_doubling(64, 1000, [&](unsigned b, unsigned& next) {
+    tried.push_back(b);
+    next = b == 64 ? 700 : 5000;
+    return false;
+  });
+  EXPECT_EQ(tried, (std::vector<unsigned>{64, 700, 1000}));
+  tried.clear();  // a start above the cap starts at the cap; no overflow near the top of unsigned
+  certify_with_doubling(2000, 1000, never);
+  EXPECT_EQ(tried, (std::vector<unsigned>{1000}));
+  tried.clear();
+  certify_with_doubling(3000000000u, 4000000000u, never);
+  EXPECT_EQ(tried, (std::vector<unsigned>{3000000000u, 4000000000u}));
 }

@@ -8,6 +8,7 @@
 #include "uatlab/construct/deep_value_map.hpp"
 #include "uatlab/construct/kajitsuka.hpp"
 #include "uatlab/model/init.hpp"
+#include "uatlab/train/tasks.hpp"
 #include "uatlab/verify/analyse.hpp"
 
 using namespace uatlab;
@@ -44,7 +45,7 @@ std::vector<deep::Point> line(int q, std::uint64_t seed) {
 }  // namespace
 
 TEST(DeepValueMap, MemorizesEveryLabelCheckedIndependentlyIn2000Bits) {
-  const Dataset ds = ks::demo_dataset(60, 8, 4, 64, 3);
+  const Dataset ds = demo_dataset(60, 8, 4, 64, 3);
   const ks::Memorized m = deep_memorized(ds);
   EXPECT_EQ(m.max_error, 0);  // the outputs are the labels exactly, enclosures of width 0
   const json& p = m.deep_plan;
@@ -88,7 +89,7 @@ TEST(DeepValueMap, MemorizesEveryLabelCheckedIndependentlyIn2000Bits) {
 }
 
 TEST(DeepValueMap, ChosenBlocksAreUsed) {
-  const Dataset ds = ks::demo_dataset(20, 6, 4, 32, 5);
+  const Dataset ds = demo_dataset(20, 6, 4, 32, 5);
   const ks::Memorized m = deep_memorized(ds, 7);
   EXPECT_EQ(m.deep_plan.at("blocks").get<int>(), 7);
   EXPECT_LE(m.max_error, 1e-6);
@@ -113,7 +114,7 @@ TEST(DeepValueMap, RefusesWhatItCannotEncode) {
   pts = line(10, 1);
   pts[2].label = -1;
   EXPECT_THROW(deep::plan(attention(4), pts), Error);
-  Dataset ds = ks::demo_dataset(10, 4, 4, 16, 2);
+  Dataset ds = demo_dataset(10, 4, 4, 16, 2);
   ds.sequences[1].y(0, 2) = Rational(1, 2);  // not an integer
   try {
     deep_memorized(ds);

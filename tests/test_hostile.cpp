@@ -93,8 +93,7 @@ TEST(Hostile, EveryExactNumberRefusesHugeExponentsAndDigits) {
   refuses([&] { fang::parse_polynomial(huge + "*x1", {"x1"}); }, why, "polynomial constant");
   kajitsuka::MemorizeOptions mo;
   mo.tolerance = huge;
-  refuses([&] { kajitsuka::memorize(kajitsuka::demo_dataset(4, 2, 2, 4, 1), mo); }, why,
-          "memorize tolerance");
+  refuses([&] { kajitsuka::memorize(demo_dataset(4, 2, 2, 4, 1), mo); }, why, "memorize tolerance");
   // At the limit a number is read in milliseconds.
   EXPECT_GT(parse_rational("1e1000000"), 0);
 }

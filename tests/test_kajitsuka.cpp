@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "uatlab/construct/kajitsuka.hpp"
+#include "uatlab/train/tasks.hpp"
 #include "uatlab/verify/evaluate.hpp"
 
 using namespace uatlab;
@@ -83,7 +84,7 @@ TEST(Kajitsuka, MeasuresTheHypotheses) {
 }
 
 TEST(Kajitsuka, ProjectionMeetsLemma3) {
-  ks::Facts f = ks::analyse(ks::demo_dataset(30, 4, 3, 12, 5));
+  ks::Facts f = ks::analyse(demo_dataset(30, 4, 3, 12, 5));
   ks::Projection p = ks::find_projection(f, 9);
   EXPECT_GE(p.achieved, p.required);
   EXPECT_NEAR(p.required, std::sqrt(8 / (M_PI * 3)) / (13.0 * 13.0), 1e-15);
@@ -108,7 +109,7 @@ TEST(Kajitsuka, FaithfulConstructionNeedsThousandsOfBitsAndBeatsTheBound) {
 }
 
 TEST(Kajitsuka, TunedConstructionIsSeparatedAtLowPrecisionTiedOrNot) {
-  ks::Facts f = ks::analyse(ks::demo_dataset(60, 4, 3, 12, 2));
+  ks::Facts f = ks::analyse(demo_dataset(60, 4, 3, 12, 2));
   for (bool tied : {false, true}) {
     ks::ContextualOptions opt;
     opt.tied = tied;
@@ -138,7 +139,7 @@ TEST(Kajitsuka, TunedConstructionIsSeparatedAtLowPrecisionTiedOrNot) {
 }
 
 TEST(Kajitsuka, MemorizesEveryLabelCheckedIndependentlyIn1000Bits) {
-  const Dataset ds = ks::demo_dataset(40, 4, 3, 10, 1);
+  const Dataset ds = demo_dataset(40, 4, 3, 10, 1);
   ks::MemorizeOptions opt;
   ks::Memorized m = ks::memorize(ds, opt);
   EXPECT_LE(m.max_error, 1e-6);
@@ -163,7 +164,7 @@ TEST(Kajitsuka, MemorizesEveryLabelCheckedIndependentlyIn1000Bits) {
 }
 
 TEST(Kajitsuka, TheBoundedValueMapStaysWithinItsTargetsWhereZhangsDoesNot) {
-  const Dataset ds = ks::demo_dataset(40, 4, 3, 10, 1);
+  const Dataset ds = demo_dataset(40, 4, 3, 10, 1);
   ks::MemorizeOptions opt;
   opt.value_map = ks::ValueMap::bounded;
   const ks::Memorized b = ks::memorize(ds, opt);

@@ -10,6 +10,7 @@
 #include "uatlab/experiment/contextual.hpp"
 #include "uatlab/io/json.hpp"
 #include "uatlab/io/model_file.hpp"
+#include "uatlab/train/tasks.hpp"
 #include "uatlab/verify/evaluate.hpp"
 
 namespace uatlab::cli {
@@ -47,7 +48,7 @@ Dataset load_data(const Opts& o) {
         "data        embedded demo: N = %d sequences of n = %d distinct tokens from |V| = %d in R^%d (seed "
         "%llu), 3 classes\n",
         demo.N, demo.n, demo.V, demo.d, static_cast<unsigned long long>(seed));
-    return ks::demo_dataset(demo.N, demo.n, demo.d, demo.V, seed);
+    return demo_dataset(demo.N, demo.n, demo.d, demo.V, seed);
   }
   return read_dataset(data);
 }
@@ -312,8 +313,8 @@ void add_kajitsuka_commands(CLI::App& app, Commands& commands) {
   mk->add_option("--seed", o->seed, "Seed")->capture_default_str();
   mk->add_option("--out,-o", o->out, "Output JSONL")->required();
   commands.push_back({mk, [o] {
-                        write_output(o->out, format_dataset(ks::demo_dataset(o->demo.N, o->demo.n, o->demo.d,
-                                                                             o->demo.V, o->seed)));
+                        write_output(o->out, format_dataset(demo_dataset(o->demo.N, o->demo.n, o->demo.d,
+                                                                         o->demo.V, o->seed)));
                         return 0;
                       }});
 }

@@ -371,14 +371,14 @@ double bits_guess(const Facts& f, const Projected& p, double c) {
 // Certify from `bits` up, doubling, until certified or past max_bits (then .certified is false).
 Separation certify_doubling(const Network<Rational>& net, const Facts& f, unsigned bits, unsigned max_bits,
                             const OnProgress& progress, unsigned& used) {
-  for (;;) {
-    bits = mpfr_carried_bits(std::min(bits, max_bits));
-    report(progress, "contextual: certify the separation at " + std::to_string(bits) + " bits", 0, 0);
-    Separation sep = certify_separation(net, f, bits);
-    used = bits;
-    if (sep.certified || bits >= max_bits) return sep;
-    bits *= 2;
-  }
+  Separation sep;
+  certify_with_doubling(bits, max_bits, [&](unsigned b) {
+    used = mpfr_carried_bits(b);
+    report(progress, "contextual: certify the separation at " + std::to_string(used) + " bits", 0, 0);
+    sep = certify_separation(net, f, used);
+    return sep.certified;
+  });
+  return sep;
 }
 
 Rational wo_scale_of(const Facts& f) {
@@ -791,81 +791,84 @@ Memorized memorize(const Dataset& ds, const MemorizeOptions& opt) {
   LayerSpec ffs;
   ffs.kind = LayerKind::feedforward;
   if (k < d) arch.readout = k;
-  unsigned bits = std::max(m.contextual.bits_used, 64u);
-  for (int attempt = 0;; ++attempt) {
-    bits = mpfr_carried_bits(bits);
-    const MpfrPrecision precision(bits);  // zhang_layer computes the contexts at it
-    report(opt.contextual.progress, "memorize: the feed-forward layer at " + std::to_string(bits) + " bits",
-           0, 0);
-    Projection1d proj;
-    bool ok = false;
-    for (int dir = 0; dir < 3 && !ok; ++dir)
-      ok = project_contexts(f, m.contextual.net, opt.contextual.seed + dir, proj);
-    m.hidden = proj.cs.size();
-    if (ok) {
-      Network<Rational> net;
-      if (deep) {
-        std::vector<deep::Point> pts;
-        for (const auto& c : proj.cs) {
-          const Rational y = ds.sequences[f.first_with_set[c.set]].y(0, c.col);
-          pts.push_back({Scalar<Mpfr>::to_rational(lower(c.t)), Scalar<Mpfr>::to_rational(upper(c.t)),
-                         static_cast<long>(Scalar<Rational>::to_double(y))});
+  const unsigned max_bits = opt.contextual.max_bits;
+  double tol = 0;  // tol_q rounded down at the attempt's precision
+  const Doubling found = certify_with_doubling(
+      std::max(m.contextual.bits_used, 64u), max_bits, [&](unsigned asked, unsigned& next) {
+        const unsigned bits = mpfr_carried_bits(asked);
+        const MpfrPrecision precision(bits);  // zhang_layer computes the contexts at it
+        report(opt.contextual.progress,
+               "memorize: the feed-forward layer at " + std::to_string(bits) + " bits", 0, 0);
+        Projection1d proj;
+        bool ok = false;
+        for (int dir = 0; dir < 3 && !ok; ++dir)
+          ok = project_contexts(f, m.contextual.net, opt.contextual.seed + dir, proj);
+        m.hidden = proj.cs.size();
+        if (ok) {
+          Network<Rational> net;
+          if (deep) {
+            std::vector<deep::Point> pts;
+            for (const auto& c : proj.cs) {
+              const Rational y = ds.sequences[f.first_with_set[c.set]].y(0, c.col);
+              pts.push_back({Scalar<Mpfr>::to_rational(lower(c.t)), Scalar<Mpfr>::to_rational(upper(c.t)),
+                             static_cast<long>(Scalar<Rational>::to_double(y))});
+            }
+            const deep::Plan plan = deep::plan(m.contextual.net, pts, opt.blocks);
+            m.deep_plan = plan.report();
+            // The payload's P bits must be carried exactly: below that, start again higher.
+            const long long need = plan.payload_bits + 32;
+            if (bits < need && bits < max_bits) {
+              next = static_cast<unsigned>(std::min<long long>(need, max_bits));
+              return false;
+            }
+            net = deep::build(m.contextual.net, proj.a, pts, plan);
+          } else {
+            Layer<Rational> ff;
+            value_map_layer(f, ds, proj, opt.value_map, ff, m.profile);
+            ffs.width = static_cast<int>(m.hidden);
+            Architecture a = arch;
+            a.layers.push_back(ffs);
+            a.validate();
+            net = Network<Rational>(a);
+            net.layers[0] = m.contextual.net.layers[0];
+            net.layers[1].w1 = ff.w1;
+            net.layers[1].b1 = ff.b1;
+            net.layers[1].w2 = ff.w2;
+            net.layers[1].b2 = ff.b2;
+            if (k < d) {
+              net.readout_w = Mat<Rational>::Zero(k, d);
+              for (int i = 0; i < k; ++i)
+                net.readout_w(i, i) = 1;
+              net.readout_b = Mat<Rational>::Zero(k, 1);
+            }
+          }
+          tol = Scalar<Mpfr>::to_double(lower(Scalar<Mpfi>::from(tol_q)));
+          const std::string at = " at " + std::to_string(bits) + " bits";
+          m.max_error = certified_max_error(
+              net, ds, bits, kInf,
+              [&](const std::string&, long long i, long long n) {
+                report(opt.contextual.progress, "memorize: certify every sequence" + at, i, n);
+              },
+              deep);
+          if (m.max_error <= tol) {
+            m.net = std::move(net);
+            m.bits_used = bits;
+            return true;
+          }
         }
-        const deep::Plan plan = deep::plan(m.contextual.net, pts, opt.blocks);
-        m.deep_plan = plan.report();
-        // The payload's P bits must be carried exactly: below that, start again higher.
-        const long long need = plan.payload_bits + 32;
-        if (bits < need && bits < opt.contextual.max_bits) {
-          bits = static_cast<unsigned>(std::min<long long>(need, opt.contextual.max_bits));
-          continue;
-        }
-        net = deep::build(m.contextual.net, proj.a, pts, plan);
-      } else {
-        Layer<Rational> ff;
-        value_map_layer(f, ds, proj, opt.value_map, ff, m.profile);
-        ffs.width = static_cast<int>(m.hidden);
-        Architecture a = arch;
-        a.layers.push_back(ffs);
-        a.validate();
-        net = Network<Rational>(a);
-        net.layers[0] = m.contextual.net.layers[0];
-        net.layers[1].w1 = ff.w1;
-        net.layers[1].b1 = ff.b1;
-        net.layers[1].w2 = ff.w2;
-        net.layers[1].b2 = ff.b2;
-        if (k < d) {
-          net.readout_w = Mat<Rational>::Zero(k, d);
-          for (int i = 0; i < k; ++i)
-            net.readout_w(i, i) = 1;
-          net.readout_b = Mat<Rational>::Zero(k, 1);
-        }
-      }
-      const double tol = Scalar<Mpfr>::to_double(lower(Scalar<Mpfi>::from(tol_q)));
-      const std::string at = " at " + std::to_string(bits) + " bits";
-      m.max_error = certified_max_error(
-          net, ds, bits, kInf,
-          [&](const std::string&, long long i, long long n) {
-            report(opt.contextual.progress, "memorize: certify every sequence" + at, i, n);
-          },
-          deep);
-      if (m.max_error <= tol) {
-        m.seconds_construct_certify = since(t0);
-        const auto t1 = std::chrono::steady_clock::now();
-        m.net = std::move(net);
-        m.bits_used = bits;
-        m.min_bits = min_certified_bits(bits, [&](unsigned b) {
-          report(opt.contextual.progress,
-                 "memorize: smallest certified precision, trying " + std::to_string(b) + " bits", 0, 0);
-          return certified_max_error(m.net, ds, b, tol, {}, deep) <= tol;
-        });
-        m.seconds_min_bits = since(t1);
-        break;
-      }
-    }
-    if (bits >= opt.contextual.max_bits)
-      throw Error("memorization not certified within " + std::to_string(bits) + " bits (--max-bits)");
-    bits = std::min(2 * bits, opt.contextual.max_bits);
-  }
+        return false;
+      });
+  if (!found.finished)
+    throw Error("memorization not certified within " + std::to_string(mpfr_carried_bits(found.bits)) +
+                " bits (--max-bits)");
+  m.seconds_construct_certify = since(t0);
+  const auto t1 = std::chrono::steady_clock::now();
+  m.min_bits = min_certified_bits(m.bits_used, [&](unsigned b) {
+    report(opt.contextual.progress,
+           "memorize: smallest certified precision, trying " + std::to_string(b) + " bits", 0, 0);
+    return certified_max_error(m.net, ds, b, tol, {}, deep) <= tol;
+  });
+  m.seconds_min_bits = since(t1);
   // float64: the weights rounded to double, evaluated in double.
   try {
     const Network<double> nd = network_cast<double>(m.net);
@@ -991,57 +994,6 @@ json HardmaxCounterexample::report() const {
           {"heads_tried", heads_tried},
           {"softmax_separates", softmax_separates},
           {"softmax_log10_delta", log10_softmax_gap}};
-}
-
-// ---- demo data ---------------------------------------------------------------------------------
-
-Dataset demo_dataset(int N, int n, int d, int V, std::uint64_t seed) {
-  // The vocabulary is drawn until |V| distinct vectors (pairwise checks): V is kept small.
-  limits::check_count(N, 1, 1 << 20, "demo data: N");
-  limits::check_count(d, 1, 1 << 10, "demo data: d");
-  limits::check_count(V, 1, 1 << 12, "demo data: |V|");
-  limits::check_count(n, 1, V, "demo data: n (distinct tokens from |V|)");
-  limits::check_count(static_cast<long long>(N) * n * d, 1, limits::kSize, "demo data: N * n * d");
-  Rng rng(seed);
-  std::vector<Vec<Rational>> vocab;
-  while (static_cast<int>(vocab.size()) < V) {
-    Vec<double> g(d);
-    for (int i = 0; i < d; ++i)
-      g(i) = rng.gauss();
-    g *= rng.uniform(1, 2) / g.norm();
-    Vec<Rational> x =
-        g.unaryExpr([](double t) { return Rational(static_cast<long>(std::llround(t * 1000)), 1000); });
-    bool fresh = x.squaredNorm() != 0;
-    for (auto& y : vocab)
-      fresh = fresh && y != x;
-    if (fresh) vocab.push_back(x);
-  }
-  Dataset ds;
-  ds.d = d;
-  ds.label_dim = 1;
-  for (int i = 0; i < N; ++i) {
-    std::vector<int> idx(V);
-    for (int j = 0; j < V; ++j)
-      idx[j] = j;
-    for (int j = 0; j < n; ++j)
-      std::swap(idx[j], idx[j + static_cast<int>(rng.uniform() * (V - j))]);
-    idx.resize(n);
-    std::vector<int> set = idx;
-    std::sort(set.begin(), set.end());
-    std::uint64_t h = seed * 0x9E3779B97F4A7C15ULL;
-    for (int t : set)
-      h = (h ^ static_cast<std::uint64_t>(t + 1)) * 0x100000001B3ULL;
-    Sequence s;
-    s.x = Mat<Rational>(d, n);
-    s.y = Mat<Rational>(1, n);
-    for (int k = 0; k < n; ++k) {
-      s.x.col(k) = vocab[idx[k]];
-      Rng lab(h ^ static_cast<std::uint64_t>(idx[k] * 7919 + 1));
-      s.y(0, k) = static_cast<long>(lab.next() % 3);  // three classes, a function of (token, set)
-    }
-    ds.sequences.push_back(std::move(s));
-  }
-  return ds;
 }
 
 }  // namespace uatlab::kajitsuka

@@ -9,6 +9,7 @@
 
 #include "uatlab/limits.hpp"
 #include "uatlab/verify/affine.hpp"
+#include "uatlab/verify/precision.hpp"
 
 namespace uatlab::experiment {
 
@@ -182,6 +183,7 @@ DomainBound certify_domain(const Network<Rational>& g, const yun::Target& f, int
                 "\" has no interval form; the domain certificate needs one (built-in targets have it)");
   if (g.arch.d != d)
     throw Error("the network has d = " + std::to_string(g.arch.d) + ", the domain d = " + std::to_string(d));
+  limits::check_count(o.bits, 2, limits::kPrecisionBits, "the bits of the domain certificate");
   limits::check_count(o.max_cells, 1, 1LL << 30, "--certify-cells");
   limits::check_count(o.max_boxes, 1, 1LL << 30, "--certify-boxes");
   for (int p : o.ps)
@@ -268,40 +270,43 @@ DomainBound certify_domain(const Network<Rational>& g, const yun::Target& f, int
   std::vector<long> pending;
   for (long cell = 0; cell < r.cells; ++cell)
     pending.push_back(cell);
-  for (unsigned bits = o.bits; !pending.empty(); bits *= 2) {
-    const MpfrPrecision precision(bits);
-    const AffineForward gi(back);
-    std::vector<char> again(pending.size(), 0);
-    long long done = 0;
+  if (!pending.empty())
+    certify_with_doubling(o.bits, 64 * o.bits, [&](unsigned bits) {
+      const MpfrPrecision precision(bits);
+      const AffineForward gi(back);
+      std::vector<char> again(pending.size(), 0);
+      long long done = 0;
 #pragma omp parallel for schedule(dynamic)
-    for (long k = 0; k < static_cast<long>(pending.size()); ++k) {
-      Cell& c = cs[static_cast<std::size_t>(pending[static_cast<std::size_t>(k)])];
-      c.finite = true;
-      try {
-        if (c.constant && exact)
-          c.Y = forward(back, c.image_lo).unaryExpr([](const Rational& x) { return Scalar<Mpfi>::from(x); });
-        else
-          c.Y = gi(image(c));
-        for (Eigen::Index i = 0; i < c.Y.size(); ++i) {
-          const Mpfr lo = lower(c.Y(i)), hi = upper(c.Y(i));
-          c.finite = c.finite && mpfr_number_p(lo.backend().data()) && mpfr_number_p(hi.backend().data());
-          if (c.finite && c.constant && hi - lo > 1e-12 * (1 + mp::abs(lo)))
-            again[static_cast<std::size_t>(k)] = 1;
+      for (long k = 0; k < static_cast<long>(pending.size()); ++k) {
+        Cell& c = cs[static_cast<std::size_t>(pending[static_cast<std::size_t>(k)])];
+        c.finite = true;
+        try {
+          if (c.constant && exact)
+            c.Y =
+                forward(back, c.image_lo).unaryExpr([](const Rational& x) { return Scalar<Mpfi>::from(x); });
+          else
+            c.Y = gi(image(c));
+          for (Eigen::Index i = 0; i < c.Y.size(); ++i) {
+            const Mpfr lo = lower(c.Y(i)), hi = upper(c.Y(i));
+            c.finite = c.finite && mpfr_number_p(lo.backend().data()) && mpfr_number_p(hi.backend().data());
+            if (c.finite && c.constant && hi - lo > 1e-12 * (1 + mp::abs(lo)))
+              again[static_cast<std::size_t>(k)] = 1;
+          }
+        } catch (const Error&) {  // e.g. a hardmax argmax that an interval input leaves undecided
+          c.finite = false;
         }
-      } catch (const Error&) {  // e.g. a hardmax argmax that an interval input leaves undecided
-        c.finite = false;
-      }
-      if (!c.finite && c.constant) again[static_cast<std::size_t>(k)] = 1;
+        if (!c.finite && c.constant) again[static_cast<std::size_t>(k)] = 1;
 #pragma omp critical(uatlab_domain_progress)
-      report(o.progress, "certify the domain: the network on every cell at " + std::to_string(bits) + " bits",
-             ++done, static_cast<long long>(pending.size()));
-    }
-    std::vector<long> next;
-    for (std::size_t k = 0; k < pending.size(); ++k)
-      if (again[k]) next.push_back(pending[k]);
-    if (bits >= 64 * o.bits) break;  // keep what the last precision gave
-    pending = std::move(next);
-  }
+        report(o.progress,
+               "certify the domain: the network on every cell at " + std::to_string(bits) + " bits", ++done,
+               static_cast<long long>(pending.size()));
+      }
+      std::vector<long> next;
+      for (std::size_t k = 0; k < pending.size(); ++k)
+        if (again[k]) next.push_back(pending[k]);
+      pending = std::move(next);
+      return pending.empty();  // at 64 × o.bits, what the last precision gave is kept
+    });
   // Stage 3: f against g, cell by cell, within the budget of boxes.
   const MpfrPrecision precision(o.bits);
   // The budget goes to the regular cells; the others (ramps, whose enclosures are wide anyway)

@@ -5,9 +5,9 @@
 #include <map>
 #include <mutex>
 
-#include "uatlab/construct/kajitsuka.hpp"
 #include "uatlab/io/json.hpp"
 #include "uatlab/io/lists.hpp"
+#include "uatlab/limits.hpp"
 #include "uatlab/model/init.hpp"
 
 namespace uatlab {
@@ -274,11 +274,59 @@ int alphabet_size(const TaskOptions& o) {
 }  // namespace
 
 // The one registry of tasks: name, loss, generator and shapes side by side.
+Dataset demo_dataset(int N, int n, int d, int V, std::uint64_t seed) {
+  // The vocabulary is drawn until |V| distinct vectors (pairwise checks): V is kept small.
+  limits::check_count(N, 1, 1 << 20, "demo data: N");
+  limits::check_count(d, 1, 1 << 10, "demo data: d");
+  limits::check_count(V, 1, 1 << 12, "demo data: |V|");
+  limits::check_count(n, 1, V, "demo data: n (distinct tokens from |V|)");
+  limits::check_count(static_cast<long long>(N) * n * d, 1, limits::kSize, "demo data: N * n * d");
+  Rng rng(seed);
+  std::vector<Vec<Rational>> vocab;
+  while (static_cast<int>(vocab.size()) < V) {
+    Vec<double> g(d);
+    for (int i = 0; i < d; ++i)
+      g(i) = rng.gauss();
+    g *= rng.uniform(1, 2) / g.norm();
+    Vec<Rational> x =
+        g.unaryExpr([](double t) { return Rational(static_cast<long>(std::llround(t * 1000)), 1000); });
+    bool fresh = x.squaredNorm() != 0;
+    for (auto& y : vocab)
+      fresh = fresh && y != x;
+    if (fresh) vocab.push_back(x);
+  }
+  Dataset ds;
+  ds.d = d;
+  ds.label_dim = 1;
+  for (int i = 0; i < N; ++i) {
+    std::vector<int> idx(V);
+    for (int j = 0; j < V; ++j)
+      idx[j] = j;
+    for (int j = 0; j < n; ++j)
+      std::swap(idx[j], idx[j + static_cast<int>(rng.uniform() * (V - j))]);
+    idx.resize(n);
+    std::vector<int> set = idx;
+    std::sort(set.begin(), set.end());
+    std::uint64_t h = seed * 0x9E3779B97F4A7C15ULL;
+    for (int t : set)
+      h = (h ^ static_cast<std::uint64_t>(t + 1)) * 0x100000001B3ULL;
+    Sequence s;
+    s.x = Mat<Rational>(d, n);
+    s.y = Mat<Rational>(1, n);
+    for (int k = 0; k < n; ++k) {
+      s.x.col(k) = vocab[idx[k]];
+      Rng lab(h ^ static_cast<std::uint64_t>(idx[k] * 7919 + 1));
+      s.y(0, k) = static_cast<long>(lab.next() % 3);  // three classes, a function of (token, set)
+    }
+    ds.sequences.push_back(std::move(s));
+  }
+  return ds;
+}
+
 const std::vector<TaskSpec>& tasks() {
   using O = const TaskOptions&;
   static const std::vector<TaskSpec> table = {
-      {"memorize", Loss::cross_entropy,
-       [](O o) { return kajitsuka::demo_dataset(o.N, o.n, o.d, o.V, o.seed); },
+      {"memorize", Loss::cross_entropy, [](O o) { return demo_dataset(o.N, o.n, o.d, o.V, o.seed); },
        [](O o) {
          return TaskShape{0, o.d, 3};
        }},

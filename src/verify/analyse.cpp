@@ -449,13 +449,13 @@ Analysis analyse(const Network<Rational>& net, const Dataset& ds, const AnalyseO
     return std::any_of(p.failures.begin(), p.failures.end(),
                        [](const PredictionFailure& f) { return f.kind == "undecided"; });
   };
-  for (unsigned bits = o.bits;; bits = std::min(2 * bits, o.max_bits)) {
+  certify_with_doubling(o.bits, o.max_bits, [&](unsigned bits) {
     a.predictions = certify_predictions(net, ds, kind, tol, bits, o.progress, true, o.affine);
-    if (a.predictions.all()) break;
-    if (a.predictions.failures.front().kind == "undecided" && bits < o.max_bits) continue;
+    if (a.predictions.all()) return true;
+    if (a.predictions.failures.front().kind == "undecided" && bits < o.max_bits) return false;
     a.predictions = certify_predictions(net, ds, kind, tol, bits, o.progress, false, o.affine);
-    if (!undecided(a.predictions) || bits >= o.max_bits) break;
-  }
+    return !undecided(a.predictions);
+  });
   const unsigned bits = a.predictions.bits;
   if (o.min_bits && a.predictions.all())
     a.min_bits = min_certified_bits(bits, [&](unsigned b) {

@@ -1,5 +1,7 @@
 #include "uatlab/verify/precision.hpp"
 
+#include <algorithm>
+
 namespace uatlab {
 
 Precision Precision::parse(const std::string& text) {
@@ -60,6 +62,21 @@ unsigned min_certified_bits(unsigned certified_at, const std::function<bool(unsi
       lo = mid;
   }
   return hi;
+}
+
+Doubling certify_with_doubling(unsigned first, unsigned max_bits,
+                               const std::function<bool(unsigned bits, unsigned& next)>& attempt) {
+  for (unsigned bits = std::min(first, max_bits);;) {
+    unsigned next = bits > max_bits / 2 ? max_bits : 2 * bits;
+    if (attempt(bits, next)) return {bits, true};
+    if (bits >= max_bits) return {bits, false};
+    bits = std::min(std::max(next, bits + 1), max_bits);
+  }
+}
+
+Doubling certify_with_doubling(unsigned first, unsigned max_bits,
+                               const std::function<bool(unsigned bits)>& attempt) {
+  return certify_with_doubling(first, max_bits, [&](unsigned bits, unsigned&) { return attempt(bits); });
 }
 
 }  // namespace uatlab

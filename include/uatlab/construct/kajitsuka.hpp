@@ -206,9 +206,4 @@ struct HardmaxCounterexample {
 };
 HardmaxCounterexample hardmax_counterexample(int draws, std::uint64_t seed);
 
-// The embedded demo dataset of the main job: N sequences of n distinct tokens drawn from a
-// vocabulary of |V| random tokens in R^d (norms in [1, 2]), labels a seeded function of
-// (token, vocabulary set); all numbers exact decimals.
-Dataset demo_dataset(int N, int n, int d, int V, std::uint64_t seed);
-
 }  // namespace uatlab::kajitsuka

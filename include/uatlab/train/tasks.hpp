@@ -79,5 +79,9 @@ Dataset make_task(const std::string& name, const TaskOptions& o);
 TaskOptions validation_options(const TaskOptions& o, int N);
 // The distinct characters of a corpus, sorted (the chars task's vocabulary).
 std::string corpus_alphabet(const std::string& text);
+// The demo data of the main job and the "memorize" task: N sequences of n distinct tokens drawn
+// from a vocabulary of |V| random tokens in R^d (norms in [1, 2]), labels (three classes) a seeded
+// function of (token, vocabulary set); all numbers exact decimals.
+Dataset demo_dataset(int N, int n, int d, int V, std::uint64_t seed);
 
 }  // namespace uatlab

@@ -46,4 +46,18 @@ std::unique_ptr<MpfrPrecision> precision_scope(const Precision& p);
 // never hurt. Every call of certified runs at the bits it is given.
 unsigned min_certified_bits(unsigned certified_at, const std::function<bool(unsigned bits)>& certified);
 
+// The precision search of every certificate that needs more bits than it starts with: attempt(bits)
+// at bits = first, then twice the last, capped at max_bits, until attempt returns true (finished:
+// certified, or failed in a way more bits cannot change) or max_bits has been tried. An attempt may
+// ask for more than twice its bits by raising `next` (capped at max_bits). Returns the last bits
+// tried and whether that attempt finished.
+struct Doubling {
+  unsigned bits = 0;
+  bool finished = false;
+};
+Doubling certify_with_doubling(unsigned first, unsigned max_bits,
+                               const std::function<bool(unsigned bits, unsigned& next)>& attempt);
+Doubling certify_with_doubling(unsigned first, unsigned max_bits,
+                               const std::function<bool(unsigned bits)>& attempt);
+
 }  // namespace uatlab
