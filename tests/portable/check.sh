@@ -2,7 +2,7 @@
 # The portable build: on an AVX-512 machine the default build (-march=native) never compiles the
 # kernels' portable paths (thin_product.hpp without __AVX512F__, narrower blocks, Eigen's SSE
 # packets). This configures a second build tree with UATLAB_NATIVE=OFF and warnings as errors,
-# builds the library and uatlab_portable_tests (the kernel, agreement and training tests) and runs
+# builds the library's core (model, files, training) and uatlab_portable_tests (the kernel, agreement and training tests) and runs
 # them. The tree is kept, so a rerun rebuilds only what changed.
 # usage: check.sh SOURCE_DIR WORK_DIR
 set -euo pipefail
