@@ -308,7 +308,7 @@ PYBIND11_MODULE(_core, m) {
          const py::object& progress) {
         const CallbackPtr cb = callback(progress);
         kajitsuka::ContextualOptions o;
-        o.mode = kajitsuka::parse_mode(mode), o.tied = tied, o.seed = seed, o.max_bits = max_bits;
+        o.mode = kajitsuka::mode_names.parse(mode), o.tied = tied, o.seed = seed, o.max_bits = max_bits;
         o.progress = progress_of(cb);
         return released({cb}, [&] {
           const kajitsuka::Facts f = kajitsuka::analyse(ds);
@@ -330,9 +330,10 @@ PYBIND11_MODULE(_core, m) {
         limits::check_count(blocks, 0, 1 << 20, "blocks");
         kajitsuka::MemorizeOptions o;
         o.blocks = blocks;
-        o.contextual.mode = kajitsuka::parse_mode(mode), o.contextual.tied = tied, o.contextual.seed = seed;
+        o.contextual.mode = kajitsuka::mode_names.parse(mode), o.contextual.tied = tied,
+        o.contextual.seed = seed;
         o.contextual.max_bits = max_bits, o.contextual.progress = progress_of(cb);
-        o.value_map = kajitsuka::parse_value_map(value_map), o.tolerance = tolerance;
+        o.value_map = kajitsuka::value_map_names.parse(value_map), o.tolerance = tolerance;
         return released({cb}, [&] {
           const kajitsuka::Memorized mz = kajitsuka::memorize(ds, o);
           json r = mz.report();

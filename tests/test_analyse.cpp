@@ -59,7 +59,7 @@ TEST(Analyse, CertifiesAConstructionAndNamesAWrongLabel) {
   ASSERT_EQ(a.predictions.failures.size(), 1u);
   EXPECT_EQ(a.predictions.failures[0].sequence, 5u);
   EXPECT_EQ(a.predictions.failures[0].token, 2u);
-  EXPECT_EQ(a.predictions.failures[0].kind, "wrong");
+  EXPECT_EQ(a.predictions.failures[0].kind, FailureKind::wrong);
   EXPECT_EQ(a.min_bits, 0u);
   EXPECT_NE(a.summary().find("sequence 6 token 3: wrong"), std::string::npos) << a.summary();
 }
@@ -89,7 +89,7 @@ TEST(Analyse, ATrainedClassifierAndAFlippedLabel) {
   a = analyse(exact, data, quick());
   ASSERT_EQ(a.predictions.failures.size(), 1u);
   EXPECT_EQ(a.predictions.failures[0].sequence, 7u);
-  EXPECT_EQ(a.predictions.failures[0].kind, "wrong");
+  EXPECT_EQ(a.predictions.failures[0].kind, FailureKind::wrong);
   EXPECT_EQ(a.predictions.failures[0].predicted, std::to_string(label));
 }
 
@@ -143,4 +143,22 @@ TEST(Precision, DoublingTriesTwiceTheBitsUpToTheCap) {
   tried.clear();
   certify_with_doubling(3000000000u, 4000000000u, never);
   EXPECT_EQ(tried, (std::vector<unsigned>{3000000000u, 4000000000u}));
+}
+
+TEST(Names, OneTablePerEnumParsesWhatItPrints) {
+  for (const char* name : score_names.names)
+    EXPECT_STREQ(score_names(score_names.parse(name)), name);
+  EXPECT_EQ(rpe_names.parse("t5"), Rpe::t5);
+  EXPECT_STREQ(layer_kind_names(LayerKind::sepconv), "sepconv");
+  EXPECT_EQ(parse_loss("cross-entropy"), Loss::cross_entropy);
+  EXPECT_STREQ(loss_names(parse_loss("ce")), "ce");
+  try {
+    kajitsuka::value_map_names.parse("zang");
+    FAIL() << "a misspelt value map was accepted";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "value map \"zang\": expected zhang, bounded or deep");
+  }
+  EXPECT_EQ(failure_kind_names.choices(), "wrong or undecided");
+  EXPECT_EQ(label_kind("values", Dataset{}, 3), LabelKind::values);
+  EXPECT_THROW(label_kind("class", Dataset{}, 3), Error);
 }

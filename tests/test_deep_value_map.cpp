@@ -83,7 +83,7 @@ TEST(DeepValueMap, MemorizesEveryLabelCheckedIndependentlyIn2000Bits) {
                                                m.bits_used, {}, false, affine);
     EXPECT_EQ(pr.all(), affine);
     if (!affine) {
-      EXPECT_EQ(pr.failures.front().kind, "undecided");
+      EXPECT_EQ(pr.failures.front().kind, FailureKind::undecided);
     }
   }
 }

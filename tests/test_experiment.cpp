@@ -59,8 +59,8 @@ TEST(Experiment, RegistryListsEveryExperimentOnce) {
   EXPECT_EQ(&find_experiment("fang-fit"),
             &experiments()[find_experiment("fang-fit").name == names[0] ? 0 : 11]);
   EXPECT_THROW(find_experiment("nope"), Error);
-  EXPECT_EQ(parse_mode("smoke"), Mode::smoke);
-  EXPECT_THROW(parse_mode("fast"), Error);
+  EXPECT_EQ(mode_names.parse("smoke"), Mode::smoke);
+  EXPECT_THROW(mode_names.parse("fast"), Error);
   Context c;
   c.mode = Mode::full;
   EXPECT_EQ(c.seed_count(), 3);

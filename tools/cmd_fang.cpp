@@ -37,7 +37,7 @@ int cmd_polynomial(const PolynomialOpts& o) {
       N, o.variant.c_str(), L.D, L.d);
   std::printf("            fixed block parameters %zu; readout (the only polynomial-dependent part) %d + 1\n",
               c.net.parameter_count() - static_cast<std::size_t>(L.D + 1), L.D);
-  if (fang::parse_variant(o.variant) == fang::Variant::single_head)
+  if (fang::variant_names.parse(o.variant) == fang::Variant::single_head)
     std::printf("gates       %s on the box [-%s, %s]^%d (largest |z|/C_b = %s)\n",
                 pr.gates ? "proven in their linear regime" : "NOT proven", o.box.c_str(), o.box.c_str(), L.d,
                 pr.worst_gate_ratio.str().c_str());

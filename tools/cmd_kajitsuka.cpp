@@ -91,7 +91,7 @@ void print_contextual(const ks::Facts& f, const ks::Contextual& c) {
 
 ks::ContextualOptions contextual_options(const Opts& o) {
   ks::ContextualOptions opt;
-  opt.mode = ks::parse_mode(o.mode);
+  opt.mode = ks::mode_names.parse(o.mode);
   opt.tied = o.tied;
   opt.seed = o.seed;
   opt.max_bits = o.max_bits;
@@ -146,7 +146,7 @@ int cmd_memorize(const Opts& o) {
   ks::MemorizeOptions opt;
   opt.contextual = contextual_options(o);
   opt.tolerance = tolerance;
-  opt.value_map = ks::parse_value_map(o.value_map);
+  opt.value_map = ks::value_map_names.parse(o.value_map);
   opt.blocks = o.blocks;
   const ks::Memorized m = ks::memorize(ds, opt);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -47,7 +47,7 @@ int cmd_reproduce(const ReproduceOpts& o) {
   }
   const ex::Experiment& e = ex::find_experiment(o.name);
   ex::Context c;
-  c.mode = ex::parse_mode(o.mode);
+  c.mode = ex::mode_names.parse(o.mode);
   c.corpus = o.corpus;
   c.seeds = o.seeds;
   c.steps = o.steps;

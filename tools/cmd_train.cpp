@@ -92,7 +92,7 @@ int cmd_train(TrainOpts& o) {
     const TaskSpec& spec = task(o.task);
     data = make_task(o.task, o.task_opt);
     if (o.task_val_N > 0) val = make_task(o.task, validation_options(o.task_opt, o.task_val_N));
-    if (o.loss.empty()) o.loss = spec.loss == Loss::mse ? "mse" : "ce";
+    if (o.loss.empty()) o.loss = loss_names(spec.loss);
     if (o.arch.arch.empty() && o.init_model.empty()) {
       const TaskShape shape = spec.shape(o.task_opt);
       if (o.arch.readout == 0) o.arch.readout = shape.outputs;

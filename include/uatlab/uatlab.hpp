@@ -29,6 +29,7 @@
 #include "uatlab/model/init.hpp"
 #include "uatlab/model/network.hpp"
 #include "uatlab/model/scalar.hpp"
+#include "uatlab/names.hpp"
 #include "uatlab/progress.hpp"
 #include "uatlab/train/backward.hpp"
 #include "uatlab/train/tasks.hpp"

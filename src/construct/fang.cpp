@@ -236,12 +236,6 @@ Layout layout(int d, int N) {
   return L;
 }
 
-Variant parse_variant(const std::string& s) {
-  if (s == "single-head") return Variant::single_head;
-  if (s == "multi-head") return Variant::multi_head;
-  throw Error("variant \"" + s + "\": expected single-head or multi-head");
-}
-
 Network<Rational> build(int d, int N, const Rational& B, Variant v) {
   if (B <= 0) throw Error("the domain bound B must be positive");
   const Layout L = layout(d, N);
@@ -597,7 +591,7 @@ Compiled compile(const std::string& expr, const std::vector<std::string>& vars, 
     throw Error("degree " + std::to_string(degree) + " is below the polynomial's degree " +
                 std::to_string(fang::degree(c.p)) + ": N blocks compute polynomials of degree <= N");
   const int N = degree > 0 ? degree : std::max(1, fang::degree(c.p));
-  const Variant v = parse_variant(variant);
+  const Variant v = variant_names.parse(variant);
   c.layout = layout(static_cast<int>(vars.size()), N);
   c.net = build(c.layout.d, N, B, v);
   set_readout(c.net, c.layout, c.p);

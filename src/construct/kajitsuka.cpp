@@ -267,12 +267,6 @@ Projection find_projection(const Facts& f, std::uint64_t seed, int max_tries) {
               " seeded tries");
 }
 
-Mode parse_mode(const std::string& s) {
-  if (s == "faithful") return Mode::faithful;
-  if (s == "tuned") return Mode::tuned;
-  throw Error("mode \"" + s + "\": expected faithful or tuned");
-}
-
 // ---- stage 3: the attention layer and its certificate ---------------------------------------------
 
 Separation certify_separation(const Network<Rational>& attention, const Facts& f, unsigned bits) {
@@ -441,10 +435,10 @@ Contextual build_contextual(const Facts& f, const ContextualOptions& opt) {
 
   const double guess = bits_guess(f, pr, c);
   if (guess > opt.max_bits)
-    throw Error("the " + std::string(opt.mode == Mode::faithful ? "faithful" : "tuned") +
-                " construction needs about " + std::to_string(static_cast<long>(guess)) +
-                " bits (scores span " + std::to_string(c * pr.max_abs * pr.range) +
-                " nats), more than --max-bits " + std::to_string(opt.max_bits));
+    throw Error("the " + std::string(mode_names(opt.mode)) + " construction needs about " +
+                std::to_string(static_cast<long>(guess)) + " bits (scores span " +
+                std::to_string(c * pr.max_abs * pr.range) + " nats), more than --max-bits " +
+                std::to_string(opt.max_bits));
   out.separation =
       certify_doubling(out.net, f, static_cast<unsigned>(guess), opt.max_bits, opt.progress, out.bits_used);
   if (!out.separation.certified)
@@ -511,7 +505,7 @@ json Facts::report() const {
 
 json Contextual::report() const {
   auto num = [](double x) { return std::isfinite(x) ? json(x) : json(nullptr); };
-  return {{"mode", mode == Mode::faithful ? "faithful" : "tuned"},
+  return {{"mode", mode_names(mode)},
           {"tied_qkv", tied},
           {"projection",
            {{"v",
@@ -684,17 +678,6 @@ void value_map_layer(const Facts& f, const Dataset& ds, const Projection1d& p, V
 }
 
 }  // namespace
-
-ValueMap parse_value_map(const std::string& s) {
-  if (s == "zhang") return ValueMap::zhang;
-  if (s == "bounded") return ValueMap::bounded;
-  if (s == "deep") return ValueMap::deep;
-  throw Error("value map \"" + s + "\": expected zhang, bounded or deep");
-}
-
-const char* value_map_name(ValueMap v) {
-  return v == ValueMap::zhang ? "zhang" : v == ValueMap::bounded ? "bounded" : "deep";
-}
 
 namespace {
 
@@ -925,7 +908,7 @@ json Memorized::report() const {
       {"parameters_zhang_form",
        {{"attention", zhang_form_attention}, {"feedforward", zhang_form_ff}, {"total", zhang_form_total}}},
       {"value_map",
-       {{"form", value_map_name(value_map)},
+       {{"form", value_map_names(value_map)},
         {"sup_abs_certified", std::isnan(value_map_sup)      ? json(nullptr)
                               : std::isfinite(value_map_sup) ? json(value_map_sup)
                                                              : json("inf")},

@@ -36,9 +36,9 @@ Approximation approximate(const yun::Target& f, int K, const ApproximateOptions&
   report(o.progress, "approximate: build the " + o.construction + " construction, K = " + std::to_string(K),
          0, 0);
   yun::Modified m =
-      kaj ? yun::build_kajitsuka(f, o.d, o.n, K, o.pe,
-                                 kajitsuka::parse_value_map(o.value_map.empty() ? "bounded" : o.value_map),
-                                 o.max_layers)
+      kaj ? yun::build_kajitsuka(
+                f, o.d, o.n, K, o.pe,
+                kajitsuka::value_map_names.parse(o.value_map.empty() ? "bounded" : o.value_map), o.max_layers)
           : yun::build_modified(f, o.d, o.n, K, o.pe, o.max_layers);
   Approximation r;
   r.report = m.report();
@@ -208,7 +208,7 @@ void plot_value_maps(const yun::Target& f, int K, const ApproximateOptions& o, c
       p.series.push_back(data);
     }
     const json& sup = m.extra.at("value_map").at("sup_abs_certified");
-    Series c{std::string(kajitsuka::value_map_name(map)) + " (certified sup |F2| = " +
+    Series c{std::string(kajitsuka::value_map_names(map)) + " (certified sup |F2| = " +
                  (sup.is_number() ? fixed(sup.get<double>(), 3) : std::string("inf")) + ")",
              {},
              {},

@@ -49,7 +49,7 @@ json run_construction(const json& cell) {
   kajitsuka::MemorizeOptions o;
   o.contextual.tied = true;
   o.contextual.seed = cell.at("seed").get<std::uint64_t>();
-  o.value_map = kajitsuka::parse_value_map(cell.at("map"));
+  o.value_map = kajitsuka::value_map_names.parse(cell.at("map"));
   const kajitsuka::Memorized m = kajitsuka::memorize(ds, o);
   std::size_t nonzero = 0;
   m.net.for_each_tensor([&](const std::string&, const Mat<Rational>& t, Layout) {
@@ -101,8 +101,9 @@ json run_trained(const json& cell) {
         const Predictions p =
             certify_predictions(exact, data, LabelKind::classes, Rational(0), bits, {}, true);
         certified = p.all();
-        if (certified || std::none_of(p.failures.begin(), p.failures.end(),
-                                      [](const PredictionFailure& f) { return f.kind == "undecided"; }))
+        if (certified || std::none_of(p.failures.begin(), p.failures.end(), [](const PredictionFailure& f) {
+              return f.kind == FailureKind::undecided;
+            }))
           break;
       }
     }
@@ -240,7 +241,7 @@ std::string capacity_report(const std::vector<json>& lines, const Outputs& out, 
           {"N", "seed", "q", "B", "s", "β", "P", "bits needed", "depth", "parameters", "nonzero", "seconds"},
           rows);
   write_file_atomic(out.path(".md"), md);
-  LinePlot plot{"Memorization: parameters needed against N (" + std::string(to_string(c.mode)) + " mode)",
+  LinePlot plot{"Memorization: parameters needed against N (" + std::string(mode_names(c.mode)) + " mode)",
                 "N (sequences of 4 tokens)", "stored parameters (mean, sd over seeds)"};
   plot.logx = plot.logy = true;
   plot.series = row_series(g, 2);

@@ -11,25 +11,6 @@
 
 namespace uatlab::experiment {
 
-Mode parse_mode(const std::string& text) {
-  if (text == "smoke") return Mode::smoke;
-  if (text == "quick") return Mode::quick;
-  if (text == "full") return Mode::full;
-  throw Error("mode \"" + text + "\": expected smoke, quick or full");
-}
-
-const char* to_string(Mode m) {
-  switch (m) {
-    case Mode::smoke:
-      return "smoke";
-    case Mode::quick:
-      return "quick";
-    case Mode::full:
-      return "full";
-  }
-  return "?";
-}
-
 // The registry, in listing order. A new experiment: its factory in registry.hpp, a row here, the
 // count below, its name in tests/test_reproduce.py and its page in docs/.
 constexpr std::array factories{
@@ -69,7 +50,7 @@ std::vector<json> select_cells(const Experiment& e, const Context& c, const std:
     for (json& cell : cells)
       if (cell.contains(key) && label(cell.at(key)) == value) kept.push_back(std::move(cell));
     if (kept.empty())
-      throw Error("--only \"" + f + "\": no cell of " + e.name + " (" + to_string(c.mode) +
+      throw Error("--only \"" + f + "\": no cell of " + e.name + " (" + mode_names(c.mode) +
                   " mode) matches it and the filters before it");
     cells = std::move(kept);
   }

@@ -36,7 +36,7 @@ Experiment kajitsuka_delta() {
     const Dataset ds = demo_dataset(2 * V, 3, 2, V, 1);
     const kajitsuka::Facts f = kajitsuka::analyse(ds);
     kajitsuka::ContextualOptions opt;
-    opt.mode = kajitsuka::parse_mode(cell.at("mode"));
+    opt.mode = kajitsuka::mode_names.parse(cell.at("mode"));
     const json r = kajitsuka::build_contextual(f, opt).report();
     return json{{"V", V},
                 {"N", 2 * V},

@@ -175,14 +175,14 @@ Experiment yun_mixers() {
                              {"model", v.name},
                              {"seed", seed},
                              {"steps", steps_for(c, true)},
-                             {"mode", to_string(c.mode)}});
+                             {"mode", mode_names(c.mode)}});
           else  // enough sequences that memorizing them all is not trivial
             cells.push_back({{"task", t},
                              {"model", v.name},
                              {"seed", seed},
                              {"steps", steps_for(c, false)},
                              {"N", c.pick(32, 4096, 8192)},
-                             {"mode", to_string(c.mode)}});
+                             {"mode", mode_names(c.mode)}});
     return cells;
   };
   e.run = run_cell;

@@ -13,31 +13,6 @@ namespace uatlab {
 
 using nlohmann::json;
 
-const char* to_string(Score s) {
-  switch (s) {
-    case Score::softmax:
-      return "softmax";
-    case Score::hardmax:
-      return "hardmax";
-    case Score::linear:
-      return "linear";
-  }
-  return "?";
-}
-const char* to_string(Rpe r) {
-  switch (r) {
-    case Rpe::none:
-      return "none";
-    case Rpe::lin:
-      return "lin";
-    case Rpe::log:
-      return "log";
-    case Rpe::t5:
-      return "t5";
-  }
-  return "?";
-}
-
 int t5_bucket(int rel, bool bidirectional, int num_buckets, int max_distance) {
   int offset = 0, n;
   if (bidirectional) {
@@ -74,11 +49,11 @@ std::string LayerSpec::describe() const {
   switch (kind) {
     case LayerKind::attention:
       s += "attention: " + std::to_string(heads) + " head(s) of size " + std::to_string(head_size) + ", " +
-           to_string(score);
+           score_names(score);
       if (scale != "1") s += " scale " + scale;
       if (sqrt_scaling) s += ", 1/sqrt(s)";
       if (rpe != Rpe::none)
-        s += std::string(", ") + to_string(rpe) + " bias" + (dp_free ? " only (DP-free)" : "");
+        s += std::string(", ") + rpe_names(rpe) + " bias" + (dp_free ? " only (DP-free)" : "");
       if (causal) s += strict_past ? ", causal (strict past)" : ", causal";
       if (window > 0) s += ", window " + std::to_string(window);
       if (tied_qkv) s += ", tied Q=K=V";
@@ -137,15 +112,11 @@ void reject_unknown(const json& obj, const std::set<std::string>& known, const s
     if (!known.count(k)) throw Error(what + "unknown field \"" + k + "\"");
 }
 
-template <class E>
-E enum_of(const json& v, const std::vector<std::pair<const char*, E>>& names, const std::string& what) {
-  if (v.is_string())
-    for (auto& [n, e] : names)
-      if (v.get<std::string>() == n) return e;
-  std::string list;
-  for (auto& [n, _] : names)
-    list += std::string(list.empty() ? "" : ", ") + n;
-  throw Error(what + " must be one of " + list + ", got " + v.dump());
+template <auto Last>
+auto enum_of(const json& v, const EnumNames<Last>& names, const std::string& what) {
+  for (std::size_t i = 0; i < names.count && v.is_string(); ++i)
+    if (v.get<std::string>() == names.names[i]) return static_cast<decltype(Last)>(i);
+  throw Error(what + " must be " + names.choices() + ", got " + v.dump());
 }
 
 }  // namespace
@@ -246,10 +217,10 @@ json Architecture::to_json() const {
     json j;
     switch (l.kind) {
       case LayerKind::attention:
-        j = {{"type", "attention"},         {"heads", l.heads},     {"head_size", l.head_size},
-             {"score", to_string(l.score)}, {"scale", l.scale},     {"sqrt_scaling", l.sqrt_scaling},
-             {"rpe", to_string(l.rpe)},     {"dp_free", l.dp_free}, {"causal", l.causal},
-             {"tied_qkv", l.tied_qkv},      {"bias", l.bias}};
+        j = {{"type", layer_kind_names(l.kind)}, {"heads", l.heads},     {"head_size", l.head_size},
+             {"score", score_names(l.score)},    {"scale", l.scale},     {"sqrt_scaling", l.sqrt_scaling},
+             {"rpe", rpe_names(l.rpe)},          {"dp_free", l.dp_free}, {"causal", l.causal},
+             {"tied_qkv", l.tied_qkv},           {"bias", l.bias}};
         if (l.strict_past) j["strict_past"] = true;  // written only when set: older readers keep working
         if (l.window > 0) j["window"] = l.window;
         if (l.rpe == Rpe::t5) {
@@ -258,7 +229,7 @@ json Architecture::to_json() const {
         }
         break;
       case LayerKind::feedforward:
-        j = {{"type", "feedforward"}, {"width", l.width}};
+        j = {{"type", layer_kind_names(l.kind)}, {"width", l.width}};
         if (l.piecewise) {
           json pieces = json::array();
           for (auto& p : l.activation.pieces)
@@ -270,13 +241,14 @@ json Architecture::to_json() const {
         }
         break;
       case LayerKind::layernorm:
-        j = {{"type", "layernorm"}};
+        j = {{"type", layer_kind_names(l.kind)}};
         break;
       case LayerKind::bproj:
-        j = {{"type", "bproj"}, {"length", l.length}, {"causal", l.causal}, {"bias", l.bias}};
+        j = {
+            {"type", layer_kind_names(l.kind)}, {"length", l.length}, {"causal", l.causal}, {"bias", l.bias}};
         break;
       case LayerKind::sepconv:
-        j = {{"type", "sepconv"},
+        j = {{"type", layer_kind_names(l.kind)},
              {"heads", l.heads},
              {"kernel", l.kernel},
              {"causal", l.causal},
@@ -319,13 +291,7 @@ Architecture Architecture::from_json(const json& j) try {
       std::string w = where(i);
       if (!lj.is_object() || !lj.contains("type")) throw Error(w + "must be an object with a \"type\"");
       LayerSpec l;
-      l.kind = enum_of<LayerKind>(lj["type"],
-                                  {{"attention", LayerKind::attention},
-                                   {"feedforward", LayerKind::feedforward},
-                                   {"layernorm", LayerKind::layernorm},
-                                   {"bproj", LayerKind::bproj},
-                                   {"sepconv", LayerKind::sepconv}},
-                                  w + "type");
+      l.kind = enum_of(lj["type"], layer_kind_names, w + "type");
       if (lj.contains("pre_norm")) l.pre_norm = boolean(lj["pre_norm"], w + "pre_norm");
       if (lj.contains("eps")) l.eps = exact_text(lj["eps"], w + "eps");
       if (l.kind == LayerKind::attention) {
@@ -336,17 +302,10 @@ Architecture Architecture::from_json(const json& j) try {
                        w);
         if (lj.contains("heads")) l.heads = positive_int(lj["heads"], w + "heads");
         if (lj.contains("head_size")) l.head_size = positive_int(lj["head_size"], w + "head_size");
-        if (lj.contains("score"))
-          l.score = enum_of<Score>(
-              lj["score"],
-              {{"softmax", Score::softmax}, {"hardmax", Score::hardmax}, {"linear", Score::linear}},
-              w + "score");
+        if (lj.contains("score")) l.score = enum_of(lj["score"], score_names, w + "score");
         if (lj.contains("scale")) l.scale = exact_text(lj["scale"], w + "scale");
         if (lj.contains("sqrt_scaling")) l.sqrt_scaling = boolean(lj["sqrt_scaling"], w + "sqrt_scaling");
-        if (lj.contains("rpe"))
-          l.rpe = enum_of<Rpe>(lj["rpe"],
-                               {{"none", Rpe::none}, {"lin", Rpe::lin}, {"log", Rpe::log}, {"t5", Rpe::t5}},
-                               w + "rpe");
+        if (lj.contains("rpe")) l.rpe = enum_of(lj["rpe"], rpe_names, w + "rpe");
         if (lj.contains("t5_buckets")) l.t5_buckets = positive_int(lj["t5_buckets"], w + "t5_buckets");
         if (lj.contains("t5_max_distance"))
           l.t5_max_distance = positive_int(lj["t5_max_distance"], w + "t5_max_distance");

@@ -5,9 +5,7 @@
 namespace uatlab {
 
 Loss parse_loss(const std::string& s) {
-  if (s == "mse") return Loss::mse;
-  if (s == "ce" || s == "cross-entropy") return Loss::cross_entropy;
-  throw Error("loss \"" + s + "\": expected mse or ce");
+  return loss_names.parse(s == "cross-entropy" ? "ce" : s);
 }
 
 }  // namespace uatlab

@@ -23,7 +23,7 @@ namespace uatlab {
 using nlohmann::json;
 
 json TrainConfig::to_json() const {
-  return {{"loss", loss == Loss::mse ? "mse" : "ce"},
+  return {{"loss", loss_names(loss)},
           {"steps", steps},
           {"batch", batch},
           {"lr", lr},

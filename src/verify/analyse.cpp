@@ -81,9 +81,7 @@ Rational pow2(long e) {
 }  // namespace
 
 LabelKind label_kind(const std::string& labels, const Dataset& ds, int outputs) {
-  if (labels == "classes") return LabelKind::classes;
-  if (labels == "values") return LabelKind::values;
-  if (labels != "auto") throw Error("labels must be classes, values or auto, got \"" + labels + "\"");
+  if (labels != "auto") return label_kind_names.parse(labels);  // else decided by the data
   if (ds.label_dim != 1 || outputs < 2) return LabelKind::values;
   for (const Sequence& s : ds.sequences)
     for (Eigen::Index k = 0; k < s.y.size(); ++k)
@@ -127,7 +125,8 @@ Predictions certify_predictions(const Network<Rational>& net, const Dataset& ds,
     for (Eigen::Index k = 0; k < static_cast<Eigen::Index>(s.n()); ++k) {
       if (!s.mask.empty() && !s.mask[static_cast<std::size_t>(k)]) continue;
       ++counted[static_cast<std::size_t>(i)];
-      PredictionFailure f{static_cast<std::size_t>(i), static_cast<std::size_t>(k), "undecided", "", "?"};
+      PredictionFailure f{static_cast<std::size_t>(i), static_cast<std::size_t>(k), FailureKind::undecided,
+                          "", "?"};
       bool certified = false, wrong = false;
       if (kind == LabelKind::classes) {
         const long c = numerator(s.y(0, k)).convert_to<long>();
@@ -162,7 +161,7 @@ Predictions certify_predictions(const Network<Rational>& net, const Dataset& ds,
       if (certified) {
         ++ok[static_cast<std::size_t>(i)];
       } else {
-        f.kind = wrong ? "wrong" : "undecided";
+        f.kind = wrong ? FailureKind::wrong : FailureKind::undecided;
         fails[static_cast<std::size_t>(i)].push_back(f);
 #pragma omp atomic write
         failed = true;
@@ -447,12 +446,12 @@ Analysis analyse(const Network<Rational>& net, const Dataset& ds, const AnalyseO
   // failure (a run with no failure is complete); the full list is computed where the doubling ends.
   auto undecided = [](const Predictions& p) {
     return std::any_of(p.failures.begin(), p.failures.end(),
-                       [](const PredictionFailure& f) { return f.kind == "undecided"; });
+                       [](const PredictionFailure& f) { return f.kind == FailureKind::undecided; });
   };
   certify_with_doubling(o.bits, o.max_bits, [&](unsigned bits) {
     a.predictions = certify_predictions(net, ds, kind, tol, bits, o.progress, true, o.affine);
     if (a.predictions.all()) return true;
-    if (a.predictions.failures.front().kind == "undecided" && bits < o.max_bits) return false;
+    if (a.predictions.failures.front().kind == FailureKind::undecided && bits < o.max_bits) return false;
     a.predictions = certify_predictions(net, ds, kind, tol, bits, o.progress, false, o.affine);
     return !undecided(a.predictions);
   });
@@ -519,15 +518,11 @@ json predictions_json(const Predictions& p) {
   for (const PredictionFailure& x : p.failures)
     f.push_back({{"sequence", x.sequence},
                  {"token", x.token},
-                 {"kind", x.kind},
+                 {"kind", failure_kind_names(x.kind)},
                  {"label", x.label},
                  {"predicted", x.predicted}});
-  return {{"labels", p.kind == LabelKind::classes ? "classes" : "values"},
-          {"tokens", p.tokens},
-          {"certified", p.certified},
-          {"all_certified", p.all()},
-          {"bits", p.bits},
-          {"failures", f}};
+  return {{"labels", label_kind_names(p.kind)}, {"tokens", p.tokens}, {"certified", p.certified},
+          {"all_certified", p.all()},           {"bits", p.bits},     {"failures", f}};
 }
 json number(double x) {
   return std::isfinite(x) ? json(x) : std::isnan(x) ? json(nullptr) : json(x > 0 ? "inf" : "-inf");
@@ -545,7 +540,8 @@ json Analysis::report() const {
         rounding[name]["all_certified"] = p.all();
         if (!p.all()) {  // the search stops at a failure: one is shown, not a count
           const PredictionFailure& f = p.failures.front();
-          rounding[name]["a_failure"] = {{"sequence", f.sequence}, {"token", f.token}, {"kind", f.kind}};
+          rounding[name]["a_failure"] = {
+              {"sequence", f.sequence}, {"token", f.token}, {"kind", failure_kind_names(f.kind)}};
         }
       }
   }
@@ -578,8 +574,8 @@ std::string Analysis::summary() const {
       break;
     }
     // Counted from 1, as every message of uatlab counts them (the report's fields are 0-based).
-    s << "              sequence " << f.sequence + 1 << " token " << f.token + 1 << ": " << f.kind
-      << " (label " << f.label << ", predicted " << f.predicted << ")\n";
+    s << "              sequence " << f.sequence + 1 << " token " << f.token + 1 << ": "
+      << failure_kind_names(f.kind) << " (label " << f.label << ", predicted " << f.predicted << ")\n";
   }
   if (min_bits > 0) s << "bits          every prediction still certified down to " << min_bits << " bits\n";
   for (const auto& [name, over] : overflow) {
@@ -590,10 +586,11 @@ std::string Analysis::summary() const {
     }
     for (const auto& [n2, q] : rounded)
       if (n2 == name)
-        s << (q.all() ? "every prediction kept (certified)"
-                      : "not every prediction kept: sequence " +
-                            std::to_string(q.failures.front().sequence + 1) + " token " +
-                            std::to_string(q.failures.front().token + 1) + " " + q.failures.front().kind)
+        s << (q.all()
+                  ? "every prediction kept (certified)"
+                  : "not every prediction kept: sequence " + std::to_string(q.failures.front().sequence + 1) +
+                        " token " + std::to_string(q.failures.front().token + 1) + " " +
+                        failure_kind_names(q.failures.front().kind))
           << "\n";
   }
   for (const LayerSeparation& l : layers) {

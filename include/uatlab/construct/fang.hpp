@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "uatlab/model/network.hpp"
+#include "uatlab/names.hpp"
 
 namespace uatlab::fang {
 
@@ -27,7 +28,8 @@ struct Layout {
 Layout layout(int d, int N);
 
 enum class Variant { single_head, multi_head };  // gated single head (the paper's claim) | d heads, no gates
-Variant parse_variant(const std::string& s);
+inline constexpr EnumNames<Variant::multi_head> variant_names{"variant", {"single-head", "multi-head"}};
+static_assert(variant_names.complete());
 
 // N blocks with the readout zero (set_readout fills it). B bounds |x_k| on the domain box
 // [−B, B]^d; the single-head gates use C_b = B^b.

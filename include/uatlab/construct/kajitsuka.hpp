@@ -21,6 +21,7 @@
 
 #include "uatlab/io/dataset.hpp"
 #include "uatlab/model/network.hpp"
+#include "uatlab/names.hpp"
 #include "uatlab/progress.hpp"
 
 namespace uatlab::kajitsuka {
@@ -60,7 +61,8 @@ bool lemma3_holds(const Facts& f, const Vec<Rational>& v);
 Projection find_projection(const Facts& f, std::uint64_t seed, int max_tries = 100000);
 
 enum class Mode { faithful, tuned };
-Mode parse_mode(const std::string& s);
+inline constexpr EnumNames<Mode::tuned> mode_names{"mode", {"faithful", "tuned"}};
+static_assert(mode_names.complete());
 
 struct ContextualOptions {
   Mode mode = Mode::tuned;
@@ -112,8 +114,8 @@ Contextual build_contextual(const Facts& f, const ContextualOptions& opt);
 // q units; or deep (construct/deep_value_map.hpp: bit extraction, parameters growing like √q·log,
 // integer labels, d ≥ 4).
 enum class ValueMap { zhang, bounded, deep };
-ValueMap parse_value_map(const std::string& s);
-const char* value_map_name(ValueMap v);
+inline constexpr EnumNames<ValueMap::deep> value_map_names{"value map", {"zhang", "bounded", "deep"}};
+static_assert(value_map_names.complete());
 
 // What the value map was fitted to, for plots: the sorted projections t_i = aᵀz_i of the context
 // ids and the first output row's target label − z (doubles).

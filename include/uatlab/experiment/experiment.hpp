@@ -15,6 +15,7 @@
 
 #include "uatlab/model/architecture.hpp"
 #include "uatlab/model/network.hpp"
+#include "uatlab/names.hpp"
 #include "uatlab/train/tasks.hpp"
 #include "uatlab/train/trainer.hpp"
 
@@ -24,8 +25,8 @@ using nlohmann::json;
 
 // smoke: seconds (tests); quick: minutes; full: the paper-sized grid (hours).
 enum class Mode { smoke, quick, full };
-Mode parse_mode(const std::string& text);  // throws Error naming the text
-const char* to_string(Mode m);
+inline constexpr EnumNames<Mode::full> mode_names{"mode", {"smoke", "quick", "full"}};
+static_assert(mode_names.complete());
 
 struct Context {
   Mode mode = Mode::quick;

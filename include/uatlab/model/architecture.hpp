@@ -11,15 +11,24 @@
 #include <string>
 #include <vector>
 
+#include "uatlab/names.hpp"
+
 namespace uatlab {
 
 // bproj and sepconv: Yun et al.'s cheaper token mixers, in place of attention (docs/mixers.md).
 enum class LayerKind { attention, feedforward, layernorm, bproj, sepconv };
+inline constexpr EnumNames<LayerKind::sepconv> layer_kind_names{
+    "layer type", {"attention", "feedforward", "layernorm", "bproj", "sepconv"}};
+static_assert(layer_kind_names.complete());
 inline bool mixes_tokens(LayerKind k) {
   return k == LayerKind::attention || k == LayerKind::bproj || k == LayerKind::sepconv;
 }
 enum class Score { softmax, hardmax, linear };  // linear: scores used as they are (no normalisation)
-enum class Rpe { none, lin, log, t5 };          // relative-position bias added to the scores
+inline constexpr EnumNames<Score::linear> score_names{"score", {"softmax", "hardmax", "linear"}};
+static_assert(score_names.complete());
+enum class Rpe { none, lin, log, t5 };  // relative-position bias added to the scores
+inline constexpr EnumNames<Rpe::t5> rpe_names{"rpe", {"none", "lin", "log", "t5"}};
+static_assert(rpe_names.complete());
 
 // φ(x) = slope_i·x + intercept_i on the i-th piece; pieces are (−∞,c_1), [c_1,c_2), …, [c_k,∞).
 struct Piecewise {
@@ -102,8 +111,5 @@ struct Architecture {
 // T5's relative-position bucket of key l for query k (rel = l − k), computed in double as in
 // the reference code; bidirectional unless causal.
 int t5_bucket(int rel, bool bidirectional, int num_buckets, int max_distance);
-
-const char* to_string(Score s);
-const char* to_string(Rpe r);
 
 }  // namespace uatlab

@@ -11,11 +11,14 @@
 
 #include "uatlab/io/dataset.hpp"
 #include "uatlab/model/network.hpp"
+#include "uatlab/names.hpp"
 
 namespace uatlab {
 
 enum class Loss { mse, cross_entropy };
-Loss parse_loss(const std::string& s);  // "mse" | "ce" | "cross-entropy"
+inline constexpr EnumNames<Loss::cross_entropy> loss_names{"loss", {"mse", "ce"}};
+static_assert(loss_names.complete());
+Loss parse_loss(const std::string& s);  // loss_names, and "cross-entropy" for ce
 
 template <class S>
 struct Batch {

@@ -23,11 +23,14 @@
 
 #include "uatlab/io/dataset.hpp"
 #include "uatlab/model/network.hpp"
+#include "uatlab/names.hpp"
 #include "uatlab/progress.hpp"
 
 namespace uatlab {
 
 enum class LabelKind { classes, values };
+inline constexpr EnumNames<LabelKind::values> label_kind_names{"labels", {"classes", "values"}};
+static_assert(label_kind_names.complete());
 
 struct AnalyseOptions {
   std::string labels = "auto";          // "classes", "values"; auto: classes when every label is an
@@ -44,11 +47,16 @@ struct AnalyseOptions {
   OnProgress progress;
 };
 
+// wrong: certified wrong; undecided: the intervals at this precision decide nothing
+enum class FailureKind { wrong, undecided };
+inline constexpr EnumNames<FailureKind::undecided> failure_kind_names{"failure", {"wrong", "undecided"}};
+static_assert(failure_kind_names.complete());
+
 struct PredictionFailure {
   std::size_t sequence = 0, token = 0;  // from 0
-  std::string kind;                     // "wrong" or "undecided"
-  std::string label;                    // the label (class or values), as text
-  std::string predicted;                // the argmax of the midpoints / the output midpoints
+  FailureKind kind = FailureKind::wrong;
+  std::string label;      // the label (class or values), as text
+  std::string predicted;  // the argmax of the midpoints / the output midpoints
 };
 
 struct Predictions {
