@@ -147,62 +147,6 @@ py::list evaluate(const PyNetwork& n, const Dataset& ds, const std::string& prec
   return with_scalar(p, [&](auto zero) { return evaluate_as<decltype(zero)>(n.net, ds, p); });
 }
 
-template <class T>
-T field(const json& j, const char* key, T fallback) {
-  return j.contains(key) ? j.at(key).get<T>() : fallback;
-}
-
-TrainConfig train_config(const json& j) {
-  TrainConfig c;
-  for (auto& [k, _] : j.items())
-    if (!std::set<std::string>{"loss", "steps", "batch", "lr", "min_lr", "warmup", "weight_decay", "clip",
-                               "seed", "freeze", "log_every", "eval_every", "stop_at_full_accuracy", "beta1",
-                               "beta2", "adam_eps"}
-             .count(k))
-      throw Error("train: unknown option \"" + k + "\"");
-  c.loss = parse_loss(field<std::string>(j, "loss", "mse"));
-  c.steps = field(j, "steps", c.steps);
-  c.batch = field(j, "batch", c.batch);
-  c.lr = field(j, "lr", c.lr);
-  c.min_lr = field(j, "min_lr", c.min_lr);
-  c.warmup = field(j, "warmup", c.warmup);
-  c.weight_decay = field(j, "weight_decay", c.weight_decay);
-  c.clip = field(j, "clip", c.clip);
-  c.seed = field(j, "seed", c.seed);
-  c.freeze = field(j, "freeze", c.freeze);
-  c.log_every = field(j, "log_every", c.log_every);
-  c.eval_every = field(j, "eval_every", c.eval_every);
-  c.stop_at_full_accuracy = field(j, "stop_at_full_accuracy", c.stop_at_full_accuracy);
-  c.beta1 = field(j, "beta1", c.beta1);
-  c.beta2 = field(j, "beta2", c.beta2);
-  c.adam_eps = field(j, "adam_eps", c.adam_eps);
-  c.validate();
-  return c;
-}
-
-TaskOptions task_options(const json& j) {
-  for (auto& [k, _] : j.items())
-    if (!std::set<std::string>{"N", "n", "d", "V", "lags", "boolean", "beta", "classes", "mask_before",
-                               "window", "omega", "corpus", "seed"}
-             .count(k))
-      throw Error("task: unknown option \"" + k + "\"");
-  TaskOptions o;
-  o.N = field(j, "N", o.N);
-  o.n = field(j, "n", o.n);
-  o.d = field(j, "d", o.d);
-  o.V = field(j, "V", o.V);
-  o.lags = field(j, "lags", o.lags);
-  o.boolean = field(j, "boolean", o.boolean);
-  o.beta = field(j, "beta", o.beta);
-  o.classes = field(j, "classes", o.classes);
-  o.mask_before = field(j, "mask_before", o.mask_before);
-  o.window = field(j, "window", o.window);
-  o.omega = field(j, "omega", o.omega);
-  o.corpus = field(j, "corpus", o.corpus);
-  o.seed = field(j, "seed", o.seed);
-  return o;
-}
-
 std::string json_text(const json& j) {
   return j.dump();
 }
@@ -221,7 +165,7 @@ PYBIND11_MODULE(_core, m) {
       .def_static(
           "task",
           [](const std::string& name, const std::string& options) {
-            return make_task(name, task_options(parse_json(options, "task options")));
+            return make_task(name, TaskOptions::from_json(parse_json(options, "task options")));
           },
           py::arg("name"), py::arg("options") = "{}")
       .def("__len__", [](const Dataset& d) { return d.sequences.size(); })
@@ -412,7 +356,7 @@ PYBIND11_MODULE(_core, m) {
       [](const PyNetwork& init, const Dataset& data, const Dataset* validation, const std::string& config,
          const std::string& dtype, const py::object& progress) {
         const CallbackPtr cb = callback(progress);
-        const TrainConfig c = train_config(parse_json(config, "train options"));
+        const TrainConfig c = TrainConfig::from_json(parse_json(config, "train options"));
         if (dtype != "float" && dtype != "double") throw Error("dtype must be float or double");
         return released({cb}, [&] {
           auto run = [&](auto zero) {

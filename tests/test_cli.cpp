@@ -1,6 +1,7 @@
 // End-to-end: the uatlab binary as a user runs it.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 
@@ -10,6 +11,8 @@
 #include "uatlab/version.hpp"
 
 #include "uatlab/io/json.hpp"
+#include "uatlab/train/tasks.hpp"
+#include "uatlab/train/trainer.hpp"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -254,4 +257,17 @@ TEST(Cli, AnalyseNamesAWrongLabel) {
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.out.find("uatlab: error: 1 of 160 predictions not certified"), std::string::npos) << r.out;
   EXPECT_FALSE(fs::exists(d + "an_wrong_report.json"));
+}
+
+TEST(Cli, TrainHasAFlagForEveryFieldOfItsOptions) {
+  const Result r = run("train --help");
+  ASSERT_EQ(r.code, 0);
+  auto flag = [](std::string f) {
+    std::replace(f.begin(), f.end(), '_', '-');
+    return f + " ";
+  };
+  for (const std::string& key : uatlab::field_keys<uatlab::TrainConfig>())
+    EXPECT_NE(r.out.find(flag("--" + key)), std::string::npos) << key;
+  for (const std::string& key : uatlab::field_keys<uatlab::TaskOptions>())
+    EXPECT_NE(r.out.find(flag("--task-" + key)), std::string::npos) << key;
 }

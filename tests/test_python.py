@@ -98,6 +98,8 @@ def test_constructions():
         check(False, "a failing target raises")
     except ValueError as e:
         check("boom" in str(e), "the target's own exception arrives")
+    tempered = uatlab.task("kernel-tempered", N=4, n=6, cutoff=2, seed=3)  # every task option, as the CLI has
+    check(len(tempered) == 4, "task() takes cutoff, as the CLI's --task-cutoff")
     for bad in (lambda: uatlab.task("memorize", bogus=1), lambda: uatlab.train({"d": 2, "layers": []}, X,
                                                                                   Y, stepz=3)):
         try:
@@ -153,7 +155,7 @@ def test_train_and_analyse():
     arch = {"d": 3, "readout": 3, "layers": [{"type": "attention", "heads": 2, "head_size": 2},
                                              {"type": "feedforward", "width": 48, "activation": "gelu"}]}
     net, summary = uatlab.train(arch, data=ds, loss="ce", steps=3000, batch=6, lr=2e-2, warmup=50, seed=5,
-                                stop_at_full_accuracy=True)
+                                stop_at_full_accuracy=True, nonnegative_rates=True)  # every TrainConfig field
     check(summary["train_accuracy"] == 1.0, "uatlab.train memorizes the task")
     rep = uatlab.analyse(net, ds)
     check(rep["memorization"]["all_certified"] and rep["memorization"]["labels"] == "classes",

@@ -338,3 +338,57 @@ TEST(Train, MaskBeforeAppliesToEveryTask) {
         EXPECT_EQ(s.mask[t] != 0, t >= 12) << name << " position " << t;
   }
 }
+
+namespace {
+
+// A valid value other than v, of v's type (the round trip below changes one field at a time).
+json altered(const json& v) {
+  if (v.is_boolean()) return !v.get<bool>();
+  if (v.is_number_integer()) return v.get<long long>() + 1;
+  if (v.is_number()) return v.get<double>() * 0.5 + 0.25;
+  if (v.is_string()) return v == "mse" ? json("ce") : json(v.get<std::string>() + "x");
+  json a = v;
+  a.push_back(v.empty() ? json("x") : json(2));
+  return a;
+}
+
+template <class Options>
+void round_trips_field_by_field(const Options& defaults) {
+  const json base = defaults.to_json();
+  EXPECT_EQ(base.size(), field_keys<Options>().size());
+  for (const std::string& key : field_keys<Options>()) {
+    json j = base;
+    j[key] = altered(base.at(key));
+    // Reading back gives exactly j: the key reaches its own member and no other.
+    EXPECT_EQ(Options::from_json(j).to_json(), j) << key;
+  }
+}
+
+}  // namespace
+
+TEST(Options, FieldTablesRoundTripAndRefuseWhatTheyDoNotKnow) {
+  round_trips_field_by_field(TrainConfig{});
+  round_trips_field_by_field(TaskOptions{});
+  EXPECT_EQ(TaskOptions::from_json({{"cutoff", 4}}).cutoff, 4);
+  EXPECT_TRUE(TrainConfig::from_json({{"nonnegative_rates", true}}).nonnegative_rates);
+  EXPECT_EQ(TrainConfig::from_json({{"loss", "cross-entropy"}}).loss, Loss::cross_entropy);
+  auto refused = [](const json& j, const std::string& why) {
+    try {
+      TrainConfig::from_json(j);
+      ADD_FAILURE() << j.dump() << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+    }
+  };
+  refused({{"stepz", 3}}, "unknown option \"stepz\" (known: loss, steps,");
+  refused({{"steps", 1.5}}, "train options \"steps\": expected an integer, got 1.5");
+  refused({{"batch", 1LL << 40}}, "\"batch\": expected a smaller integer");
+  refused({{"seed", -1}}, "\"seed\": expected an integer >= 0");
+  refused({{"lr", "fast"}}, "\"lr\": expected a number");
+  refused({{"clip", true}}, "\"clip\": expected a number");
+  refused({{"freeze", "layers.0.*"}}, "\"freeze\": expected a list");
+  refused({{"loss", 1}}, "\"loss\": expected mse or ce");
+  refused({{"batch", 0}}, "batch");  // validated after reading
+  EXPECT_THROW(TaskOptions::from_json({{"lags", {1, "x"}}}), Error);
+  EXPECT_THROW(TaskOptions::from_json(json::array()), Error);
+}

@@ -1,10 +1,12 @@
 // uatlab train | gradient: the training engine from the command line.
 #include <unistd.h>
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <memory>
 #include <sstream>
+#include <type_traits>
 
 #include "commands.hpp"
 #include "uatlab/io/json.hpp"
@@ -27,7 +29,6 @@ struct TrainOpts {
   double val_fraction = 0, gain = 1;
   std::uint64_t init_seed = 1;
   TaskOptions task_opt;
-  std::string lags;
   TrainConfig cfg;
 };
 
@@ -88,7 +89,6 @@ int cmd_train(TrainOpts& o) {
   if (o.data.empty() == o.task.empty()) throw Error("give exactly one of --data FILE and --task NAME");
   Dataset data, val;
   if (!o.task.empty()) {
-    if (!o.lags.empty()) o.task_opt.lags = parse_int_list(o.lags, "--task-lags", 1, 1 << 20);
     const TaskSpec& spec = task(o.task);
     data = make_task(o.task, o.task_opt);
     if (o.task_val_N > 0) val = make_task(o.task, validation_options(o.task_opt, o.task_val_N));
@@ -130,6 +130,26 @@ int cmd_train(TrainOpts& o) {
   throw Error("--dtype must be float or double");
 }
 
+// Every field of an options struct as a flag, from its field table: --PREFIXKEY with '-' for '_',
+// the table's help; enumerations (the loss) have flags of their own.
+template <class Options>
+void add_field_flags(CLI::App* app, Options& options, const std::string& prefix) {
+  Options::fields(options, [&](const char* key, auto& member, const char* help) {
+    using T = std::decay_t<decltype(member)>;
+    std::string flag = "--" + prefix + key;
+    std::replace(flag.begin(), flag.end(), '_', '-');
+    if constexpr (std::is_same_v<T, bool>) {
+      app->add_flag(flag, member, help);
+    } else if constexpr (std::is_same_v<T, std::vector<int>>) {
+      app->add_option(flag, member, help)->delimiter(',')->check(CLI::Range(1, 1 << 20));
+    } else if constexpr (std::is_same_v<T, std::vector<std::string>> || std::is_same_v<T, std::string>) {
+      app->add_option(flag, member, help);
+    } else if constexpr (!std::is_enum_v<T>) {
+      app->add_option(flag, member, help)->capture_default_str();
+    }
+  });
+}
+
 struct GradientOpts {
   std::string model, data, loss, out;
 };
@@ -156,33 +176,9 @@ void add_train_commands(CLI::App& app, Commands& commands) {
       "train", "Train a network (AdamW, hand-written backward) on JSONL data or a built-in task");
   t->add_option("--data", o->data, "Training data (JSONL with labels \"y\", optional \"mask\")");
   t->add_option("--task", o->task, "Built-in task: " + task_names() + " (docs/training.md)");
-  t->add_option("--task-N", o->task_opt.N, "Task: sequences")->capture_default_str();
-  t->add_option("--task-n", o->task_opt.n, "Task: sequence length")->capture_default_str();
-  t->add_option("--task-d", o->task_opt.d,
-                "Tasks memorize, random-labels, complex-readout, kernel-*: token dimension")
-      ->capture_default_str();
-  t->add_option("--task-V", o->task_opt.V, "Task memorize: vocabulary size")->capture_default_str();
-  t->add_option(
-      "--task-lags", o->lags,
-      "Tasks sparse-boolean, complex-readout, kernel-lags: lags; adaptive-*: the lag table, e.g. 1,4,9");
-  t->add_option("--task-boolean", o->task_opt.boolean,
-                "Task sparse-boolean: parity, majority, and, product, table")
-      ->capture_default_str();
-  t->add_option("--task-classes", o->task_opt.classes, "Task random-labels: classes")->capture_default_str();
-  t->add_option("--task-omega", o->task_opt.omega, "Task complex-readout: frequency")->capture_default_str();
-  t->add_option("--task-corpus", o->task_opt.corpus, "Task chars: text corpus");
+  add_field_flags(t, o->task_opt, "task-");
   t->add_option("--task-val-N", o->task_val_N,
                 "Also make a validation set of this many sequences (chars: from the held-out 10%)");
-  t->add_option("--task-beta", o->task_opt.beta, "Task kernels: tail exponent / decay rate")
-      ->capture_default_str();
-  t->add_option("--task-cutoff", o->task_opt.cutoff, "Task kernel-tempered: cutoff length lambda")
-      ->capture_default_str();
-  t->add_option("--task-mask-before", o->task_opt.mask_before, "Task kernels: do not score positions t < K")
-      ->capture_default_str();
-  t->add_option("--task-window", o->task_opt.window,
-                "Task kernels: truncate the memory at s <= T (0: the whole past)")
-      ->capture_default_str();
-  t->add_option("--task-seed", o->task_opt.seed, "Task data seed")->capture_default_str();
   t->add_option("--val", o->val, "Validation data (JSONL)");
   t->add_option("--val-fraction", o->val_fraction, "Hold out this fraction of the data (the last sequences)");
   add_architecture_flags(t, o->arch);
@@ -191,26 +187,7 @@ void add_train_commands(CLI::App& app, Commands& commands) {
   t->add_option("--gain", o->gain, "Initial linear weights ~ U(±gain/sqrt(fan_in))")->capture_default_str();
   t->add_option("--dtype", o->dtype, "float or double")->capture_default_str();
   t->add_option("--loss", o->loss, "mse or ce (default: the task's, else mse)");
-  t->add_option("--steps", o->cfg.steps, "Optimizer steps")->capture_default_str();
-  t->add_option("--batch", o->cfg.batch, "Sequences per step")->capture_default_str();
-  t->add_option("--lr", o->cfg.lr, "Peak learning rate")->capture_default_str();
-  t->add_option("--min-lr", o->cfg.min_lr, "Final learning rate of the cosine schedule")
-      ->capture_default_str();
-  t->add_option("--warmup", o->cfg.warmup, "Linear warm-up steps")->capture_default_str();
-  t->add_option("--weight-decay", o->cfg.weight_decay, "AdamW decoupled weight decay")->capture_default_str();
-  t->add_option("--beta1", o->cfg.beta1, "AdamW beta1")->capture_default_str();
-  t->add_option("--beta2", o->cfg.beta2, "AdamW beta2")->capture_default_str();
-  t->add_option("--clip", o->cfg.clip, "Clip the global gradient norm (0: off)")->capture_default_str();
-  t->add_option("--seed", o->cfg.seed, "Batch-order seed")->capture_default_str();
-  t->add_option("--freeze", o->cfg.freeze, "Tensor names not to train; \"layers.0.*\" by prefix (repeat)");
-  t->add_option("--log-every", o->cfg.log_every, "Progress and metrics every K steps")->capture_default_str();
-  t->add_option("--eval-every", o->cfg.eval_every, "Validation every K steps")->capture_default_str();
-  t->add_flag("--stop-at-full-accuracy", o->cfg.stop_at_full_accuracy,
-              "ce: stop once every training token is right");
-  t->add_option("--metrics", o->cfg.metrics, "Metrics CSV");
-  t->add_option("--checkpoint", o->cfg.checkpoint, "Checkpoint file (weights + AdamW state)");
-  t->add_option("--checkpoint-every", o->cfg.checkpoint_every, "Checkpoint every K steps")
-      ->capture_default_str();
+  add_field_flags(t, o->cfg, "");
   t->add_option("--resume", o->resume, "Resume from this checkpoint");
   t->add_option("--out,-o", o->out, "Final model (safetensors; F32 for float, F64 for double)")->required();
   commands.push_back({t, [o] { return cmd_train(*o); }});

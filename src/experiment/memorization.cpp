@@ -33,14 +33,10 @@ namespace uatlab::experiment {
 // projection scaled as the tuned construction scales it, and frozen).
 namespace {
 
+// A cell's task options: the keys of the cell that are TaskOptions fields (N, n, d, V, classes, seed).
 TaskOptions task_options(const json& cell) {
   TaskOptions o;
-  o.N = cell.at("N");
-  o.n = cell.at("n");
-  o.d = cell.at("d");
-  o.V = cell.value("V", 64);
-  o.classes = cell.value("classes", 2);
-  o.seed = cell.at("seed").get<std::uint64_t>();
+  fields_from_json(cell, o, "sweep cell", UnknownKeys::ignore);
   return o;
 }
 
@@ -51,11 +47,7 @@ TaskOptions task_options(const json& cell) {
 class SharedData {
  public:
   std::shared_ptr<const Dataset> get(const json& cell) {
-    const std::string key =
-        cell.at("task").get<std::string>() + " " +
-        json{cell.at("N"),   cell.at("n"), cell.at("d"), cell.value("V", 64), cell.value("classes", 2),
-             cell.at("seed")}
-            .dump();
+    const std::string key = cell.at("task").get<std::string>() + " " + task_options(cell).to_json().dump();
     std::promise<std::shared_ptr<const Dataset>> made;
     std::shared_future<std::shared_ptr<const Dataset>> data;
     bool build = false;
@@ -104,14 +96,12 @@ json train_on(const json& cell, const Dataset& data, Network<float>* trained) {
   }
   Network<double> nd(arch);
   init_random(nd, o.seed);
-  TrainConfig c;
+  TrainConfig c;  // the cell's steps, batch, lr and seed; the rest is the sweep's recipe
+  fields_from_json(cell, c, "sweep cell", UnknownKeys::ignore);
   c.loss = Loss::cross_entropy;
-  c.steps = cell.at("steps");
-  c.batch = std::min<int>(cell.at("batch").get<int>(), o.N);
-  c.lr = cell.at("lr");
+  c.batch = std::min(c.batch, o.N);
   c.min_lr = c.lr / 10;
   c.warmup = std::min<long>(100, c.steps / 10);
-  c.seed = o.seed;
   c.stop_at_full_accuracy = cell.value("early_stop", true);
   c.log_every = 25;
   c.evaluate_training_set = true;

@@ -22,21 +22,11 @@ namespace uatlab {
 
 using nlohmann::json;
 
-json TrainConfig::to_json() const {
-  return {{"loss", loss_names(loss)},
-          {"steps", steps},
-          {"batch", batch},
-          {"lr", lr},
-          {"min_lr", min_lr},
-          {"warmup", warmup},
-          {"weight_decay", weight_decay},
-          {"beta1", beta1},
-          {"beta2", beta2},
-          {"adam_eps", adam_eps},
-          {"clip", clip},
-          {"seed", seed},
-          {"freeze", freeze},
-          {"nonnegative_rates", nonnegative_rates}};
+TrainConfig TrainConfig::from_json(const json& j, const std::string& what) {
+  TrainConfig c;
+  fields_from_json(j, c, what);
+  c.validate();
+  return c;
 }
 
 double learning_rate(const TrainConfig& c, long t) {

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "uatlab/io/dataset.hpp"
+#include "uatlab/io/fields.hpp"
 #include "uatlab/train/backward.hpp"
 
 namespace uatlab {
@@ -49,6 +50,35 @@ struct TaskOptions {
   std::string corpus;       // chars: text file
   bool validation = false;  // chars: draw from the validation split
   std::uint64_t seed = 1;
+
+  // The field table (io/fields.hpp): every field with its JSON key (Python's keyword) and help; the
+  // CLI's flag is --task-KEY with '-' for '_'.
+  template <class Self, class F>
+  static void fields(Self& o, F&& f) {
+    f("N", o.N, "Sequences");
+    f("n", o.n, "Sequence length");
+    f("d", o.d, "Tasks memorize, random-labels, complex-readout, kernel-*: token dimension");
+    f("V", o.V, "Task memorize: vocabulary size");
+    f("lags", o.lags,
+      "Tasks sparse-boolean, complex-readout, kernel-lags: lags; adaptive-*: the lag table, e.g. 1,4,9");
+    f("boolean", o.boolean, "Task sparse-boolean: parity, majority, and, product, table");
+    f("beta", o.beta, "Task kernels: tail exponent / decay rate");
+    f("cutoff", o.cutoff, "Task kernel-tempered: cutoff length lambda");
+    f("classes", o.classes, "Task random-labels: classes");
+    f("mask_before", o.mask_before, "Any task: do not score positions t < K");
+    f("window", o.window, "Task kernels: truncate the memory at s <= T (0: the whole past)");
+    f("omega", o.omega, "Task complex-readout: frequency");
+    f("corpus", o.corpus, "Task chars: text corpus");
+    f("validation", o.validation, "Task chars: draw from the held-out 10% (the validation split)");
+    f("seed", o.seed, "Task data seed");
+  }
+  nlohmann::json to_json() const { return fields_to_json(*this); }
+  // Over the defaults; an unknown key or a value of the wrong type is an Error naming it.
+  static TaskOptions from_json(const nlohmann::json& j, const std::string& what = "task options") {
+    TaskOptions o;
+    fields_from_json(j, o, what);
+    return o;
+  }
 };
 
 // The memory kernel ρ(0 … n) of a kernel-* task (ρ(0) = 0), the weights its targets sum with;

@@ -9,9 +9,20 @@
 #include <vector>
 
 #include "uatlab/io/dataset.hpp"
+#include "uatlab/io/fields.hpp"
 #include "uatlab/train/backward.hpp"
 
 namespace uatlab {
+
+// The loss as a field: "mse" or "ce" (parse_loss also takes "cross-entropy").
+inline nlohmann::json field_to_json(Loss l) {
+  return loss_names(l);
+}
+inline void field_from_json(const nlohmann::json& j, Loss& out, const std::string& what) {
+  if (!j.is_string())
+    throw Error(what + ": expected " + loss_names.choices() + ", got " + limits::excerpt(j.dump()));
+  out = parse_loss(j.get<std::string>());
+}
 
 struct TrainConfig {
   Loss loss = Loss::mse;
@@ -31,7 +42,37 @@ struct TrainConfig {
   std::string metrics;                 // CSV path
   std::string checkpoint;              // path; written every checkpoint_every steps and at the end
   long checkpoint_every = 0;
-  nlohmann::json to_json() const;
+
+  // The field table (io/fields.hpp): every field with its JSON key and help; the CLI's flag is
+  // --KEY with '-' for '_'.
+  template <class Self, class F>
+  static void fields(Self& c, F&& f) {
+    f("loss", c.loss, "mse or ce");
+    f("steps", c.steps, "Optimizer steps");
+    f("batch", c.batch, "Sequences per step");
+    f("lr", c.lr, "Peak learning rate");
+    f("min_lr", c.min_lr, "Final learning rate of the cosine schedule");
+    f("warmup", c.warmup, "Linear warm-up steps");
+    f("weight_decay", c.weight_decay, "AdamW decoupled weight decay");
+    f("beta1", c.beta1, "AdamW beta1");
+    f("beta2", c.beta2, "AdamW beta2");
+    f("adam_eps", c.adam_eps, "AdamW epsilon");
+    f("clip", c.clip, "Clip the global gradient norm (0: off)");
+    f("seed", c.seed, "Batch-order seed");
+    f("freeze", c.freeze, "Tensor names not to train; \"layers.0.*\" by prefix (repeat)");
+    f("nonnegative_rates", c.nonnegative_rates, "Project the lin/log RPE rates onto p >= 0 after each step");
+    f("log_every", c.log_every, "Progress and metrics every K steps");
+    f("eval_every", c.eval_every, "Validation every K steps");
+    f("stop_at_full_accuracy", c.stop_at_full_accuracy, "ce: stop once every training token is right");
+    f("evaluate_training_set", c.evaluate_training_set,
+      "After the last step: loss and accuracy over every training sequence");
+    f("metrics", c.metrics, "Metrics CSV");
+    f("checkpoint", c.checkpoint, "Checkpoint file (weights + AdamW state)");
+    f("checkpoint_every", c.checkpoint_every, "Checkpoint every K steps");
+  }
+  nlohmann::json to_json() const { return fields_to_json(*this); }
+  // Over the defaults; an unknown key or a value of the wrong type is an Error naming it; validated.
+  static TrainConfig from_json(const nlohmann::json& j, const std::string& what = "train options");
   // Throws Error naming the field outside its range (steps <= 2^31, batch <= 2^20, rates finite
   // and >= 0, betas in [0, 1), adam_eps > 0); train() calls it first.
   void validate() const;
