@@ -16,7 +16,6 @@
 
 #include "../src/experiment/wang_e.hpp"
 #include "uatlab/experiment/approximate.hpp"
-#include "uatlab/experiment/domain.hpp"
 #include "uatlab/experiment/experiment.hpp"
 #include "uatlab/experiment/fang.hpp"
 #include "uatlab/experiment/memorization.hpp"
@@ -25,6 +24,7 @@
 #include "uatlab/io/json.hpp"
 #include "uatlab/io/model_file.hpp"
 #include "uatlab/model/init.hpp"
+#include "uatlab/verify/domain.hpp"
 #include "uatlab/verify/evaluate.hpp"
 
 using namespace uatlab;

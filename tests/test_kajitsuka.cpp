@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "uatlab/construct/kajitsuka.hpp"
+#include "uatlab/experiment/contextual.hpp"
 #include "uatlab/train/tasks.hpp"
 #include "uatlab/verify/evaluate.hpp"
 

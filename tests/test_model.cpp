@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include "uatlab/construct/blocks.hpp"
 #include "uatlab/model/init.hpp"
 #include "uatlab/model/network.hpp"
 
@@ -305,4 +306,41 @@ TEST(Model, IntervalFeedForwardIsThePlainFormulaAtThePrecisionInForce) {
       EXPECT_EQ(width, width_60);
     }
   }
+}
+
+TEST(Blocks, TheBuilderFillsChecksAndAppends) {
+  const Vec<Rational> v = (Vec<Rational>(2) << 1, 2).finished();
+  blocks::Builder b(2, 3);
+  b.add(blocks::rank1_attention(false),
+        [&](Layer<Rational>& L) { blocks::fill_rank1(L, v, 4, Rational(1, 2), false); })
+      .positions([](Mat<Rational>& pe) { pe(1, 2) = 7; })
+      .readout(1, [](Mat<Rational>& w, Mat<Rational>& c) { w(0, 1) = 1, c(0, 0) = -1; });
+  const Network<Rational> net = b.build();
+  EXPECT_EQ(net.layers[0].wq, Mat<Rational>(4 * v.transpose()));
+  EXPECT_EQ(net.layers[0].wo, Mat<Rational>(Rational(1, 2) * v));
+  EXPECT_EQ(net.pe(1, 2), 7);
+  EXPECT_EQ(net.readout_b(0, 0), -1);
+  // The tied form keeps the product W_O·W_V·(W_Q·W_K) of the untied one when c is a square.
+  blocks::Builder t(2);
+  t.add(blocks::rank1_attention(true),
+        [&](Layer<Rational>& L) { blocks::fill_rank1(L, v, 4, Rational(1, 2), true); });
+  const Network<Rational> tied = t.build();
+  EXPECT_EQ(tied.layers[0].wq, Mat<Rational>(2 * v.transpose()));
+  EXPECT_EQ(tied.layers[0].wo, Mat<Rational>(Rational(1, 4) * v));
+  // append copies sub-layers with their weights; a fill of the wrong shape is refused, named.
+  blocks::Builder c(2);
+  c.append(net).add(blocks::feedforward(3), [](Layer<Rational>& L) { L.w1 = Mat<Rational>::Zero(2, 2); });
+  try {
+    c.build();
+    FAIL() << "a wrongly shaped fill was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("sub-layer 1 (feedforward: width 3"), std::string::npos) << e.what();
+  }
+  blocks::Builder ok(2);
+  ok.append(net).add(blocks::hardmax_shift(2), [](Layer<Rational>& L) { L.bq(1, 0) = 5; });
+  const Network<Rational> two = ok.build();
+  EXPECT_EQ(two.layers[0].wq, net.layers[0].wq);
+  EXPECT_EQ(two.layers[1].spec.score, Score::hardmax);
+  EXPECT_EQ(two.layers[1].bq(1, 0), 5);
+  EXPECT_EQ(blocks::piecewise_unit({0}, {{-1, 0}, {0, 0}}).activation.pieces.size(), 2u);
 }

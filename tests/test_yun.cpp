@@ -7,6 +7,7 @@
 
 #include "run_cli.hpp"
 #include "uatlab/construct/yun.hpp"
+#include "uatlab/experiment/targets.hpp"
 #include "uatlab/model/init.hpp"
 
 using namespace uatlab;

@@ -1,5 +1,7 @@
 #include "uatlab/construct/kajitsuka.hpp"
 
+#include "kajitsuka_parts.hpp"
+
 #include "uatlab/limits.hpp"
 
 #include <mpfr.h>
@@ -10,6 +12,7 @@
 #include <map>
 #include <optional>
 
+#include "uatlab/construct/blocks.hpp"
 #include "uatlab/construct/deep_value_map.hpp"
 #include "uatlab/model/init.hpp"
 #include "uatlab/verify/affine.hpp"
@@ -48,6 +51,10 @@ double up(const Mpfr& x) {
 double down(const Mpfr& x) {
   return mpfr_get_d(x.backend().data(), MPFR_RNDD);
 }
+
+}  // namespace
+
+// ---- building blocks, shared with the scale sweep (kajitsuka_parts.hpp) -------------------------
 
 // Context ids F^SA(X)_{:,k} for one representative sequence of every vocabulary set, in S.
 template <class S>
@@ -100,33 +107,11 @@ double same_token_delta_double(const Network<Rational>& attention, const Facts& 
 
 Network<Rational> attention_network(const Facts& f, const Vec<Rational>& v, const Rational& c,
                                     const Rational& wo_scale, bool tied) {
-  Architecture a;
-  a.d = f.d;
-  LayerSpec s;
-  s.kind = LayerKind::attention;
-  s.heads = 1;
-  s.head_size = 1;
-  s.score = Score::softmax;
-  s.tied_qkv = tied;
-  a.layers.push_back(s);
-  a.validate();
-  Network<Rational> net(a);
-  Layer<Rational>& L = net.layers[0];
-  if (tied) {
-    // W = √c·vᵀ rounded; the caller passes c already a square of a rational.
-    Rational root = rational_of(std::sqrt(Scalar<Rational>::to_double(c)));
-    L.wq = root * v.transpose();
-    L.wo = (wo_scale / root) * v;
-  } else {
-    L.wq = c * v.transpose();
-    L.wk = v.transpose();
-    L.wv = v.transpose();
-    L.wo = wo_scale * v;
-  }
-  return net;
+  return blocks::Builder(f.d)
+      .add(blocks::rank1_attention(tied),
+           [&](Layer<Rational>& L) { blocks::fill_rank1(L, v, c, wo_scale, tied); })
+      .build();
 }
-
-}  // namespace
 
 // ---- stage 1: the hypotheses --------------------------------------------------------------------
 
@@ -334,12 +319,6 @@ Separation certify_separation(const Network<Rational>& attention, const Facts& f
   return sep;
 }
 
-namespace {
-
-// The projected tokens α = vᵀx and what the scale of c depends on.
-struct Projected {
-  double gap = kInf, min_abs = kInf, range = 0, max_abs = 0;
-};
 Projected projected(const Facts& f, const Vec<Rational>& vq) {
   const Vec<double> v = to_double(vq);
   std::vector<double> alpha;
@@ -382,8 +361,6 @@ Rational wo_scale_of(const Facts& f) {
 double c_floor_of(const Projected& p) {  // one query's scores span 1 nat: below, nearly mean pooling
   return 1 / (p.max_abs * p.range);
 }
-
-}  // namespace
 
 Contextual build_contextual(const Facts& f, const ContextualOptions& opt) {
   limits::check_count(opt.max_bits, 64, limits::kPrecisionBits, "--max-bits");
@@ -452,50 +429,6 @@ Contextual build_contextual(const Facts& f, const ContextualOptions& opt) {
       return certify_separation(out.net, f, b).certified;
     });
   return out;
-}
-
-ScaleSweep sweep_scale(const Facts& f, const ContextualOptions& opt, int points) {
-  limits::check_count(points, 2, 1000, "--sweep-c points");
-  ScaleSweep sw;
-  const Contextual base = [&] {
-    ContextualOptions o = opt;
-    o.search_min_bits = false;
-    return build_contextual(f, o);
-  }();
-  sw.projection = base.projection;
-  sw.c_construction = Scalar<Rational>::to_double(base.c);
-  sw.c_gap = base.c_gap;
-  sw.c_theorem = base.c_theorem;
-  const Projected pr = projected(f, base.projection.v);
-  // From a hundredth of the point where softmax is nearly uniform to the largest c whose
-  // certificate fits in 65,536 bits (or max_bits / 4 if lower; towards hardmax), at most 100 times
-  // the theorem's c.
-  const double lo = c_floor_of(pr) / 100, cap = std::min(opt.max_bits / 4.0, 65536.0);
-  double hi = 100 * std::max(sw.c_theorem, sw.c_gap);
-  while (hi > lo && bits_guess(f, pr, hi) > cap)
-    hi /= 2;
-  const Rational wo_scale = wo_scale_of(f);
-  for (int k = 0; k < points; ++k) {
-    ScalePoint p;
-    p.c = lo * std::pow(hi / lo, static_cast<double>(k) / (points - 1));
-    report(opt.progress, "contextual: sweep over c", k, points);
-    const Network<Rational> net =
-        attention_network(f, base.projection.v, rational_of(p.c), wo_scale, opt.tied);
-    p.separation = certify_doubling(
-        net, f, static_cast<unsigned>(std::min<double>(bits_guess(f, pr, p.c), opt.max_bits)), opt.max_bits,
-        {}, p.bits);
-    sw.points.push_back(p);
-  }
-  // Hardmax (c = ∞) with the same weights, exactly in rationals: the smallest same-token distance.
-  Network<Rational> hard = attention_network(f, base.projection.v, Rational(1), wo_scale, opt.tied);
-  hard.arch.layers[0].score = Score::hardmax;
-  hard.layers[0].spec.score = Score::hardmax;
-  const std::optional<Rational> best = smallest_same_token_sq<Rational>(hard, f);
-  sw.hardmax_pairs = best.has_value();
-  sw.hardmax_log10_delta = !best        ? kInf
-                           : *best == 0 ? -kInf
-                                        : std::log10(Scalar<Rational>::to_double(*best)) / 2;
-  return sw;
 }
 
 json Facts::report() const {
@@ -770,10 +703,6 @@ Memorized memorize(const Dataset& ds, const MemorizeOptions& opt) {
   m.seconds_contextual = since(t0);
   const int d = f.d, k = f.label_dim;
 
-  Architecture arch = m.contextual.net.arch;
-  LayerSpec ffs;
-  ffs.kind = LayerKind::feedforward;
-  if (k < d) arch.readout = k;
   const unsigned max_bits = opt.contextual.max_bits;
   double tol = 0;  // tol_q rounded down at the attempt's precision
   const Doubling found = certify_with_doubling(
@@ -808,22 +737,17 @@ Memorized memorize(const Dataset& ds, const MemorizeOptions& opt) {
           } else {
             Layer<Rational> ff;
             value_map_layer(f, ds, proj, opt.value_map, ff, m.profile);
-            ffs.width = static_cast<int>(m.hidden);
-            Architecture a = arch;
-            a.layers.push_back(ffs);
-            a.validate();
-            net = Network<Rational>(a);
-            net.layers[0] = m.contextual.net.layers[0];
-            net.layers[1].w1 = ff.w1;
-            net.layers[1].b1 = ff.b1;
-            net.layers[1].w2 = ff.w2;
-            net.layers[1].b2 = ff.b2;
-            if (k < d) {
-              net.readout_w = Mat<Rational>::Zero(k, d);
-              for (int i = 0; i < k; ++i)
-                net.readout_w(i, i) = 1;
-              net.readout_b = Mat<Rational>::Zero(k, 1);
-            }
+            // Stages: the contextual map, the value map, and a readout of the first k coordinates.
+            blocks::Builder b(d);
+            b.append(m.contextual.net)
+                .add(blocks::feedforward(static_cast<int>(m.hidden)),
+                     [&](Layer<Rational>& L) { L.w1 = ff.w1, L.b1 = ff.b1, L.w2 = ff.w2, L.b2 = ff.b2; });
+            if (k < d)
+              b.readout(k, [&](Mat<Rational>& w, Mat<Rational>&) {
+                for (int i = 0; i < k; ++i)
+                  w(i, i) = 1;
+              });
+            net = b.build();
           }
           tol = Scalar<Mpfr>::to_double(lower(Scalar<Mpfi>::from(tol_q)));
           const std::string at = " at " + std::to_string(bits) + " bits";
@@ -916,67 +840,6 @@ json Memorized::report() const {
         {"deep", deep_plan}}}};
 }
 
-// ---- Theorem 1 ---------------------------------------------------------------------------------
-
-Dataset theorem1_pair() {
-  const std::vector<int> L1 = {1, 3, 5, 7}, L2 = {1, 2, 6, 7};
-  const Rational u0(3, 5), u1(4, 5);
-  Dataset ds;
-  ds.d = 2;
-  for (const auto* L : {&L1, &L2}) {
-    Sequence s;
-    s.x = Mat<Rational>(2, 4);
-    for (int k = 0; k < 4; ++k) {
-      s.x(0, k) = u0 * (*L)[k];
-      s.x(1, k) = u1 * (*L)[k];
-    }
-    ds.sequences.push_back(s);
-  }
-  return ds;
-}
-
-HardmaxCounterexample hardmax_counterexample(int draws, std::uint64_t seed) {
-  limits::check_count(draws, 1, 1 << 20, "draws");
-  HardmaxCounterexample h;
-  h.draws = draws;
-  h.data = theorem1_pair();
-  const std::vector<int> heads = {1, 2, 3, 4}, sizes = {1, 2};
-  h.heads_tried = heads;
-  for (int i = 0; i < draws; ++i) {
-    Architecture a;
-    a.d = 2;
-    LayerSpec s;
-    s.kind = LayerKind::attention;
-    s.score = Score::hardmax;
-    s.heads = heads[i % heads.size()];
-    s.head_size = sizes[(i / heads.size()) % sizes.size()];
-    s.bias = i % 3 == 2;
-    a.layers.push_back(s);
-    a.validate();
-    Network<double> nd(a);
-    init_random(nd, seed + static_cast<std::uint64_t>(i), 2.0);
-    const Network<Rational> nq = network_cast<Rational>(nd);
-    Mat<Rational> y1 = forward(nq, h.data.sequences[0].x), y2 = forward(nq, h.data.sequences[1].x);
-    if (y1.col(0) == y2.col(0)) ++h.identical;  // token λ = 1 is column 0 of both
-  }
-  // The softmax construction on the same two sequences.
-  const Facts f = analyse(h.data);
-  ContextualOptions opt;
-  opt.seed = seed;
-  opt.search_min_bits = false;
-  const Contextual c = build_contextual(f, opt);
-  h.softmax_separates = c.separation.certified;
-  h.log10_softmax_gap = std::to_string(c.separation.log10_delta);
-  return h;
-}
-
-json HardmaxCounterexample::report() const {
-  return {{"sequences", {"Λ1 = {1,3,5,7}·u", "Λ2 = {1,2,6,7}·u"}},
-          {"hardmax_draws", draws},
-          {"hardmax_identical_for_token_1", identical},
-          {"heads_tried", heads_tried},
-          {"softmax_separates", softmax_separates},
-          {"softmax_log10_delta", log10_softmax_gap}};
-}
+template std::optional<Rational> smallest_same_token_sq<Rational>(const Network<Rational>&, const Facts&);
 
 }  // namespace uatlab::kajitsuka

@@ -1,5 +1,7 @@
 #include "uatlab/construct/yun.hpp"
 
+#include "uatlab/construct/blocks.hpp"
+
 #include "uatlab/limits.hpp"
 
 #include <mpfi.h>
@@ -64,141 +66,8 @@ Rational power(long base, long e) {
     r *= base;
   return r;
 }
-std::string text(const Rational& q) {
-  return q.str();
-}
-
-// ---- built-in targets ----------------------------------------------------------------------------
-// Each is written once for double and for MPFI intervals (an enclosure of f over a box, for the
-// domain certificate).
-
-template <class S>
-S two_pi() {
-  if constexpr (std::is_same_v<S, double>) {
-    return 2 * M_PI;
-  } else {
-    S pi;
-    mpfi_const_pi(pi.backend().data());
-    return 2 * pi;
-  }
-}
-template <class S>
-S larger(const S& a, const S& b) {  // intervals: the enclosure of max(a, b)
-  if constexpr (std::is_same_v<S, double>)
-    return std::max(a, b);
-  else
-    return hull(std::max(lower(a), lower(b)), std::max(upper(a), upper(b)));
-}
-
-template <class S>
-Mat<S> tokenwise_sin(const Mat<S>& X) {
-  const S w = two_pi<S>();
-  return X.unaryExpr([&](const S& x) {
-    using std::sin;
-    return S(sin(S(x * w)));
-  });
-}
-template <class S>
-Mat<S> center(const Mat<S>& X) {
-  Mat<S> Y = X;
-  for (Eigen::Index i = 0; i < X.rows(); ++i) {
-    const S m = S(X.row(i).sum()) / S(static_cast<double>(X.cols()));
-    for (Eigen::Index j = 0; j < X.cols(); ++j)
-      Y(i, j) -= m;
-  }
-  return Y;
-}
-template <class S>
-Mat<S> attention(const Mat<S>& X) {  // X · softmax(XᵀX), column-wise
-  Mat<S> A = X.transpose() * X, W(A.rows(), A.cols());
-  for (Eigen::Index j = 0; j < A.cols(); ++j)
-    for (Eigen::Index l = 0; l < A.rows(); ++l) {
-      if constexpr (std::is_same_v<S, double>) {  // subtract the column's max
-        W(l, j) = std::exp(A(l, j) - A.col(j).maxCoeff());
-      } else {  // w_l = 1 / Σ_m exp(a_m − a_l): no shared interval subtracted twice
-        S den(0);
-        for (Eigen::Index m = 0; m < A.rows(); ++m)
-          den += Scalar<S>::exp(S(A(m, j) - A(l, j)));
-        W(l, j) = S(1) / den;
-      }
-    }
-  if constexpr (std::is_same_v<S, double>)
-    for (Eigen::Index j = 0; j < W.cols(); ++j)
-      W.col(j) /= W.col(j).sum();
-  return X * W;
-}
-template <class S>
-Mat<S> max_pool(const Mat<S>& X) {
-  Mat<S> Y = X;
-  for (Eigen::Index i = 0; i < X.rows(); ++i) {
-    S m = X(i, 0);
-    for (Eigen::Index j = 1; j < X.cols(); ++j)
-      m = larger(m, S(X(i, j)));
-    for (Eigen::Index j = 0; j < X.cols(); ++j)
-      Y(i, j) *= m;
-  }
-  return Y;
-}
-template <class S>
-Mat<S> prefix_mean(const Mat<S>& X) {
-  Mat<S> Y = X;
-  for (Eigen::Index j = 1; j < X.cols(); ++j)
-    Y.col(j) = (Y.col(j - 1) * S(static_cast<double>(j)) + X.col(j)) / S(static_cast<double>(j + 1));
-  return Y;
-}
-template <class S>
-Mat<S> reverse(const Mat<S>& X) {
-  return X.rowwise().reverse();
-}
 
 }  // namespace
-
-const std::vector<TargetSpec>& target_table() {
-#define UATLAB_TARGET(name, eq, f) \
-  { name, eq, f<double>, f<Mpfi> }
-  static const std::vector<TargetSpec> table = {
-      UATLAB_TARGET("tokenwise-sin", true, tokenwise_sin), UATLAB_TARGET("center", true, center),
-      UATLAB_TARGET("attention", true, attention),         UATLAB_TARGET("max-pool", true, max_pool),
-      UATLAB_TARGET("prefix-mean", false, prefix_mean),    UATLAB_TARGET("reverse", false, reverse),
-  };
-#undef UATLAB_TARGET
-  return table;
-}
-
-std::string target_names() {
-  std::vector<std::string> names;
-  for (const TargetSpec& t : target_table())
-    names.push_back(t.name);
-  return join_list(names);
-}
-
-Target builtin_target(const std::string& name) {
-  for (const TargetSpec& t : target_table())
-    if (name == t.name) return {name, t.f, t.fi};
-  throw Error("unknown target \"" + name + "\" (built-in: " + target_names() + "; or give an expression)");
-}
-
-bool looks_equivariant(const Target& t, int d, int n, int trials, std::uint64_t seed) {
-  check_sizes(d, n, 2);
-  Rng rng(seed);
-  for (int k = 0; k < trials; ++k) {
-    Mat<double> X(d, n);
-    for (Eigen::Index i = 0; i < X.size(); ++i)
-      X(i) = rng.uniform();
-    std::vector<int> perm(n);
-    for (int j = 0; j < n; ++j)
-      perm[j] = j;
-    for (int j = n - 1; j > 0; --j)
-      std::swap(perm[j], perm[static_cast<int>(rng.uniform() * (j + 1)) % (j + 1)]);
-    Mat<double> XP(d, n), FX = t.f(X);
-    for (int j = 0; j < n; ++j)
-      XP.col(j) = X.col(perm[j]);
-    const Mat<double> FXP = t.f(XP);
-    for (int j = 0; j < n; ++j)
-      if ((FXP.col(j) - FX.col(perm[j])).cwiseAbs().maxCoeff() > 1e-9) return false;
-  }
-  return true;
-}
 
 Plan plan(int d, int n, int K, bool pe) {
   check_sizes(d, n, K);
@@ -251,48 +120,18 @@ Plan plan(int d, int n, int K, bool pe) {
 
 namespace {
 
+using blocks::Builder;
+using blocks::unit;
+
+// Positions 0 … n−1 in every row (with PE the entries of column j lie in [j, j+1)).
+void positions_0_to_n(Mat<Rational>& pe) {
+  for (Eigen::Index j = 0; j < pe.cols(); ++j)
+    pe.col(j).setConstant(Rational(static_cast<long>(j)));
+}
+
 LayerSpec phi_layer(const std::vector<Rational>& breaks,
                     const std::vector<std::pair<Rational, Rational>>& pieces) {
-  LayerSpec f;
-  f.kind = LayerKind::feedforward;
-  f.width = 1;
-  f.piecewise = true;
-  for (const auto& b : breaks)
-    f.activation.breakpoints.push_back(text(b));
-  for (const auto& [s, c] : pieces)
-    f.activation.pieces.push_back({text(s), text(c)});
-  return f;
-}
-
-LayerSpec shift_layer(int heads) {
-  LayerSpec a;
-  a.kind = LayerKind::attention;
-  a.heads = heads;
-  a.head_size = 1;
-  a.score = Score::hardmax;
-  a.bias = true;
-  return a;
-}
-
-// Layers and how to fill their weights once the network is allocated.
-struct Builder {
-  Architecture arch;
-  std::vector<std::function<void(Layer<Rational>&)>> fill;
-  void add(const LayerSpec& s, std::function<void(Layer<Rational>&)> f) {
-    arch.layers.push_back(s), fill.push_back(std::move(f));
-  }
-  Network<Rational> make() const {
-    Network<Rational> net(arch);
-    for (std::size_t i = 0; i < fill.size(); ++i)
-      fill[i](net.layers[i]);
-    return net;
-  }
-};
-
-Mat<Rational> unit(int d, int i) {
-  Mat<Rational> e = Mat<Rational>::Zero(d, 1);
-  e(i, 0) = 1;
-  return e;
+  return blocks::piecewise_unit(breaks, pieces);
 }
 
 // Out-of-range entries ↦ −J, then [kδ, (k+1)δ) ↦ kδ, one width-1 layer each.
@@ -335,7 +174,7 @@ void add_contextual(Builder& b, const Plan& p) {
   const int d = p.d;
   const Mat<Rational> ut = p.u.transpose();
   for (const Rational& w : p.windows)  // Z + δ^{-d}[Ψ(Z; w − δ/2) − Ψ(Z; w + δ/2)]
-    b.add(shift_layer(2), [=](Layer<Rational>& L) {
+    b.add(blocks::hardmax_shift(2), [=](Layer<Rational>& L) {
       L.wq = L.wk = L.wv = Mat<Rational>(2, d);
       L.wq << ut, ut;
       L.wk = L.wv = L.wq;
@@ -345,7 +184,7 @@ void add_contextual(Builder& b, const Plan& p) {
       L.wo(0, 0) = p.shift;
       L.wo(0, 1) = -p.shift;
     });
-  b.add(shift_layer(1), [=](Layer<Rational>& L) {  // global shift: Z + c·Ψ(Z; 0)
+  b.add(blocks::hardmax_shift(1), [=](Layer<Rational>& L) {  // global shift: Z + c·Ψ(Z; 0)
     L.wq = L.wk = L.wv = ut;
     L.wo = Mat<Rational>::Zero(d, 1);
     L.wo(0, 0) = p.c;
@@ -459,16 +298,13 @@ Modified build_modified(const Target& f, int d, int n, int K, bool pe, long max_
   m.plan = plan(d, n, K, pe);
   const Plan& p = m.plan;
 
-  Builder b;
-  b.arch.d = d;
-  if (pe) b.arch.max_len = n;
+  // Stages: quantization, the contextual map (selective shifts), then the value map (below).
+  Builder b(d, pe ? n : 0);
+  if (pe) b.positions(positions_0_to_n);
   add_quantization(b, p);
   add_contextual(b, p);
-  const std::size_t before_value = b.arch.layers.size();
-  Network<Rational> front = b.make();
-  if (pe)
-    for (int j = 0; j < n; ++j)
-      front.pe.col(j).setConstant(Rational(j));
+  const std::size_t before_value = b.size();
+  const Network<Rational> front = b.build();
 
   // The contextual values of every grid input, and what each must become.
   std::map<Rational, std::pair<Vec<Rational>, Vec<Rational>>> value_of;  // ID -> (g_c column, target column)
@@ -507,8 +343,7 @@ Modified build_modified(const Target& f, int d, int n, int K, bool pe, long max_
       L.w2 = w2;
     });
   }
-  m.net = b.make();
-  if (pe) m.net.pe = front.pe;
+  m.net = b.build();
   m.contexts = value_of.size();
   m.counts.quantization = static_cast<int>(p.d + p.d * p.K * (pe ? n : 1));
   m.counts.attention = static_cast<int>(p.windows.size() + 1);
@@ -557,27 +392,20 @@ Modified build_kajitsuka(const Target& f, int d, int n, int K, bool pe, kajitsuk
   mo.contextual.search_min_bits = false;
   mo.value_map = value_map;
   const kajitsuka::Memorized mem = kajitsuka::memorize(ds, mo);
-  Builder b;
-  b.arch.d = d;
-  if (pe) b.arch.max_len = n;
+  // Stages: Proposition 1's centre quantization (F1), then Kajitsuka & Sato's memorizing network.
+  Builder b(d, pe ? n : 0);
+  if (pe) b.positions(positions_0_to_n);
   add_centre_quantization(b, p);
-  const Network<Rational> q = b.make();
-  Architecture arch = q.arch;
-  for (const auto& s : mem.net.arch.layers)
-    arch.layers.push_back(s);
-  arch.readout = mem.net.arch.readout;
-  m.net = Network<Rational>(arch);
-  if (pe)
-    for (int j = 0; j < n; ++j)
-      m.net.pe.col(j).setConstant(Rational(j));
-  for (std::size_t i = 0; i < q.layers.size(); ++i)
-    m.net.layers[i] = q.layers[i];
-  for (std::size_t i = 0; i < mem.net.layers.size(); ++i)
-    m.net.layers[q.layers.size() + i] = mem.net.layers[i];
-  m.net.readout_w = mem.net.readout_w;
-  m.net.readout_b = mem.net.readout_b;
+  const std::size_t quantization = b.size();
+  b.append(mem.net);
+  if (mem.net.arch.readout > 0)
+    b.readout(mem.net.arch.readout, [&](Mat<Rational>& w, Mat<Rational>& c) {
+      w = mem.net.readout_w;
+      c = mem.net.readout_b;
+    });
+  m.net = b.build();
   m.contexts = mem.hidden;
-  m.counts.quantization = static_cast<int>(q.layers.size());
+  m.counts.quantization = static_cast<int>(quantization);
   m.counts.attention = 1;
   m.counts.value_map = static_cast<int>(mem.net.layers.size()) - 1;
   m.counts.formula_quantization = 1;
@@ -588,7 +416,7 @@ Modified build_kajitsuka(const Target& f, int d, int n, int K, bool pe, kajitsuk
   m.bits = mem.bits_used;
   m.extra = mem.report();
   m.profile = mem.profile;
-  m.value_map = m.net.layers[q.layers.size() + 1];
+  m.value_map = m.net.layers[quantization + 1];
   return m;
 }
 

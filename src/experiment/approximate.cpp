@@ -8,7 +8,8 @@
 #include <tuple>
 
 #include "uatlab/construct/kajitsuka.hpp"
-#include "uatlab/experiment/domain.hpp"
+#include "uatlab/experiment/targets.hpp"
+#include "uatlab/verify/domain.hpp"
 
 #include "registry.hpp"
 #include "uatlab/io/json.hpp"

@@ -134,24 +134,6 @@ ValueMapBound value_map_bound(const Layer<Rational>& ff, int row, unsigned bits)
 std::vector<double> value_map_curve(const Layer<Rational>& ff, int row, const std::vector<double>& ts,
                                     unsigned bits);
 
-// The softmax → hardmax transition: the same projection and W_O with the score scale c swept on a
-// log grid, from a hundredth of the scale where one query's scores span 1 nat (softmax nearly
-// uniform: mean pooling) up to the largest c whose certificate fits in max_bits / 4 (at most
-// 100 times the theorem's c), the separation certified at each; and hardmax (c = ∞) exactly.
-struct ScalePoint {
-  double c = 0;
-  Separation separation;  // .certified false: not certified within max_bits
-  unsigned bits = 0;
-};
-struct ScaleSweep {
-  Projection projection;
-  double c_construction = 0, c_gap = 0, c_theorem = 0;  // the construction's c (opt.mode) and the references
-  std::vector<ScalePoint> points;
-  bool hardmax_pairs = false;      // some token occurs in two vocabulary sets
-  double hardmax_log10_delta = 0;  // exact: -inf when two contexts of a token coincide under hardmax
-};
-ScaleSweep sweep_scale(const Facts& f, const ContextualOptions& opt, int points);
-
 struct Memorized {
   Contextual contextual;
   Network<Rational> net;   // attention + value map (+ readout when labels are shorter than d)

@@ -33,18 +33,7 @@ struct Target {
   std::function<Mat<double>(const Mat<double>&)> f;
   std::function<Mat<Mpfi>(const Mat<Mpfi>&)> fi;
 };
-// The built-in targets, one row each (name, whether f(XP) = f(X)P, f in double and in intervals).
-struct TargetSpec {
-  const char* name;
-  bool equivariant;
-  Mat<double> (*f)(const Mat<double>&);
-  Mat<Mpfi> (*fi)(const Mat<Mpfi>&);
-};
-const std::vector<TargetSpec>& target_table();
-std::string target_names();                      // "tokenwise-sin, center, ..."
-Target builtin_target(const std::string& name);  // throws Error listing the names
-// Whether f(XP) = f(X)P on `trials` seeded random inputs and permutations (to 1e-9).
-bool looks_equivariant(const Target& t, int d, int n, int trials, std::uint64_t seed);
+// The built-in targets and user expressions: uatlab/experiment/targets.hpp.
 
 // Whether the n columns (tokens) of L are pairwise different (exact comparison).
 template <class T>

@@ -1,10 +1,32 @@
 // `uatlab contextual --sweep-c`: the softmax → hardmax transition of Kajitsuka & Sato's
-// construction written out as a table and a plot (the computation: kajitsuka::sweep_scale).
+// construction, computed (kajitsuka::sweep_scale, scale_sweep.cpp) and written out as a table and a plot.
 #pragma once
 
 #include <string>
 
 #include "uatlab/construct/kajitsuka.hpp"
+
+namespace uatlab::kajitsuka {
+
+// The softmax → hardmax transition: the same projection and W_O with the score scale c swept on a
+// log grid, from a hundredth of the scale where one query's scores span 1 nat (softmax nearly
+// uniform: mean pooling) up to the largest c whose certificate fits in max_bits / 4 (at most
+// 100 times the theorem's c), the separation certified at each; and hardmax (c = ∞) exactly.
+struct ScalePoint {
+  double c = 0;
+  Separation separation;  // .certified false: not certified within max_bits
+  unsigned bits = 0;
+};
+struct ScaleSweep {
+  Projection projection;
+  double c_construction = 0, c_gap = 0, c_theorem = 0;  // the construction's c (opt.mode) and the references
+  std::vector<ScalePoint> points;
+  bool hardmax_pairs = false;      // some token occurs in two vocabulary sets
+  double hardmax_log10_delta = 0;  // exact: -inf when two contexts of a token coincide under hardmax
+};
+ScaleSweep sweep_scale(const Facts& f, const ContextualOptions& opt, int points);
+
+}  // namespace uatlab::kajitsuka
 
 namespace uatlab::experiment {
 

@@ -1,4 +1,5 @@
-// User-given functions as muParser expressions: the one home of expression parsing for targets.
+// Targets: the built-in library of Yun et al.'s targets and user-given functions as muParser
+// expressions (the one home of expression parsing), in src/experiment/targets.cpp.
 #pragma once
 
 #include <functional>
@@ -6,6 +7,23 @@
 #include <vector>
 
 #include "uatlab/construct/yun.hpp"
+
+namespace uatlab::yun {
+
+// The built-in targets, one row each (name, whether f(XP) = f(X)P, f in double and in intervals).
+struct TargetSpec {
+  const char* name;
+  bool equivariant;
+  Mat<double> (*f)(const Mat<double>&);
+  Mat<Mpfi> (*fi)(const Mat<Mpfi>&);
+};
+const std::vector<TargetSpec>& target_table();
+std::string target_names();                      // "tokenwise-sin, center, ..."
+Target builtin_target(const std::string& name);  // throws Error listing the names
+// Whether f(XP) = f(X)P on `trials` seeded random inputs and permutations (to 1e-9).
+bool looks_equivariant(const Target& t, int d, int n, int trials, std::uint64_t seed);
+
+}  // namespace uatlab::yun
 
 namespace uatlab::experiment {
 

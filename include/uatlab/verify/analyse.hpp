@@ -101,6 +101,13 @@ Rational round_to_format(const Rational& x, int p, int emin, int emax, bool& ove
 
 LabelKind label_kind(const std::string& labels, const Dataset& ds, int outputs);
 
+// The certified separation after every token-mixing sub-layer, in MPFI at `bits` and double with
+// directed rounding (separation.cpp): the distances between the outputs of one token in different
+// contexts (δ) and of different tokens, and the gap along the best of a few seeded directions.
+// Throws Error when an enclosure cannot be evaluated (e.g. a hardmax it leaves undecided).
+std::vector<LayerSeparation> layer_separations(const Network<Rational>& net, const Dataset& ds, unsigned bits,
+                                               std::uint64_t seed, const OnProgress& progress = {});
+
 Analysis analyse(const Network<Rational>& net, const Dataset& ds, const AnalyseOptions& o);
 
 // log10 of each layer's certified separations against the layer (PNG).

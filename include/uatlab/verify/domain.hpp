@@ -27,7 +27,7 @@
 #include "uatlab/construct/yun.hpp"
 #include "uatlab/progress.hpp"
 
-namespace uatlab::experiment {
+namespace uatlab {
 
 struct DomainOptions {
   std::vector<int> ps = {1, 2};
@@ -56,4 +56,4 @@ struct DomainBound {
 DomainBound certify_domain(const Network<Rational>& g, const yun::Target& f, int d, int n,
                            const DomainOptions& o);
 
-}  // namespace uatlab::experiment
+}  // namespace uatlab

@@ -1,4 +1,4 @@
-#include "uatlab/experiment/domain.hpp"
+#include "uatlab/verify/domain.hpp"
 
 #include <mpfr.h>
 
@@ -11,7 +11,7 @@
 #include "uatlab/verify/affine.hpp"
 #include "uatlab/verify/precision.hpp"
 
-namespace uatlab::experiment {
+namespace uatlab {
 
 using nlohmann::json;
 
@@ -398,4 +398,4 @@ json DomainBound::report(const std::vector<int>& ps) const {
   return j;
 }
 
-}  // namespace uatlab::experiment
+}  // namespace uatlab

@@ -1,0 +1,184 @@
+// The predictions of a network on labelled data, certified in MPFI, and the exact rounding of
+// weights to float32 / bfloat16 / float16 (analyse.hpp).
+#include <algorithm>
+#include <sstream>
+
+#include "uatlab/limits.hpp"
+#include "uatlab/verify/affine.hpp"
+#include "uatlab/verify/analyse.hpp"
+#include "uatlab/verify/evaluate.hpp"
+
+namespace uatlab {
+
+namespace {
+
+// The dataset fits the network: input kind and width, labels on every sequence, their shape.
+void check_fit(const Network<Rational>& net, const Dataset& ds, LabelKind kind) {
+  const Architecture& a = net.arch;
+  if (a.pool) throw Error("analyse: pooled networks (one output per sequence) are not supported");
+  if (ds.token_input != (a.vocab > 0))
+    throw Error(std::string("analyse: the network takes ") +
+                (a.vocab > 0 ? "token ids" : "continuous tokens") + ", the dataset has " +
+                (ds.token_input ? "token ids" : "continuous tokens"));
+  if (!ds.token_input && ds.d != a.d)
+    throw Error("analyse: the dataset's tokens have " + std::to_string(ds.d) +
+                " numbers, the network's d is " + std::to_string(a.d));
+  for (std::size_t i = 0; i < ds.sequences.size(); ++i)
+    if (ds.sequences[i].y.size() == 0)
+      throw Error("analyse: sequence " + std::to_string(i + 1) + " has no labels (\"y\")");
+  const int want = kind == LabelKind::classes ? 1 : a.out_dim();
+  if (ds.label_dim != want)
+    throw Error("analyse: labels have " + std::to_string(ds.label_dim) + " numbers per token, " +
+                (kind == LabelKind::classes ? std::string("classes need 1")
+                                            : "the network outputs " + std::to_string(want)));
+  if (kind == LabelKind::classes)
+    for (std::size_t i = 0; i < ds.sequences.size(); ++i)
+      for (Eigen::Index k = 0; k < ds.sequences[i].y.cols(); ++k) {
+        const Rational& y = ds.sequences[i].y(0, k);
+        if (class_label(y, a.out_dim()) < 0)
+          throw Error("analyse: sequence " + std::to_string(i + 1) + ": class label " + y.str() +
+                      " is not an integer in [0, " + std::to_string(a.out_dim()) + ")");
+      }
+}
+
+std::string midpoints(const Mat<Mpfi>& y, Eigen::Index k) {
+  std::ostringstream s;
+  s << "[";
+  for (Eigen::Index r = 0; r < y.rows(); ++r)
+    s << (r ? ", " : "") << Scalar<Mpfi>::to_double(y(r, k));
+  s << "]";
+  return s.str();
+}
+
+Rational pow2(long e) {
+  Rational q(1);
+  if (e >= 0)
+    mpq_mul_2exp(q.backend().data(), q.backend().data(), static_cast<mp_bitcnt_t>(e));
+  else
+    mpq_div_2exp(q.backend().data(), q.backend().data(), static_cast<mp_bitcnt_t>(-e));
+  return q;
+}
+
+}  // namespace
+
+LabelKind label_kind(const std::string& labels, const Dataset& ds, int outputs) {
+  if (labels != "auto") return label_kind_names.parse(labels);  // else decided by the data
+  if (ds.label_dim != 1 || outputs < 2) return LabelKind::values;
+  for (const Sequence& s : ds.sequences)
+    for (Eigen::Index k = 0; k < s.y.size(); ++k)
+      if (class_label(s.y(k), outputs) < 0) return LabelKind::values;
+  return LabelKind::classes;
+}
+
+Predictions certify_predictions(const Network<Rational>& net, const Dataset& ds, LabelKind kind,
+                                const Rational& tolerance, unsigned bits, const OnProgress& progress,
+                                bool stop_at_failure, bool affine) {
+  check_fit(net, ds, kind);
+  Predictions p;
+  p.kind = kind;
+  p.bits = bits;
+  const MpfrPrecision precision(bits);
+  std::optional<AffineForward> af;
+  if (affine && !ds.token_input) af.emplace(net);
+  const Network<Mpfi> ni = af ? Network<Mpfi>() : network_cast<Mpfi>(net);  // one of the two
+  const Mpfi tol = Scalar<Mpfi>::from(tolerance);
+  const long N = static_cast<long>(ds.sequences.size());
+  std::vector<std::vector<PredictionFailure>> fails(static_cast<std::size_t>(N));
+  std::vector<long long> counted(static_cast<std::size_t>(N), 0), ok(static_cast<std::size_t>(N), 0);
+  long long done = 0;
+  bool failed = false;
+#pragma omp parallel for schedule(dynamic)
+  for (long i = 0; i < N; ++i) {
+    bool skip;
+#pragma omp atomic read
+    skip = failed;
+    if (skip && stop_at_failure) continue;
+    const Sequence& s = ds.sequences[static_cast<std::size_t>(i)];
+    Mat<Mpfi> y;
+    bool evaluated = true;
+    try {
+      y = ds.token_input ? forward_tokens(ni, s.tokens)
+          : af           ? (*af)(matrix_cast<Mpfi>(s.x))
+                         : forward(ni, matrix_cast<Mpfi>(s.x));
+    } catch (const Error&) {  // shapes were checked: an undecided hardmax or an unbounded enclosure
+      evaluated = false;
+    }
+    for (Eigen::Index k = 0; k < static_cast<Eigen::Index>(s.n()); ++k) {
+      if (!s.mask.empty() && !s.mask[static_cast<std::size_t>(k)]) continue;
+      ++counted[static_cast<std::size_t>(i)];
+      PredictionFailure f{static_cast<std::size_t>(i), static_cast<std::size_t>(k), FailureKind::undecided,
+                          "", "?"};
+      bool certified = false, wrong = false;
+      if (kind == LabelKind::classes) {
+        const long c = numerator(s.y(0, k)).convert_to<long>();
+        f.label = std::to_string(c);
+        if (evaluated) {
+          certified = true;
+          Eigen::Index best = 0;
+          for (Eigen::Index r = 0; r < y.rows(); ++r) {
+            if (Scalar<Mpfi>::to_double(y(r, k)) > Scalar<Mpfi>::to_double(y(best, k))) best = r;
+            if (r == c) continue;
+            if (!(lower(y(c, k)) > upper(y(r, k)))) certified = false;
+            if (lower(y(r, k)) > upper(y(c, k))) wrong = true;
+          }
+          f.predicted = std::to_string(best);
+        }
+      } else {
+        std::ostringstream label;
+        label << "[";
+        for (Eigen::Index r = 0; r < s.y.rows(); ++r)
+          label << (r ? ", " : "") << Scalar<Rational>::to_double(s.y(r, k));
+        f.label = label.str() + "]";
+        if (evaluated) {
+          certified = true;
+          for (Eigen::Index r = 0; r < y.rows(); ++r) {
+            const Mpfi e = mp::abs(y(r, k) - Scalar<Mpfi>::from(s.y(r, k)));
+            if (!(upper(e) <= lower(tol))) certified = false;
+            if (lower(e) > upper(tol)) wrong = true;
+          }
+          f.predicted = midpoints(y, k);
+        }
+      }
+      if (certified) {
+        ++ok[static_cast<std::size_t>(i)];
+      } else {
+        f.kind = wrong ? FailureKind::wrong : FailureKind::undecided;
+        fails[static_cast<std::size_t>(i)].push_back(f);
+#pragma omp atomic write
+        failed = true;
+      }
+    }
+#pragma omp critical(uatlab_analyse_progress)
+    report(progress, "analyse: certify predictions at " + std::to_string(bits) + " bits", ++done, N);
+  }
+  for (long i = 0; i < N; ++i) {
+    p.tokens += counted[static_cast<std::size_t>(i)];
+    p.certified += ok[static_cast<std::size_t>(i)];
+    for (auto& f : fails[static_cast<std::size_t>(i)])
+      p.failures.push_back(f);
+  }
+  return p;
+}
+
+Rational round_to_format(const Rational& x, int p, int emin, int emax, bool& overflow) {
+  overflow = false;
+  if (x == 0) return x;
+  const Rational a = abs(x);
+  // e = floor(log2 a) from the sizes of numerator and denominator, corrected by one compare.
+  long e = static_cast<long>(mpz_sizeinbase(numerator(a).backend().data(), 2)) -
+           static_cast<long>(mpz_sizeinbase(denominator(a).backend().data(), 2));
+  if (a < pow2(e)) --e;
+  if (a >= pow2(e + 1)) ++e;
+  const Rational quantum = pow2(std::max<long>(e, emin) - p + 1), m = a / quantum;
+  mp::mpz_int r = numerator(m) / denominator(m);  // floor (m > 0)
+  const Rational frac = m - Rational(r);
+  if (frac > Rational(1, 2) || (frac == Rational(1, 2) && (r & 1) != 0)) ++r;
+  const Rational rounded = Rational(r) * quantum, largest = (2 - pow2(1 - p)) * pow2(emax);
+  if (rounded > largest) {
+    overflow = true;
+    return x;
+  }
+  return x < 0 ? Rational(-rounded) : rounded;
+}
+
+}  // namespace uatlab

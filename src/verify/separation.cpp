@@ -1,0 +1,275 @@
+// The certified separation of a network's outputs after each token-mixing sub-layer (analyse.hpp):
+// bounds computed in double with directed rounding, so this file alone is compiled with
+// -frounding-math (CMakeLists.txt).
+#include <mpfi.h>
+#include <mpfr.h>
+#include <algorithm>
+#include <cfenv>
+#include <cmath>
+#include <map>
+#include <optional>
+#include <queue>
+#include <tuple>
+
+#include "uatlab/model/init.hpp"
+#include "uatlab/verify/analyse.hpp"
+#include "uatlab/verify/evaluate.hpp"
+
+namespace uatlab {
+
+namespace {
+
+// An MPFR value as a double rounded up (down): a bound that stays a bound.
+double up(const Mpfr& x) {
+  return mpfr_get_d(x.backend().data(), MPFR_RNDU);
+}
+double down(const Mpfr& x) {
+  return mpfr_get_d(x.backend().data(), MPFR_RNDD);
+}
+
+struct Occurrence {
+  std::vector<double> mid, err;  // the output's midpoint (double) and a bound on |value − mid|
+  double err_norm = 0;           // ‖err‖₂, rounded up
+  int token = 0, context = 0;
+  std::size_t sequence = 0, position = 0;
+};
+
+// The floating-point rounding mode of this thread, for a scope: the bounds below are computed in
+// double with directed rounding (this file is compiled with -frounding-math).
+struct Rounding {
+  int saved;
+  explicit Rounding(int mode) : saved(std::fegetround()) { std::fesetround(mode); }
+  ~Rounding() { std::fesetround(saved); }
+  Rounding(const Rounding&) = delete;
+  Rounding& operator=(const Rounding&) = delete;
+};
+
+// A lower bound on ‖a − b‖₂ for the values the occurrences enclose: ‖m_a − m_b‖ rounded down,
+// less ‖e_a‖ + ‖e_b‖ rounded up (the triangle inequality).
+double distance_lower(const Occurrence& a, const Occurrence& b) {
+  double sq = 0;
+  {
+    const Rounding down(FE_DOWNWARD);
+    for (std::size_t r = 0; r < a.mid.size(); ++r) {
+      const double diff = a.mid[r] >= b.mid[r] ? a.mid[r] - b.mid[r] : b.mid[r] - a.mid[r];
+      sq += diff * diff;
+    }
+    sq = std::sqrt(sq);
+  }
+  double err;
+  {
+    const Rounding up(FE_UPWARD);
+    err = a.err_norm + b.err_norm;
+  }
+  const Rounding down(FE_DOWNWARD);
+  return sq - err;
+}
+
+// The exact lower end of ‖a − b‖₂ in MPFI.
+double distance_mpfi(const Mat<Mpfi>& A, Eigen::Index ka, const Mat<Mpfi>& B, Eigen::Index kb) {
+  Mpfi sq(0), t;
+  for (Eigen::Index r = 0; r < A.rows(); ++r) {
+    const Mpfi diff = A(r, ka) - B(r, kb);
+    mpfi_sqr(t.backend().data(), diff.backend().data());
+    sq += t;
+  }
+  return down(lower(mp::sqrt(sq)));
+}
+
+// A certified lower bound on the least distance over a set of pairs: every pair's directed-
+// rounding bound, and for the kExact pairs with the smallest such bound, the exact MPFI one.
+struct MinDistance {
+  static constexpr std::size_t kExact = 32;
+  std::priority_queue<std::tuple<double, std::size_t, std::size_t>> smallest;  // max-heap of kExact + 1
+  long long pairs = 0;
+  void add(double bound, std::size_t a, std::size_t b) {
+    ++pairs;
+    if (smallest.size() <= kExact || bound < std::get<0>(smallest.top())) {
+      smallest.emplace(bound, a, b);
+      if (smallest.size() > kExact + 1) smallest.pop();
+    }
+  }
+  // NaN without pairs; closest: the pair with the smallest bound.
+  double certify(const std::vector<Occurrence>& occ, const std::vector<Mat<Mpfi>>& outputs,
+                 std::size_t& closest_a, std::size_t& closest_b) const {
+    if (pairs == 0) return std::nan("");
+    auto heap = smallest;
+    // Every pair left out has a bound at least the (kExact+1)-th smallest.
+    double best = std::numeric_limits<double>::infinity();
+    if (heap.size() > kExact) {
+      best = std::max(0.0, std::get<0>(heap.top()));
+      heap.pop();
+    }
+    double least = std::numeric_limits<double>::infinity();
+    for (; !heap.empty(); heap.pop()) {
+      const auto [bound, a, b] = heap.top();
+      const Occurrence &A = occ[a], &B = occ[b];
+      const double exact = distance_mpfi(outputs[A.sequence], static_cast<Eigen::Index>(A.position),
+                                         outputs[B.sequence], static_cast<Eigen::Index>(B.position));
+      best = std::min(best, std::max({0.0, bound, exact}));
+      if (bound < least) least = bound, closest_a = a, closest_b = b;
+    }
+    return best;
+  }
+};
+
+double log10_of(double x) {
+  return std::isnan(x) ? x : x <= 0 ? -std::numeric_limits<double>::infinity() : std::log10(x);
+}
+
+// The sub-layers 0..last of net (no readout, no pooling), in intervals.
+Network<Mpfi> prefix(const Network<Rational>& net, std::size_t last) {
+  Network<Rational> p = net;
+  p.arch.layers.resize(last + 1);
+  p.layers.resize(last + 1);
+  p.arch.readout = 0, p.arch.pool = false;
+  p.readout_w.resize(0, 0), p.readout_b.resize(0, 0);
+  return network_cast<Mpfi>(p);
+}
+
+// Token identity (id, or the exact input column) and context (the set of a sequence's tokens).
+void identify(const Dataset& ds, std::vector<std::vector<int>>& token, std::vector<int>& context) {
+  std::map<std::string, int> ids;
+  std::map<std::vector<int>, int> sets;
+  for (const Sequence& s : ds.sequences) {
+    std::vector<int> t;
+    for (std::size_t k = 0; k < s.n(); ++k) {
+      std::string key;
+      if (ds.token_input)
+        key = std::to_string(s.tokens[k]);
+      else
+        for (Eigen::Index r = 0; r < s.x.rows(); ++r)
+          key += s.x(r, static_cast<Eigen::Index>(k)).str() + ",";
+      t.push_back(ids.emplace(key, static_cast<int>(ids.size())).first->second);
+    }
+    std::vector<int> set = t;
+    std::sort(set.begin(), set.end());
+    set.erase(std::unique(set.begin(), set.end()), set.end());
+    context.push_back(sets.emplace(set, static_cast<int>(sets.size())).first->second);
+    token.push_back(std::move(t));
+  }
+}
+
+LayerSeparation separation(const Network<Rational>& net, const Dataset& ds, std::size_t layer, unsigned bits,
+                           const std::vector<std::vector<int>>& token, const std::vector<int>& context,
+                           std::uint64_t seed) {
+  LayerSeparation L;
+  L.layer = layer;
+  const MpfrPrecision precision(bits);
+  const Network<Mpfi> pre = prefix(net, layer);
+  const std::vector<Mat<Mpfi>> out = forward_dataset(pre, ds);  // an undecided enclosure throws, named
+  std::vector<Occurrence> occ;
+  for (std::size_t i = 0; i < out.size(); ++i)
+    for (Eigen::Index k = 0; k < out[i].cols(); ++k) {
+      Occurrence o;
+      o.sequence = i, o.position = static_cast<std::size_t>(k);
+      o.token = token[i][static_cast<std::size_t>(k)], o.context = context[i];
+      for (Eigen::Index r = 0; r < out[i].rows(); ++r) {
+        const Mpfi& y = out[i](r, k);
+        const double m = Scalar<Mpfi>::to_double(y);
+        Mpfr above = upper(y), below(m);
+        mpfr_sub(above.backend().data(), above.backend().data(), Mpfr(m).backend().data(), MPFR_RNDU);
+        mpfr_sub(below.backend().data(), below.backend().data(), lower(y).backend().data(), MPFR_RNDU);
+        o.mid.push_back(m), o.err.push_back(std::max(up(above), up(below)));
+      }
+      {
+        const Rounding up_(FE_UPWARD);
+        double sq = 0;
+        for (double e : o.err)
+          sq += e * e;
+        o.err_norm = std::sqrt(sq);
+      }
+      occ.push_back(std::move(o));
+    }
+  MinDistance same, cross;
+  for (std::size_t a = 0; a < occ.size(); ++a)
+    for (std::size_t b = a + 1; b < occ.size(); ++b) {
+      const bool same_token = occ[a].token == occ[b].token;
+      if (same_token && occ[a].context == occ[b].context) continue;
+      (same_token ? same : cross).add(distance_lower(occ[a], occ[b]), a, b);
+    }
+  std::size_t ca = 0, cb = 0, xa = 0, xb = 0;
+  L.same_token_pairs = same.pairs;
+  L.delta = same.certify(occ, out, ca, cb);
+  L.cross = cross.certify(occ, out, xa, xb);
+  L.log10_delta = log10_of(L.delta), L.log10_cross = log10_of(L.cross);
+  if (same.pairs == 0) return L;
+  // The direction: the closest same-token pair's difference, or one of 32 seeded random ones,
+  // whichever keeps the contexts of every token furthest apart along it.
+  const std::size_t d = occ[0].mid.size();
+  std::vector<std::vector<double>> candidates;
+  std::vector<double> v0(d);
+  for (std::size_t r = 0; r < d; ++r)
+    v0[r] = occ[ca].mid[r] - occ[cb].mid[r];
+  candidates.push_back(v0);
+  Rng rng(seed);
+  for (int c = 0; c < 32; ++c) {
+    std::vector<double> v(d);
+    for (double& x : v)
+      x = rng.gauss();
+    candidates.push_back(v);
+  }
+  L.projection_gap = -std::numeric_limits<double>::infinity();
+  for (std::vector<double>& v : candidates) {
+    double norm = 0;
+    for (double x : v)
+      norm += x * x;
+    if (!(norm > 0)) continue;
+    for (double& x : v)
+      x /= std::sqrt(norm);
+    // Per occurrence: vᵀ(value) lies in [lo, lo + width] (directed rounding); with one width W
+    // for all, the closest pair of different contexts is adjacent in the order of lo.
+    std::vector<std::tuple<int, double, int>> proj;  // (token, lo, context)
+    double width = 0;
+    for (const Occurrence& o : occ) {
+      double lo = 0, hi = 0, e = 0;
+      {
+        const Rounding down(FE_DOWNWARD);
+        for (std::size_t r = 0; r < d; ++r)
+          lo += v[r] * o.mid[r];
+      }
+      {
+        const Rounding up_(FE_UPWARD);
+        for (std::size_t r = 0; r < d; ++r)
+          hi += v[r] * o.mid[r], e += std::abs(v[r]) * o.err[r];
+        hi += e;
+      }
+      {
+        const Rounding down(FE_DOWNWARD);
+        lo -= e;
+      }
+      const Rounding up_(FE_UPWARD);
+      width = std::max(width, hi - lo);
+      proj.emplace_back(o.token, lo, o.context);
+    }
+    std::sort(proj.begin(), proj.end());
+    double gap = std::numeric_limits<double>::infinity();
+    {
+      const Rounding down(FE_DOWNWARD);
+      for (std::size_t i = 1; i < proj.size(); ++i)
+        if (std::get<0>(proj[i]) == std::get<0>(proj[i - 1]) &&
+            std::get<2>(proj[i]) != std::get<2>(proj[i - 1]))
+          gap = std::min(gap, (std::get<1>(proj[i]) - std::get<1>(proj[i - 1])) - width);
+    }
+    if (gap > L.projection_gap) L.projection_gap = gap, L.v = v;
+  }
+  L.projection_gap = std::max(0.0, L.projection_gap);
+  return L;
+}
+}  // namespace
+
+std::vector<LayerSeparation> layer_separations(const Network<Rational>& net, const Dataset& ds, unsigned bits,
+                                               std::uint64_t seed, const OnProgress& progress) {
+  std::vector<std::vector<int>> token;
+  std::vector<int> context;
+  identify(ds, token, context);
+  std::vector<LayerSeparation> layers;
+  for (std::size_t i = 0; i < net.arch.layers.size(); ++i)
+    if (mixes_tokens(net.arch.layers[i].kind)) {
+      report(progress, "analyse: separation after layer " + std::to_string(i), 0, 0);
+      layers.push_back(separation(net, ds, i, bits, token, context, seed));
+    }
+  return layers;
+}
+
+}  // namespace uatlab
