@@ -19,8 +19,10 @@ import sys
 import tempfile
 
 LIMIT_S = 30
+PROGRESS_S = 3  # a run still going after this long, having printed progress, is long work (accepted)
 WORK = None  # the fixture folder: every run's working directory, so relative outputs land there
 MEMORY = 6 << 30  # address space per run
+PROGRESS = re.compile(r"\b(step|\d+/\d+)")  # what a progress line holds
 
 HOSTILE = {
     "INT": ["-1", "0", "2147483647", "99999999999999999999", "1e999999999", "x"],
@@ -47,7 +49,7 @@ BASE = {
     "fang-fit": "x1 --vars x1 --degree 2 --samples 20 --test 10 --csv {o}",
     "fang-regression": "x1^2 --vars x1 --sizes 8,16 --repeats 2 --csv {o}",
     "approximate": "tokenwise-sin --d 1 --n 2 --K 2 --samples 50 --samples-standard 10 --report {o}",
-    "reproduce": "kajitsuka-delta --mode smoke --out-dir {o}",
+    "reproduce": "fang-fit --mode smoke --out-dir {o}",
     "sweep": '{{"N":[8],"n":[4],"steps":3}} --out-dir {o}',
 }
 
@@ -82,16 +84,29 @@ def limit():
 
 
 def run(uatlab, args):
-    """(status or None after LIMIT_S, stdout, stderr); what a killed run printed is kept."""
-    p = subprocess.Popen([uatlab] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         errors="surrogateescape", preexec_fn=limit, cwd=WORK)
-    try:
-        out, err = p.communicate(timeout=LIMIT_S)
-        return p.returncode, out, err
-    except subprocess.TimeoutExpired:
-        p.kill()
-        out, err = p.communicate()
-        return None, out, err
+    """(status, or None for a run killed while still going, stdout, stderr). A run still going after
+    PROGRESS_S that has printed progress is long work a valid value asked for: it is stopped there
+    (status None); one that is silent gets LIMIT_S in all."""
+    with tempfile.TemporaryFile("w+", errors="surrogateescape") as o, \
+            tempfile.TemporaryFile("w+", errors="surrogateescape") as e:
+        p = subprocess.Popen([uatlab] + args, stdout=o, stderr=e, text=True, errors="surrogateescape",
+                             preexec_fn=limit, cwd=WORK)
+        try:
+            p.wait(timeout=PROGRESS_S)
+        except subprocess.TimeoutExpired:
+            e.seek(0)
+            if not PROGRESS.search(e.read()):
+                try:
+                    p.wait(timeout=LIMIT_S - PROGRESS_S)
+                except subprocess.TimeoutExpired:
+                    pass
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+                o.seek(0), e.seek(0)
+                return None, o.read(), e.read()
+        o.seek(0), e.seek(0)
+        return p.returncode, o.read(), e.read()
 
 
 def fixtures(uatlab, t):
@@ -114,7 +129,7 @@ def check(uatlab, t, cmd, flag, value, n):
     code, out, err = run(uatlab, args)
     what = f"{cmd} {flag or ''} {value!r}" if flag else f"{cmd} (base)"
     if code is None:  # long work that a valid value asked for must say how far it is
-        return None if re.search(r"\b(step|\d+/\d+)", err) else f"{what}: silent after {LIMIT_S} s"
+        return None if PROGRESS.search(err) else f"{what}: silent after {LIMIT_S} s"
     if code < 0 or code > 2:
         return f"{what}: exit status {code} ({err.strip()[-200:]})"
     if flag is None and code != 0:
