@@ -184,8 +184,8 @@ void normalise_columns(Mat<S>& A, const LayerSpec& spec, const EvalOptions& opt,
           A(0, k) = S(0);
         }
       }
-      // Every query of a sequence of 16 or 32 tokens: fixed sizes, 1.4× and 1.2× faster than the
-      // whole-matrix form (measured).
+      // Every query of a sequence of 16 or 32 tokens: fixed sizes, faster than the whole-matrix
+      // form (docs/benchmarks.md, "The kernels' design figures").
       const bool fixed = A.cols() == n && with_size(FixedLengths{}, n, [&](auto length) {
                            softmax_columns<decltype(length)::value>(A.data());
                          });

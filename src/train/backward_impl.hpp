@@ -272,7 +272,7 @@ void for_each_sequence(int B, Init&& init, Body&& body, Done&& done) {
 // The products of one head and one sequence: dst = a·b·scale, or dst += a·b·scale. When a is a
 // head view (one dimension fixed at compile time) and every size is at most 8, as a
 // coefficient-wise product, which Eigen unrolls and vectorises instead of packing the operands for
-// its GEMM (faster at n = 8; slower from n = 32 on, measured). A single row (head size 1) stays a
+// its GEMM (faster at n = 8, slower from n = 32 on: docs/benchmarks.md). A single row (head size 1) stays a
 // matrix-vector product, which is faster still. Each branch is compiled only for the operands it
 // can serve (fixed-size blocks go to head_product.hpp alone).
 template <bool Add, class D, class A, class B, class S>

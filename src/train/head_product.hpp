@@ -5,8 +5,8 @@
 // still (measured). Here the N-entry column being summed stays in registers:
 //   scores and dS:  A = Xᵀ·Y·scale, A's column j = Σ_r (row r of X)ᵀ · Y(r, j);
 //   the others:     G (+)= X·M·scale and X·Mᵀ·scale, sixteen columns of G at a time.
-// The train step at n = 16 and 32 (tiny and small in docs/benchmarks.md) is 1.26× and 1.14× faster
-// with them.
+// The train step at n = 16 and 32 is faster with them (docs/benchmarks.md, "The kernels' design
+// figures").
 #pragma once
 
 #include "thin_product.hpp"
@@ -24,7 +24,7 @@ constexpr bool fixed_size = X::RowsAtCompileTime != Eigen::Dynamic&& X::ColsAtCo
 
 // A = Xᵀ·Y·scale (N×N) for R×N blocks X and Y. X is copied before it is transposed and the scale
 // applied to A's columns: Eigen transposes a plain fixed-size matrix with packet shuffles, but a
-// scaled block element by element (1.4× faster at R = 8, N = 16, measured).
+// scaled block element by element (docs/benchmarks.md, "The kernels' design figures").
 template <int R, int N, class S, class X, class Y>
 void head_gram(const X& x, const Y& y, S scale, Mat<S>& a) {
   a.resize(N, N);

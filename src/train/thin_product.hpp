@@ -101,8 +101,7 @@ void tokens_product(const Eigen::Matrix<S, R, K>& w, const Eigen::Matrix<S, R, 1
 // go in pairs instead: lane 2r + e of register i holds W(r, 2i + e) and is multiplied by the
 // token's entry 2i + e (the two entries broadcast at once, as one 64-bit number), so that each
 // multiply-add serves two columns; at the end the two lanes of each row are added, two tokens at
-// a time. Float, one core, 1,024 tokens (bench_train's products/ benchmarks): 119 GFLOP/s at 8×32
-// against 78 for tokens_product, 99 against 86 at 8×8 (the pairs' additions weigh more there).
+// a time (its figures against tokens_product: docs/benchmarks.md, "The kernels' design figures").
 // Two consecutive floats at p, (p[0], p[1]), repeated over a 16-float register: one 64-bit
 // broadcast.
 inline __m512 broadcast_pair(const float* p) {
@@ -149,8 +148,7 @@ void paired_tokens_product(const PairedColumns<K>& w, __m512 bias2, const float*
 // G += Σ_j a_j b_jᵀ (and gb += Σ_j a_j) for an 8×K float G on AVX-512, the same pairing for the
 // sums: lane 2r + e of register i sums a_j(r)·b_j(2i + e), a_j with each entry twice (one permute
 // per token), b_j's entries 2i and 2i + 1 broadcast as one 64-bit number. At the end register i
-// holds columns 2i and 2i + 1 of G, interleaved. One core, 1,024 tokens: 87 GFLOP/s at 8×8 against
-// 73 for outer_tokens.
+// holds columns 2i and 2i + 1 of G, interleaved (against outer_tokens: docs/benchmarks.md).
 template <int K>
 void paired_outer(Mat<float>& g, const Mat<float>& a, const Mat<float>& b, Mat<float>* gb) {
   __m512 acc[K / 2];
