@@ -93,7 +93,8 @@ def _data(X, Y=None, mask=None, tokens=False):
 
 
 def task(name, **options):
-    """A built-in task's dataset (uatlab train --task NAME), e.g. task("memorize", N=32, n=8, d=4, V=16)."""
+    """A built-in task's dataset (uatlab train --task NAME), e.g. task("memorize", N=32, n=8, d=4, V=16);
+    the options are those of the CLI's --task-KEY flags (docs/training.md)."""
     return _core.Dataset.task(name, _json.dumps(options))
 
 
@@ -205,8 +206,9 @@ def approximate(target, d, n, K, construction="yun", pe=False, value_map="", cer
 def train(model, X=None, Y=None, data=None, validation=None, mask=None, dtype="double", progress=None,
           **config):
     """Train a network (a Network, or an architecture dict initialised with init_seed) on arrays
-    X, Y or a dataset (uatlab.task(...)); config: loss ("mse" or "ce"), steps, batch, lr, min_lr,
-    warmup, weight_decay, clip, seed, freeze, stop_at_full_accuracy, ... (docs/training.md).
+    X, Y or a dataset (uatlab.task(...)); config: every field of the C++ TrainConfig, as the CLI's
+    flags name them: loss ("mse" or "ce"), steps, batch, lr, min_lr, warmup, weight_decay, clip,
+    seed, freeze, nonnegative_rates, stop_at_full_accuracy, metrics, ... (docs/training.md).
     Returns (trained network, summary)."""
     if not isinstance(model, Network):
         model = init(model, config.pop("init_seed", 1), config.pop("gain", 1.0))
