@@ -3,11 +3,14 @@
 // narrow formats.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "uatlab/construct/kajitsuka.hpp"
 #include "uatlab/model/init.hpp"
 #include "uatlab/train/tasks.hpp"
 #include "uatlab/train/trainer.hpp"
 #include "uatlab/verify/analyse.hpp"
+#include "uatlab/verify/bounds.hpp"
 #include "uatlab/verify/precision.hpp"
 
 using namespace uatlab;
@@ -161,4 +164,110 @@ TEST(Names, OneTablePerEnumParsesWhatItPrints) {
   EXPECT_EQ(failure_kind_names.choices(), "wrong or undecided");
   EXPECT_EQ(label_kind("values", Dataset{}, 3), LabelKind::values);
   EXPECT_THROW(label_kind("class", Dataset{}, 3), Error);
+}
+
+// Issue 38: where a bound becomes text or a rounded double, it stays a bound.
+TEST(Bounds, PrintedBoundsAreRoundedOutward) {
+  Rng rng(5);
+  std::vector<double> xs = {0.00321, 1.19977e-5, -11322.17, 1e-310, 5e-324, 1.7976931348623157e308,
+                            2.5,     -0.0,       1};
+  for (int i = 0; i < 2000; ++i)
+    xs.push_back(std::ldexp(rng.gauss(), static_cast<int>(rng.uniform() * 2000) - 1000));
+  for (double x : xs)
+    for (int digits : {1, 3, 4, 6, 17}) {
+      const Rational exact = rational_of(x);
+      EXPECT_LE(parse_rational(lower_text(x, digits)), exact) << x << " " << digits;
+      EXPECT_GE(parse_rational(upper_text(x, digits)), exact) << x << " " << digits;
+    }
+  EXPECT_EQ(lower_text(std::log10(0.00321), 3), "-2.5");  // printed "-2.49" before: 10^-2.49 > 0.00321
+  EXPECT_EQ(upper_text(0.1, 3), "0.101");
+  EXPECT_EQ(lower_text(-std::numeric_limits<double>::infinity()), "-inf");
+  const MpfrPrecision precision(300);
+  for (double x : xs) {
+    if (!(x > 0)) continue;
+    const Mpfr exact = mp::log10(Mpfr(x));
+    EXPECT_LE(Mpfr(log10_down(x)), exact) << x;
+    EXPECT_GE(Mpfr(log10_up(x)), exact) << x;
+  }
+  EXPECT_TRUE(std::isinf(log10_down(0.0)));
+  EXPECT_TRUE(std::isnan(log10_down(-1.0)));
+}
+
+TEST(Bounds, IntervalTextEnclosesTheValue) {  // 2^-100 printed [7.88860905221011805412e-31, same] before
+  const MpfrPrecision precision(100);
+  const Mpfi x = Mpfi(1) / Mpfi(mp::pow(Mpfr(2), 100));
+  const std::string lo = decimal_text(lower(x), MPFR_RNDD), hi = decimal_text(upper(x), MPFR_RNDU);
+  const Rational exact = rational_of(std::ldexp(1.0, -100));
+  EXPECT_LE(parse_rational(lo), exact) << lo;
+  EXPECT_GE(parse_rational(hi), exact) << hi;
+  EXPECT_NE(lo, hi);
+  const std::string text = Scalar<Mpfi>::to_string(x);
+  EXPECT_EQ(text, "[" + lo + "," + hi + "]");
+}
+
+TEST(Analyse, NothingCheckedCertifiesNothing) {  // every token masked: an error, not "all certified"
+  Dataset ds = demo_dataset(4, 3, 3, 8, 2);
+  for (Sequence& s : ds.sequences)
+    s.mask.assign(s.n(), 0);
+  Network<Rational> net(Architecture::from_json(nlohmann::json::parse(
+      R"({"d":3,"readout":3,"layers":[{"type":"attention","heads":1,"head_size":1}]})")));
+  try {
+    analyse(net, ds, quick());
+    FAIL() << "zero checked predictions were reported";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no prediction to check"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Analyse, HugeOutputsMakeNoFalseSeparation) {
+  // Outputs beyond double's range (1e400·relu(x_0)), W_O = 0: a token's outputs in different
+  // contexts are identical (δ = 0). Midpoints of inf once made a NaN bound that was dropped and a
+  // separation of 0.5 was printed; now the separation is refused there.
+  Dataset ds = demo_dataset(12, 4, 3, 8, 2);
+  Network<Rational> net(Architecture::from_json(nlohmann::json::parse(
+      R"({"d":3,"layers":[{"type":"feedforward","width":1},{"type":"attention","heads":1,"head_size":1}]})")));
+  net.layers[0].w1(0, 0) = 1;
+  net.layers[0].w2.setConstant(parse_rational("1e400"));
+  net.layers[1].wv(0, 0) = 1;  // Q = K = 0: uniform attention; W_O = 0
+  AnalyseOptions o = quick();
+  o.tolerance = "1e500";
+  const Analysis a = analyse(net, ds, o);
+  EXPECT_TRUE(a.layers.empty());
+  EXPECT_NE(a.separation_note.find("beyond double's range"), std::string::npos) << a.separation_note;
+  // The same network at 1e300 stays in range: δ = 0, certified.
+  net.layers[0].w2.setConstant(parse_rational("1e300"));
+  const Analysis b = analyse(net, ds, o);
+  ASSERT_EQ(b.layers.size(), 1u);
+  EXPECT_EQ(b.layers[0].delta, 0);
+}
+
+TEST(Analyse, TheSummaryPrintsBoundsRoundedDown) {  // δ exactly 0.00321 printed ">= 10^-2.49" before
+  Analysis a;
+  a.predictions.tokens = a.predictions.certified = 1;
+  a.predictions.bits = 49;
+  LayerSeparation l;
+  l.same_token_pairs = 1;
+  l.delta = 0.00321, l.log10_delta = log10_down(0.00321);
+  l.cross = 1, l.log10_cross = 0, l.projection_gap = 0.1;
+  a.layers.push_back(l);
+  const std::string s = a.summary();
+  EXPECT_NE(s.find(">= 10^-2.5 "), std::string::npos) << s;
+  EXPECT_NE(s.find("along v >= 0.1\n"), std::string::npos) << s;  // the double 0.1 is above 1/10
+  EXPECT_NE(s.find("MPFI at 51 bits"), std::string::npos) << s;   // the bits MPFR carried, not 49
+}
+
+TEST(Analyse, NarrowFormatsAreRoundedAsPyTorchRoundsThem) {
+  // w = 1 + 2^-8 + 2^-30: straight to bfloat16 it is 1 + 2^-7; PyTorch's .to(bfloat16) of a float64
+  // model goes through float32 (1 + 2^-8, a tie) and holds 1. The same for float16 with 1 + 2^-11 + 2^-40.
+  bool over = false;
+  auto two_to = [](int e) { return rational_of(std::ldexp(1.0, e)); };  // exact
+  const Rational w = 1 + two_to(-8) + two_to(-30);
+  EXPECT_EQ(round_weight(w, "bfloat16", false, over), 1);
+  EXPECT_EQ(round_weight(w, "bfloat16", true, over), 1 + two_to(-7));
+  const Rational h = 1 + two_to(-11) + two_to(-40);
+  EXPECT_EQ(round_weight(h, "float16", false, over), 1);
+  EXPECT_EQ(round_weight(h, "float16", true, over), 1 + two_to(-10));
+  EXPECT_EQ(rounding_path("bfloat16", false), "to float32 then bfloat16");
+  EXPECT_EQ(rounding_path("float16", true), "to float16");
+  EXPECT_THROW(round_weight(w, "float8", false, over), Error);
 }

@@ -11,6 +11,7 @@
 #include "uatlab/io/json.hpp"
 #include "uatlab/io/model_file.hpp"
 #include "uatlab/train/tasks.hpp"
+#include "uatlab/verify/bounds.hpp"
 #include "uatlab/verify/evaluate.hpp"
 
 namespace uatlab::cli {
@@ -75,18 +76,20 @@ void print_contextual(const ks::Facts& f, const ks::Contextual& c) {
       "attention   mode %s%s: c = %.6g (theorem's c = %.6g, gap condition c = %.6g), W_O = eps/(4 r_max) v\n",
       c.mode == ks::Mode::faithful ? "faithful" : "tuned", c.tied ? ", tied Q=K=V" : "",
       Scalar<Rational>::to_double(c.c), c.c_theorem, c.c_gap);
-  std::printf("contexts    %zu context ids; r <= %.6g (certified), %s the bound r_max + eps/4 = %.6g\n",
-              c.contexts, c.separation.r, c.separation.r_within_bound ? "within" : "NOT certified within",
-              c.r_bound);
+  std::printf("contexts    %zu context ids; r <= %s (certified), %s the bound r_max + eps/4 = %.9g\n",
+              c.contexts, upper_text(c.separation.r, 9).c_str(),
+              c.separation.r_within_bound ? "within" : "NOT certified within", c.r_bound);
   std::printf(
       "separation  log10 delta over all pairs = %s (certified >= %s; same token: %s), theorem's bound log10 "
       "delta = %s\n",
-      log10_text(c.separation.log10_delta).c_str(), log10_text(c.separation.log10_delta_lo).c_str(),
+      log10_text(c.separation.log10_delta).c_str(), lower_text(c.separation.log10_delta_lo, 4).c_str(),
       log10_text(c.separation.log10_delta_same_token).c_str(), log10_text(c.log10_delta_bound).c_str());
-  std::printf("            contexts of different tokens >= %.4g apart (certified)\n",
-              c.separation.cross_lower);
-  std::printf("precision   certified with MPFI at %u bits; separation still certified down to %u bits\n",
-              c.bits_used, c.min_bits);
+  std::printf("            contexts of different tokens >= %s apart (certified)\n",
+              lower_text(c.separation.cross_lower, 4).c_str());
+  std::printf(
+      "precision   certified with MPFI at %u bits; also at %u bits (tested; the fewest found by bisection, "
+      "which assumes more bits never hurt)\n",
+      c.bits_used, c.min_bits);
 }
 
 ks::ContextualOptions contextual_options(const Opts& o) {
@@ -171,9 +174,8 @@ int cmd_memorize(const Opts& o) {
   if (std::isnan(m.value_map_sup))
     ;
   else if (std::isfinite(m.value_map_sup))
-    std::printf(
-        "            sup over all inputs of |value map| <= %.17g (certified); the targets reach %.4g\n",
-        m.value_map_sup, m.target_max);
+    std::printf("            sup over all inputs of |value map| <= %s (certified); the targets reach %.4g\n",
+                upper_text(m.value_map_sup, 17).c_str(), m.target_max);
   else
     std::printf(
         "            sup over all inputs of |value map| = inf (its last slope is not 0); the targets "
@@ -185,10 +187,13 @@ int cmd_memorize(const Opts& o) {
       m.params_attention, m.params_ff, m.params_total, m.zhang_form_attention, m.zhang_form_ff,
       m.zhang_form_total);
   std::printf(
-      "certificate every output of all %zu sequences within %s of its label: max |y - label| <= %.3g (MPFI, "
+      "certificate every output of all %zu sequences within %s of its label: max |y - label| <= %s (MPFI, "
       "%u bits)\n",
-      ds.sequences.size(), tolerance.c_str(), m.max_error, m.bits_used);
-  std::printf("bits needed memorization still certified down to %u bits\n", m.min_bits);
+      ds.sequences.size(), tolerance.c_str(), upper_text(m.max_error, 3).c_str(), m.bits_used);
+  std::printf(
+      "bits needed memorization certified at %u bits (tested; the fewest found by bisection, which assumes "
+      "more bits never hurt)\n",
+      m.min_bits);
   std::printf("float64     %s (max |y - label| = %.3g with weights rounded to double)\n",
               m.float64_works ? "works" : "fails", m.float64_max_error);
   std::printf(

@@ -343,6 +343,9 @@ void add_model_commands(CLI::App& app, Commands& commands) {
       "--no-min-bits", [an] { an->opt.min_bits = false; }, "Skip the search for the fewest bits");
   a->add_flag_callback(
       "--no-rounding", [an] { an->opt.rounding = false; }, "Skip float32 / bfloat16 / float16 weights");
+  a->add_flag("--direct-rounding", an->opt.direct_rounding,
+              "bfloat16/float16: round each weight straight to the format, not through float32 as "
+              "PyTorch's module.to(dtype) does");
   a->add_flag("--affine", an->opt.affine,
               "Feed-forward sub-layers as exact affine maps on the enclosures (steep staircases such as "
               "memorize --value-map deep need it)");

@@ -218,13 +218,17 @@ def train(model, X=None, Y=None, data=None, validation=None, mask=None, dtype="d
 
 
 def analyse(net, X, Y=None, labels="auto", tolerance="1e-6", bits=64, max_bits=4096, min_bits=True,
-            rounding=True, separation=True, seed=1, plot=None, progress=None, summary=False, affine=False):
+            rounding=True, separation=True, seed=1, plot=None, progress=None, summary=False, affine=False,
+            direct_rounding=False):
     """What the network does on labelled data, certified (docs/analyse.md): the report as a dict
     (with summary=True, also the human summary). plot: a PNG path for the separation per layer.
-    affine: feed-forward sub-layers as exact affine maps on the enclosures (the deep value map)."""
+    affine: feed-forward sub-layers as exact affine maps on the enclosures (the deep value map).
+    direct_rounding: bfloat16/float16 weights rounded straight to the format, not through float32
+    as PyTorch's module.to(dtype) makes them."""
     tokens = net.architecture.get("vocab", 0) > 0
     report, text = _core.analyse(net._core, _data(X, Y, tokens=tokens), labels, _exact(tolerance), bits, max_bits,
-                                 min_bits, rounding, separation, seed, str(plot or ""), affine, progress)
+                                 min_bits, rounding, separation, seed, str(plot or ""), affine, direct_rounding,
+                                 progress)
     return (_json.loads(report), text) if summary else _json.loads(report)
 
 

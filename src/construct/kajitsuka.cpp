@@ -16,6 +16,7 @@
 #include "uatlab/construct/deep_value_map.hpp"
 #include "uatlab/model/init.hpp"
 #include "uatlab/verify/affine.hpp"
+#include "uatlab/verify/bounds.hpp"
 #include "uatlab/verify/evaluate.hpp"
 
 namespace uatlab::kajitsuka {
@@ -305,15 +306,18 @@ Separation certify_separation(const Network<Rational>& attention, const Facts& f
     }
   // δ over every pair of different contexts: same-token pairs as computed, different-token pairs
   // by their certified lower bound.
-  const double log10_cross = cross > 0 ? log10_of(cross) : -kInf;
+  // The certified fields are rounded down (verify/bounds.hpp), the measured ones to nearest.
+  const double log10_cross = cross > 0 ? log10_of(cross) : -kInf,
+               log10_cross_lo = cross > 0 ? log10_down(cross) : -kInf;
   if (mid < 0) {  // no token occurs in two vocabulary sets: only the cross bound matters
     sep.log10_delta_same_token = kInf;
-    sep.log10_delta = sep.log10_delta_lo = log10_cross;
+    sep.log10_delta = log10_cross;
+    sep.log10_delta_lo = log10_cross_lo;
     sep.certified = cross > 0;
   } else {
     sep.log10_delta_same_token = log10_of(mid) / 2;
     sep.log10_delta = std::min(sep.log10_delta_same_token, log10_cross);
-    sep.log10_delta_lo = std::min(lo > 0 ? log10_of(lo) / 2 : -kInf, log10_cross);
+    sep.log10_delta_lo = std::min(lo > 0 ? log10_down(lo) / 2 : -kInf, log10_cross_lo);
     sep.certified = lo > 0 && cross > 0;
   }
   return sep;
@@ -749,7 +753,7 @@ Memorized memorize(const Dataset& ds, const MemorizeOptions& opt) {
               });
             net = b.build();
           }
-          tol = Scalar<Mpfr>::to_double(lower(Scalar<Mpfi>::from(tol_q)));
+          tol = down(lower(Scalar<Mpfi>::from(tol_q)));  // ≤ tol_q, so max_error (rounded up) ≤ tol is sound
           const std::string at = " at " + std::to_string(bits) + " bits";
           m.max_error = certified_max_error(
               net, ds, bits, kInf,

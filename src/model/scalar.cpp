@@ -233,12 +233,16 @@ double Scalar<Mpfr>::to_double(const Mpfr& x) {
   return mpfr_get_d(x.backend().data(), MPFR_RNDN);
 }
 std::string Scalar<Mpfr>::to_string(const Mpfr& x) {
+  return decimal_text(x, MPFR_RNDN);
+}
+
+std::string decimal_text(const Mpfr& x, mpfr_rnd_t rnd) {
   mpfr_srcptr v = x.backend().data();
   if (mpfr_nan_p(v)) return "nan";
   if (mpfr_inf_p(v)) return mpfr_sgn(v) > 0 ? "inf" : "-inf";
   if (mpfr_zero_p(v)) return "0";
   mpfr_exp_t e;
-  char* digits = mpfr_get_str(nullptr, &e, 10, 0, v, MPFR_RNDN);  // enough digits to read back exactly
+  char* digits = mpfr_get_str(nullptr, &e, 10, 0, v, rnd);  // enough digits to read back (RNDN: exactly)
   std::string s(digits);
   mpfr_free_str(digits);
   bool neg = s[0] == '-';
@@ -275,7 +279,7 @@ double Scalar<Mpfi>::to_double(const Mpfi& x) {
   return Scalar<Mpfr>::to_double(mp::median(x));
 }
 std::string Scalar<Mpfi>::to_string(const Mpfi& x) {
-  return "[" + Scalar<Mpfr>::to_string(lower(x)) + "," + Scalar<Mpfr>::to_string(upper(x)) + "]";
+  return "[" + decimal_text(lower(x), MPFR_RNDD) + "," + decimal_text(upper(x), MPFR_RNDU) + "]";
 }
 
 double Scalar<Rational>::to_double(const Rational& x) {  // ±inf beyond the range (a display value)

@@ -1,6 +1,7 @@
 // analyse: the certified predictions (predictions.cpp), their fewest bits, the formats they survive,
 // the separation per layer (separation.cpp), and the report in JSON, text and a plot.
 #include "uatlab/verify/analyse.hpp"
+#include "uatlab/verify/bounds.hpp"
 
 #include <mpfi.h>
 #include <mpfr.h>
@@ -44,6 +45,8 @@ Analysis analyse(const Network<Rational>& net, const Dataset& ds, const AnalyseO
     a.predictions = certify_predictions(net, ds, kind, tol, bits, o.progress, false, o.affine);
     return !undecided(a.predictions);
   });
+  if (a.predictions.tokens == 0)  // zero checked predictions certify nothing
+    throw Error("analyse: no prediction to check: every token of the data is masked out");
   const unsigned bits = a.predictions.bits;
   if (o.min_bits && a.predictions.all())
     a.min_bits = min_certified_bits(bits, [&](unsigned b) {
@@ -51,25 +54,21 @@ Analysis analyse(const Network<Rational>& net, const Dataset& ds, const AnalyseO
       return certify_predictions(net, ds, kind, tol, b, {}, true, o.affine).all();
     });
   if (o.rounding) {
-    struct Format {
-      const char* name;
-      int p, emin, emax;
-    };
-    for (const Format& f : {Format{"float32", 24, -126, 127}, Format{"bfloat16", 8, -126, 127},
-                            Format{"float16", 11, -14, 15}}) {
+    a.direct_rounding = o.direct_rounding;
+    for (const char* format : {"float32", "bfloat16", "float16"}) {
       Network<Rational> r = net;
       long long overflow = 0;
       r.for_each_tensor([&](const std::string&, Mat<Rational>& m, Layout) {
         for (Eigen::Index i = 0; i < m.size(); ++i) {
           bool over = false;
-          m(i) = round_to_format(m(i), f.p, f.emin, f.emax, over);
+          m(i) = round_weight(m(i), format, o.direct_rounding, over);
           overflow += over;
         }
       });
-      a.overflow.emplace_back(f.name, overflow);
-      report(o.progress, std::string("analyse: weights rounded to ") + f.name, 0, 0);
+      a.overflow.emplace_back(format, overflow);
+      report(o.progress, "analyse: weights rounded " + rounding_path(format, o.direct_rounding), 0, 0);
       if (overflow == 0)
-        a.rounded.emplace_back(f.name,
+        a.rounded.emplace_back(format,
                                certify_predictions(r, ds, kind, tol, bits, {}, o.stop_early, o.affine));
     }
   }
@@ -103,8 +102,9 @@ json predictions_json(const Predictions& p) {
                  {"kind", failure_kind_names(x.kind)},
                  {"label", x.label},
                  {"predicted", x.predicted}});
-  return {{"labels", label_kind_names(p.kind)}, {"tokens", p.tokens}, {"certified", p.certified},
-          {"all_certified", p.all()},           {"bits", p.bits},     {"failures", f}};
+  return {{"labels", label_kind_names(p.kind)}, {"tokens", p.tokens},
+          {"certified", p.certified},           {"all_certified", p.all()},
+          {"bits", mpfr_carried_bits(p.bits)},  {"failures", f}};
 }
 json number(double x) {
   return std::isfinite(x) ? json(x) : std::isnan(x) ? json(nullptr) : json(x > 0 ? "inf" : "-inf");
@@ -116,7 +116,7 @@ json Analysis::report() const {
   if (min_bits > 0) r["min_bits"] = min_bits;
   json rounding = json::object();
   for (const auto& [name, over] : overflow) {
-    rounding[name] = {{"overflowing_weights", over}};
+    rounding[name] = {{"overflowing_weights", over}, {"path", rounding_path(name, direct_rounding)}};
     for (const auto& [n2, p] : rounded)
       if (n2 == name) {
         rounding[name]["all_certified"] = p.all();
@@ -148,7 +148,7 @@ std::string Analysis::summary() const {
   const Predictions& p = predictions;
   s << "memorization  " << p.certified << " of " << p.tokens << " predictions certified ("
     << (p.kind == LabelKind::classes ? "argmax" : "|y - label| within the tolerance") << ", MPFI at "
-    << p.bits << " bits)\n";
+    << mpfr_carried_bits(p.bits) << " bits)\n";
   std::size_t shown = 0;
   for (const PredictionFailure& f : p.failures) {
     if (shown++ == 10) {
@@ -159,9 +159,11 @@ std::string Analysis::summary() const {
     s << "              sequence " << f.sequence + 1 << " token " << f.token + 1 << ": "
       << failure_kind_names(f.kind) << " (label " << f.label << ", predicted " << f.predicted << ")\n";
   }
-  if (min_bits > 0) s << "bits          every prediction still certified down to " << min_bits << " bits\n";
+  if (min_bits > 0)
+    s << "bits          every prediction certified at " << min_bits
+      << " bits (tested; the fewest found by bisection, which assumes more bits never hurt)\n";
   for (const auto& [name, over] : overflow) {
-    s << "rounded       " << name << ": ";
+    s << "rounded       " << rounding_path(name, direct_rounding) << ": ";
     if (over > 0) {
       s << over << " weights overflow\n";
       continue;
@@ -177,17 +179,14 @@ std::string Analysis::summary() const {
   }
   for (const LayerSeparation& l : layers) {
     auto bound = [](double log10) {
-      char b[64];
       if (std::isnan(log10)) return std::string("(no pair)");
       if (std::isinf(log10)) return std::string("0 (not separated)");
-      std::snprintf(b, sizeof b, ">= 10^%.3g", log10);
-      return std::string(b);
+      return ">= 10^" + lower_text(log10, 3);  // log10 rounded down, then printed rounded down
     };
-    char gap[64];
-    std::snprintf(gap, sizeof gap, ">= %.3g", l.projection_gap);
+    const std::string gap = ">= " + lower_text(l.projection_gap, 3);
     s << "separation    layer " << l.layer << ": same token, different contexts " << bound(l.log10_delta)
       << " (" << l.same_token_pairs << " pairs); different tokens " << bound(l.log10_cross) << "; along v "
-      << (l.same_token_pairs > 0 ? gap : "(no pair)") << "\n";
+      << (l.same_token_pairs > 0 ? gap : std::string("(no pair)")) << "\n";
   }
   if (!separation_note.empty()) s << "separation    not computed: " << separation_note << "\n";
   return s.str();

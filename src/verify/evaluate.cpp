@@ -1,5 +1,7 @@
 #include "uatlab/verify/evaluate.hpp"
 
+#include <cmath>
+
 #include <exception>
 
 #include "uatlab/io/model_file.hpp"
@@ -69,9 +71,11 @@ std::vector<json> run(const std::string& path, const Dataset& ds, const EvalOpti
           t.push_back(v);
         else if constexpr (Scalar<S>::interval) {
           t.push_back(Scalar<Mpfr>::to_string(mp::median(v)));
-          l.push_back(Scalar<Mpfr>::to_string(lower(v)));
-          h.push_back(Scalar<Mpfr>::to_string(upper(v)));
-          w.push_back(Scalar<Mpfr>::to_double(mp::width(v)));
+          l.push_back(decimal_text(lower(v), MPFR_RNDD));  // the printed ends still enclose the value
+          h.push_back(decimal_text(upper(v), MPFR_RNDU));
+          // An upper bound on the width, and "inf" where it is past double's range (JSON has no inf).
+          const double width = mpfr_get_d(mp::width(v).backend().data(), MPFR_RNDU);
+          w.push_back(std::isfinite(width) ? json(width) : json("inf"));
         } else
           t.push_back(Scalar<S>::to_string(v));
       }

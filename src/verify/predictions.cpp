@@ -160,6 +160,19 @@ Predictions certify_predictions(const Network<Rational>& net, const Dataset& ds,
   return p;
 }
 
+Rational round_weight(const Rational& x, const std::string& format, bool direct, bool& overflow) {
+  if (format == "float32") return round_to_format(x, 24, -126, 127, overflow);
+  const Rational y = direct ? x : round_to_format(x, 24, -126, 127, overflow);
+  if (overflow) return x;
+  if (format == "bfloat16") return round_to_format(y, 8, -126, 127, overflow);
+  if (format == "float16") return round_to_format(y, 11, -14, 15, overflow);
+  throw Error("unknown format \"" + format + "\" (float32, bfloat16, float16)");
+}
+
+std::string rounding_path(const std::string& format, bool direct) {
+  return format == "float32" || direct ? "to " + format : "to float32 then " + format;
+}
+
 Rational round_to_format(const Rational& x, int p, int emin, int emax, bool& overflow) {
   overflow = false;
   if (x == 0) return x;

@@ -13,6 +13,7 @@
 
 #include "uatlab/model/init.hpp"
 #include "uatlab/verify/analyse.hpp"
+#include "uatlab/verify/bounds.hpp"
 #include "uatlab/verify/evaluate.hpp"
 
 namespace uatlab {
@@ -83,6 +84,7 @@ struct MinDistance {
   std::priority_queue<std::tuple<double, std::size_t, std::size_t>> smallest;  // max-heap of kExact + 1
   long long pairs = 0;
   void add(double bound, std::size_t a, std::size_t b) {
+    if (std::isnan(bound)) throw Error("separation: a distance bound is not a number (an internal error)");
     ++pairs;
     if (smallest.size() <= kExact || bound < std::get<0>(smallest.top())) {
       smallest.emplace(bound, a, b);
@@ -112,10 +114,6 @@ struct MinDistance {
     return best;
   }
 };
-
-double log10_of(double x) {
-  return std::isnan(x) ? x : x <= 0 ? -std::numeric_limits<double>::infinity() : std::log10(x);
-}
 
 // The sub-layers 0..last of net (no readout, no pooling), in intervals.
 Network<Mpfi> prefix(const Network<Rational>& net, std::size_t last) {
@@ -171,6 +169,13 @@ LayerSeparation separation(const Network<Rational>& net, const Dataset& ds, std:
         mpfr_sub(above.backend().data(), above.backend().data(), Mpfr(m).backend().data(), MPFR_RNDU);
         mpfr_sub(below.backend().data(), below.backend().data(), lower(y).backend().data(), MPFR_RNDU);
         o.mid.push_back(m), o.err.push_back(std::max(up(above), up(below)));
+        // Beyond double's range the midpoints and distances below would be inf or NaN, and a NaN
+        // bound would be dropped (a false separation): refuse instead.
+        if (!std::isfinite(o.mid.back()) || !std::isfinite(o.err.back()))
+          throw Error("sequence " + std::to_string(i + 1) + " token " + std::to_string(k + 1) +
+                      ": an output of " + "sub-layer " + std::to_string(layer) +
+                      " lies beyond double's range (" + Scalar<Mpfi>::to_string(y).substr(0, 80) +
+                      "); the separation is not certified there");
       }
       {
         const Rounding up_(FE_UPWARD);
@@ -192,7 +197,7 @@ LayerSeparation separation(const Network<Rational>& net, const Dataset& ds, std:
   L.same_token_pairs = same.pairs;
   L.delta = same.certify(occ, out, ca, cb);
   L.cross = cross.certify(occ, out, xa, xb);
-  L.log10_delta = log10_of(L.delta), L.log10_cross = log10_of(L.cross);
+  L.log10_delta = log10_down(L.delta), L.log10_cross = log10_down(L.cross);  // still lower bounds
   if (same.pairs == 0) return L;
   // The direction: the closest same-token pair's difference, or one of 32 seeded random ones,
   // whichever keeps the contexts of every token furthest apart along it.
@@ -242,6 +247,10 @@ LayerSeparation separation(const Network<Rational>& net, const Dataset& ds, std:
       width = std::max(width, hi - lo);
       proj.emplace_back(o.token, lo, o.context);
     }
+    // Projections past double's range (an infinite end or width) certify no gap along this v.
+    if (!std::isfinite(width) ||
+        std::any_of(proj.begin(), proj.end(), [](const auto& p) { return !std::isfinite(std::get<1>(p)); }))
+      continue;
     std::sort(proj.begin(), proj.end());
     double gap = std::numeric_limits<double>::infinity();
     {

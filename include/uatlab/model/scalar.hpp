@@ -54,6 +54,10 @@ class MpfrPrecision {
   unsigned bits_, saved_digits10_, saved_interval_digits10_;
 };
 unsigned mpfr_carried_bits(unsigned bits);
+// x as the shortest decimal that reads back to it ("1.25e-3", "inf", "nan"), rounded by rnd: RNDN
+// for a value, RNDD for a lower bound and RNDU for an upper one (the printed decimal is then still
+// a bound). Scalar<Mpfr>::to_string is the RNDN case; an interval's ends print RNDD and RNDU.
+std::string decimal_text(const Mpfr& x, mpfr_rnd_t rnd);
 unsigned mpfr_bits();  // bits a freshly made Mpfr/Mpfi carries now
 // The bits an MPFR number carries (for an interval, its bounds').
 unsigned bits_of(const Mpfr& x);

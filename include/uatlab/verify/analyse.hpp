@@ -39,6 +39,9 @@ struct AnalyseOptions {
   unsigned bits = 64, max_bits = 4096;  // MPFI precision: start, and the cap of the doubling
   bool min_bits = true, rounding = true, separation = true;
   bool stop_early = true;  // rounded weights: stop at the first failure (the verdict, not the count)
+  // bfloat16/float16: the weights rounded through float32, as PyTorch's module.to(dtype) of a
+  // float64 model makes them (the default), or straight to the format (direct_rounding).
+  bool direct_rounding = false;
   // Continuous inputs: feed-forward sub-layers through AffineForward (verify/affine.hpp), which
   // steep staircases (the deep value map) need; slower on wide dense layers.
   bool affine = false;
@@ -81,6 +84,7 @@ struct Analysis {
   unsigned min_bits = 0;                                     // 0: not computed (not all certified)
   std::vector<std::pair<std::string, Predictions>> rounded;  // float32, bfloat16, float16
   std::vector<std::pair<std::string, long long>> overflow;   // weights out of each format's range
+  bool direct_rounding = false;                              // how they were rounded (AnalyseOptions)
   std::vector<LayerSeparation> layers;
   std::string separation_note;  // why separation was not computed, if it was not
   nlohmann::json report() const;
@@ -98,6 +102,10 @@ Predictions certify_predictions(const Network<Rational>& net, const Dataset& ds,
 // exponents down to emin (subnormals below 2^emin), exactly; `overflow` set when |x| rounds
 // beyond the largest finite value (x is then returned unchanged).
 Rational round_to_format(const Rational& x, int p, int emin, int emax, bool& overflow);
+// How analyse rounds a weight to a format: bfloat16 and float16 through float32 (PyTorch's path)
+// unless direct; the path's name for reports ("float32 then bfloat16").
+Rational round_weight(const Rational& x, const std::string& format, bool direct, bool& overflow);
+std::string rounding_path(const std::string& format, bool direct);
 
 LabelKind label_kind(const std::string& labels, const Dataset& ds, int outputs);
 
