@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
 #include <filesystem>
 #include <fstream>
 
@@ -166,4 +168,45 @@ TEST(Dataset, ErrorsNameLineAndProblem) {
   expect_error([] { parse_dataset(R"({"tokens": [1, -2]})", "d"); }, "token id -2");
   expect_error([] { parse_dataset("\n\n", "d"); }, "no sequences");
   expect_error([] { parse_dataset(R"({"x": [[1]], "y": [true]})", "d"); }, "expected a number");
+}
+
+// Issue 38: inputs and outputs are regular files; JSON holds no NUL; an output never overwrites an
+// input or another output.
+TEST(Files, NulBytesAreRefusedInEveryJsonInput) {
+  const std::string text = std::string("{\"d\": 2}") + '\0' + "{\"garbage\": true}";
+  EXPECT_THROW(parse_json(text, "architecture"), Error);
+  try {
+    parse_json(text, "x.json");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("a NUL byte at offset 8"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Files, SpecialFilesAreNeitherReadToTheEndNorReplaced) {
+  EXPECT_THROW(read_file("/dev/zero"), Error);  // read until memory ran out before
+  const std::string dir = UATLAB_TEST_TMP "/special";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string fifo = dir + "/fifo", link = dir + "/link", target = dir + "/target";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  write_file_atomic(target, "kept");
+  std::filesystem::create_symlink(target, link);
+  EXPECT_THROW(write_file_atomic(fifo, "x"), Error);
+  EXPECT_THROW(write_file_atomic(link, "x"), Error);
+  EXPECT_THROW(write_file_atomic(dir, "x"), Error);
+  EXPECT_TRUE(std::filesystem::is_fifo(fifo));
+  EXPECT_TRUE(std::filesystem::is_symlink(link));
+  EXPECT_EQ(read_file(target), "kept");
+}
+
+TEST(Files, AnOutputNeverOverwritesAnInputOrAnotherOutput) {
+  const std::string dir = UATLAB_TEST_TMP "/outputs";
+  std::filesystem::create_directories(dir);
+  const std::string data = dir + "/data.jsonl";
+  write_file_atomic(data, "{}\n");
+  EXPECT_THROW(check_outputs({{"--data", data}}, {{"--metrics", dir + "/../outputs/data.jsonl"}}), Error);
+  EXPECT_THROW(check_outputs({}, {{"--out", dir + "/m.json"}, {"--report", dir + "/m.json"}}), Error);
+  EXPECT_NO_THROW(
+      check_outputs({{"--data", data}}, {{"--out", dir + "/m.json"}, {"--report", "-"}, {"--plot", ""}}));
 }

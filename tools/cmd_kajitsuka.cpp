@@ -142,6 +142,8 @@ int cmd_memorize(const Opts& o) {
   if (format_for_path(out) != FileFormat::json)
     throw Error("--out " + out + ": memorize writes the lossless model, a .json file (the F64 safetensors " +
                 "goes beside it)");
+  check_outputs({{"data", o.data == "demo" || o.data == "theorem1" ? "" : o.data}},
+                {{"--out", out}, {"--report", report}, {"the F64 model beside --out", f64_beside(out)}});
   if (!o.force && std::filesystem::exists(f64_beside(out)))
     throw Error(f64_beside(out) + " exists: memorize writes the F64 model there (--force replaces it)");
   const auto start = std::chrono::steady_clock::now();

@@ -100,6 +100,7 @@ struct EvalOpts {
 };
 
 int cmd_eval(const EvalOpts& o) {
+  check_outputs({{"model", o.model}, {"data", o.data}}, {{"--out", o.out}});
   const Precision p = Precision::parse(o.precision);
   const Dataset ds = read_dataset(o.data);
   EvalOptions opt;
@@ -116,6 +117,7 @@ struct ConvertOpts {
 };
 
 int cmd_convert(const ConvertOpts& o) {
+  check_outputs({{"input", o.in}}, {{"output", o.out}});
   const Network<Rational> net = load_network<Rational>(o.in);  // every stored value is exact
   std::string weights = "exact";
   if (o.precision.empty() || o.precision == "rational") {
@@ -286,6 +288,7 @@ struct AnalyseOpts {
 };
 
 int cmd_analyse(AnalyseOpts& o) {
+  check_outputs({{"model", o.model}, {"data", o.data}}, {{"--report", o.report}, {"--plot", o.plot}});
   const Network<Rational> net = load_network<Rational>(o.model);
   const Dataset ds = read_dataset(o.data);
   o.opt.progress = progress_reporter();

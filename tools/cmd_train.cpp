@@ -87,6 +87,11 @@ int run_train(TrainOpts& o, const Dataset& data, const Dataset* val, Architectur
 
 int cmd_train(TrainOpts& o) {
   if (o.data.empty() == o.task.empty()) throw Error("give exactly one of --data FILE and --task NAME");
+  // Outputs checked before the work; resuming from the checkpoint it keeps writing is allowed.
+  check_outputs(
+      {{"--data", o.data}, {"--val", o.val}, {"--init", o.init_model}, {"--task-corpus", o.task_opt.corpus}},
+      {{"--out", o.out}, {"--metrics", o.cfg.metrics}, {"--checkpoint", o.cfg.checkpoint}});
+  check_outputs({{"--resume", o.resume}}, {{"--out", o.out}, {"--metrics", o.cfg.metrics}});
   Dataset data, val;
   if (!o.task.empty()) {
     const TaskSpec& spec = task(o.task);
@@ -155,6 +160,7 @@ struct GradientOpts {
 };
 
 int cmd_gradient(const GradientOpts& o) {
+  check_outputs({{"model", o.model}, {"data", o.data}}, {{"--out", o.out}});
   const Network<double> net = load_network<double>(o.model);
   const Dataset ds = read_dataset(o.data);
   const Loss l = parse_loss(o.loss);
@@ -163,6 +169,8 @@ int cmd_gradient(const GradientOpts& o) {
     all[i] = i;
   Network<double> grad = zero_like(net);
   const double value = loss_and_gradient(net, make_batch<double>(ds, all, l, net.arch.out_dim()), l, grad);
+  if (!std::isfinite(value))  // JSON has no inf or NaN, and such a loss has no gradient worth writing
+    throw Error("the loss over the data is not finite (" + std::to_string(value) + "); nothing written");
   save_network(grad, o.out, "F64", "gradient");
   std::printf("{\"loss\": %.17g}\n", value);
   return 0;

@@ -104,6 +104,9 @@ class Builder : public nlohmann::json_sax<json> {
 }  // namespace
 
 json parse_json(const std::string& text, const std::string& what, bool exact_numbers) {
+  // JSON text holds no NUL byte; the parser would stop at one and ignore what follows.
+  if (const std::size_t nul = text.find('\0'); nul != std::string::npos)
+    throw Error(what + ": a NUL byte at offset " + std::to_string(nul) + " (JSON text holds none)");
   Builder b(exact_numbers);
   if (!json::sax_parse(text, &b) || !b.error.empty())
     throw Error(what + ": " + (b.error.empty() ? std::string("invalid JSON") : b.error));
@@ -116,7 +119,41 @@ std::string string_field(const json& obj, const std::string& key) {
   return it != obj.end() && it->is_string() ? it->get<std::string>() : "";
 }
 
+void check_regular_file(const std::string& path, bool for_writing) {
+  std::error_code ec;
+  const auto st = for_writing ? std::filesystem::symlink_status(path, ec) : std::filesystem::status(path, ec);
+  if (ec || st.type() == std::filesystem::file_type::not_found ||
+      st.type() == std::filesystem::file_type::regular)
+    return;
+  throw Error(path + (for_writing ? " exists and is not a regular file" : " is not a regular file") +
+              " (a device, FIFO, folder" + (for_writing ? ", or a symbolic link" : "") + "): uatlab " +
+              (for_writing ? "writes" : "reads") + " regular files only");
+}
+
+void check_outputs(const NamedPaths& inputs, const NamedPaths& outputs) {
+  auto same = [](const std::string& a, const std::string& b) {
+    std::error_code ea, eb;
+    const auto ca = std::filesystem::weakly_canonical(a, ea), cb = std::filesystem::weakly_canonical(b, eb);
+    return !ea && !eb && ca == cb;
+  };
+  auto used = [](const std::string& p) { return !p.empty() && p != "-"; };
+  for (std::size_t i = 0; i < outputs.size(); ++i) {
+    const auto& [flag, path] = outputs[i];
+    if (!used(path)) continue;
+    check_regular_file(path, true);
+    for (const auto& [in_flag, in_path] : inputs)
+      if (used(in_path) && same(path, in_path))
+        throw Error(flag + " " + path + " is the input " + in_flag +
+                    ": the run would overwrite what it reads");
+    for (std::size_t j = 0; j < i; ++j)
+      if (used(outputs[j].second) && same(path, outputs[j].second))
+        throw Error(flag + " " + path + " is also " + outputs[j].first +
+                    ": one output would overwrite the other");
+  }
+}
+
 std::string read_file(const std::string& path) {
+  check_regular_file(path, false);
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error("cannot open " + path);
   std::ostringstream ss;
@@ -126,6 +163,7 @@ std::string read_file(const std::string& path) {
 }
 
 void write_file_atomic(const std::string& path, const std::string& content) {
+  check_regular_file(path, true);
   std::string tmp = path + ".tmp." + std::to_string(::getpid());
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);

@@ -37,6 +37,7 @@ std::string num(double v) {
 
 // Run gnuplot on a script that writes the PNG to a temporary file, then move it into place.
 void run_gnuplot(const std::string& path, const std::string& body) {
+  check_regular_file(path, true);
   const std::string tmp = path + ".tmp." + std::to_string(::getpid()) + ".png";
   std::string script = "set terminal pngcairo size 900,600 enhanced font 'Sans,11'\nset output " + gq(tmp) +
                        "\n" + body + "\nunset output\n";

@@ -25,5 +25,12 @@ void make_dirs(const std::string& dir);
 // Write a file atomically: a temporary beside it, renamed into place. On any failure nothing is
 // left at `path` (a previous file there is kept).
 void write_file_atomic(const std::string& path, const std::string& content);
+// Throws Error unless `path` is absent or a regular file: uatlab reads and writes regular files
+// only (a device, FIFO, folder or symbolic link is never read to the end nor replaced).
+void check_regular_file(const std::string& path, bool for_writing);
+// Before any work: every output (flag, path) is absent or a regular file, and none is the same
+// file as an input or as another output (by any name). Empty paths and "-" (stdout) are skipped.
+using NamedPaths = std::vector<std::pair<std::string, std::string>>;
+void check_outputs(const NamedPaths& inputs, const NamedPaths& outputs);
 
 }  // namespace uatlab
