@@ -343,6 +343,7 @@ PYBIND11_MODULE(_core, m) {
         o.progress = progress_of(cb);
         return released({cb, fn}, [&] {
           const experiment::Approximation a = experiment::approximate(f, K, o);
+          experiment::require_checks_passed(a);  // as the CLI refuses it
           return std::make_tuple(PyNetwork{a.modified_net}, PyNetwork{a.standard_net}, json_text(a.report));
         });
       },

@@ -100,6 +100,24 @@ def test_constructions():
         check("boom" in str(e), "the target's own exception arrives")
     tempered = uatlab.task("kernel-tempered", N=4, n=6, cutoff=2, seed=3)  # every task option, as the CLI has
     check(len(tempered) == 4, "task() takes cutoff, as the CLI's --task-cutoff")
+    tok = uatlab.init({"d": 2, "vocab": 4, "readout": 2, "layers": [{"type": "attention"}]})
+    check(len(tok.eval([1, 2])) == 2, "integer token ids are read")
+    for ids in ([1.9, 2.7], [-0.5, 1]):  # truncated to [1, 2] and [0, 1] before; the CLI refuses them
+        try:
+            tok.eval(ids)
+            check(False, f"token ids {ids} are refused")
+        except uatlab.Error as e:
+            check("token" in str(e), f"non-integer token ids are refused as the CLI refuses them: {e}")
+    try:  # ran as yun before
+        uatlab.approximate("tokenwise-sin", 1, 2, 4, construction="foo")
+        check(False, "an unknown construction is refused")
+    except uatlab.Error as e:
+        check("expected yun or kajitsuka" in str(e), f"an unknown construction is named: {e}")
+    try:  # returned networks whose own Lemma 6 check failed, where the CLI exits 1
+        uatlab.approximate("tokenwise-sin", 1, 1, 2)
+        check(False, "a failed Lemma 6 check is refused")
+    except uatlab.Error as e:
+        check("Lemma 6 does not hold" in str(e), f"a failed exact check raises: {e}")
     for bad in (lambda: uatlab.task("memorize", bogus=1), lambda: uatlab.train({"d": 2, "layers": []}, X,
                                                                                   Y, stepz=3)):
         try:

@@ -68,9 +68,7 @@ int cmd_approximate(ApproximateOpts& o) {
   const yun::Target f = ex::yun_target(o.target, o.run.d, o.run.n);
   if (o.sweep.empty()) {
     const ex::Approximation r = ex::approximate(f, o.K, o.run);
-    if (r.report.contains("lemma6") && !r.report["lemma6"]["ok"].get<bool>())
-      throw Error("the exact check found that Lemma 6 does not hold for these d, n, K (violations " +
-                  r.report["lemma6"]["violations"].dump() + "); nothing written");
+    ex::require_checks_passed(r);
     if (!o.report.empty()) write_output(o.report, r.report.dump(2) + "\n");
     std::cout << (o.json_out ? r.report.dump(2) + "\n" : approximate_summary(r.report));
     return 0;

@@ -46,6 +46,18 @@ def _exact(v):
     raise Error(f"not a number: {v!r}")
 
 
+def _token(t):
+    """A token id as the dataset reader checks it (the CLI's path): 1.9 or -0.5 is refused there,
+    never truncated here."""
+    if isinstance(t, (bool, _np.bool_)):
+        raise Error(f"a boolean is not a token id: {t!r}")
+    if isinstance(t, (int, _np.integer)):
+        return int(t)
+    if isinstance(t, (float, _np.floating)):
+        return float(t)
+    raise Error(f"not a token id: {t!r}")
+
+
 def _tolist(a):
     return a.tolist() if hasattr(a, "tolist") and not isinstance(a, (str, _Fraction)) else a
 
@@ -78,7 +90,7 @@ def dataset(X, Y=None, mask=None, tokens=False):
     masks = [mask] if mask is not None and single else mask
     lines = []
     for i, x in enumerate(xs):
-        line = {"tokens": [int(t) for t in x]} if tokens else {"x": [[_exact(v) for v in tok] for tok in x]}
+        line = {"tokens": [_token(t) for t in x]} if tokens else {"x": [[_exact(v) for v in tok] for tok in x]}
         if ys is not None:
             y = _tolist(ys[i])
             line["y"] = [[_exact(v) for v in _tolist(t)] if isinstance(_tolist(t), list) else _exact(t) for t in y]

@@ -19,6 +19,12 @@
 
 namespace uatlab::experiment {
 
+void require_checks_passed(const Approximation& r) {
+  if (r.report.contains("lemma6") && !r.report["lemma6"]["ok"].get<bool>())
+    throw Error("the exact check found that Lemma 6 does not hold for these d, n, K (violations " +
+                r.report["lemma6"]["violations"].dump() + "); nothing written");
+}
+
 Approximation approximate(const yun::Target& f, int K, const ApproximateOptions& o) {
   const std::vector<int>& ps = o.ps;
   if (ps.empty() || ps.size() > 2) throw Error("d_p takes one or two exponents, e.g. 1,2");
@@ -31,6 +37,8 @@ Approximation approximate(const yun::Target& f, int K, const ApproximateOptions&
   if (!o.pe && !yun::looks_equivariant(f, o.d, o.n, 20, o.seed))
     throw Error("target \"" + f.name +
                 "\" is not permutation equivariant (f(XP) != f(X)P on a random input): use --pe (Theorem 3)");
+  if (o.construction != "yun" && o.construction != "kajitsuka")
+    throw Error("construction \"" + o.construction + "\": expected yun or kajitsuka");
   const bool kaj = o.construction == "kajitsuka";
   if (!kaj && !o.value_map.empty())
     throw Error("--value-map applies to --construction kajitsuka (Yun's value map is its own)");

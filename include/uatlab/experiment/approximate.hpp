@@ -39,6 +39,9 @@ struct Approximation {
 };
 // Refuses a target that is not permutation equivariant without pe (20 seeded random trials).
 Approximation approximate(const yun::Target& f, int K, const ApproximateOptions& o);
+// Throws Error (naming the violations) when the run's own exact check found that Lemma 6 does not
+// hold: the CLI and the Python module refuse such a network alike (a sweep reports it instead).
+void require_checks_passed(const Approximation& r);
 
 // Proposition 1 at K with both value maps (bounded and Zhang's): F2 along the direction aᵀz of
 // its first output row, over the fitted range and a quarter beyond each side, with the fitted
