@@ -392,3 +392,28 @@ TEST(Options, FieldTablesRoundTripAndRefuseWhatTheyDoNotKnow) {
   EXPECT_THROW(TaskOptions::from_json({{"lags", {1, "x"}}}), Error);
   EXPECT_THROW(TaskOptions::from_json(json::array()), Error);
 }
+
+// Issue 38: no null or meaningless number in a training summary.
+TEST(Train, SummaryVarianceIsTwoPassAndUndefinedValuesAreLeftOut) {
+  Dataset data;
+  data.d = 1, data.label_dim = 1;
+  for (int i = 0; i < 8; ++i) {
+    Sequence s;
+    s.x = Mat<Rational>::Constant(1, 1, Rational(i));
+    s.y = Mat<Rational>::Constant(1, 1, parse_rational(i % 2 ? "100000000.1" : "99999999.9"));
+    data.sequences.push_back(s);
+  }
+  Architecture a;
+  a.d = 1, a.readout = 1;
+  Network<double> net(a);
+  const TrainReport none;  // no step ran
+  const json s = training_summary(net, data, &data, Loss::mse, none);
+  EXPECT_FALSE(s.contains("loss")) << s.dump();  // "loss": 0.0 before
+  // Var(y) = 0.01, which E[y²] − E[y]² lost in rounding (val_nmse came out 4.27e15, not 1.5e18).
+  const double val_loss = s.at("val_loss").get<double>();
+  EXPECT_NEAR(s.at("val_nmse").get<double>() * 0.01 / val_loss, 1, 1e-6) << s.dump();
+  EXPECT_NEAR(chance_loss(data, Loss::mse), 0.01, 1e-8);  // the labels in double: 1e8 ± 0.09999999
+  for (Sequence& q : data.sequences)
+    q.y.setConstant(3);  // constant targets: MSE/Var is undefined, left out (was null)
+  EXPECT_FALSE(training_summary(net, data, &data, Loss::mse, none).contains("val_nmse"));
+}

@@ -456,35 +456,57 @@ TrainReport train(Network<S>& net, const Dataset& data, const Dataset* validatio
   return rep;
 }
 
-double chance_loss(const Dataset& data, Loss loss) {
-  std::map<long, double> classes;  // ce: count per label
-  std::vector<double> sum, sum2;   // mse: per coordinate
-  double count = 0;
+namespace {
+
+// The scored targets of a dataset, per output coordinate (y's rows).
+std::vector<std::vector<double>> scored_targets(const Dataset& data) {
+  std::vector<std::vector<double>> rows;
   for (const Sequence& q : data.sequences)
     for (Eigen::Index c = 0; c < q.y.cols(); ++c) {
       if (!q.mask.empty() && !q.mask[c]) continue;
-      count += 1;
-      if (loss == Loss::cross_entropy) {
-        classes[class_label(q.y(0, c), std::numeric_limits<int>::max())] += 1;
-        continue;
-      }
-      sum.resize(static_cast<std::size_t>(q.y.rows())), sum2.resize(sum.size());
-      for (Eigen::Index i = 0; i < q.y.rows(); ++i) {
-        const double y = Scalar<double>::from(q.y(i, c));
-        sum[static_cast<std::size_t>(i)] += y;
-        sum2[static_cast<std::size_t>(i)] += y * y;
-      }
+      rows.resize(static_cast<std::size_t>(q.y.rows()));
+      for (Eigen::Index i = 0; i < q.y.rows(); ++i)
+        rows[static_cast<std::size_t>(i)].push_back(Scalar<double>::from(q.y(i, c)));
     }
-  if (count == 0) return std::numeric_limits<double>::quiet_NaN();
-  double out = 0;
+  return rows;
+}
+
+// The population variance in two passes: E[y²] − E[y]² loses every digit when the mean is large
+// against the spread (labels 1e8 ± 0.1).
+double variance(const std::vector<double>& v) {
+  double mean = 0, sq = 0;
+  for (double y : v)
+    mean += y;
+  mean /= static_cast<double>(v.size());
+  for (double y : v)
+    sq += (y - mean) * (y - mean);
+  return sq / static_cast<double>(v.size());
+}
+
+}  // namespace
+
+double chance_loss(const Dataset& data, Loss loss) {
   if (loss == Loss::cross_entropy) {
+    std::map<long, double> classes;  // count per label
+    double count = 0;
+    for (const Sequence& q : data.sequences)
+      for (Eigen::Index c = 0; c < q.y.cols(); ++c)
+        if (q.mask.empty() || q.mask[c]) {
+          classes[class_label(q.y(0, c), std::numeric_limits<int>::max())] += 1;
+          count += 1;
+        }
+    if (count == 0) return std::numeric_limits<double>::quiet_NaN();
+    double out = 0;
     for (const auto& [label, k] : classes)
       out -= k / count * std::log(k / count);
     return out;
   }
-  for (std::size_t i = 0; i < sum.size(); ++i)
-    out += std::max(0.0, sum2[i] / count - (sum[i] / count) * (sum[i] / count));
-  return sum.empty() ? 0 : out / static_cast<double>(sum.size());
+  const std::vector<std::vector<double>> rows = scored_targets(data);  // mse: the mean of each coordinate
+  if (rows.empty() || rows[0].empty()) return std::numeric_limits<double>::quiet_NaN();
+  double out = 0;
+  for (const std::vector<double>& r : rows)
+    out += variance(r);
+  return out / static_cast<double>(rows.size());
 }
 
 template <class S>
@@ -493,8 +515,8 @@ json training_summary(const Network<S>& net, const Dataset& data, const Dataset*
   json out = {{"parameters", net.parameter_count()},
               {"steps", r.steps},
               {"seconds", r.seconds},
-              {"stopped_early", r.stopped_early},
-              {"loss", r.loss}};
+              {"stopped_early", r.stopped_early}};
+  if (r.steps > 0) out["loss"] = r.loss;  // the last step's; no step ran, no such loss
   if (r.accuracy >= 0) out["accuracy"] = r.accuracy;
   const auto [train_loss, train_accuracy] =
       std::isnan(r.train_loss) ? evaluate_loss(net, data, loss) : std::pair{r.train_loss, r.train_accuracy};
@@ -505,18 +527,12 @@ json training_summary(const Network<S>& net, const Dataset& data, const Dataset*
   const auto [val_loss, val_accuracy] = evaluate_loss(net, *validation, loss);
   out["val_loss"] = val_loss;
   if (val_accuracy >= 0) out["val_accuracy"] = val_accuracy;
-  if (loss == Loss::mse) {  // normalised by the variance of the scored targets
-    double s = 0, s2 = 0, k = 0;
-    for (const Sequence& q : validation->sequences)
-      for (Eigen::Index c = 0; c < q.y.cols(); ++c)
-        if (q.mask.empty() || q.mask[c])
-          for (Eigen::Index i = 0; i < q.y.rows(); ++i) {
-            const double y = Scalar<double>::from(q.y(i, c));
-            s += y;
-            s2 += y * y;
-            k += 1;
-          }
-    out["val_nmse"] = val_loss / (s2 / k - (s / k) * (s / k));
+  if (loss == Loss::mse) {  // normalised by the variance of the scored targets (pooled)
+    std::vector<double> all;
+    for (const std::vector<double>& r : scored_targets(*validation))
+      all.insert(all.end(), r.begin(), r.end());
+    const double var = all.empty() ? 0 : variance(all);
+    if (var > 0) out["val_nmse"] = val_loss / var;  // undefined on constant targets: left out
   }
   return out;
 }
