@@ -276,14 +276,15 @@ TEST(Cli, OutputsThatWouldOverwriteAnInputAreRefusedBeforeAnyWork) {
   const std::string d = dir(), data = d + "clobber.jsonl";
   const std::string text = "{\"x\": [[1, 0], [0, 1]], \"y\": [[1, 0], [0, 1]]}\n";
   write(data, text);
-  Result r = run("train --data " + data + " --d 2 --layer attention --steps 2 --metrics " + data + " -o " + d +
-                 "clobber.safetensors");
+  Result r = run("train --data " + data + " --d 2 --layer attention --steps 2 --metrics " + data + " -o " +
+                 d + "clobber.safetensors");
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.out.find("--metrics " + data + " is the input --data"), std::string::npos) << r.out;
   std::ifstream in(data);
   EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), text);  // the training data is intact
   EXPECT_FALSE(fs::exists(d + "clobber.safetensors"));
-  r = run("memorize demo --demo-N 4 --demo-n 2 --demo-V 4 --out " + d + "same.json --report " + d + "same.json");
+  r = run("memorize demo --demo-N 4 --demo-n 2 --demo-V 4 --out " + d + "same.json --report " + d +
+          "same.json");
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.out.find("is also --out"), std::string::npos) << r.out;
   EXPECT_FALSE(fs::exists(d + "same.json"));
