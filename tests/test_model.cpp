@@ -344,3 +344,37 @@ TEST(Blocks, TheBuilderFillsChecksAndAppends) {
   EXPECT_EQ(two.layers[1].bq(1, 0), 5);
   EXPECT_EQ(blocks::piecewise_unit({0}, {{-1, 0}, {0, 0}}).activation.pieces.size(), 2u);
 }
+
+// Issue 38: a value past double's range stops the evaluation, named; it used to flow on as inf or
+// NaN, or vanish in a layer norm ([0, 0] where the exact output is [1, -1]).
+TEST(Model, OverflowInDoubleIsAnErrorNotASilentNumber) {
+  Network<double> net(Architecture::from_json(
+      json::parse(R"({"d":2,"layers":[{"type":"feedforward","width":1},{"type":"layernorm"}]})")));
+  net.layers[0].w1(0, 0) = 1;
+  net.layers[0].w2(0, 0) = 1e200, net.layers[0].w2(1, 0) = -1e200;
+  net.layers[1].norm_w.setOnes();
+  Mat<double> x(2, 1);
+  x << 1, 0;
+  try {
+    forward(net, x);
+    FAIL() << "a layer norm of a 1e200 token gave a number";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("layer norm: a token's variance is beyond double's range"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_NO_THROW(
+      forward(network_cast<Mpfr>(network_cast<Rational>(net)), matrix_cast<Mpfr>(x)));  // MPFR's range
+  Network<double> h(Architecture::from_json(
+      json::parse(R"({"d":1,"layers":[{"type":"attention","score":"hardmax","heads":1,"head_size":1}]})")));
+  h.layers[0].wq(0, 0) = 1e300, h.layers[0].wv(0, 0) = 1, h.layers[0].wo(0, 0) = 1;  // W_K = 0: score 0·inf
+  Mat<double> t(1, 2);
+  t << 1e10, 2e10;
+  try {
+    forward(h, t);
+    FAIL() << "a hardmax of NaN scores dropped the attention silently";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("hardmax scores of query 1 are not finite"), std::string::npos)
+        << e.what();
+  }
+}

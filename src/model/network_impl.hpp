@@ -246,6 +246,11 @@ void normalise_columns(Mat<S>& A, const LayerSpec& spec, const EvalOptions& opt,
                           std::to_string(first_query + k) +
                           "): overlapping score enclosures; raise the precision");
         } else {
+          if constexpr (std::is_floating_point_v<S>)  // inf·0 or inf − inf: the argmax would be lost
+            if (!col.allFinite())
+              throw Error("hardmax scores of query " + std::to_string(first_query + k + 1) +
+                          " are not finite in " + Scalar<S>::name +
+                          " (MPFR and intervals have a wider range)");
           S mx = col.maxCoeff(), tol = scalar_cast<S>(opt.hardmax_tolerance);
           for (Eigen::Index l = 0; l < cnt; ++l)
             if (col(l) >= mx - tol) arg.push_back(l);
@@ -295,7 +300,12 @@ Mat<S> layer_norm(const Mat<S>& Z, const Mat<S>& w, const Mat<S>& b, const S& ep
     for (Eigen::Index k = 0; k < Z.cols(); ++k) {
       S mean = Z.col(k).sum() / d;
       Vec<S> c = Z.col(k).array() - mean;
-      S inv = S(1) / Scalar<S>::sqrt(c.squaredNorm() / d + eps);
+      const S ss = c.squaredNorm();
+      if constexpr (std::is_floating_point_v<S>)  // past the range the token would normalise to 0
+        if (!std::isfinite(ss))
+          throw Error(std::string("layer norm: a token's variance is beyond ") + Scalar<S>::name +
+                      "'s range (MPFR and intervals have a wider one)");
+      S inv = S(1) / Scalar<S>::sqrt(ss / d + eps);
       out.col(k) = (c * inv).cwiseProduct(w.col(0)) + b.col(0);
     }
   }
@@ -496,10 +506,21 @@ Mat<S> forward(const Network<S>& net, const Mat<S>& x, const EvalOptions& opt) {
                   " exceeds the positional encoding's max_len " + std::to_string(a.max_len));
     Z += net.pe.leftCols(x.cols());
   }
-  for (const Layer<S>& L : net.layers) {
+  // In float and double a value past the range stops the evaluation, named, instead of flowing
+  // on as inf or NaN (or vanishing in a later layer norm).
+  auto check_range = [&](std::size_t i) {
+    if constexpr (std::is_floating_point_v<S>)
+      if (!Z.allFinite())
+        throw Error("sub-layer " + std::to_string(i) + " (" + net.arch.layers[i].describe() +
+                    "): a value beyond " + Scalar<S>::name +
+                    "'s range (MPFR and intervals have a wider one)");
+  };
+  for (std::size_t i = 0; i < net.layers.size(); ++i) {
+    const Layer<S>& L = net.layers[i];
     const LayerSpec& s = L.spec;
     if (s.kind == LayerKind::layernorm) {
       Z = layer_norm(Z, L.norm_w, L.norm_b, L.eps);
+      check_range(i);
       continue;
     }
     // The branch reads its input completely before it adds to Z, so `in` may alias Z.
@@ -512,6 +533,7 @@ Mat<S> forward(const Network<S>& net, const Mat<S>& x, const EvalOptions& opt) {
       feedforward(L, in, Z);
     else
       mixer(L, in, Z);
+    check_range(i);
   }
   if (a.pool) {
     Mat<S> pooled = Z.rowwise().sum();
