@@ -94,6 +94,9 @@ TEST(Hostile, EveryExactNumberRefusesHugeExponentsAndDigits) {
   kajitsuka::MemorizeOptions mo;
   mo.tolerance = huge;
   refuses([&] { kajitsuka::memorize(demo_dataset(4, 2, 2, 4, 1), mo); }, why, "memorize tolerance");
+  mo.tolerance = "1e-999999";  // within the number limits, but it ran for hours: refused before any work
+  refuses([&] { kajitsuka::memorize(demo_dataset(4, 2, 2, 4, 1), mo); }, "needs about 3321924 bits",
+          "memorize tolerance past --max-bits");
   // At the limit a number is read in milliseconds.
   EXPECT_GT(parse_rational("1e1000000"), 0);
 }

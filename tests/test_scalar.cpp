@@ -171,3 +171,13 @@ TEST(Scalar, GeluAgreesAcrossArithmetics) {
     EXPECT_NEAR(gelu_derivative(x), Scalar<Mpfr>::to_double(gelu_derivative(Mpfr(x))), 1e-15);
   }
 }
+
+TEST(Scalar, AnOverlongNumberIsQuotedShortly) {  // a 1,000,001-digit number was quoted whole (1 MB)
+  try {
+    parse_rational(std::string(1000001, '7'));
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_LT(std::string(e.what()).size(), 200u);
+    EXPECT_NE(std::string(e.what()).find("more than 10^6 digits"), std::string::npos) << e.what();
+  }
+}

@@ -687,6 +687,14 @@ Memorized memorize(const Dataset& ds, const MemorizeOptions& opt) {
     }
   }();
   if (tol_q <= 0) throw Error("tolerance must be positive, got " + opt.tolerance);
+  {  // A tolerance of 2^-b needs about b bits of MPFR to certify: refused before any work past --max-bits.
+    using Int = mp::number<mp::gmp_int, mp::et_off>;
+    const long long needed = static_cast<long long>(mp::msb(Int(mp::denominator(tol_q)))) -
+                             static_cast<long long>(mp::msb(Int(mp::numerator(tol_q))));
+    if (needed > static_cast<long long>(opt.contextual.max_bits))
+      throw Error("tolerance " + limits::excerpt(opt.tolerance) + " needs about " + std::to_string(needed) +
+                  " bits to certify, more than --max-bits " + std::to_string(opt.contextual.max_bits));
+  }
   const bool deep = opt.value_map == ValueMap::deep;
   if (deep) {
     if (f.label_dim != 1) throw Error("the deep value map needs one label per token");

@@ -111,7 +111,9 @@ unsigned bits_of(const Mpfi& x) {
 }
 
 Rational parse_rational(const std::string& text) {
-  auto bad = [&](const char* why) { return Error("not a number: \"" + text + "\" (" + why + ")"); };
+  auto bad = [&](const char* why) {
+    return Error("not a number: \"" + limits::excerpt(text) + "\" (" + why + ")");
+  };
   std::size_t i = 0, n = text.size();
   bool neg = false;
   if (i < n && (text[i] == '+' || text[i] == '-')) neg = text[i++] == '-';
