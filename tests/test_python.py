@@ -142,6 +142,9 @@ def test_torch_both_ways():
                 for p in layer.parameters():  # away from the initialisation's zeros and ones
                     p.normal_(0, 0.3)
             net = uatlab.from_torch(layer)
+            eps = [l["eps"] for l in net.architecture["layers"] if "eps" in l]
+            check(eps and all(Fraction(e) == Fraction(1e-5) for e in eps),
+                  f"LayerNorm eps kept as the float PyTorch uses, not the decimal 1e-05: {eps}")
             with torch.no_grad():
                 ref = layer(x)
             got = np.stack(net.eval(x.numpy()))

@@ -44,6 +44,13 @@ def number(text):
     return float(Fraction(str(text)))
 
 
+def exact_float(x):
+    """The exact value of a Python float as text (1e-5 is 0.00001000000000000000081803...; the
+    decimal "1e-05" would be another number): what PyTorch computes with, kept exactly."""
+    q = Fraction(float(x))
+    return f"{q.numerator}/{q.denominator}"
+
+
 # The values of the architecture keys a file may omit: the C++ reader's defaults
 # (Architecture::from_json); tests/test_torch_oracle.py checks that the two agree.
 ARCH_DEFAULTS = {"vocab": 0, "max_len": 0, "readout": 0, "pool": "none"}
@@ -336,7 +343,7 @@ def _encoder_layer(layer, i, d):
     H = mha.num_heads
     bias = mha.in_proj_bias is not None
     pre = bool(layer.norm_first)
-    eps1, eps2 = repr(float(layer.norm1.eps)), repr(float(layer.norm2.eps))
+    eps1, eps2 = exact_float(layer.norm1.eps), exact_float(layer.norm2.eps)
     attn = {"type": "attention", "heads": H, "head_size": d // H, "sqrt_scaling": True, "bias": bias,
             "pre_norm": pre}
     ff = {"type": "feedforward", "width": layer.linear1.out_features, "activation": _activation(layer),
@@ -377,7 +384,7 @@ def to_uatlab(module, architecture=None):
         final = getattr(module, "norm", None) if isinstance(module, nn.TransformerEncoder) else None
         if final is not None:
             p = f"layers.{len(layers)}."
-            layers.append({"type": "layernorm", "eps": repr(float(final.eps))})
+            layers.append({"type": "layernorm", "eps": exact_float(final.eps)})
             tensors.update({p + "weight": final.weight, p + "bias": final.bias})
         return {"d": d, "layers": layers}, tensors
     if isinstance(module, dict):
