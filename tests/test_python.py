@@ -142,6 +142,17 @@ def test_torch_both_ways():
                 for p in layer.parameters():  # away from the initialisation's zeros and ones
                     p.normal_(0, 0.3)
             net = uatlab.from_torch(layer)
+            if act == "gelu" and not norm_first:  # converted as exact GELU (1.7e-4 off) or as ReLU before
+                tanh_gelu = torch.nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True,
+                                                             activation=torch.nn.GELU(approximate="tanh"))
+                replaced = torch.nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True)
+                replaced.activation = torch.tanh  # after construction: torch's fast-path flag still says ReLU
+                for bad in (tanh_gelu, replaced):
+                    try:
+                        uatlab.from_torch(bad)
+                        check(False, f"activation {bad.activation} is refused")
+                    except uatlab.Error as e:
+                        check("activation" in str(e), f"an activation uatlab lacks is refused: {e}")
             eps = [l["eps"] for l in net.architecture["layers"] if "eps" in l]
             check(eps and all(Fraction(e) == Fraction(1e-5) for e in eps),
                   f"LayerNorm eps kept as the float PyTorch uses, not the decimal 1e-05: {eps}")

@@ -249,7 +249,10 @@ def from_torch(module, architecture=None):
     nn.TransformerEncoder (norm_first either way, ReLU or GELU), or a state_dict with the
     architecture it belongs to. Every float64 weight is kept exactly."""
     from . import pytorch
-    arch, state = pytorch.to_uatlab(module, architecture)
+    try:
+        arch, state = pytorch.to_uatlab(module, architecture)
+    except ValueError as e:  # what cannot be converted exactly is refused, as a uatlab.Error
+        raise Error(str(e)) from None
     net = Network(_core.Network.zeros(_json.dumps(arch)))
     names = set(net._core.tensor_names())
     if set(state) != names:

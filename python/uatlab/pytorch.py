@@ -322,17 +322,16 @@ def _uatlab_name(name):
 
 
 def _activation(layer):
-    kind = getattr(layer, "activation_relu_or_gelu", None)  # torch >= 1.12: 1 ReLU, 2 GELU
-    if kind == 1:
-        return "relu"
-    if kind == 2:
-        return "gelu"
+    """The layer's activation, read from the callable it runs (never from torch's fast-path flag,
+    which keeps its construction-time value when the activation is replaced and does not tell
+    tanh-GELU from GELU)."""
     act = layer.activation
     if act in (nn.functional.relu, torch.relu) or isinstance(act, nn.ReLU):
         return "relu"
     if act is nn.functional.gelu or (isinstance(act, nn.GELU) and act.approximate == "none"):
         return "gelu"
-    raise ValueError(f"activation {act!r}: uatlab has ReLU and GELU (exact erf form)")
+    raise ValueError(f"activation {act!r}: uatlab has ReLU and GELU in its exact erf form "
+                     "(tanh-approximated GELU and other activations are refused, not approximated)")
 
 
 def _encoder_layer(layer, i, d):
