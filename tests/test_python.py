@@ -153,6 +153,13 @@ def test_torch_both_ways():
                         check(False, f"activation {bad.activation} is refused")
                     except uatlab.Error as e:
                         check("activation" in str(e), f"an activation uatlab lacks is refused: {e}")
+            n = x.shape[1]  # the causal mask PyTorch takes at call time: from_torch(causal=True)
+            mask = torch.triu(torch.full((n, n), float("-inf"), dtype=torch.float64), diagonal=1)
+            with torch.no_grad():
+                ref_causal = layer(x, src_mask=mask)
+            got_causal = np.stack(uatlab.from_torch(layer, causal=True).eval(x.numpy()))
+            err_c = np.abs(got_causal - ref_causal.numpy()).max() / np.abs(ref_causal.numpy()).max()
+            check(err_c < 1e-12, f"causal=True matches layer(x, src_mask=causal): {err_c:.2e}")
             eps = [l["eps"] for l in net.architecture["layers"] if "eps" in l]
             check(eps and all(Fraction(e) == Fraction(1e-5) for e in eps),
                   f"LayerNorm eps kept as the float PyTorch uses, not the decimal 1e-05: {eps}")

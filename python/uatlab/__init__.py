@@ -244,15 +244,21 @@ def analyse(net, X, Y=None, labels="auto", tolerance="1e-6", bits=64, max_bits=4
     return (_json.loads(report), text) if summary else _json.loads(report)
 
 
-def from_torch(module, architecture=None):
+def from_torch(module, architecture=None, causal=False):
     """A uatlab Network from PyTorch: a uatlab.pytorch.UatlabNet, an nn.TransformerEncoderLayer or
     nn.TransformerEncoder (norm_first either way, ReLU or GELU), or a state_dict with the
-    architecture it belongs to. Every float64 weight is kept exactly."""
+    architecture it belongs to. Every float64 weight is kept exactly. PyTorch passes a causal mask
+    at call time, not in the module: causal=True gives the network of layer(x, src_mask=causal)
+    (each query attends to itself and the past), the default that of layer(x)."""
     from . import pytorch
     try:
         arch, state = pytorch.to_uatlab(module, architecture)
     except ValueError as e:  # what cannot be converted exactly is refused, as a uatlab.Error
         raise Error(str(e)) from None
+    if causal:
+        for layer in arch.get("layers", []):
+            if layer.get("type") == "attention":
+                layer["causal"] = True
     net = Network(_core.Network.zeros(_json.dumps(arch)))
     names = set(net._core.tensor_names())
     if set(state) != names:
