@@ -61,12 +61,17 @@ TEST(Scalar, ClassLabelsAreIntegersInRange) {
 // m / 2^k with |m| < 2^63 takes a fast path (one integer conversion, an exact scaling); it must
 // round exactly as MPFR does, ties to even included, down to the normal range and past it.
 TEST(Scalar, DyadicFastPathRoundsAsMpfr) {
-  auto by_mpfr = [](const Rational& q, mpfr_prec_t prec) {
+  auto by_mpfr = [](const Rational& q,
+                    mpfr_prec_t prec) {  // one rounding, subnormals included (MPFR's manual)
+    const mpfr_exp_t emin = mpfr_get_emin(), emax = mpfr_get_emax();
+    mpfr_set_emin(prec == 24 ? -148 : -1073);
+    mpfr_set_emax(prec == 24 ? 128 : 1024);
     mpfr_t t;
     mpfr_init2(t, prec);
-    mpfr_set_q(t, q.backend().data(), MPFR_RNDN);
+    mpfr_subnormalize(t, mpfr_set_q(t, q.backend().data(), MPFR_RNDN), MPFR_RNDN);
     const double r = prec == 24 ? mpfr_get_flt(t, MPFR_RNDN) : mpfr_get_d(t, MPFR_RNDN);
     mpfr_clear(t);
+    mpfr_set_emin(emin), mpfr_set_emax(emax);
     return r;
   };
   Rng rng(7);
@@ -180,4 +185,22 @@ TEST(Scalar, AnOverlongNumberIsQuotedShortly) {  // a 1,000,001-digit number was
     EXPECT_LT(std::string(e.what()).size(), 200u);
     EXPECT_NE(std::string(e.what()).find("more than 10^6 digits"), std::string::npos) << e.what();
   }
+}
+
+TEST(Scalar, SubnormalsAreRoundedOnce) {  // 2^-1075·(1 + 2^-125) became 0 in double (float: 0 too)
+  auto two_to = [](int e) {               // 2^e exactly, far outside double's range if need be
+    Rational r(1);
+    for (int i = 0; i < std::abs(e); ++i)
+      r = e > 0 ? r * 2 : r / 2;
+    return r;
+  };
+  EXPECT_EQ(Scalar<double>::from(two_to(-1075) * (1 + two_to(-125))), std::ldexp(1.0, -1074));
+  EXPECT_EQ(Scalar<double>::from(two_to(-1075)), 0.0);  // a tie: to even (0)
+  EXPECT_EQ(Scalar<double>::from(two_to(-1074) * 3 / 2 + two_to(-1200)), std::ldexp(1.0, -1073));
+  EXPECT_EQ(Scalar<float>::from(two_to(-150) * (1 + two_to(-125))), std::ldexp(1.0f, -149));
+  EXPECT_EQ(Scalar<float>::from(Rational(1, 3)), 1.0f / 3);
+  EXPECT_EQ(Scalar<double>::from(Rational(1, 3)), 1.0 / 3);
+  EXPECT_THROW(Scalar<double>::from(two_to(1024)), Error);
+  EXPECT_EQ(Scalar<double>::from(two_to(1024) - two_to(971)), std::numeric_limits<double>::max());
+  EXPECT_THROW(Scalar<double>::from(two_to(1024) - two_to(970)), Error);  // halfway to 2^1024: a tie, to inf
 }

@@ -193,11 +193,35 @@ bool dyadic_to(const Rational& q, F& out) {
   return true;
 }
 
+// q rounded once to the nearest float or double, subnormals included: MPFR's exponent range is
+// the format's for the rounding, then mpfr_subnormalize (rounding to 53 bits first and then to a
+// subnormal's fewer bits rounded twice: 2^-1075·(1 + 2^-125) became 0, not 2^-1074). The exponent
+// range is per thread in MPFR, and restored.
+template <class F>
+F round_once(const Rational& q) {
+  constexpr int p = std::numeric_limits<F>::digits;
+  const mpfr_exp_t emin = mpfr_get_emin(), emax = mpfr_get_emax();
+  mpfr_set_emin(std::numeric_limits<F>::min_exponent - p + 1);  // double: −1073, float: −148
+  mpfr_set_emax(std::numeric_limits<F>::max_exponent);          // double: 1024, float: 128
+  mpfr_t t;
+  mpfr_init2(t, p);
+  const int inexact = mpfr_set_q(t, q.backend().data(), MPFR_RNDN);
+  mpfr_subnormalize(t, inexact, MPFR_RNDN);
+  F r;
+  if constexpr (std::is_same_v<F, float>)
+    r = mpfr_get_flt(t, MPFR_RNDN);  // exact: t holds a float
+  else
+    r = mpfr_get_d(t, MPFR_RNDN);
+  mpfr_clear(t);
+  mpfr_set_emin(emin);
+  mpfr_set_emax(emax);
+  return r;
+}
+
 float Scalar<float>::from(const Rational& q) {
   float fast;
   if (dyadic_to(q, fast)) return fast;
-  MpfrTmp t(q, 24);
-  const float r = mpfr_get_flt(t.v, MPFR_RNDN);
+  const float r = round_once<float>(q);
   if (!std::isfinite(r))
     throw Error("a number beyond the range of float (about 3.4e38): use a wider precision");
   return r;
@@ -205,8 +229,7 @@ float Scalar<float>::from(const Rational& q) {
 double Scalar<double>::from(const Rational& q) {
   double fast;
   if (dyadic_to(q, fast)) return fast;
-  MpfrTmp t(q, 53);
-  const double r = mpfr_get_d(t.v, MPFR_RNDN);
+  const double r = round_once<double>(q);
   if (!std::isfinite(r))
     throw Error(
         "a number beyond the range of double (about 1.8e308): use MPFR, interval or rational precision");
