@@ -209,4 +209,5 @@ TEST(Files, AnOutputNeverOverwritesAnInputOrAnotherOutput) {
   EXPECT_THROW(check_outputs({}, {{"--out", dir + "/m.json"}, {"--report", dir + "/m.json"}}), Error);
   EXPECT_NO_THROW(
       check_outputs({{"--data", data}}, {{"--out", dir + "/m.json"}, {"--report", "-"}, {"--plot", ""}}));
+  EXPECT_THROW(check_outputs({}, {{"-o", dir + "/no/such/folder/m.safetensors"}}), Error);  // before training
 }

@@ -165,3 +165,19 @@ TEST(Report, PlotsArePngFilesWrittenWhole) {
   for (const auto& e : std::filesystem::directory_iterator(UATLAB_TEST_TMP))
     EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos) << e.path();
 }
+
+TEST(Sweep, ARefusedResultsFileIsLeftAsItWas) {  // its torn last line was cut, then the file refused
+  SweepOptions o;
+  o.results = fresh("refused.jsonl");
+  const std::string text = "{\"cell\": {\"i\": 0}}\n{\"cell\":{\"i\":1},\"res";  // line 1 lacks "result"
+  { std::ofstream(o.results) << text; }
+  EXPECT_THROW(run_sweep(
+                   grid(2),
+                   [](const json&) {
+                     return json{{"r", 1}};
+                   },
+                   o),
+               Error);
+  std::ifstream in(o.results);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), text);
+}

@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -56,16 +57,11 @@ Mpi& mpi() {
 // killed while writing it) is cut off, so that appending continues on a clean line.
 std::vector<json> read_results(const std::string& path) {
   std::vector<json> lines;
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return lines;
-  std::stringstream ss;
-  ss << in.rdbuf();
-  std::string text = ss.str();
+  if (!std::filesystem::exists(path)) return lines;
+  std::string text = read_file(path);
   const std::size_t keep = text.rfind('\n') == std::string::npos ? 0 : text.rfind('\n') + 1;
-  if (keep < text.size()) {
-    text.resize(keep);
-    write_file_atomic(path, text);
-  }
+  const bool cut = keep < text.size();
+  text.resize(keep);
   std::istringstream rows(text);
   int number = 0;
   for (std::string row; std::getline(rows, row);) {
@@ -76,6 +72,8 @@ std::vector<json> read_results(const std::string& path) {
       throw Error(path + " line " + std::to_string(number) + ": expected {\"cell\": ..., \"result\": ...}");
     lines.push_back(std::move(j));
   }
+  // Only once every finished line has been read: a file refused above is left as it was.
+  if (cut) write_file_atomic(path, text);
   return lines;
 }
 

@@ -141,6 +141,9 @@ void check_outputs(const NamedPaths& inputs, const NamedPaths& outputs) {
     const auto& [flag, path] = outputs[i];
     if (!used(path)) continue;
     check_regular_file(path, true);
+    const std::filesystem::path folder = std::filesystem::path(path).parent_path();
+    if (!folder.empty() && !std::filesystem::is_directory(folder))  // found now, not after the work
+      throw Error(flag + " " + path + ": the folder " + folder.string() + " does not exist");
     for (const auto& [in_flag, in_path] : inputs)
       if (used(in_path) && same(path, in_path))
         throw Error(flag + " " + path + " is the input " + in_flag +
