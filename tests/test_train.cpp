@@ -417,3 +417,17 @@ TEST(Train, SummaryVarianceIsTwoPassAndUndefinedValuesAreLeftOut) {
     q.y.setConstant(3);  // constant targets: MSE/Var is undefined, left out (was null)
   EXPECT_FALSE(training_summary(net, data, &data, Loss::mse, none).contains("val_nmse"));
 }
+
+TEST(Train, NonFiniteTaskOptionsAreNamed) {  // --task-omega inf: "cannot convert a non-finite number"
+  TaskOptions o;
+  o.N = 2, o.n = 4, o.omega = std::numeric_limits<double>::infinity();
+  try {
+    make_task("complex-readout", o);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("task option omega must be a number from"), std::string::npos)
+        << e.what();
+  }
+  o.omega = 2, o.beta = std::nan("");
+  EXPECT_THROW(make_task("memorize", o), Error);  // checked whichever task reads it
+}

@@ -384,6 +384,11 @@ const TaskSpec& task(const std::string& name) {
 Dataset make_task(const std::string& name, const TaskOptions& o) {
   const TaskSpec& t = task(name);
   if (o.N < 1 || o.n < 1) throw Error("tasks need N >= 1 and n >= 1");
+  // The real options are read by some tasks only, and checked for all (--task-omega inf gave a
+  // "non-finite number" error from deep inside the generator).
+  limits::check_real(o.omega, -1e6, 1e6, "task option omega");
+  limits::check_real(o.beta, -1e6, 1e6, "task option beta");
+  limits::check_real(o.cutoff, -1e12, 1e12, "task option cutoff");
   Dataset ds = t.generate(o);
   if (o.mask_before > 0)
     for (Sequence& s : ds.sequences) {
