@@ -289,3 +289,17 @@ TEST(Cli, OutputsThatWouldOverwriteAnInputAreRefusedBeforeAnyWork) {
   EXPECT_NE(r.out.find("is also --out"), std::string::npos) << r.out;
   EXPECT_FALSE(fs::exists(d + "same.json"));
 }
+
+TEST(Cli, ContradictoryFlagsAreRefused) {  // accepted silently before, one of them ignored
+  for (const auto& [args, says] : std::vector<std::pair<std::string, std::string>>{
+           {"train --task memorize --arch {\"d\":4} --layer attention --steps 1 -o " + dir() +
+                "x.safetensors",
+            "--arch excludes --layer"},
+           {"train --task memorize --val-fraction -1 --steps 1 -o " + dir() + "x.safetensors",
+            "--val-fraction"},
+           {"contextual demo --sweep-c 0", "--sweep-c"}}) {
+    const Result r = run(args);
+    EXPECT_NE(r.code, 0) << args;
+    EXPECT_NE(r.out.find("uatlab: error: " + says), std::string::npos) << r.out;
+  }
+}

@@ -280,8 +280,9 @@ void add_kajitsuka_commands(CLI::App& app, Commands& commands) {
   common(ctx);
   ctx->add_option("--out,-o", o->out, "Write the attention layer (lossless .json or safetensors)");
   ctx->add_option(
-      "--sweep-c", o->sweep_c,
-      "Certify the separation at this many scales c, from mean pooling towards hardmax (CSV + PNG)");
+         "--sweep-c", o->sweep_c,
+         "Certify the separation at this many scales c, from mean pooling towards hardmax (CSV + PNG)")
+      ->check(CLI::Range(2, 1000));
   ctx->add_option("--out-dir", o->out_dir, "Folder of --sweep-c's CSV and plot")->capture_default_str();
   ctx->add_option("--plot-dir", o->plot_dir,
                   "Draw the context values and the head's attention maps here (PNG)");

@@ -247,17 +247,23 @@ void write_output(const std::string& path, const std::string& text) {
 }
 
 void add_architecture_flags(CLI::App* app, ArchitectureFlags& a) {
-  app->add_option("--arch", a.arch, "Architecture as JSON text or a JSON file (docs/formats.md)");
-  app->add_option("--d", a.d, "Token dimension")->check(CLI::Range(1, 1 << 30));
+  auto* arch =
+      app->add_option("--arch", a.arch, "Architecture as JSON text or a JSON file (docs/formats.md)");
+  // The flags below describe an architecture too: with --arch they would be ignored, so they are refused.
+  app->add_option("--d", a.d, "Token dimension")->check(CLI::Range(1, 1 << 30))->excludes(arch);
   app->add_option("--vocab", a.vocab, "Token-id input with this vocabulary (0: continuous input)")
-      ->check(CLI::Range(0, 1 << 30));
+      ->check(CLI::Range(0, 1 << 30))
+      ->excludes(arch);
   app->add_option("--max-len", a.max_len, "Positional table for sequences up to this length (0: none)")
-      ->check(CLI::Range(0, 1 << 30));
+      ->check(CLI::Range(0, 1 << 30))
+      ->excludes(arch);
   app->add_option("--readout", a.readout, "Linear readout to this many outputs (0: none)")
-      ->check(CLI::Range(0, 1 << 30));
+      ->check(CLI::Range(0, 1 << 30))
+      ->excludes(arch);
   app->add_option(
-      "--layer", a.layers,
-      "Sub-layer, e.g. attention:heads=2,head_size=4,score=hardmax or feedforward:width=16 (repeat)");
+         "--layer", a.layers,
+         "Sub-layer, e.g. attention:heads=2,head_size=4,score=hardmax or feedforward:width=16 (repeat)")
+      ->excludes(arch);
 }
 
 Architecture architecture_from_flags(const ArchitectureFlags& a) {

@@ -188,7 +188,8 @@ void add_train_commands(CLI::App& app, Commands& commands) {
   t->add_option("--task-val-N", o->task_val_N,
                 "Also make a validation set of this many sequences (chars: from the held-out 10%)");
   t->add_option("--val", o->val, "Validation data (JSONL)");
-  t->add_option("--val-fraction", o->val_fraction, "Hold out this fraction of the data (the last sequences)");
+  t->add_option("--val-fraction", o->val_fraction, "Hold out this fraction of the data (the last sequences)")
+      ->check(CLI::Range(0.0, 1.0));
   add_architecture_flags(t, o->arch);
   t->add_option("--init", o->init_model, "Start from this model file instead of a random one");
   t->add_option("--init-seed", o->init_seed, "Seed of the random initial weights")->capture_default_str();
