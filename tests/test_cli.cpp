@@ -303,3 +303,16 @@ TEST(Cli, ContradictoryFlagsAreRefused) {  // accepted silently before, one of t
     EXPECT_NE(r.out.find("uatlab: error: " + says), std::string::npos) << r.out;
   }
 }
+
+TEST(Cli, FailuresComeBeforeOutputAndBeforeTheWork) {
+  // fang-fit printed its table's header, then failed on an RMSE of inf; approximate --certify on an
+  // expression was refused only after the construction.
+  Result r = run("fang-fit 1e300*x1^4 --vars x1 --degree 2 --samples 20 --test 10");
+  EXPECT_NE(r.code, 0);
+  EXPECT_EQ(r.out.find("| degree"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("is not finite"), std::string::npos) << r.out;
+  r = run("approximate x+1 --d 1 --n 2 --K 4 --certify");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.out.find("needs one"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("approximate: build"), std::string::npos) << r.out;  // no stage started
+}

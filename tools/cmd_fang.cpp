@@ -1,11 +1,13 @@
 // uatlab polynomial | fang-fit | fang-regression: Fang et al.'s zero-error polynomial blocks
 // (construct/fang.hpp) and their two experiments (experiment/fang.hpp).
+#include <cmath>
 #include <cstdio>
 #include <memory>
 
 #include "commands.hpp"
 #include "uatlab/construct/fang.hpp"
 #include "uatlab/experiment/fang.hpp"
+#include "uatlab/io/json.hpp"
 #include "uatlab/io/lists.hpp"
 #include "uatlab/io/model_file.hpp"
 #include "uatlab/limits.hpp"
@@ -60,18 +62,28 @@ struct FitOpts {
   int degree = 8;
 };
 
+// Every number of a table must be finite: an inf RMSE is an error, not a row.
+void check_finite(const json& r, const std::vector<const char*>& keys, const std::string& what) {
+  for (const char* k : keys)
+    if (!std::isfinite(r.at(k).get<double>()))
+      throw Error(what + ": " + k + " is not finite (the fit overflowed double); nothing written");
+}
+
 int cmd_fit(FitOpts& o) {
+  check_outputs({}, {{"--csv", o.csv}});
   o.fit.vars = parse_list(o.vars, "--vars");
-  std::vector<json> results;
+  std::vector<json> results;  // every row computed before the table is printed
+  for (int N = 1; N <= o.degree; ++N) {
+    results.push_back(ex::fit_degree(o.fit, N));
+    check_finite(results.back(), {"train_rmse", "test_rmse", "test_max_error"},
+                 "degree " + std::to_string(N));
+  }
   std::printf(
       "| degree | readout parameters | train RMSE | test RMSE | test max error |\n|---|---|---|---|---|\n");
-  for (int N = 1; N <= o.degree; ++N) {
-    const json r = ex::fit_degree(o.fit, N);
-    std::printf("| %d | %d | %.3g | %.3g | %.3g |\n", N, r["readout_parameters"].get<int>(),
-                r["train_rmse"].get<double>(), r["test_rmse"].get<double>(),
-                r["test_max_error"].get<double>());
-    results.push_back(r);
-  }
+  for (const json& r : results)
+    std::printf("| %d | %d | %.3g | %.3g | %.3g |\n", r["degree"].get<int>(),
+                r["readout_parameters"].get<int>(), r["train_rmse"].get<double>(),
+                r["test_rmse"].get<double>(), r["test_max_error"].get<double>());
   if (!o.csv.empty()) write_output(o.csv, ex::fit_csv(results));
   return 0;
 }
@@ -82,19 +94,22 @@ struct RegressionOpts {
 };
 
 int cmd_regression(RegressionOpts& o) {
+  check_outputs({}, {{"--csv", o.csv}});
   o.reg.vars = parse_list(o.vars, "--vars");
   const int N = ex::regression_degree(o.reg);
   const std::vector<int> sizes = parse_int_list(o.sizes, "--sizes", 2, 1 << 20);
-  std::vector<json> results;
+  std::vector<json> results;  // every row computed before the table is printed
+  for (int m : sizes)
+    for (int blocks : {N, N - 1}) {
+      results.push_back(ex::regression_point(o.reg, m, blocks));
+      check_finite(results.back(), {"test_mse"}, "m = " + std::to_string(m));
+    }
   std::printf("| m | test MSE, %d blocks | test MSE, %d blocks | sigma^2 p/m |\n|---|---|---|---|\n", N,
               N - 1);
-  for (int m : sizes) {
-    const json a = ex::regression_point(o.reg, m, N), b = ex::regression_point(o.reg, m, N - 1);
-    std::printf("| %d | %.3g | %.3g | %.3g |\n", m, a["test_mse"].get<double>(), b["test_mse"].get<double>(),
-                a["reference_sigma2_p_over_m"].get<double>());
-    results.push_back(a);
-    results.push_back(b);
-  }
+  for (std::size_t i = 0; i + 1 < results.size(); i += 2)
+    std::printf("| %d | %.3g | %.3g | %.3g |\n", sizes[i / 2], results[i]["test_mse"].get<double>(),
+                results[i + 1]["test_mse"].get<double>(),
+                results[i]["reference_sigma2_p_over_m"].get<double>());
   if (!o.csv.empty()) write_output(o.csv, ex::regression_csv(results));
   return 0;
 }

@@ -37,6 +37,10 @@ Approximation approximate(const yun::Target& f, int K, const ApproximateOptions&
   if (!o.pe && !yun::looks_equivariant(f, o.d, o.n, 20, o.seed))
     throw Error("target \"" + f.name +
                 "\" is not permutation equivariant (f(XP) != f(X)P on a random input): use --pe (Theorem 3)");
+  if (o.certify && !f.fi)  // refused before the construction, not after it
+    throw Error(
+        "target \"" + f.name +
+        "\" has no interval form; the domain certificate (--certify) needs one (built-in targets have it)");
   if (o.construction != "yun" && o.construction != "kajitsuka")
     throw Error("construction \"" + o.construction + "\": expected yun or kajitsuka");
   const bool kaj = o.construction == "kajitsuka";
