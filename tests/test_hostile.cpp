@@ -283,3 +283,16 @@ TEST(Hostile, AResumedResultWithoutItsFieldsIsAnError) {
   EXPECT_NE(r.out.find("accuracy"), std::string::npos) << r.out;
   EXPECT_FALSE(fs::exists(dir + "/summary.csv"));
 }
+
+TEST(Hostile, MemoryIsEstimatedBeforeAPrecisionThatCannotFit) {
+  // eval of a 4,360-weight model at interval:67108864 needed ~35 GB and GMP aborted the process.
+  Network<double> net(Architecture::from_json(nlohmann::json::parse(
+      R"({"d": 16, "layers": [{"type": "attention", "heads": 4, "head_size": 4}, {"type": "feedforward", "width": 64}]})")));
+  const std::string model = tmp("big_bits.safetensors");
+  save_network(net, model);
+  const Dataset ds =
+      parse_dataset("{\"x\": [[" + std::string("0,") + "0,0,0,0,0,0,0,0,0,0,0,0,0,0,0]]}", "d");
+  refuses([&] { evaluate_file(model, ds, Precision::parse("interval:67108864")); },
+          "over the budget of 8 GiB", "eval at interval:67108864");
+  EXPECT_NO_THROW(evaluate_file(model, ds, Precision::parse("interval:256")));
+}

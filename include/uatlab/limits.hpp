@@ -17,6 +17,22 @@ namespace uatlab::limits {
 // and the product of two of them (one weight matrix). 2^30 doubles are 8 GiB.
 constexpr long long kSize = 1LL << 30;
 
+// Memory of one MPFR or MPFI computation, estimated before it starts (numbers × their bytes): past
+// it the work is refused with the estimate, where GMP would abort the process when an allocation
+// fails. 8 GiB, as 2^30 doubles.
+constexpr long long kMemoryBytes = 8LL << 30;
+// Throws Error("WHAT needs about N GiB ...") when `numbers` MPFR numbers of `bits` bits (each
+// `per_number` of them: 2 for an interval) would pass kMemoryBytes.
+inline void check_memory(long long numbers, long long bits, int per_number, const std::string& what) {
+  const double bytes = static_cast<double>(numbers) * per_number * (static_cast<double>(bits) / 8 + 32);
+  if (bytes > static_cast<double>(kMemoryBytes)) {
+    char text[160];
+    std::snprintf(text, sizeof text, " needs about %.3g GiB at %lld bits, over the budget of %lld GiB",
+                  bytes / (1LL << 30), bits, kMemoryBytes >> 30);
+    throw Error(what + text + " (fewer bits, or a smaller model or data)");
+  }
+}
+
 // Nesting of arrays and objects in any JSON input (model, dataset line, safetensors header,
 // sweep config). A model file nests 4 deep, a dataset line 3.
 constexpr int kJsonDepth = 64;

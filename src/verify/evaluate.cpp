@@ -58,7 +58,26 @@ namespace {
 template <class S>
 std::vector<json> run(const std::string& path, const Dataset& ds, const EvalOptions& opt,
                       const OnProgress& progress) {
-  Network<S> net = load_network<S>(path);
+  Network<S> net;
+  if constexpr (std::is_same_v<S, Mpfr> || std::is_same_v<S, Mpfi>) {
+    // The memory estimated first: weights, plus per sequence its activations and attention.
+    const Network<Rational> exact = load_network<Rational>(path);
+    long long widest = exact.arch.d, live = 0;
+    for (const LayerSpec& l : exact.arch.layers)
+      widest = std::max<long long>(widest, std::max(l.width, 3 * l.heads * l.head_size));
+    for (const Sequence& s : ds.sequences) {
+      long long heads = 0;
+      for (const LayerSpec& l : exact.arch.layers)
+        heads = std::max<long long>(heads, l.heads);
+      const long long n = static_cast<long long>(s.n());
+      live = std::max(live, 4 * n * widest + heads * n * n);
+    }
+    limits::check_memory(static_cast<long long>(exact.parameter_count()) + live, mpfr_bits(),
+                         Scalar<S>::interval ? 2 : 1, "evaluating " + path);
+    net = network_cast<S>(exact);
+  } else {
+    net = load_network<S>(path);
+  }
   std::vector<Mat<S>> ys = forward_dataset(net, ds, opt, progress);
   std::vector<json> lines;
   for (const Mat<S>& y : ys) {
