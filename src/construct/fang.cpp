@@ -1,5 +1,7 @@
 #include "uatlab/construct/fang.hpp"
 
+#include "uatlab/construct/blocks.hpp"
+
 #include <set>
 
 #include "uatlab/limits.hpp"
@@ -236,87 +238,82 @@ Layout layout(int d, int N) {
   return L;
 }
 
-Network<Rational> build(int d, int N, const Rational& B, Variant v) {
-  if (B <= 0) throw Error("the domain bound B must be positive");
-  const Layout L = layout(d, N);
-  Architecture a;
-  a.d = L.D;
-  a.max_len = d;
-  a.readout = 1;
-  a.pool = true;
-  for (int b = 1; b <= N; ++b) {
-    LayerSpec att;
-    att.kind = LayerKind::attention;
-    att.score = Score::linear;
-    const int value = static_cast<int>(ipow(d, b - 1));
-    if (v == Variant::single_head) {
-      att.heads = 1;
-      att.head_size = std::max(d, value);
-    } else {
-      att.heads = d;
-      att.head_size = value;
-    }
-    a.layers.push_back(att);
-    if (v == Variant::single_head) {
-      LayerSpec ff;
-      ff.kind = LayerKind::feedforward;
-      ff.width = 2 * static_cast<int>(ipow(d, b));
-      a.layers.push_back(ff);
-    }
-  }
-  Network<Rational> net(a);
-  for (int i = 0; i < d; ++i) {
-    net.pe(L.one, i) = 1;
-    net.pe(L.pos0 + i, i) = 1;
-  }
-  const Rational inv_n = Rational(1, d);
-  std::size_t li = 0;
-  for (int b = 1; b <= N; ++b) {
-    Layer<Rational>& A = net.layers[li++];
-    const int s = A.spec.head_size, value = static_cast<int>(ipow(d, b - 1));
-    // Values: slot one (b = 1) or region R_{b−1}.
+namespace {
+
+// Block b's product layer (linear scores): single head, S_{j,i} = Σ_p x_p [i = p] = x_i over the
+// position one-hot, every super-block written; multi-head, head p reads x_p and writes super-block
+// p only. Values: slot one (b = 1) or region R_{b−1}; outputs into R_b (1/n for b = 1 undoes
+// Σ_j 1 = n).
+void add_product_layer(blocks::Builder& net, const Layout& L, int d, int b, Variant v) {
+  LayerSpec att;
+  att.kind = LayerKind::attention;
+  att.score = Score::linear;
+  const int value = static_cast<int>(ipow(d, b - 1));
+  att.heads = v == Variant::single_head ? 1 : d;
+  att.head_size = v == Variant::single_head ? std::max(d, value) : value;
+  net.add(att, [L, d, b, v, value](Layer<Rational>& A) {
+    const int s = A.spec.head_size;
     auto set_value = [&](int head) {
       for (int r = 0; r < value; ++r)
         A.wv(head * s + r, b == 1 ? L.one : L.region[b - 1] + r) = 1;
     };
-    // Output: the value into super-block p of R_b (1/n for b = 1 undoes Σ_j 1 = n).
     auto set_output = [&](int head, int p) {
       for (int r = 0; r < value; ++r)
-        A.wo(L.region[b] + p * value + r, head * s + r) = b == 1 ? inv_n : Rational(1);
+        A.wo(L.region[b] + p * value + r, head * s + r) = b == 1 ? Rational(1, d) : Rational(1);
     };
-    if (v == Variant::single_head) {
-      for (int p = 0; p < d; ++p) {  // S_{j,i} = Σ_p x_p [i = p] = x_i
-        A.wk(p, L.x0 + p) = 1;
-        A.wq(p, L.pos0 + p) = 1;
-      }
-      set_value(0);
-      for (int p = 0; p < d; ++p)
-        set_output(0, p);
-      // The gate: for slot a of super-block p, h± = ReLU(±z − C_b·pos_p), z ← z − h⁺ + h⁻.
-      Layer<Rational>& F = net.layers[li++];
-      Rational C = 1;
-      for (int k = 0; k < b; ++k)
-        C *= B;
-      const int size = static_cast<int>(ipow(d, b));
-      for (int a_ = 0; a_ < size; ++a_) {
-        const int slot = L.region[b] + a_, p = a_ / value;
-        F.w1(2 * a_, slot) = 1;
-        F.w1(2 * a_, L.pos0 + p) = -C;
-        F.w1(2 * a_ + 1, slot) = -1;
-        F.w1(2 * a_ + 1, L.pos0 + p) = -C;
-        F.w2(slot, 2 * a_) = -1;
-        F.w2(slot, 2 * a_ + 1) = 1;
-      }
-    } else {
-      for (int p = 0; p < d; ++p) {  // head p: score x_p [i = p], writes super-block p only
-        A.wk(p * s, L.x0 + p) = 1;
-        A.wq(p * s, L.pos0 + p) = 1;
-        set_value(p);
-        set_output(p, p);
-      }
+    for (int p = 0; p < d; ++p) {
+      const int head = v == Variant::single_head ? 0 : p;
+      A.wk(head * s + (v == Variant::single_head ? p : 0), L.x0 + p) = 1;
+      A.wq(head * s + (v == Variant::single_head ? p : 0), L.pos0 + p) = 1;
+      if (v == Variant::multi_head) set_value(p);
+      set_output(head, p);
     }
+    if (v == Variant::single_head) set_value(0);
+  });
+}
+
+// Block b's gate (single head): for slot a of super-block p, h± = ReLU(±z − C_b·pos_p), z ← z − h⁺ + h⁻,
+// with C_b = B^b.
+void add_gate(blocks::Builder& net, const Layout& L, int d, int b, const Rational& B) {
+  const int size = static_cast<int>(ipow(d, b)), value = static_cast<int>(ipow(d, b - 1));
+  Rational C = 1;
+  for (int k = 0; k < b; ++k)
+    C *= B;
+  net.add(blocks::feedforward(2 * size), [L, b, size, value, C](Layer<Rational>& F) {
+    for (int a = 0; a < size; ++a) {
+      const int slot = L.region[b] + a, p = a / value;
+      F.w1(2 * a, slot) = 1;
+      F.w1(2 * a, L.pos0 + p) = -C;
+      F.w1(2 * a + 1, slot) = -1;
+      F.w1(2 * a + 1, L.pos0 + p) = -C;
+      F.w2(slot, 2 * a) = -1;
+      F.w2(slot, 2 * a + 1) = 1;
+    }
+  });
+}
+
+}  // namespace
+
+// Stages: the positions (slot one and a one-hot of the position), then for each degree b = 1 … N
+// a product layer and, in the single-head variant, its gate; sum pooling and a readout that the
+// polynomial's coefficients fill (with_readout).
+Network<Rational> build(int d, int N, const Rational& B, Variant v) {
+  if (B <= 0) throw Error("the domain bound B must be positive");
+  const Layout L = layout(d, N);
+  blocks::Builder net(L.D, d);
+  net.positions([&](Mat<Rational>& pe) {
+       for (int i = 0; i < d; ++i) {
+         pe(L.one, i) = 1;
+         pe(L.pos0 + i, i) = 1;
+       }
+     })
+      .pool()
+      .readout(1, [](Mat<Rational>&, Mat<Rational>&) {});
+  for (int b = 1; b <= N; ++b) {
+    add_product_layer(net, L, d, b, v);
+    if (v == Variant::single_head) add_gate(net, L, d, b, B);
   }
-  return net;
+  return net.build();
 }
 
 template <class S>

@@ -42,6 +42,11 @@ class Builder {
   // The absolute positional encoding (d×max_len) and a readout of k outputs (k×d, k×1).
   Builder& positions(std::function<void(Mat<Rational>&)> fill);
   Builder& readout(int k, std::function<void(Mat<Rational>& w, Mat<Rational>& b)> fill);
+  // Sum the tokens before the readout.
+  Builder& pool() {
+    arch_.pool = true;
+    return *this;
+  }
   std::size_t size() const { return arch_.layers.size(); }
   const Architecture& arch() const { return arch_; }
   // Validates the architecture, allocates and fills. A fill that changes a tensor's shape is an
