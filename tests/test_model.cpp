@@ -378,3 +378,32 @@ TEST(Model, OverflowInDoubleIsAnErrorNotASilentNumber) {
         << e.what();
   }
 }
+
+// Issue 38: --hardmax-tol has one meaning in every arithmetic; intervals ignored it before, and
+// their enclosure then excluded what double, MPFR and rationals give.
+TEST(Model, HardmaxToleranceMeansTheSameInEveryArithmetic) {
+  Network<Rational> net(Architecture::from_json(
+      json::parse(R"({"d":1,"layers":[{"type":"attention","score":"hardmax","heads":1,"head_size":1}]})")));
+  net.layers[0].wq(0, 0) = net.layers[0].wk(0, 0) = net.layers[0].wv(0, 0) = net.layers[0].wo(0, 0) = 1;
+  Mat<Rational> x(1, 3);
+  const Rational e = parse_rational("1e-12");
+  x << 1, 1 + e, -2;  // query k scores key l by x_l·x_k: keys 0 and 1 within 1e-9 for queries 0 and 1
+  EvalOptions o;
+  o.hardmax_tolerance = 1e-9;
+  const Mat<Rational> q = forward(net, x, o);
+  EXPECT_EQ(q(0, 0), 1 + (2 + e) / 2);    // keys 0 and 1 share the weight
+  EXPECT_EQ(q(0, 2), -2 + Rational(-2));  // query 2: key 2 alone (score 4)
+  const Mat<double> d = forward(network_cast<double>(net), matrix_cast<double>(x), o);
+  const MpfrPrecision precision(200);
+  const Mat<Mpfi> iv = forward(network_cast<Mpfi>(net), matrix_cast<Mpfi>(x), o);
+  for (Eigen::Index k = 0; k < 3; ++k) {  // the enclosure holds what rationals (and double) give
+    EXPECT_LE(Scalar<Mpfr>::to_rational(lower(iv(0, k))), q(0, k)) << k;
+    EXPECT_GE(Scalar<Mpfr>::to_rational(upper(iv(0, k))), q(0, k)) << k;
+    EXPECT_NEAR(d(0, k), Scalar<Rational>::to_double(q(0, k)), 1e-12) << k;
+  }
+  o.hardmax_tolerance = 0;  // the maximum alone
+  EXPECT_EQ(forward(net, x, o)(0, 0), 1 + (1 + e));
+  const Mat<Mpfi> exact_max = forward(network_cast<Mpfi>(net), matrix_cast<Mpfi>(x), o);
+  EXPECT_LE(Scalar<Mpfr>::to_rational(lower(exact_max(0, 0))), 2 + e);
+  EXPECT_GE(Scalar<Mpfr>::to_rational(upper(exact_max(0, 0))), 2 + e);
+}

@@ -326,7 +326,9 @@ void add_model_commands(CLI::App& app, Commands& commands) {
   e->add_option("--precision,-p", ev->precision, "float | double | BITS | interval:BITS | rational")
       ->capture_default_str();
   e->add_option("--out,-o", ev->out, "Output file (default: standard output)");
-  e->add_option("--hardmax-tol", ev->tolerance, "Hardmax tie tolerance in floating point")
+  e->add_option("--hardmax-tol", ev->tolerance,
+                "Hardmax: keys within this of the maximum share the weight, in every arithmetic (intervals "
+                "certify it)")
       ->capture_default_str();
   commands.push_back({e, [ev] { return cmd_eval(*ev); }});
 

@@ -235,16 +235,39 @@ void normalise_columns(Mat<S>& A, const LayerSpec& spec, const EvalOptions& opt,
       case Score::hardmax: {
         std::vector<Eigen::Index> arg;
         if constexpr (Scalar<S>::interval) {
-          Mpfr best = lower(col(0));
+          Mpfr best = lower(col(0)), top = upper(col(0));  // the maximum lies in [best, top]
           for (Eigen::Index l = 1; l < cnt; ++l)
-            best = std::max(best, lower(col(l)));
-          for (Eigen::Index l = 0; l < cnt; ++l)
-            if (upper(col(l)) >= best) arg.push_back(l);
-          for (auto l : arg)  // several candidates are fine only if they are the same point
-            if (arg.size() > 1 && (lower(col(l)) != upper(col(l)) || lower(col(l)) != lower(col(arg[0]))))
-              throw Error("hardmax argmax undecided in interval arithmetic (query " +
+            best = std::max(best, lower(col(l))), top = std::max(top, upper(col(l)));
+          if (opt.hardmax_tolerance > 0) {
+            // Key l shares the weight iff its score ≥ max − tol: surely when lower(l) ≥ top − tol
+            // (rounded up), surely not when upper(l) < best − tol (rounded down); else undecided.
+            mpfr_t tol, in_at, out_below;
+            mpfr_inits2(mpfr_get_prec(best.backend().data()) + 64, tol, in_at, out_below,
+                        static_cast<mpfr_ptr>(nullptr));
+            mpfr_set_d(tol, opt.hardmax_tolerance, MPFR_RNDN);  // exact: 64 bits more than the scores
+            mpfr_sub(in_at, top.backend().data(), tol, MPFR_RNDU);
+            mpfr_sub(out_below, best.backend().data(), tol, MPFR_RNDD);
+            bool undecided = false;
+            for (Eigen::Index l = 0; l < cnt; ++l) {
+              if (mpfr_cmp(lower(col(l)).backend().data(), in_at) >= 0)
+                arg.push_back(l);
+              else if (!(mpfr_cmp(upper(col(l)).backend().data(), out_below) < 0))
+                undecided = true;
+            }
+            mpfr_clears(tol, in_at, out_below, static_cast<mpfr_ptr>(nullptr));
+            if (undecided || arg.empty())
+              throw Error("hardmax with tolerance undecided in interval arithmetic (query " +
                           std::to_string(first_query + k) +
-                          "): overlapping score enclosures; raise the precision");
+                          "): a score's enclosure straddles max - tolerance; raise the precision");
+          } else {
+            for (Eigen::Index l = 0; l < cnt; ++l)
+              if (upper(col(l)) >= best) arg.push_back(l);
+            for (auto l : arg)  // several candidates are fine only if they are the same point
+              if (arg.size() > 1 && (lower(col(l)) != upper(col(l)) || lower(col(l)) != lower(col(arg[0]))))
+                throw Error("hardmax argmax undecided in interval arithmetic (query " +
+                            std::to_string(first_query + k) +
+                            "): overlapping score enclosures; raise the precision");
+          }
         } else {
           if constexpr (std::is_floating_point_v<S>)  // inf·0 or inf − inf: the argmax would be lost
             if (!col.allFinite())

@@ -73,8 +73,9 @@ struct Network {
 };
 
 struct EvalOptions {
-  // Hardmax in floating point: keys whose score is within this of the column's maximum share the
-  // weight. Rationals always compare exactly; intervals certify the argmax or throw.
+  // Hardmax: the keys whose score is within this of the column's maximum share the weight, in every
+  // arithmetic (0: the maximum itself, exactly). Intervals certify each key's membership (its score
+  // surely within the tolerance of the maximum, or surely not) or throw.
   double hardmax_tolerance = 0;
 };
 
