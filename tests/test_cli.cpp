@@ -316,3 +316,18 @@ TEST(Cli, FailuresComeBeforeOutputAndBeforeTheWork) {
   EXPECT_NE(r.out.find("needs one"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("approximate: build"), std::string::npos) << r.out;  // no stage started
 }
+
+TEST(Cli, GradientDoesNotAdviseAPrecisionItLacks) {  // "use MPFR" from a command computing in double only
+  const std::string d = dir();
+  ASSERT_EQ(run("init --d 1 --readout 1 -o " + d + "grad.json").code, 0);
+  std::ifstream in(d + "grad.json");
+  json m = json::parse(in);
+  m["tensors"]["readout.weight"]["data"] = {"1e400"};
+  write(d + "grad_big.json", m.dump());
+  write(d + "grad.jsonl", "{\"x\": [[1]], \"y\": [[1]]}\n");
+  const Result r =
+      run("gradient " + d + "grad_big.json " + d + "grad.jsonl --loss mse -o " + d + "g.safetensors");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.out.find("the one precision gradient computes in"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("use MPFR"), std::string::npos) << r.out;
+}

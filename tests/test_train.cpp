@@ -431,3 +431,14 @@ TEST(Train, NonFiniteTaskOptionsAreNamed) {  // --task-omega inf: "cannot conver
   o.omega = 2, o.beta = std::nan("");
   EXPECT_THROW(make_task("memorize", o), Error);  // checked whichever task reads it
 }
+
+TEST(Train, ATaskIsSizedBeforeItIsDrawn) {  // random-labels, N = 10^8, n = 10^5: out of memory before
+  TaskOptions o;
+  o.N = 100000000, o.n = 100000;
+  try {
+    make_task("random-labels", o);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("task size N * n * d"), std::string::npos) << e.what();
+  }
+}

@@ -161,7 +161,14 @@ struct GradientOpts {
 
 int cmd_gradient(const GradientOpts& o) {
   check_outputs({{"model", o.model}, {"data", o.data}}, {{"--out", o.out}});
-  const Network<double> net = load_network<double>(o.model);
+  const Network<double> net = [&] {
+    try {
+      return load_network<double>(o.model);
+    } catch (const Error& e) {  // "use MPFR" would mislead: gradient has no other precision
+      if (std::string(e.what()).find("beyond the range of double") == std::string::npos) throw;
+      throw Error(o.model + ": a weight beyond the range of double, the one precision gradient computes in");
+    }
+  }();
   const Dataset ds = read_dataset(o.data);
   const Loss l = parse_loss(o.loss);
   std::vector<std::size_t> all(ds.sequences.size());

@@ -384,6 +384,9 @@ const TaskSpec& task(const std::string& name) {
 Dataset make_task(const std::string& name, const TaskOptions& o) {
   const TaskSpec& t = task(name);
   if (o.N < 1 || o.n < 1) throw Error("tasks need N >= 1 and n >= 1");
+  // Sized before anything is drawn (random-labels with N = 10^8 and n = 10^5 ran out of memory).
+  limits::check_count(limits::saturating_mul(limits::saturating_mul(o.N, o.n), std::max(o.d, 1)), 1,
+                      limits::kSize, "task size N * n * d");
   // The real options are read by some tasks only, and checked for all (--task-omega inf gave a
   // "non-finite number" error from deep inside the generator).
   limits::check_real(o.omega, -1e6, 1e6, "task option omega");
