@@ -296,3 +296,10 @@ TEST(Hostile, MemoryIsEstimatedBeforeAPrecisionThatCannotFit) {
           "over the budget of 8 GiB", "eval at interval:67108864");
   EXPECT_NO_THROW(evaluate_file(model, ds, Precision::parse("interval:256")));
 }
+
+TEST(Hostile, PolynomialWidthsSaturateInsteadOfWrapping) {  // d^N wrapped: "got -1773790757"
+  refuses([] { fang::build(40, 12, Rational(1), fang::Variant::single_head); },
+          "residual width 2625721 is too large, over 200000", "fang build 40 variables, 12 blocks");
+  refuses([] { fang::build(1000, 64, Rational(1), fang::Variant::multi_head); }, "is too large",
+          "fang build 1000 variables, 64 blocks");
+}

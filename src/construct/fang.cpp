@@ -15,10 +15,11 @@ namespace uatlab::fang {
 
 namespace {
 
-long ipow(long b, int e) {
-  long r = 1;
+// b^e, saturating at LLONG_MAX (d^N overflowed, and the message quoted a wrapped number).
+long long ipow(long long b, int e) {
+  long long r = 1;
   while (e-- > 0)
-    r *= b;
+    r = limits::saturating_mul(r, b);
   return r;
 }
 
@@ -228,13 +229,16 @@ Layout layout(int d, int N) {
   L.x0 = 1;
   L.pos0 = 1 + d;
   L.region.assign(N + 1, 0);
-  int at = 1 + 2 * d;
+  long long at = 1 + 2LL * d;
   for (int b = 1; b <= N; ++b) {
-    L.region[b] = at;
-    at += static_cast<int>(ipow(d, b));
+    L.region[b] = static_cast<int>(at);
+    at = limits::saturating_add(at, ipow(d, b));
+    if (at > 200000)
+      throw Error("residual width " + (at == LLONG_MAX ? std::string("beyond 9.2e18") : std::to_string(at)) +
+                  " is too large, over 200000 (d^N grows fast: d = " + std::to_string(d) +
+                  ", N = " + std::to_string(N) + ")");
   }
-  if (at > 200000) throw Error("residual width " + std::to_string(at) + " is too large (d^N grows fast)");
-  L.D = at;
+  L.D = static_cast<int>(at);
   return L;
 }
 
