@@ -331,3 +331,17 @@ TEST(Cli, GradientDoesNotAdviseAPrecisionItLacks) {  // "use MPFR" from a comman
   EXPECT_NE(r.out.find("the one precision gradient computes in"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("use MPFR"), std::string::npos) << r.out;
 }
+
+TEST(Cli, MemorizeForceLeavesNoStaleFloat64Model) {  // the previous run's .safetensors stayed beside it
+  const std::string d = dir(), out = d + "stale.json", f64 = d + "stale.safetensors";
+  write(f64, "an earlier run's F64 model");
+  const std::string args =
+      "memorize demo --demo-N 6 --demo-n 2 --demo-d 2 --demo-V 3 --mode faithful --out " + out;
+  EXPECT_NE(run(args).code, 0);  // without --force: refused, the file kept
+  EXPECT_TRUE(fs::exists(f64));
+  const Result r = run(args + " --force");  // float64 fails here (faithful mode): no F64 model is written
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("float64     fails"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(f64)) << r.out;
+  EXPECT_TRUE(fs::exists(out));
+}

@@ -217,6 +217,10 @@ int cmd_memorize(const Opts& o) {
       throw Error("the F64 file failed re-evaluation (max error " + std::to_string(worst) + "); not written");
     }
     std::printf("wrote       %s (F64, re-evaluated: max |y - label| = %.3g)\n", f64.c_str(), worst);
+  } else if (std::filesystem::exists(f64_beside(out))) {  // --force: a previous run's F64 model would
+    std::filesystem::remove(f64_beside(out));             // sit beside this one as if it were its own
+    std::printf("removed     %s (a previous run's: float64 does not reproduce this model)\n",
+                f64_beside(out).c_str());
   }
   save_network(m.net, out, "F64", "rational");
   std::printf("wrote       %s (lossless)\n", out.c_str());
