@@ -24,6 +24,7 @@
 #include "uatlab/train/tasks.hpp"
 #include "uatlab/train/trainer.hpp"
 #include "uatlab/verify/analyse.hpp"
+#include "uatlab/verify/bounds.hpp"
 #include "uatlab/verify/evaluate.hpp"
 #include "uatlab/verify/precision.hpp"
 #include "uatlab/version.hpp"
@@ -124,8 +125,8 @@ py::list evaluate_as(const Network<Rational>& exact, const Dataset& ds, const Pr
     } else if constexpr (Scalar<S>::interval) {
       Mat<double> lo(y.rows(), y.cols()), hi(y.rows(), y.cols());
       for (Eigen::Index i = 0; i < y.size(); ++i) {
-        lo(i) = mpfr_get_d(lower(y(i)).backend().data(), MPFR_RNDD);
-        hi(i) = mpfr_get_d(upper(y(i)).backend().data(), MPFR_RNDU);
+        lo(i) = to_double_down(lower(y(i)));
+        hi(i) = to_double_up(upper(y(i)));
       }
       out.append(py::make_tuple(to_numpy(lo), to_numpy(hi)));
     } else {  // exact values as "p/q" text: Fractions on the Python side

@@ -74,8 +74,8 @@ void print_contextual(const ks::Facts& f, const ks::Contextual& c) {
       c.projection.tries, c.projection.tries == 1 ? "y" : "ies");
   std::printf(
       "attention   mode %s%s: c = %.6g (theorem's c = %.6g, gap condition c = %.6g), W_O = eps/(4 r_max) v\n",
-      c.mode == ks::Mode::faithful ? "faithful" : "tuned", c.tied ? ", tied Q=K=V" : "",
-      Scalar<Rational>::to_double(c.c), c.c_theorem, c.c_gap);
+      ks::mode_names(c.mode), c.tied ? ", tied Q=K=V" : "", Scalar<Rational>::to_double(c.c), c.c_theorem,
+      c.c_gap);
   std::printf("contexts    %zu context ids; r <= %s (certified), %s the bound r_max + eps/4 = %.9g\n",
               c.contexts, upper_text(c.separation.r, 9).c_str(),
               c.separation.r_within_bound ? "within" : "NOT certified within", c.r_bound);

@@ -46,13 +46,6 @@ double log10_of(const Mpfr& x) {
   return Scalar<Mpfr>::to_double(mp::log10(x));
 }
 
-double up(const Mpfr& x) {
-  return mpfr_get_d(x.backend().data(), MPFR_RNDU);
-}
-double down(const Mpfr& x) {
-  return mpfr_get_d(x.backend().data(), MPFR_RNDD);
-}
-
 }  // namespace
 
 // ---- building blocks, shared with the scale sweep (kajitsuka_parts.hpp) -------------------------
@@ -277,10 +270,10 @@ Separation certify_separation(const Network<Rational>& attention, const Facts& f
   // ε − 2·max‖z − x‖ apart (triangle inequality), both in intervals.
   const Mpfi eps = mp::sqrt(Scalar<Mpfi>::from(f.eps_sq));
   const Mpfr r = upper(mp::sqrt(Mpfi(nz_max)));
-  sep.r = up(r);
+  sep.r = to_double_up(r);
   sep.r_within_bound = r <= lower(Mpfi(mp::sqrt(Scalar<Mpfi>::from(f.r_max_sq)) + eps / 4));
   const Mpfr cross = lower(Mpfi(eps - 2 * Mpfi(t_max)));
-  sep.cross_lower = down(cross);
+  sep.cross_lower = to_double_down(cross);
   // Every pair of contexts of the same token.
   std::vector<Mpfr> best_mid(by.size(), Mpfr(-1)), best_lo(by.size(), Mpfr(-1));
 #pragma omp parallel for schedule(dynamic)
@@ -498,7 +491,7 @@ double certified_max_error(const Network<Rational>& net, const Dataset& ds, unsi
       for (Eigen::Index r = 0; r < y.rows(); ++r) {
         Mpfi e = mp::abs(y(r, k) - Scalar<Mpfi>::from(s.y(r, k)));
         Mpfr hi = upper(e);
-        w = std::max(w, mpfr_number_p(hi.backend().data()) ? up(hi) : kInf);
+        w = std::max(w, mpfr_number_p(hi.backend().data()) ? to_double_up(hi) : kInf);
       }
     worst[i] = w;
 #pragma omp critical(uatlab_certify_progress)
@@ -645,7 +638,7 @@ ValueMapBound value_map_bound(const Layer<Rational>& ff, int row, unsigned bits)
   for (const auto& [bj, wj] : units) {
     const Mpfi knot = Scalar<Mpfi>::from(bj), w = Scalar<Mpfi>::from(wj);
     const Mpfr hi = upper(mp::abs(b2 + S * knot - P));  // the value at b_j (the units before it)
-    r.sup = std::max(r.sup, mpfr_number_p(hi.backend().data()) ? up(hi) : kInf);
+    r.sup = std::max(r.sup, mpfr_number_p(hi.backend().data()) ? to_double_up(hi) : kInf);
     S += w, P += w * knot;
   }
   r.final_slope = Scalar<Rational>::to_double(slope);
@@ -761,7 +754,8 @@ Memorized memorize(const Dataset& ds, const MemorizeOptions& opt) {
               });
             net = b.build();
           }
-          tol = down(lower(Scalar<Mpfi>::from(tol_q)));  // ≤ tol_q, so max_error (rounded up) ≤ tol is sound
+          tol = to_double_down(
+              lower(Scalar<Mpfi>::from(tol_q)));  // ≤ tol_q, so max_error (rounded up) ≤ tol is sound
           const std::string at = " at " + std::to_string(bits) + " bits";
           m.max_error = certified_max_error(
               net, ds, bits, kInf,

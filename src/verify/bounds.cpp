@@ -48,6 +48,13 @@ std::string upper_text(double x, int digits) {
   return directed_text(x, digits, true);
 }
 
+double to_double_down(const Mpfr& x) {
+  return mpfr_get_d(x.backend().data(), MPFR_RNDD);
+}
+double to_double_up(const Mpfr& x) {
+  return mpfr_get_d(x.backend().data(), MPFR_RNDU);
+}
+
 double log10_down(double x) {
   Exact53 t(x);
   return directed_log10(t.v, MPFR_RNDD);

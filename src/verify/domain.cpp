@@ -9,6 +9,7 @@
 
 #include "uatlab/limits.hpp"
 #include "uatlab/verify/affine.hpp"
+#include "uatlab/verify/bounds.hpp"
 #include "uatlab/verify/precision.hpp"
 
 namespace uatlab {
@@ -19,8 +20,9 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
+// Rounded up, and +inf for NaN: a bound that stays a bound.
 double up(const Mpfr& x) {
-  return mpfr_number_p(x.backend().data()) ? mpfr_get_d(x.backend().data(), MPFR_RNDU) : kInf;
+  return mpfr_number_p(x.backend().data()) ? to_double_up(x) : kInf;
 }
 
 // ---- stage 1: the coordinatewise front, composed exactly -----------------------------------------

@@ -6,6 +6,7 @@
 
 #include "uatlab/io/model_file.hpp"
 #include "uatlab/limits.hpp"
+#include "uatlab/verify/bounds.hpp"
 
 namespace uatlab {
 
@@ -62,13 +63,12 @@ std::vector<json> run(const std::string& path, const Dataset& ds, const EvalOpti
   if constexpr (std::is_same_v<S, Mpfr> || std::is_same_v<S, Mpfi>) {
     // The memory estimated first: weights, plus per sequence its activations and attention.
     const Network<Rational> exact = load_network<Rational>(path);
-    long long widest = exact.arch.d, live = 0;
-    for (const LayerSpec& l : exact.arch.layers)
+    long long widest = exact.arch.d, heads = 0, live = 0;
+    for (const LayerSpec& l : exact.arch.layers) {
       widest = std::max<long long>(widest, std::max(l.width, 3 * l.heads * l.head_size));
+      heads = std::max<long long>(heads, l.heads);
+    }
     for (const Sequence& s : ds.sequences) {
-      long long heads = 0;
-      for (const LayerSpec& l : exact.arch.layers)
-        heads = std::max<long long>(heads, l.heads);
       const long long n = static_cast<long long>(s.n());
       live = std::max(live, 4 * n * widest + heads * n * n);
     }
@@ -93,7 +93,7 @@ std::vector<json> run(const std::string& path, const Dataset& ds, const EvalOpti
           l.push_back(decimal_text(lower(v), MPFR_RNDD));  // the printed ends still enclose the value
           h.push_back(decimal_text(upper(v), MPFR_RNDU));
           // An upper bound on the width, and "inf" where it is past double's range (JSON has no inf).
-          const double width = mpfr_get_d(mp::width(v).backend().data(), MPFR_RNDU);
+          const double width = to_double_up(mp::width(v));
           w.push_back(std::isfinite(width) ? json(width) : json("inf"));
         } else
           t.push_back(Scalar<S>::to_string(v));

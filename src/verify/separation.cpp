@@ -20,14 +20,6 @@ namespace uatlab {
 
 namespace {
 
-// An MPFR value as a double rounded up (down): a bound that stays a bound.
-double up(const Mpfr& x) {
-  return mpfr_get_d(x.backend().data(), MPFR_RNDU);
-}
-double down(const Mpfr& x) {
-  return mpfr_get_d(x.backend().data(), MPFR_RNDD);
-}
-
 struct Occurrence {
   std::vector<double> mid, err;  // the output's midpoint (double) and a bound on |value − mid|
   double err_norm = 0;           // ‖err‖₂, rounded up
@@ -74,7 +66,7 @@ double distance_mpfi(const Mat<Mpfi>& A, Eigen::Index ka, const Mat<Mpfi>& B, Ei
     mpfi_sqr(t.backend().data(), diff.backend().data());
     sq += t;
   }
-  return down(lower(mp::sqrt(sq)));
+  return to_double_down(lower(mp::sqrt(sq)));
 }
 
 // A certified lower bound on the least distance over a set of pairs: every pair's directed-
@@ -168,7 +160,7 @@ LayerSeparation separation(const Network<Rational>& net, const Dataset& ds, std:
         Mpfr above = upper(y), below(m);
         mpfr_sub(above.backend().data(), above.backend().data(), Mpfr(m).backend().data(), MPFR_RNDU);
         mpfr_sub(below.backend().data(), below.backend().data(), lower(y).backend().data(), MPFR_RNDU);
-        o.mid.push_back(m), o.err.push_back(std::max(up(above), up(below)));
+        o.mid.push_back(m), o.err.push_back(std::max(to_double_up(above), to_double_up(below)));
         // Beyond double's range the midpoints and distances below would be inf or NaN, and a NaN
         // bound would be dropped (a false separation): refuse instead.
         if (!std::isfinite(o.mid.back()) || !std::isfinite(o.err.back()))

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "uatlab/error.hpp"
+#include "uatlab/io/lists.hpp"
 #include "uatlab/limits.hpp"
 
 namespace uatlab {
@@ -99,12 +100,9 @@ void fields_from_json(const nlohmann::json& j, Options& o, const std::string& wh
       known = true;
       field_from_json(it.value(), member, what + " \"" + key + "\"");
     });
-    if (!known && unknown == UnknownKeys::refuse) {
-      std::string keys;
-      for (const std::string& k : field_keys<Options>())
-        keys += (keys.empty() ? "" : ", ") + k;
-      throw Error(what + ": unknown option \"" + it.key() + "\" (known: " + keys + ")");
-    }
+    if (!known && unknown == UnknownKeys::refuse)
+      throw Error(what + ": unknown option \"" + it.key() + "\" (known: " + join_list(field_keys<Options>()) +
+                  ")");
   }
 }
 

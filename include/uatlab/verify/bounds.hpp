@@ -14,6 +14,10 @@ namespace uatlab {
 // (upper_text): the text, read back exactly, is ≤ x (≥ x). "inf", "-inf" and "nan" as such.
 std::string lower_text(double x, int digits = 4);
 std::string upper_text(double x, int digits = 4);
+// An MPFR value as a double rounded toward −∞ (to_double_down) or +∞ (to_double_up): a bound that
+// stays a bound (past double's range, ±inf; NaN stays NaN).
+double to_double_down(const Mpfr& x);
+double to_double_up(const Mpfr& x);
 // A double ≤ log10(x) (≥ log10(x)); −inf at 0, NaN below 0 or at NaN.
 double log10_down(double x);
 double log10_up(double x);
