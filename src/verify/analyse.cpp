@@ -55,7 +55,8 @@ Analysis analyse(const Network<Rational>& net, const Dataset& ds, const AnalyseO
     });
   if (o.rounding) {
     a.direct_rounding = o.direct_rounding;
-    for (const char* format : {"float32", "bfloat16", "float16"}) {
+    for (const WeightFormat& f : kWeightFormats) {
+      const char* format = f.name;
       Network<Rational> r = net;
       long long overflow = 0;
       r.for_each_tensor([&](const std::string&, Mat<Rational>& m, Layout) {

@@ -161,11 +161,12 @@ Predictions certify_predictions(const Network<Rational>& net, const Dataset& ds,
 }
 
 Rational round_weight(const Rational& x, const std::string& format, bool direct, bool& overflow) {
-  if (format == "float32") return round_to_format(x, 24, -126, 127, overflow);
-  const Rational y = direct ? x : round_to_format(x, 24, -126, 127, overflow);
-  if (overflow) return x;
-  if (format == "bfloat16") return round_to_format(y, 8, -126, 127, overflow);
-  if (format == "float16") return round_to_format(y, 11, -14, 15, overflow);
+  const WeightFormat& f32 = kWeightFormats[0];
+  for (const WeightFormat& f : kWeightFormats) {
+    if (format != f.name) continue;
+    const Rational y = direct || &f == &f32 ? x : round_to_format(x, f32.p, f32.emin, f32.emax, overflow);
+    return overflow ? x : round_to_format(y, f.p, f.emin, f.emax, overflow);
+  }
   throw Error("unknown format \"" + format + "\" (float32, bfloat16, float16)");
 }
 

@@ -102,6 +102,13 @@ Predictions certify_predictions(const Network<Rational>& net, const Dataset& ds,
 // exponents down to emin (subnormals below 2^emin), exactly; `overflow` set when |x| rounds
 // beyond the largest finite value (x is then returned unchanged).
 Rational round_to_format(const Rational& x, int p, int emin, int emax, bool& overflow);
+// The narrow formats analyse stores weights in: significand bits, normal exponent range.
+struct WeightFormat {
+  const char* name;
+  int p, emin, emax;
+};
+inline constexpr WeightFormat kWeightFormats[] = {
+    {"float32", 24, -126, 127}, {"bfloat16", 8, -126, 127}, {"float16", 11, -14, 15}};
 // How analyse rounds a weight to a format: bfloat16 and float16 through float32 (PyTorch's path)
 // unless direct; the path's name for reports ("float32 then bfloat16").
 Rational round_weight(const Rational& x, const std::string& format, bool direct, bool& overflow);
