@@ -529,13 +529,6 @@ TEST(Experiment, MemorizationCapacityFitsExponentsForProofsAndTrainings) {
   EXPECT_NE(md.find("Fitted exponent"), std::string::npos);
 }
 
-TEST(Experiment, WelchVerdictNamesTheDirection) {
-  EXPECT_EQ(welch_verdict({0, 1, 2}, {10, 11, 12}).rfind("lower (p = ", 0), 0u);
-  EXPECT_EQ(welch_verdict({10, 11, 12}, {0, 1, 2}, "less", "more").rfind("more (p = ", 0), 0u);
-  EXPECT_EQ(welch_verdict({0, 1, 2}, {0.1, 1.1, 2.1}).rfind("no difference shown", 0), 0u);
-  EXPECT_EQ(welch_verdict({1}, {1, 2}), "too few runs");
-}
-
 TEST(Experiment, LearnedKernelIsTheImpulseResponseOfTheBiasFreeModel) {
   Architecture a;
   a.d = 2;

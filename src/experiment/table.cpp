@@ -1,6 +1,7 @@
 #include "uatlab/experiment/table.hpp"
 
 #include <boost/math/distributions/students_t.hpp>
+#include <cmath>
 #include <cstdio>
 
 #include "uatlab/io/json.hpp"
@@ -23,14 +24,22 @@ Grouped group(const std::vector<json>& lines, const std::function<std::string(co
   };
   for (const json& l : lines) {
     const std::size_t r = slot(g.rows, row(l.at("cell"))), c = slot(g.cols, col(l.at("cell")));
-    if (g.values.size() <= r) g.values.resize(r + 1);
-    for (auto& v : g.values)
-      v.resize(g.cols.size());
+    if (g.values.size() <= r) g.values.resize(r + 1), g.seeds.resize(r + 1);
+    for (std::size_t k = 0; k < g.values.size(); ++k)
+      g.values[k].resize(g.cols.size()), g.seeds[k].resize(g.cols.size());
     g.values[r][c].push_back(value(l.at("result")));
+    g.seeds[r][c].push_back(l.at("cell").contains("seed") ? label(l.at("cell").at("seed")) : std::string());
   }
-  for (auto& v : g.values)
-    v.resize(g.cols.size());
+  for (std::size_t k = 0; k < g.values.size(); ++k)
+    g.values[k].resize(g.cols.size()), g.seeds[k].resize(g.cols.size());
   return g;
+}
+
+Sample sample(const Grouped& g, const std::string& row, const std::string& col) {
+  for (std::size_t r = 0; r < g.rows.size(); ++r)
+    for (std::size_t k = 0; k < g.cols.size(); ++k)
+      if (g.rows[r] == row && g.cols[k] == col) return {g.values[r][k], g.seeds[r][k]};
+  return {};
 }
 
 std::vector<Series> row_series(const Grouped& g, int prefix) {
@@ -74,37 +83,6 @@ std::string write_grouped(const Grouped& g, const std::string& corner, const Out
   return text;
 }
 
-Welch welch(const std::vector<double>& a, const std::vector<double>& b) {
-  Welch w;
-  if (a.size() < 2 || b.size() < 2) return w;
-  auto mean_var = [](const std::vector<double>& x) {
-    double m = 0, v = 0;
-    for (double e : x)
-      m += e;
-    m /= static_cast<double>(x.size());
-    for (double e : x)
-      v += (e - m) * (e - m);
-    return std::make_pair(m, v / static_cast<double>(x.size() - 1));
-  };
-  const auto [ma, va] = mean_var(a);
-  const auto [mb, vb] = mean_var(b);
-  const double na = static_cast<double>(a.size()), nb = static_cast<double>(b.size());
-  const double se2 = va / na + vb / nb;
-  w.diff = ma - mb;
-  if (!(se2 > 0)) {  // no spread at all: the sign decides
-    w.t = w.diff == 0 ? 0 : std::copysign(std::numeric_limits<double>::infinity(), w.diff);
-    w.p_greater = w.diff > 0 ? 0 : 1, w.p_less = w.diff < 0 ? 0 : 1, w.df = na + nb - 2;
-    return w;
-  }
-  w.t = w.diff / std::sqrt(se2);
-  w.df = se2 * se2 / ((va / na) * (va / na) / (na - 1) + (vb / nb) * (vb / nb) / (nb - 1));
-  const boost::math::students_t dist(w.df);
-  w.p_greater = boost::math::cdf(boost::math::complement(dist, w.t));  // H1: mean(a) > mean(b)
-  w.p_less = boost::math::cdf(dist, w.t);                              // H1: mean(a) < mean(b)
-  w.valid = true;
-  return w;
-}
-
 double slope(const std::vector<double>& x, const std::vector<double>& y) {
   const std::size_t n = std::min(x.size(), y.size());
   if (n < 2) return std::numeric_limits<double>::quiet_NaN();
@@ -146,20 +124,6 @@ LineFit fit_line(const std::vector<double>& x, const std::vector<double>& y, dou
       boost::math::quantile(dist, 0.5 + level / 2) * std::sqrt(f.residual / (f.points - 2) / sxx);
   f.lo = f.slope - half, f.hi = f.slope + half;
   return f;
-}
-
-std::string welch_verdict(const std::vector<double>& a, const std::vector<double>& b,
-                          const std::string& lower, const std::string& higher) {
-  const Welch w = welch(a, b);
-  if (!w.valid) return "too few runs";
-  char p[48];
-  const double q = w.p_less < 0.05      ? w.p_less
-                   : w.p_greater < 0.05 ? w.p_greater
-                                        : std::min(w.p_less, w.p_greater);
-  std::snprintf(p, sizeof p, " (p = %.2g)", q);
-  if (w.p_less < 0.05) return lower + p;
-  if (w.p_greater < 0.05) return higher + p;
-  return "no difference shown" + std::string(p);
 }
 
 }  // namespace uatlab::experiment

@@ -9,17 +9,21 @@
 #include <vector>
 
 #include "uatlab/experiment/experiment.hpp"
+#include "uatlab/experiment/stats.hpp"
 #include "uatlab/io/report.hpp"
 
 namespace uatlab::experiment {
 
 struct Grouped {
-  std::vector<std::string> rows, cols;                   // in first-seen order
-  std::vector<std::vector<std::vector<double>>> values;  // [row][col] -> one value per run
+  std::vector<std::string> rows, cols;                       // in first-seen order
+  std::vector<std::vector<std::vector<double>>> values;      // [row][col] -> one value per run
+  std::vector<std::vector<std::vector<std::string>>> seeds;  // [row][col] -> each run's "seed" ("" if none)
 };
 Grouped group(const std::vector<json>& lines, const std::function<std::string(const json& cell)>& row,
               const std::function<std::string(const json& cell)>& col,
               const std::function<double(const json& result)>& value);
+// The runs of one cell with their seeds (empty when the cell is absent), for the statistics layer.
+Sample sample(const Grouped& g, const std::string& row, const std::string& col);
 // One plot series per row (mean, sd as the error bar): x is the number after `prefix`
 // characters of each column label ("m=32" with prefix 2), or the column's index when prefix < 0
 // (categorical; set the plot's xtics to g.cols).
@@ -28,19 +32,6 @@ std::vector<Series> row_series(const Grouped& g, int prefix);
 std::string grouped_markdown(const Grouped& g, const std::string& corner, int digits);
 // Writes the Markdown and CSV (row, column, mean, sd, runs) of a grouped table; returns the Markdown.
 std::string write_grouped(const Grouped& g, const std::string& corner, const Outputs& out, int digits = 4);
-
-// Welch's t-test of mean(a) against mean(b) (unequal variances): the difference of the means, t,
-// the Welch–Satterthwaite degrees of freedom, and one-sided p-values for mean(a) > mean(b) and
-// mean(a) < mean(b) (Student's t from Boost.Math). valid: both samples have >= 2 values with spread.
-struct Welch {
-  double diff = 0, t = 0, df = 0, p_greater = 1, p_less = 1;
-  bool valid = false;
-};
-Welch welch(const std::vector<double>& a, const std::vector<double>& b);
-// The verdict of one-sided Welch t-tests at p < 0.05 on mean(a) against mean(b): "<lower> (p = x)",
-// "<higher> (p = x)", "no difference shown (p = x)" (the smaller one-sided p), or "too few runs".
-std::string welch_verdict(const std::vector<double>& a, const std::vector<double>& b,
-                          const std::string& lower = "lower", const std::string& higher = "higher");
 
 // The least-squares slope of y on x (NaN with fewer than two points or no spread in x).
 double slope(const std::vector<double>& x, const std::vector<double>& y);

@@ -1,0 +1,303 @@
+// The statistics layer (stats.hpp) against hand computations and a brute-force enumeration, and
+// the experiments' reports fed canned runs: each verdict the reports print is checked against
+// data made to support, contradict or leave open its claim.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <functional>
+
+#include "uatlab/experiment/experiment.hpp"
+#include "uatlab/experiment/stats.hpp"
+
+using namespace uatlab;
+using namespace uatlab::experiment;
+using nlohmann::json;
+
+namespace {
+
+// The signed-rank p-values by enumerating every sign pattern, with mid-ranks computed directly:
+// an implementation independent of signed_rank's dynamic programme.
+std::pair<double, double> brute_signed_rank(const std::vector<double>& d) {
+  const std::size_t n = d.size();
+  std::vector<double> rank(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    double below = 0, equal = 0;
+    for (std::size_t j = 0; j < n; ++j)
+      below += std::abs(d[j]) < std::abs(d[i]), equal += std::abs(d[j]) == std::abs(d[i]);
+    rank[i] = below + (equal + 1) / 2;
+  }
+  double observed = 0;
+  for (std::size_t i = 0; i < n; ++i)
+    observed += d[i] > 0 ? rank[i] : 0;
+  double le = 0, ge = 0;
+  for (std::size_t mask = 0; mask < (std::size_t{1} << n); ++mask) {
+    double w = 0;
+    for (std::size_t i = 0; i < n; ++i)
+      w += (mask >> i & 1) ? rank[i] : 0;
+    le += w <= observed + 1e-9, ge += w >= observed - 1e-9;
+  }
+  const double all = std::ldexp(1.0, static_cast<int>(n));
+  return {le / all, ge / all};
+}
+
+Sample seeded(const std::vector<double>& v) {
+  Sample s{v, {}};
+  for (std::size_t i = 0; i < v.size(); ++i)
+    s.seeds.push_back(std::to_string(i + 1));
+  return s;
+}
+
+}  // namespace
+
+TEST(Stats, SignedRankIsExactWithTiesAndZeros) {
+  // Ten pairs all below: the only pattern as extreme is the observed one.
+  std::vector<double> a, b;
+  for (int i = 0; i < 10; ++i)
+    a.push_back(-8 + 0.1 * i), b.push_back(-2 - 0.3 * i);
+  SignedRank s = signed_rank(a, b);
+  EXPECT_EQ(s.n, 10);
+  EXPECT_DOUBLE_EQ(s.p_less, 1.0 / 1024);
+  EXPECT_DOUBLE_EQ(s.p_greater, 1.0);
+  // Ties (|3| twice, |2| and |−2|) and a zero difference, which is dropped.
+  const std::vector<double> d = {1, -2, 3, 3, 4, -0.5, 2, 0, 5.5};
+  s = signed_rank(d, std::vector<double>(d.size(), 0.0));
+  std::vector<double> kept;
+  for (double e : d)
+    if (e != 0) kept.push_back(e);
+  const auto [le, ge] = brute_signed_rank(kept);
+  EXPECT_EQ(s.n, 8);
+  EXPECT_DOUBLE_EQ(s.p_less, le);
+  EXPECT_DOUBLE_EQ(s.p_greater, ge);
+  // A shift moves the differences: d − 1.
+  std::vector<double> shifted;
+  for (double e : d)
+    if (e - 1 != 0) shifted.push_back(e - 1);
+  const auto [le1, ge1] = brute_signed_rank(shifted);
+  s = signed_rank(d, std::vector<double>(d.size(), 0.0), 1);
+  EXPECT_DOUBLE_EQ(s.p_less, le1);
+  EXPECT_DOUBLE_EQ(s.p_greater, ge1);
+  // Hodges–Lehmann: the Walsh averages of (1, 2, 3) are 1, 1.5, 2, 2, 2.5, 3; their median is 2.
+  EXPECT_DOUBLE_EQ(signed_rank({1, 2, 3}, {0, 0, 0}).estimate, 2);
+  EXPECT_FALSE(signed_rank({1, 2}, {1}).valid);
+}
+
+TEST(Stats, WelchShiftMovesTheNullHypothesis) {
+  const std::vector<double> a = {1.0, 2.5, 3.1, 4.2}, b = {0.5, 0.7, 2.0};
+  std::vector<double> a_minus;
+  for (double x : a)
+    a_minus.push_back(x - 0.8);
+  const Welch w = welch(a, b, 0.8), v = welch(a_minus, b);
+  EXPECT_NEAR(w.t, v.t, 1e-12);
+  EXPECT_NEAR(w.p_greater, v.p_greater, 1e-12);
+  EXPECT_NEAR(w.df, v.df, 1e-12);
+  EXPECT_NEAR(w.diff, v.diff + 0.8, 1e-12);
+}
+
+TEST(Stats, HolmStepsDownAndStaysMonotone) {
+  // Sorted: 0.005·4 = 0.02, 0.01·3 = 0.03, 0.03·2 = 0.06, 0.04·1 = 0.04 → 0.06 (monotone).
+  const std::vector<double> h = holm({0.01, 0.04, 0.03, 0.005});
+  EXPECT_NEAR(h[0], 0.03, 1e-15);
+  EXPECT_NEAR(h[1], 0.06, 1e-15);
+  EXPECT_NEAR(h[2], 0.06, 1e-15);
+  EXPECT_NEAR(h[3], 0.02, 1e-15);
+  EXPECT_DOUBLE_EQ(holm({0.6, 0.7})[0], 1.0);  // capped at 1
+}
+
+TEST(Stats, VerdictsFollowTheClaimTheScaleAndTheFamily) {
+  // 3a's case: DP-free 2-5 decades above DP in ten of ten seeds, one DP-free seed stalled far
+  // above; on the log scale and paired, "at most one decade above" is contradicted.
+  std::vector<double> dp, free;
+  for (int i = 0; i < 10; ++i)
+    dp.push_back(5e-8 * (1 + 0.1 * i)), free.push_back(i == 3 ? 0.117 : 1e-5 * std::pow(10, 0.3 * i));
+  Comparison not_higher{"DP is not necessary", "DP-free vs DP", ClaimKind::not_higher, seeded(free),
+                        seeded(dp)};
+  not_higher.margin = 1;
+  Comparison lower{"DP lowers the loss", "DP vs DP-free", ClaimKind::lower, seeded(dp), seeded(free)};
+  std::vector<Verdict> v = decide({not_higher, lower});
+  EXPECT_EQ(v[0].word, "contradicted");
+  EXPECT_EQ(v[0].test, "Wilcoxon signed-rank, paired by seed");
+  EXPECT_NEAR(v[0].p, 2.0 / 1024, 1e-15);
+  EXPECT_NEAR(v[0].p_holm, 2 * 2.0 / 1024, 1e-15);
+  EXPECT_EQ(v[1].word, "holds");
+  EXPECT_LT(v[1].estimate, -2);  // decades
+  // The raw scale with Welch (no seeds to pair) is swamped by the stalled seed.
+  Comparison raw = lower;
+  raw.a.seeds.clear(), raw.b.seeds.clear(), raw.scale = Scale::raw;
+  v = decide({raw});
+  EXPECT_EQ(v[0].test, "Welch t");
+  EXPECT_EQ(v[0].word, "inconclusive");
+
+  // Equivalence: within ±0.3 decades, and not within it.
+  std::vector<double> x, same, far;
+  for (int i = 0; i < 10; ++i)
+    x.push_back(std::pow(10, -2 + 0.2 * i)), same.push_back(x.back() * (1 + 0.02 * ((i % 3) - 1))),
+        far.push_back(x.back() * 100);
+  Comparison eq{"heads barely matter", "H=8 vs H=1", ClaimKind::equivalent, seeded(same), seeded(x)};
+  eq.margin = 0.3;
+  Comparison neq = eq;
+  neq.a = seeded(far);
+  v = decide({eq, neq});
+  EXPECT_EQ(v[0].word, "equivalent within ±0.3");
+  EXPECT_EQ(v[1].word, "contradicted");
+  EXPECT_NEAR(v[0].p, 3.0 / 1024, 1e-15);  // three outcomes, 2^-10 the smallest one-sided p
+
+  // Three seeds cannot decide a paired claim, and the verdict says why.
+  Comparison few{"fewer", "3 seeds", ClaimKind::lower, seeded({1, 2, 3}), seeded({10, 20, 30})};
+  v = decide({few});
+  EXPECT_EQ(v[0].word, "inconclusive");
+  EXPECT_NE(v[0].why.find("3 pairs"), std::string::npos) << v[0].why;
+
+  // A value that is 0 on the log scale is not tested and leaves the family; NaN likewise.
+  Comparison zero{"z", "z", ClaimKind::lower, seeded({0, 1, 2}), seeded({1, 2, 3})};
+  Comparison nan{"n", "n", ClaimKind::lower, seeded({NAN, 1, 2}), seeded({1, 2, 3})};
+  v = decide({zero, nan, lower});
+  EXPECT_FALSE(v[0].tested);
+  EXPECT_FALSE(v[1].tested);
+  EXPECT_NEAR(v[2].p_holm, v[2].p, 1e-15);  // a family of one
+
+  // Holm: p = 2^-10·2 holds alone; beside 30 untestable-by-design claims it no longer does.
+  std::vector<Comparison> family(31, few);
+  family[0] = lower;
+  v = decide(family);
+  EXPECT_EQ(v[0].word, "inconclusive");
+  EXPECT_NEAR(v[0].p_holm, 31 * 2.0 / 1024, 1e-12);
+}
+
+TEST(Stats, MarkdownNamesTheRuleAndTheControlsOutcome) {
+  Comparison c{"control claim", "a vs b", ClaimKind::lower, seeded({1, 2, 3}), seeded({10, 20, 30})};
+  c.control = true;
+  const std::string md = verdict_markdown({c});
+  EXPECT_NE(md.find("Holm over the 1 tested claims"), std::string::npos) << md;
+  EXPECT_NE(md.find("positive control: control claim"), std::string::npos) << md;
+  EXPECT_NE(md.find("did not show the effect it must see"), std::string::npos) << md;
+}
+
+// ---- the reports, fed canned runs ------------------------------------------------------------------
+
+namespace {
+
+// The report of an experiment's quick-mode cells, each run's losses and errors set to loss(cell)
+// times a small factor that differs from cell to cell (no exact ties between arms).
+std::string canned_report(const std::string& name, const std::function<double(const json&)>& loss) {
+  const Experiment& e = find_experiment(name);
+  Context c;
+  c.mode = Mode::quick;
+  std::vector<json> lines;
+  std::size_t k = 0;
+  for (const json& cell : e.cells(c)) {
+    const double l = loss(cell) * (1 + 0.002 * static_cast<double>(++k % 7));
+    lines.push_back({{"cell", cell},
+                     {"result",
+                      {{"val_loss", l},
+                       {"val_nmse", l},
+                       {"train_loss", l},
+                       {"val_accuracy", 1.0},
+                       {"parameters", 1000},
+                       {"tokens_per_second", 1.0},
+                       {"certified_correct", 1.0},
+                       {"log10_delta_last", -3.0}}}});
+  }
+  const std::string dir = std::string(UATLAB_TEST_TMP) + "/canned-" + name;
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return e.report(lines, Outputs{dir, name}, c);
+}
+
+// The verdict cell of the verdict table's row whose comparison contains `what`.
+std::string verdict_of(const std::string& md, const std::string& what) {
+  for (std::size_t at = md.find(what); at != std::string::npos; at = md.find(what, at + 1)) {
+    const std::size_t begin = md.rfind('\n', at) + 1, end = md.find('\n', at);
+    const std::string row = md.substr(begin, end - begin);
+    if (row.rfind("| ", 0) != 0 || row.find("Wilcoxon") == std::string::npos) continue;
+    const std::size_t last = row.rfind(" |"), cell = row.rfind("| ", last - 1);
+    return row.substr(cell + 2, last - cell - 2);
+  }
+  return "(no row for " + what + ")";
+}
+
+int seed(const json& cell) {
+  return cell.at("seed").get<int>();
+}
+
+}  // namespace
+
+TEST(Stats, Report3aContradictsAFixedMemoryClaimThatDPWinsEverywhere) {
+  // DP heads 5e-8, DP-free ones 2-5 decades above with one stalled seed (the full run's pattern).
+  auto loss = [](const json& c) {
+    const bool dp = c.at("dp").get<bool>(), fixed = c.at("task") == "sparse-boolean";
+    if (dp) return 5e-8 * (1 + 0.1 * seed(c));
+    if (!fixed) return 0.2;
+    return seed(c) == 4 ? 0.117 : 1e-5 * std::pow(10, 0.3 * seed(c));
+  };
+  std::string md = canned_report("wang-e-3a", loss);
+  EXPECT_EQ(verdict_of(md, "DP-free vs DP, H=4, fixed memory"), "contradicted") << md;
+  EXPECT_EQ(verdict_of(md, "DP vs DP-free, H=4, adaptive memory"), "holds") << md;
+  EXPECT_NE(md.find("holds, so the set-up and 10 runs per arm can see"), std::string::npos) << md;
+  // DP-free at twice DP's loss: within the decade the claim allows.
+  md = canned_report("wang-e-3a", [&](const json& c) {
+    return c.at("dp").get<bool>() || c.at("task") != "sparse-boolean"
+               ? loss(c)
+               : 2 * loss(json{{"dp", true}, {"task", "sparse-boolean"}, {"seed", seed(c)}});
+  });
+  EXPECT_EQ(verdict_of(md, "DP-free vs DP, H=4, fixed memory"), "holds") << md;
+}
+
+TEST(Stats, Report2aShowsEquivalenceOnlyWhenTheControlCanSeeAnEffect) {
+  auto m = [](const json& c) { return c.at("m").get<int>(); };
+  std::string md = canned_report("wang-e-2a", [&](const json& c) { return m(c) == 128 ? 1e-3 : 1e-1; });
+  EXPECT_EQ(verdict_of(md, "m=128 vs m=8 at H=1"), "holds") << md;
+  EXPECT_EQ(verdict_of(md, "H=8 vs H=1 at m=128"), "equivalent within ±0.3") << md;
+  // Heads divide the error by 10 as well: "little to no effect" is contradicted.
+  md = canned_report("wang-e-2a",
+                     [&](const json& c) { return (m(c) == 128 ? 1e-3 : 1e-1) / (c.at("H") == 8 ? 10 : 1); });
+  EXPECT_EQ(verdict_of(md, "H=8 vs H=1 at m=128"), "contradicted") << md;
+  // Nothing changes anything: the control fails, and the report says what that means.
+  md = canned_report("wang-e-2a", [](const json&) { return 0.1; });
+  EXPECT_EQ(verdict_of(md, "m=128 vs m=8 at H=1"), "inconclusive") << md;
+  EXPECT_NE(md.find("did not show the effect it must see"), std::string::npos) << md;
+}
+
+TEST(Stats, Report4aAnd3bJudgeEachClaimOnItsOwnColumn) {
+  std::string md = canned_report("wang-e-4a", [](const json& c) {
+    const std::string tail = c.at("tail"), rpe = c.at("rpe");
+    if (tail == "heavy") return rpe == "log" ? 1e-4 : 1e-2;
+    if (tail == "light") return rpe == "lin" ? 1e-4 : 1e-2;
+    return 1e-3 / c.at("H").get<double>();
+  });
+  EXPECT_EQ(verdict_of(md, "log vs lin, heavy-tailed, H=1"), "holds") << md;
+  EXPECT_EQ(verdict_of(md, "lin vs log, light-tailed, H=8"), "holds") << md;
+  EXPECT_EQ(verdict_of(md, "tempered, log-type, H=8 vs H=1"), "holds") << md;
+  EXPECT_EQ(verdict_of(md, "log vs lin, tempered, H=8"), "inconclusive") << md;
+  // 3b: DP helps on the adaptive memory (the control) and not on text.
+  md = canned_report("wang-e-3b", [](const json& c) {
+    return c.contains("task") ? (c.at("dp").get<bool>() ? 1e-5 : 0.2) : 1.8;
+  });
+  EXPECT_EQ(verdict_of(md, "DP-free, adaptive memory (control)"), "holds") << md;
+  EXPECT_EQ(verdict_of(md, "DP-free, lin-type RPE"), "inconclusive") << md;
+}
+
+TEST(Stats, ReportMixersPairsEachModelWithAttention) {
+  const std::string md = canned_report("yun-mixers", [](const json& c) {
+    const std::string m = c.at("model");
+    return m == "control" ? 3.0 : m == "bproj" || m == "sepconv" ? 2.0 : 1.5;
+  });
+  EXPECT_EQ(verdict_of(md, "attention vs control, language modelling"), "holds") << md;
+  EXPECT_EQ(verdict_of(md, "attention vs bproj, memorization"), "holds") << md;
+  for (const std::string hybrid : {"hybrid-1", "hybrid-2"})
+    EXPECT_EQ(verdict_of(md, hybrid + " vs attention, language modelling"), "holds") << md;
+}
+
+TEST(Stats, Report1aAnd1bTestDepthAndHeadsPerTask) {
+  std::string md = canned_report("wang-e-1b", [](const json& c) { return 0.5 / c.at("H").get<double>(); });
+  EXPECT_EQ(verdict_of(md, "H=8 vs H=1 at lags 1,2,3, m=128"), "holds") << md;
+  EXPECT_EQ(verdict_of(md, "H=8 vs H=1 at lags 1,4,9, m=128"), "holds") << md;
+  EXPECT_NE(md.find("Measured, not tested"), std::string::npos) << md;
+  // 1a: depth helps the Type II memory only.
+  md = canned_report("wang-e-1a", [](const json& c) {
+    return c.value("task", std::string()) == "adaptive-2" ? 0.4 / c.at("L").get<double>() : 1.0;
+  });
+  EXPECT_EQ(verdict_of(md, "L=4, H=1, equal width vs L=1, H=4, equal width, Type II memory"), "holds") << md;
+  EXPECT_EQ(verdict_of(md, "L=4, H=1, equal total vs L=1, H=4, equal total, Type I memory"), "inconclusive")
+      << md;
+}
