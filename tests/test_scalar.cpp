@@ -2,6 +2,7 @@
 
 #include "uatlab/model/init.hpp"
 #include "uatlab/model/scalar.hpp"
+#include "uatlab/verify/precision.hpp"
 
 using namespace uatlab;
 
@@ -203,4 +204,28 @@ TEST(Scalar, SubnormalsAreRoundedOnce) {  // 2^-1075·(1 + 2^-125) became 0 in d
   EXPECT_THROW(Scalar<double>::from(two_to(1024)), Error);
   EXPECT_EQ(Scalar<double>::from(two_to(1024) - two_to(971)), std::numeric_limits<double>::max());
   EXPECT_THROW(Scalar<double>::from(two_to(1024) - two_to(970)), Error);  // halfway to 2^1024: a tie, to inf
+}
+
+// The bits an exact weight needs: a dyadic weight's significand (its odd part), any other weight's
+// exact fraction; and their count over a network.
+TEST(Scalar, StoredBitsCountSignificandsAndFractions) {
+  EXPECT_EQ(stored_bits(Rational(0)), 0);
+  EXPECT_EQ(stored_bits(Rational(12)), 2);             // 3·2^2
+  EXPECT_EQ(stored_bits(parse_rational("-5/16")), 3);  // 101
+  EXPECT_EQ(stored_bits(parse_rational("1e-300")), fraction_bits(parse_rational("1e-300")));
+  EXPECT_EQ(stored_bits(parse_rational("1/3")), 3);                 // 1 and 11: no binary float holds it
+  EXPECT_EQ(stored_bits(Rational(static_cast<double>(0.1f))), 24);  // float32's full significand
+  EXPECT_TRUE(is_dyadic(parse_rational("3/1024")));
+  EXPECT_FALSE(is_dyadic(parse_rational("3/10")));
+  Architecture a;
+  a.d = 1, a.readout = 2;
+  Network<Rational> net(a);
+  net.readout_w << Rational(12), parse_rational("1/3");
+  net.readout_b << Rational(0), parse_rational("-5/16");
+  const StoredBits b = count_stored_bits(net);
+  EXPECT_EQ(b.parameters, 4u);
+  EXPECT_EQ(b.nonzero, 3u);
+  EXPECT_EQ(b.non_dyadic, 1u);
+  EXPECT_EQ(b.max_bits, 3);
+  EXPECT_EQ(b.total_bits, 2 + 3 + 3);
 }

@@ -233,6 +233,7 @@ TEST(Stats, Report3aContradictsAFixedMemoryClaimThatDPWinsEverywhere) {
   std::string md = canned_report("wang-e-3a", loss);
   EXPECT_EQ(verdict_of(md, "DP-free vs DP, H=4, fixed memory"), "contradicted") << md;
   EXPECT_EQ(verdict_of(md, "DP vs DP-free, H=4, adaptive memory"), "holds") << md;
+  EXPECT_EQ(verdict_of(md, "DP vs DP-free, both with positions, H=4, adaptive memory"), "holds") << md;
   EXPECT_NE(md.find("holds, so the set-up and 10 runs per arm can see"), std::string::npos) << md;
   // DP-free at twice DP's loss: within the decade the claim allows.
   md = canned_report("wang-e-3a", [&](const json& c) {

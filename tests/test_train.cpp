@@ -442,3 +442,26 @@ TEST(Train, ATaskIsSizedBeforeItIsDrawn) {  // random-labels, N = 10^8, n = 10^5
     EXPECT_NE(std::string(e.what()).find("task size N * n * d"), std::string::npos) << e.what();
   }
 }
+
+// A confident prediction's cross-entropy keeps its digits in float: with logits (30, 0) the loss
+// is log(1 + e^-30) ≈ 9.36e-14, which log(Σ exp) rounded to 0 (the sum is 1 in float), and a
+// validation loss of 0 cannot be placed on the log scale the verdicts use.
+TEST(Train, ConfidentCrossEntropyIsNotRoundedToZero) {
+  Dataset data;
+  data.d = 1, data.label_dim = 1;
+  for (int label : {0, 1}) {
+    Sequence s;
+    s.x = Mat<Rational>::Constant(1, 1, Rational(label == 0 ? 1 : -1));
+    s.y = Mat<Rational>::Constant(1, 1, Rational(label));
+    data.sequences.push_back(s);
+  }
+  Architecture a;
+  a.d = 1, a.readout = 2;
+  Network<float> net(a);
+  net.readout_w << 15, -15;  // logits (15x, −15x): a gap of 30 toward the label
+  net.readout_b.setZero();
+  const double want = std::log1p(std::exp(-30.0));
+  EXPECT_NEAR(evaluate_loss(net, data, Loss::cross_entropy).first / want, 1, 1e-5);
+  Network<double> nd = network_cast<double>(net);
+  EXPECT_NEAR(evaluate_loss(nd, data, Loss::cross_entropy).first / want, 1, 1e-12);
+}

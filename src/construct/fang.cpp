@@ -44,12 +44,6 @@ int degree_of(const std::vector<int>& e) {
   return t;
 }
 
-// Bits of a coefficient (numerator and denominator).
-long long bits_of(const Rational& q) {
-  return static_cast<long long>(mpz_sizeinbase(mpq_numref(q.backend().data()), 2) +
-                                mpz_sizeinbase(mpq_denref(q.backend().data()), 2));
-}
-
 // The product's size is bounded before it is computed: terms, degree, the bits of one
 // coefficient and of all of them (a power of a polynomial with long constants grows fast).
 Polynomial mul(const Polynomial& a, const Polynomial& b) {
@@ -59,9 +53,9 @@ Polynomial mul(const Polynomial& a, const Polynomial& b) {
   int da = 0, db = 0;
   long long ba = 0, bb = 0;
   for (auto& [e, c] : a)
-    da = std::max(da, degree_of(e)), ba = std::max(ba, bits_of(c));
+    da = std::max(da, degree_of(e)), ba = std::max(ba, fraction_bits(c));
   for (auto& [e, c] : b)
-    db = std::max(db, degree_of(e)), bb = std::max(bb, bits_of(c));
+    db = std::max(db, degree_of(e)), bb = std::max(bb, fraction_bits(c));
   if (ba + bb > limits::kCoefficientBits || pairs * (ba + bb) > limits::kPolynomialBits)
     throw Error("the polynomial's coefficients grow beyond " + std::to_string(limits::kCoefficientBits) +
                 " bits each or " + std::to_string(limits::kPolynomialBits) + " bits in all");

@@ -13,6 +13,7 @@
 #include "uatlab/experiment/table.hpp"
 #include "uatlab/io/json.hpp"
 #include "uatlab/verify/analyse.hpp"
+#include "uatlab/verify/precision.hpp"
 
 namespace uatlab::experiment {
 
@@ -42,6 +43,18 @@ std::string curve_of(const json& cell) {
              : cell.at("family").get<std::string>();
 }
 
+// The bit budget beside the parameters: the most bits of one weight, the bits of all weights
+// (stored_bits), the weights no binary float holds, and the fewest bits per weight that certify
+// times the parameters.
+void add_bits(json& r, const StoredBits& b, unsigned certifying_bits) {
+  r["max_weight_bits"] = b.max_bits;
+  r["total_weight_bits"] = b.total_bits;
+  r["non_dyadic_weights"] = b.non_dyadic;
+  r["certifying_bits"] = certifying_bits;
+  r["certifying_bits_x_parameters"] =
+      static_cast<double>(certifying_bits) * static_cast<double>(b.parameters);
+}
+
 // A construction: memorize (tuned, tied) with the value map; certified |y − label| ≤ 10^-6, so the
 // nearest class is the label's.
 json run_construction(const json& cell) {
@@ -51,17 +64,15 @@ json run_construction(const json& cell) {
   o.contextual.seed = cell.at("seed").get<std::uint64_t>();
   o.value_map = kajitsuka::value_map_names.parse(cell.at("map"));
   const kajitsuka::Memorized m = kajitsuka::memorize(ds, o);
-  std::size_t nonzero = 0;
-  m.net.for_each_tensor([&](const std::string&, const Mat<Rational>& t, Layout) {
-    for (Eigen::Index i = 0; i < t.size(); ++i)
-      nonzero += t(i) != 0;
-  });
+  const StoredBits b = count_stored_bits(m.net);
   json r = {{"memorized", true},
             {"parameters", m.params_total},
-            {"nonzero_parameters", nonzero},
+            {"nonzero_parameters", b.nonzero},
             {"contexts", m.hidden},
             {"min_bits", m.min_bits},
+            {"criterion", "|y - label| <= 1e-6"},
             {"seconds", m.seconds_construct_certify + m.seconds_min_bits}};
+  add_bits(r, b, m.min_bits);
   if (!m.deep_plan.is_null()) r["deep"] = m.deep_plan;
   return r;
 }
@@ -110,9 +121,11 @@ json run_trained(const json& cell) {
     r["width"] = widths[mid];
     r["certified"] = certified;
     probes.push_back(r);
-    if (certified)
+    if (certified) {  // float32 weights: 24 significand bits at most, evaluated exactly
+      r["criterion"] = "argmax, float32 weights";
+      add_bits(r, count_stored_bits(network_cast<Rational>(net)), 24);
       best = mid, best_run = r, hi = mid;
-    else
+    } else
       lo = mid + 1;
   }
   json out = {{"memorized", best >= 0}, {"at_floor", best == 0}, {"probes", probes}};
@@ -120,6 +133,9 @@ json run_trained(const json& cell) {
     out["parameters"] = best_run.at("parameters");
     out["width"] = widths[best];
     out["steps"] = best_run.at("steps");
+    for (const char* key : {"criterion", "max_weight_bits", "total_weight_bits", "non_dyadic_weights",
+                            "certifying_bits", "certifying_bits_x_parameters"})
+      out[key] = best_run.at(key);
   }
   return out;
 }
@@ -135,6 +151,23 @@ std::string capacity_report(const std::vector<json>& lines, const Outputs& out, 
   std::string md =
       "Stored parameters of the smallest memorizing model, mean ± sd over the seeds that memorized:\n\n" +
       write_grouped(g, "curve", out, 4);
+  // Bits beside parameters (runs from before the bit accounting carry none and are left out).
+  std::vector<json> counted;
+  for (const json& l : done)
+    if (l.at("result").contains("total_weight_bits")) counted.push_back(l);
+  auto number = [](const char* key) { return [key](const json& r) { return r.at(key).get<double>(); }; };
+  md +=
+      "\nBits beside parameters (mean over the seeds that memorized). Criterion: constructions, |y − label| "
+      "≤ 10^-6 certified at their fewest bits; trained, every argmax certified with the float32 weights "
+      "(24 significand bits) evaluated exactly. A weight's bits: the significand a binary float needs to "
+      "hold "
+      "it exactly (exponent aside), or its exact fraction when no binary float holds it.\n";
+  for (const auto& [title, key] :
+       {std::pair{"largest bits in one weight", "max_weight_bits"},
+        {"total bits stored (Σ over weights)", "total_weight_bits"},
+        {"fewest bits per weight that certify × parameters", "certifying_bits_x_parameters"}})
+    md += "\n" + std::string(title) + ":\n\n" +
+          grouped_markdown(group(counted, curve, column, number(key)), "curve", 4);
   // How many seeds memorized, per cell (trained families within their grid of widths), and how
   // many of those at the grid's floor: 1/0 per run, through the one aggregation.
   auto flag = [](const char* key) {

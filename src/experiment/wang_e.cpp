@@ -300,8 +300,9 @@ std::string prefix(const GridSpec& spec, const GridTask& t) {
 // The computed verdicts of an (H, m) grid (Markdown); rows "H=…" (or "DP, H=…", "DP-free, H=…"),
 // columns "m=…" (or "<task>, m=…"). "Little to no effect" is an equivalence within a factor of 2
 // (±0.3 decades); "DP is not necessary" lets DP-free be at most a factor of 10 (1 decade) above DP.
-std::string grid_verdicts(const GridSpec& spec, const Grouped& g, const std::vector<int>& Hs,
-                          const std::vector<int>& ms) {
+// control: 3a's control cells (empty for the other grids).
+std::string grid_verdicts(const GridSpec& spec, const Grouped& g, const Grouped& control,
+                          const std::vector<int>& Hs, const std::vector<int>& ms) {
   std::vector<Comparison> v;
   std::string measured;
   const std::string h1 = "H=" + std::to_string(Hs.front()), hn = "H=" + std::to_string(Hs.back());
@@ -341,9 +342,12 @@ std::string grid_verdicts(const GridSpec& spec, const Grouped& g, const std::vec
       if (t.name == "sparse-boolean")
         v.push_back(compare("DP is not necessary for a fixed memory", "DP-free vs DP, " + hn + ", " + col, g,
                             "DP-free, " + hn, col, "DP, " + hn, col, ClaimKind::not_higher, 1));
-      else {  // the control: an adaptive memory needs DP
+      else {  // with the RPE alone, and the control with positions
         v.push_back(compare("DP is necessary for an adaptive memory", "DP vs DP-free, " + hn + ", " + col, g,
                             "DP, " + hn, col, "DP-free, " + hn, col));
+        v.push_back(compare("DP with positions is necessary for an adaptive memory",
+                            "DP vs DP-free, both with positions, " + hn + ", " + col, control, "DP, " + hn,
+                            col, "DP-free, " + hn, col));
         v.back().control = true;
       }
     }
@@ -377,14 +381,31 @@ Experiment hm_grid(const GridSpec& spec) {
               if (lags_differ(spec)) cell["lags"] = lags_text(t.lags);
               cells.push_back(cell);
             }
+    // 3a's positive control: with the RPE as the only position signal a DP head's dot product sees
+    // no position, so it cannot pick the lag the token asks for; with learned absolute positions
+    // (both arms) it can. The control is that DP effect, at the grid's largest H and m.
+    if (spec.claim == Claim::dp)
+      for (int seed = 1; seed <= seeds(c); ++seed)
+        for (bool dp : {false, true})
+          cells.push_back({{"H", grid_heads(spec, c).back()},
+                           {"m", grid_widths(spec, c).back()},
+                           {"seed", seed},
+                           {"steps", steps(c)},
+                           {"window", "max lag"},
+                           {"dp", dp},
+                           {"task", spec.tasks.back().name},
+                           {"positions", true}});
     return cells;
   };
   e.run = [spec](const json& cell, const Context& c) {
     const GridTask& t = task_of(spec, cell);
     return train_single_layer(t.name, t.lags, spec.omega, cell.at("H"), cell.at("m"), cell.value("dp", false),
-                              cell.at("seed"), c);
+                              cell.at("seed"), c, cell.value("positions", false));
   };
-  e.report = [spec](const std::vector<json>& lines, const Outputs& out, const Context& c) {
+  e.report = [spec](const std::vector<json>& all, const Outputs& out, const Context& c) {
+    std::vector<json> lines, control;  // the grid, and 3a's control cells (with positions)
+    for (const json& l : all)
+      (l.at("cell").value("positions", false) ? control : lines).push_back(l);
     const bool ce = task(spec.tasks.front().name).loss == Loss::cross_entropy;
     auto row = [spec](const json& c) {
       return (spec.with_dp ? std::string(c.at("dp").get<bool>() ? "DP, " : "DP-free, ") : std::string()) +
@@ -417,7 +438,11 @@ Experiment hm_grid(const GridSpec& spec) {
             grouped_markdown(
                 group(lines, row, col, [](const json& r) { return r.at("val_accuracy").get<double>(); }),
                 "accuracy", 3);
-    md += grid_verdicts(spec, g, grid_heads(spec, c), grid_widths(spec, c));
+    const Grouped gc = group(control, row, col, value);
+    if (!control.empty())
+      md += "\nThe positive control, with learned absolute positions in both arms:\n\n" +
+            grouped_markdown(gc, ce ? "validation loss" : "validation MSE / Var(y)", 4);
+    md += grid_verdicts(spec, g, gc, grid_heads(spec, c), grid_widths(spec, c));
     write_file_atomic(out.path(".md"), md);
     return md;
   };

@@ -28,10 +28,11 @@ std::vector<double> learned_kernel(const Network<float>& net, int n, int T);
 std::string tail_label(const std::string& tail);
 // One attention layer (H heads of size 4, lin-type RPE, DP-free unless dp) + an FFN of width m on a
 // task with fixed lags (sparse-boolean: majority; complex-readout: frequency omega), the heads
-// reading a window of the largest lag, positions before it not scored, no absolute positions (DP
-// heads see positions through the RPE alone, as DP-free heads do).
+// reading a window of the largest lag, positions before it not scored. Without `positions` a DP
+// head sees positions through the RPE alone, as a DP-free head does; with it, learned absolute
+// positions are added to the tokens (3a's positive control).
 json train_single_layer(const std::string& task, const std::vector<int>& lags, double omega, int H, int m,
-                        bool dp, int seed, const Context& c);
+                        bool dp, int seed, const Context& c, bool positions = false);
 
 // The model class's own reach on a memory kernel, without training: H DP-free heads of one layer
 // represent the kernels ρ̂(s) = Σ_h c_h w_h(s) over the lags s = 1 … W, each head's weights

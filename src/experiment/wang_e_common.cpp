@@ -74,7 +74,7 @@ TrainConfig config(const Context& c, double lr, Loss loss, std::uint64_t seed) {
 // every scored position sees the same lags and a DP-free head's softmax normalises over the same
 // past everywhere.
 json train_single_layer(const std::string& name, const std::vector<int>& lags, double omega, int H, int m,
-                        bool dp, int seed, const Context& c) {
+                        bool dp, int seed, const Context& c, bool positions) {
   TaskTraining t;
   t.task = name;
   t.data.lags = lags;
@@ -91,6 +91,7 @@ json train_single_layer(const std::string& name, const std::vector<int>& lags, d
   t.arch.vocab = task(t.task).shape(t.data).vocab;
   t.arch.d = t.arch.vocab > 0 ? 16 : task(t.task).shape(t.data).d;
   t.arch.readout = task(t.task).shape(t.data).outputs;
+  t.arch.max_len = positions ? t.data.n : 0;
   t.arch.layers = {attention(H, 4, !dp, Rpe::lin), feedforward(m)};
   t.arch.layers[0].window = window;
   t.cfg = config(c, 3e-3, loss, t.data.seed);

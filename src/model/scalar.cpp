@@ -103,6 +103,23 @@ unsigned mpfr_bits() {
   return bits_of_digits10(Mpfr::default_precision());
 }
 
+long long fraction_bits(const Rational& w) {
+  return static_cast<long long>(mpz_sizeinbase(mpq_numref(w.backend().data()), 2) +
+                                mpz_sizeinbase(mpq_denref(w.backend().data()), 2));
+}
+
+bool is_dyadic(const Rational& w) {
+  const mpz_srcptr den = mpq_denref(w.backend().data());
+  return mpz_scan1(den, 0) + 1 == mpz_sizeinbase(den, 2);  // a single set bit
+}
+
+long long stored_bits(const Rational& w) {
+  const mpz_srcptr num = mpq_numref(w.backend().data());
+  if (mpz_sgn(num) == 0) return 0;
+  if (!is_dyadic(w)) return fraction_bits(w);
+  return static_cast<long long>(mpz_sizeinbase(num, 2) - mpz_scan1(num, 0));  // the odd part's bits
+}
+
 unsigned bits_of(const Mpfr& x) {
   return static_cast<unsigned>(mpfr_get_prec(x.backend().data()));
 }

@@ -79,4 +79,19 @@ Doubling certify_with_doubling(unsigned first, unsigned max_bits,
   return certify_with_doubling(first, max_bits, [&](unsigned bits, unsigned&) { return attempt(bits); });
 }
 
+StoredBits count_stored_bits(const Network<Rational>& net) {
+  StoredBits b;
+  net.for_each_tensor([&](const std::string&, const Mat<Rational>& m, Layout) {
+    for (Eigen::Index i = 0; i < m.size(); ++i) {
+      const long long bits = stored_bits(m(i));
+      ++b.parameters;
+      b.nonzero += bits > 0;
+      b.non_dyadic += !is_dyadic(m(i));
+      b.max_bits = std::max(b.max_bits, bits);
+      b.total_bits += bits;
+    }
+  });
+  return b;
+}
+
 }  // namespace uatlab

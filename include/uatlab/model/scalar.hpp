@@ -63,6 +63,14 @@ unsigned mpfr_bits();  // bits a freshly made Mpfr/Mpfi carries now
 unsigned bits_of(const Mpfr& x);
 unsigned bits_of(const Mpfi& x);
 
+// The bits an exact weight needs. stored_bits: 0 for zero; for a dyadic w = ±a·2^e (a odd) the
+// bits of a, the significand a binary float needs to hold w exactly (its exponent aside); any
+// other w has no binary float and needs its exact fraction, fraction_bits: the bits of its
+// numerator and of its denominator.
+long long fraction_bits(const Rational& w);
+long long stored_bits(const Rational& w);
+bool is_dyadic(const Rational& w);
+
 // Exact parsing: "3", "-2/6", "0.125", "1e-400", "-1.5E+3". Throws Error naming the text.
 Rational parse_rational(const std::string& text);
 

@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "uatlab/model/network.hpp"
 #include "uatlab/model/scalar.hpp"
 
 namespace uatlab {
@@ -59,5 +60,15 @@ Doubling certify_with_doubling(unsigned first, unsigned max_bits,
                                const std::function<bool(unsigned bits, unsigned& next)>& attempt);
 Doubling certify_with_doubling(unsigned first, unsigned max_bits,
                                const std::function<bool(unsigned bits)>& attempt);
+
+// The storage a network's exact weights need, each weight counted by stored_bits (scalar.hpp):
+// the parameters, the non-zero ones, those that are not dyadic (no binary float holds them), the
+// most bits of one weight and the sum over all weights. A memorization's bit budget beside its
+// parameter count (Vardi, Yehudai & Shamir's trade-off: parameters × bits ≳ N).
+struct StoredBits {
+  std::size_t parameters = 0, nonzero = 0, non_dyadic = 0;
+  long long max_bits = 0, total_bits = 0;
+};
+StoredBits count_stored_bits(const Network<Rational>& net);
 
 }  // namespace uatlab
