@@ -105,6 +105,31 @@ TEST(DeepValueMap, ParametersGrowLikeTheSquareRootOfTheContexts) {
   EXPECT_LT(large.parameters, 9 * 16000 / 4);
 }
 
+// The plan without data: the closed-form count equals the built architecture's, and at the
+// theorem's own separation (β = 23,745 bits per offset) the √(q·β) law starts only past 10^4
+// contexts: below, one step per id (a linear staircase) is cheaper than any block of two.
+TEST(DeepValueMap, PlanOnlyCountFallsBackToTheStaircaseAtWideOffsets) {
+  const Network<Rational> att = attention(4);
+  for (int blocks : {2, 7, 40}) {
+    const deep::Plan p = deep::plan(att, line(80, 1), blocks);
+    Architecture base = att.arch;
+    base.readout = 0;
+    EXPECT_EQ(p.parameters,
+              base.parameter_count() + deep::value_map_parameters(4, p.blocks, p.block_size, p.beta, p.rho));
+    EXPECT_EQ(p.parameters,
+              deep::build(att, Vec<Rational>::Unit(4, 0), line(80, 1), p).arch.parameter_count());
+  }
+  EXPECT_EQ(deep::plan_count(4, 10000, 23745, 2).block_size, 1);  // the staircase
+  const deep::PlanCount far = deep::plan_count(4, 100000, 23745, 2);
+  EXPECT_EQ(far.block_size, 2);
+  EXPECT_LT(far.parameters, deep::value_map_parameters(4, 100000, 1, 23745, 2));
+  // Narrow offsets: blocks from the start, and parameters / √(q·β) settles (42.7 at 10^4, 43.6 at 10^7).
+  const double c4 = static_cast<double>(deep::plan_count(4, 10000, 16, 2).parameters) / std::sqrt(1e4 * 19),
+               c7 =
+                   static_cast<double>(deep::plan_count(4, 10000000, 16, 2).parameters) / std::sqrt(1e7 * 19);
+  EXPECT_NEAR(c7 / c4, 1, 0.03);
+}
+
 TEST(DeepValueMap, RefusesWhatItCannotEncode) {
   const Network<Rational> att = attention(3);
   EXPECT_THROW(deep::plan(att, line(10, 1)), Error);  // d < 4: no room for four registers

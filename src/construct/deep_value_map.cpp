@@ -130,11 +130,33 @@ Plan plan_for(const Architecture& attention, const Geometry& g, int q, int block
   p.depth = 2 + static_cast<long long>(p.block_size - 1) * (p.beta + p.rho + 2);
   limits::check_count(p.depth, 1, 1 << 20, "deep value map: sub-layers");
   limits::check_count(p.payload_bits, 0, limits::kCoefficientBits, "deep value map: payload bits");
-  p.parameters = value_map_architecture(attention, p.blocks, p.block_size, p.beta, p.rho).parameter_count();
+  Architecture base = attention;
+  base.readout = 0;
+  p.parameters =
+      base.parameter_count() + value_map_parameters(attention.d, p.blocks, p.block_size, p.beta, p.rho);
   return p;
 }
 
 }  // namespace
+
+long long value_map_parameters(int d, long long B, long long s, long long beta, int rho) {
+  const long long D = d, layer = 2 * D + 1;  // per unit: a row of W1, a bias, a column of W2
+  return (2 * D * layer + D) + (2 * (B - 1) * layer + D) +
+         (s - 1) * (beta * (2 * layer + D) + (3 * layer + D) + (rho + 1) * (4 * layer + D)) + D + 1;
+}
+
+PlanCount plan_count(int d, long long q, long long beta, int rho) {
+  PlanCount best;
+  auto consider = [&](long long blocks) {
+    const long long s = (q + blocks - 1) / blocks, B = (q + s - 1) / s;
+    const long long n = value_map_parameters(d, B, s, beta, rho);
+    if (best.blocks == 0 || n < best.parameters) best = {B, s, n};
+  };
+  for (double b = 2; b <= static_cast<double>(q) * 1.0001; b *= 1.08)
+    consider(std::llround(b));
+  consider(q);
+  return best;
+}
 
 nlohmann::json Plan::report() const {
   return {{"blocks", blocks},

@@ -243,7 +243,8 @@ std::string verdict_markdown(const std::vector<Comparison>& comparisons, double 
     const bool log = c.scale == Scale::log10;
     std::string claim = c.claim;
     if (c.kind != ClaimKind::lower)
-      claim += " (margin ±" + number(c.margin, "%g") + (log ? " decades)" : ")");
+      claim += std::string(" (margin ") + (c.kind == ClaimKind::equivalent ? "±" : "+") +
+               number(c.margin, "%g") + (log ? " dec)" : ")");
     if (c.control) claim = "positive control: " + claim;
     const std::string estimate =
         std::isnan(v.estimate) ? "" : number(v.estimate, "%+.3g") + (log ? " dec" : "");

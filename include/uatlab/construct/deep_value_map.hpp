@@ -42,6 +42,21 @@ struct Plan {
 // enclosures overlap, or when a label is negative or ≥ 2^20.
 Plan plan(const Network<Rational>& attention, const std::vector<Point>& points, int blocks = 0);
 
+// The stored parameters of the value map alone in d dimensions (load, select, extract and the
+// readout of y) with B blocks of s ids, β bits per threshold offset and labels below 2^ρ: a layer
+// of w units stores w(2d + 1) + d numbers, so
+//   (4d² + 3d) + (2(B − 1)(2d + 1) + d) + (s − 1)[β(5d + 2) + (7d + 3) + (ρ + 1)(9d + 4)] + d + 1.
+// The one count of the plan (the architecture's parameter_count agrees; a test checks).
+long long value_map_parameters(int d, long long blocks, long long block_size, long long beta, int rho);
+
+// The planner's choice without data: the B (over plan()'s geometric grid, and B = q, a plain
+// staircase) of fewest value-map parameters for q ids when every threshold offset takes β bits,
+// the plan-only count of docs/theory/deep-value-map.md.
+struct PlanCount {
+  long long blocks = 0, block_size = 0, parameters = 0;
+};
+PlanCount plan_count(int d, long long q, long long beta, int rho);
+
 // attention + load + select + extract + a readout of y (one output per token).
 Network<Rational> build(const Network<Rational>& attention, const Vec<Rational>& a,
                         const std::vector<Point>& points, const Plan& plan);
