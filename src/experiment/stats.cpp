@@ -258,7 +258,7 @@ std::string verdict_markdown(const std::vector<Comparison>& comparisons, double 
                                            " runs per arm can see an effect of this size."
                                      : v.word +
                                            ": the set-up did not show the effect it must see, so no "
-                                           "inconclusive verdict below is evidence of absence.");
+                                           "inconclusive verdict of this table is evidence of absence.");
   }
   return "\nComputed verdicts (docs/statistics.md): per claim, the smallest one-sided p of its outcomes "
          "times their number; Holm over the " +

@@ -299,8 +299,9 @@ std::string prefix(const GridSpec& spec, const GridTask& t) {
 
 // The computed verdicts of an (H, m) grid (Markdown); rows "H=…" (or "DP, H=…", "DP-free, H=…"),
 // columns "m=…" (or "<task>, m=…"). "Little to no effect" is an equivalence within a factor of 2
-// (±0.3 decades); "DP is not necessary" lets DP-free be at most a factor of 10 (1 decade) above DP.
-// control: 3a's control cells (empty for the other grids).
+// (±0.3 decades) on MSE / Var, within 5% (±0.02 decades) on a cross-entropy; "DP is not necessary" lets
+// DP-free be at most a factor of 10 (1 decade) above DP. control: 3a's control cells (empty for the other
+// grids).
 std::string grid_verdicts(const GridSpec& spec, const Grouped& g, const Grouped& control,
                           const std::vector<int>& Hs, const std::vector<int>& ms) {
   std::vector<Comparison> v;
@@ -333,9 +334,12 @@ std::string grid_verdicts(const GridSpec& spec, const Grouped& g, const Grouped&
                         (width ? mn + " vs " + m1 + " at " + h1 : hn + " vs " + h1 + " at " + m1), g, big_row,
                         big_col, h1, m1));
     v.back().control = true;
+    // The margin: a factor of 2 for an error that spans decades (MSE / Var), 5% for a
+    // cross-entropy, whose whole range from chance to a good model is a fraction of a decade.
+    const bool ce = task(spec.tasks.front().name).loss == Loss::cross_entropy;
     v.push_back(compare("a larger " + S + " has little to no effect",
                         (width ? hn + " vs " + h1 + " at " + mn : mn + " vs " + m1 + " at " + hn), g, hn, mn,
-                        big_row, big_col, ClaimKind::equivalent, 0.3));
+                        big_row, big_col, ClaimKind::equivalent, ce ? 0.02 : 0.3));
   } else {
     for (const GridTask& t : spec.tasks) {
       const std::string col = prefix(spec, t) + mn;
