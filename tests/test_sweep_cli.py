@@ -47,6 +47,15 @@ def main():
         assert "over 2 rank(s)" in r.stderr and "[rank 1:" in r.stderr, r.stderr
         assert results(two) == first, (results(two), first)
 
+        # A malformed runs.jsonl under two ranks: rank 0 refuses it and every rank leaves (rank 1
+        # used to wait in MPI_Bcast for ever).
+        broken = os.path.join(tmp, "broken")
+        os.makedirs(broken)
+        with open(os.path.join(broken, "runs.jsonl"), "w") as f:
+            f.write('{"cell": {"N": 1}, "result": {}\nnot json\n')
+        r = run(["mpirun", "-n", "2", BIN, "sweep", "small", "--out-dir", broken, "--threads", "1"], env=env, timeout=120)
+        assert r.returncode != 0 and "invalid JSON" in r.stderr and "another rank failed" in r.stderr, r.stderr
+
         # Bad configs: a clear error, a non-zero exit, no summary.
         bad = os.path.join(tmp, "bad")
         for cfg, msg in [('{"N": [10], "heads": [2]}', 'unknown key "heads"'), ('{"N": "ten"}', "must hold integers"), ('{"d": [4, 8]}', '"d" takes one integer'), ('{"seeds": 0}', '"seeds" must hold integers from 1'),

@@ -200,6 +200,24 @@ int sweep_ranks() {
 }
 #endif
 
+namespace {
+
+// Every rank learns whether any rank failed here, so that all of them leave together instead of
+// waiting in a collective for a rank that has gone (rank 0 alone refusing a malformed runs.jsonl
+// hung the job). Throws the local failure, or names the other rank's.
+void all_ranks_agree(const std::string& failure) {
+#ifdef UATLAB_MPI
+  if (sweep_ranks() > 1) {
+    int failed = !failure.empty(), any = 0;
+    MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (any && failure.empty()) throw Error("sweep stopped: another rank failed (its message is above)");
+  }
+#endif
+  if (!failure.empty()) throw Error(failure);
+}
+
+}  // namespace
+
 std::vector<json> run_sweep(const std::vector<json>& cells, const std::function<json(const json&)>& run,
                             const SweepOptions& o) {
   if (o.results.empty()) throw Error("a sweep needs a results file");
@@ -212,14 +230,18 @@ std::vector<json> run_sweep(const std::vector<json>& cells, const std::function<
   // Rank 0 reads the file and decides what is pending; the other ranks learn it from rank 0.
   std::vector<json> found(cells.size());
   std::vector<int> pending;
-  if (rank == 0) {
-    for (json& line : read_results(o.results)) {
-      auto it = index.find(line.at("cell").dump());
-      if (it != index.end()) found[it->second] = std::move(line);
+  std::string failure;
+  if (rank == 0) try {
+      for (json& line : read_results(o.results)) {
+        auto it = index.find(line.at("cell").dump());
+        if (it != index.end()) found[it->second] = std::move(line);
+      }
+      for (std::size_t i = 0; i < cells.size(); ++i)
+        if (found[i].is_null()) pending.push_back(static_cast<int>(i));
+    } catch (const std::exception& e) {
+      failure = e.what();
     }
-    for (std::size_t i = 0; i < cells.size(); ++i)
-      if (found[i].is_null()) pending.push_back(static_cast<int>(i));
-  }
+  all_ranks_agree(failure);
 #ifdef UATLAB_MPI
   if (ranks > 1) {
     int count = static_cast<int>(pending.size());
@@ -232,9 +254,14 @@ std::vector<json> run_sweep(const std::vector<json>& cells, const std::function<
   for (std::size_t k = 0; k < pending.size(); ++k)
     if (static_cast<int>(k % ranks) == rank) mine.push_back(pending[k]);
 
-  const std::unique_ptr<ResultSink> sink = make_sink(o.results, found, index, rank, ranks);
+  std::unique_ptr<ResultSink> sink;
+  try {
+    sink = make_sink(o.results, found, index, rank, ranks);
+  } catch (const std::exception& e) {
+    failure = e.what();
+  }
+  all_ranks_agree(failure);
   std::size_t done = 0;
-  std::string failure;
   const int threads = o.threads > 0 ? o.threads : omp_get_max_threads();
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
   for (std::size_t k = 0; k < mine.size(); ++k) {
@@ -265,15 +292,9 @@ std::vector<json> run_sweep(const std::vector<json>& cells, const std::function<
     }
   }
   sink->finish();
-#ifdef UATLAB_MPI
-  if (ranks > 1) {
-    int failed = !failure.empty(), any = 0;
-    MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-    if (any && failure.empty()) failure = "another rank failed (its message is above)";
-  }
-#endif
-  if (!failure.empty())
-    throw Error("sweep stopped: " + failure + " (finished cells are kept in " + o.results + ")");
+  all_ranks_agree(failure.empty()
+                      ? failure
+                      : "sweep stopped: " + failure + " (finished cells are kept in " + o.results + ")");
   if (rank != 0) return {};
   return found;
 }
