@@ -345,3 +345,22 @@ TEST(Cli, MemorizeForceLeavesNoStaleFloat64Model) {  // the previous run's .safe
   EXPECT_FALSE(fs::exists(f64)) << r.out;
   EXPECT_TRUE(fs::exists(out));
 }
+
+// A training that fails leaves --metrics as it was (it used to be truncated to its header) and
+// keeps the run's own lines beside it; a loss that is not finite before any update blames the
+// data, not the learning rate.
+TEST(Cli, FailedTrainingLeavesTheMetricsFileAsItWas) {
+  const std::string d = dir(), data = d + "huge_label.jsonl", metrics = d + "kept.csv";
+  write(data, "{\"x\": [[1],[2]], \"y\": [[1e30],[2]]}\n{\"x\": [[3],[4]], \"y\": [[1],[2]]}\n");
+  write(metrics, "an earlier run's metrics\n");
+  const Result r =
+      run("train --data " + data + " --d 1 --readout 1 --layer feedforward:width=4 --steps 5 --metrics " +
+          metrics + " -o " + d + "huge.safetensors");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.out.find("before any update"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("lower the learning rate"), std::string::npos) << r.out;
+  std::ifstream in(metrics);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "an earlier run's metrics\n");
+  EXPECT_TRUE(fs::exists(metrics + ".partial"));
+  EXPECT_FALSE(fs::exists(d + "huge.safetensors"));
+}

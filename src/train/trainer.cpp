@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <map>
@@ -380,11 +381,18 @@ TrainReport train(Network<S>& net, const Dataset& data, const Dataset* validatio
   BatchOrder order(data.sequences.size(), config.seed);
   const bool classify = config.loss == Loss::cross_entropy;
 
+  // The metrics go to PATH.partial (a copy of PATH first when resuming), renamed over PATH when the
+  // run ends well: a failed run leaves PATH as it was and its own lines beside it.
   std::ofstream csv;
+  const std::string partial = config.metrics + ".partial";
   if (!config.metrics.empty()) {
     const bool append = !resume.empty() && std::ifstream(config.metrics).good();
-    csv.open(config.metrics, append ? std::ios::app : std::ios::trunc);
-    if (!csv) throw Error("cannot write metrics to " + config.metrics);
+    std::error_code ec;
+    if (append)
+      std::filesystem::copy_file(config.metrics, partial, std::filesystem::copy_options::overwrite_existing,
+                                 ec);
+    csv.open(partial, append ? std::ios::app : std::ios::trunc);
+    if (ec || !csv) throw Error("cannot write metrics to " + partial);
     if (!append) csv << "step,lr,loss,accuracy,grad_norm,val_loss,val_accuracy,seconds\n";
   }
   auto save = [&](long step) {
@@ -399,59 +407,75 @@ TrainReport train(Network<S>& net, const Dataset& data, const Dataset* validatio
   };
   TrainReport rep;
   const auto t0 = std::chrono::steady_clock::now();
-  Network<S> grad = zero_like(net);
-  Workspace<S> ws;
-  const long first = opt.step;
-  long t = first;
-  for (; t < config.steps; ++t) {
-    const Batch<S> b = gather(all, order.at(t, config.batch));
-    grad.for_each_tensor([](const std::string&, Mat<S>& m, Layout) { m.setZero(); });
-    const double loss = batch_gradient(net, b, config.loss, grad, ws);
-    if (!std::isfinite(loss))
-      throw Error("the loss became NaN or infinite at step " + std::to_string(t + 1) +
-                  "; lower the learning rate");
-    const double lr = learning_rate(config, t);
-    const double gnorm = opt.update(net, grad, config, lr);
-    const bool last = t + 1 == config.steps;
-    const bool log = last || (config.log_every > 0 && (t + 1) % config.log_every == 0);
-    const bool eval = validation && config.eval_every > 0 && ((t + 1) % config.eval_every == 0 || last);
-    if (log || eval) {
-      rep.loss = loss;
-      rep.accuracy = -1;
-      if (classify) {
-        double right = 0, counted = 0;
-        for (std::size_t p = 0; p < ws.traces.size(); ++p) {
-          const Batch<S>& part = ws.parts.empty() ? b : ws.parts[p];
-          right += accuracy_of(ws.traces[p], part) * static_cast<double>(ws.traces[p].counted);
-          counted += static_cast<double>(ws.traces[p].counted);
+  try {
+    Network<S> grad = zero_like(net);
+    Workspace<S> ws;
+    const long first = opt.step;
+    long t = first;
+    for (; t < config.steps; ++t) {
+      const Batch<S> b = gather(all, order.at(t, config.batch));
+      grad.for_each_tensor([](const std::string&, Mat<S>& m, Layout) { m.setZero(); });
+      const double loss = batch_gradient(net, b, config.loss, grad, ws);
+      if (!std::isfinite(loss) && t == first)  // before any update of this run: the data or the weights
+        throw Error("the loss is NaN or infinite at step " + std::to_string(t + 1) +
+                    ", before any update: the labels, inputs or weights overflow " +
+                    std::string(Scalar<S>::name) + " (scale them, or train in double)");
+      if (!std::isfinite(loss))
+        throw Error("the loss became NaN or infinite at step " + std::to_string(t + 1) +
+                    "; lower the learning rate");
+      const double lr = learning_rate(config, t);
+      const double gnorm = opt.update(net, grad, config, lr);
+      const bool last = t + 1 == config.steps;
+      const bool log = last || (config.log_every > 0 && (t + 1) % config.log_every == 0);
+      const bool eval = validation && config.eval_every > 0 && ((t + 1) % config.eval_every == 0 || last);
+      if (log || eval) {
+        rep.loss = loss;
+        rep.accuracy = -1;
+        if (classify) {
+          double right = 0, counted = 0;
+          for (std::size_t p = 0; p < ws.traces.size(); ++p) {
+            const Batch<S>& part = ws.parts.empty() ? b : ws.parts[p];
+            right += accuracy_of(ws.traces[p], part) * static_cast<double>(ws.traces[p].counted);
+            counted += static_cast<double>(ws.traces[p].counted);
+          }
+          rep.accuracy = counted > 0 ? right / counted : 0;
         }
-        rep.accuracy = counted > 0 ? right / counted : 0;
+        if (eval) std::tie(rep.val_loss, rep.val_accuracy) = evaluate_loss(net, *validation, config.loss);
+        const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        if (csv.is_open()) {
+          csv << (t + 1) << ',' << lr << ',' << loss << ',' << rep.accuracy << ',' << gnorm << ','
+              << (eval ? rep.val_loss : -1) << ',' << (eval ? rep.val_accuracy : -1) << ',' << secs << '\n';
+          csv.flush();
+        }
+        if (on_log) {
+          const double done = static_cast<double>(t + 1 - first);
+          const double rate = done / std::max(secs, 1e-9);
+          on_log({t + 1, config.steps, loss, lr, gnorm, rate,
+                  static_cast<double>(config.steps - t - 1) / std::max(rate, 1e-9)});
+        }
+        if (classify && config.stop_at_full_accuracy && on_training_set().second == 1.0) {
+          rep.stopped_early = true;
+          ++t;
+          break;
+        }
       }
-      if (eval) std::tie(rep.val_loss, rep.val_accuracy) = evaluate_loss(net, *validation, config.loss);
-      const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      if (csv.is_open()) {
-        csv << (t + 1) << ',' << lr << ',' << loss << ',' << rep.accuracy << ',' << gnorm << ','
-            << (eval ? rep.val_loss : -1) << ',' << (eval ? rep.val_accuracy : -1) << ',' << secs << '\n';
-        csv.flush();
-      }
-      if (on_log) {
-        const double done = static_cast<double>(t + 1 - first);
-        const double rate = done / std::max(secs, 1e-9);
-        on_log({t + 1, config.steps, loss, lr, gnorm, rate,
-                static_cast<double>(config.steps - t - 1) / std::max(rate, 1e-9)});
-      }
-      if (classify && config.stop_at_full_accuracy && on_training_set().second == 1.0) {
-        rep.stopped_early = true;
-        ++t;
-        break;
-      }
+      if (!config.checkpoint.empty() && config.checkpoint_every > 0 && (t + 1) % config.checkpoint_every == 0)
+        save(t + 1);
     }
-    if (!config.checkpoint.empty() && config.checkpoint_every > 0 && (t + 1) % config.checkpoint_every == 0)
-      save(t + 1);
+    rep.steps = t;
+    if (config.evaluate_training_set) std::tie(rep.train_loss, rep.train_accuracy) = on_training_set();
+    if (!config.checkpoint.empty()) save(t);
+  } catch (const std::exception& e) {
+    if (config.metrics.empty()) throw;
+    throw Error(std::string(e.what()) + " (" + config.metrics +
+                " is left as it was; this run's metrics are in " + partial + ")");
   }
-  rep.steps = t;
-  if (config.evaluate_training_set) std::tie(rep.train_loss, rep.train_accuracy) = on_training_set();
-  if (!config.checkpoint.empty()) save(t);
+  if (csv.is_open()) {
+    csv.close();
+    std::error_code ec;
+    std::filesystem::rename(partial, config.metrics, ec);
+    if (ec || !csv) throw Error("cannot write metrics to " + config.metrics + ": " + ec.message());
+  }
   rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return rep;
 }
