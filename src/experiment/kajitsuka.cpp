@@ -94,7 +94,7 @@ Experiment kajitsuka_delta() {
       s.x.push_back(V), s.y.push_back(-r.at("log10_delta").get<double>());
     }
     write_file_atomic(out.path(".csv"), csv_text(header, csv));
-    const std::string text = markdown_table({"|V|", "seed", "N", "mode", "c", "log10 δ measured",
+    const std::string text = markdown_table({"\\|V\\|", "seed", "N", "mode", "c", "log10 δ measured",
                                              "log10 δ bound", "decades per unit c, measured",
                                              "decades per unit c, bound", "r_max", "bits used", "min bits"},
                                             md) +
