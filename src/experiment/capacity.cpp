@@ -289,11 +289,21 @@ std::string capacity_report(const std::vector<json>& lines, const Outputs& out, 
     csv.push_back({r, fixed(e.mean, 6), fixed(e.lo, 6), fixed(e.hi, 6), fixed(u.mean, 6), fixed(u.lo, 6),
                    fixed(u.hi, 6), std::to_string(e.runs)});
   }
+  // The reviewers' question on trained models: do more heads of size 1 memorize with fewer
+  // parameters than one head of size 4, at each N both reach (log10 parameters, paired by seed
+  // where both memorized)?
+  const std::string heads = families()[1].name, rank = families()[2].name;
+  for (const std::string& col : g.cols)
+    if (const Sample a = sample(g, heads, col), b = sample(g, rank, col);
+        a.values.size() > 1 && b.values.size() > 1)
+      claims.push_back(
+          {"4 heads of size 1 need fewer parameters than 1 head of size 4", col, ClaimKind::lower, a, b});
   md +=
       "\nFitted exponent p in parameters ∝ N^p: per seed, least squares on log-log over the N it memorized "
       "(runs at the width grid's floor left out), then over the larger half of those N; mean and 95% "
       "Student-t interval over seeds. The verdicts compare the per-seed exponents with those of Zhang's "
-      "map, which has one unit per context id:\n\n" +
+      "map, which has one unit per context id, and the parameters of the two multi-parameter attention "
+      "families at each N:\n\n" +
       markdown_table(
           {"curve", "exponent", "95% interval", "exponent, larger N", "95% interval", "seeds", "kind"},
           rows) +
