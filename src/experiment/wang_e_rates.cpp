@@ -13,9 +13,9 @@
 
 #include <Eigen/Dense>
 #include <algorithm>
-#include <limits>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <map>
 
 #include "registry.hpp"
