@@ -125,6 +125,19 @@ def test_constructions():
             check(False, "an unknown option raises")
         except uatlab.Error as e:
             check("unknown option" in str(e), f"unknown options are refused: {e}")
+    # Wrong argument types raise uatlab.Error naming the argument (they raised Python's TypeError
+    # from inside the module before).
+    net = uatlab.init({"d": 2, "readout": 3, "layers": []})
+    for what, bad in [("model must be", lambda: uatlab.train(uatlab.task("memorize", N=4, n=2, d=2, V=4))),
+                      ("expected a list, got str", lambda: uatlab.train(net, X=["ab"], Y=[1])),
+                      ("expected a list, got NoneType", lambda: uatlab.memorize(None, None)),
+                      ("seed must be an integer", lambda: uatlab.init({"d": 2, "layers": []}, "x")),
+                      ("architecture must be a dict", lambda: uatlab.init(42))]:
+        try:
+            bad()
+            check(False, f"{what}: raises")
+        except uatlab.Error as e:
+            check(what in str(e), f"a wrong argument type is a uatlab.Error: {e}")
     try:
         uatlab.memorize(X, [y + 1 if i == 0 else y for i, y in enumerate(Y)] + [Y[0]])
         check(False, "mismatched labels raise")

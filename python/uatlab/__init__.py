@@ -80,9 +80,24 @@ def _sequences(X, tokens):
     return ([X] if single else list(X)), single
 
 
+def _rows(a, what):
+    """a as a list, or uatlab.Error naming what was expected (not Python's TypeError)."""
+    a = _tolist(a)
+    if not isinstance(a, (list, tuple)):
+        raise Error(f"{what}: expected a list, got {type(a).__name__}")
+    return a
+
+
+def _whole(v, what):
+    if isinstance(v, (bool, _np.bool_)) or not isinstance(v, (int, _np.integer)):
+        raise Error(f"{what} must be an integer, got {v!r}")
+    return int(v)
+
+
 def dataset(X, Y=None, mask=None, tokens=False):
     """A uatlab dataset from sequences X (each (n, d) numbers, or (n,) token ids with tokens=True),
     optional labels Y (per sequence: n labels, or (n, k) values) and masks (n flags)."""
+    _rows(X, "X (the sequences)")
     xs, single = _sequences(X, tokens)
     ys = None if Y is None else [_tolist(Y)] if single else [_tolist(y) for y in Y]
     if ys is not None and len(ys) != len(xs):
@@ -90,12 +105,15 @@ def dataset(X, Y=None, mask=None, tokens=False):
     masks = [mask] if mask is not None and single else mask
     lines = []
     for i, x in enumerate(xs):
-        line = {"tokens": [_token(t) for t in x]} if tokens else {"x": [[_exact(v) for v in tok] for tok in x]}
+        at = f"sequence {i + 1}"
+        x = _rows(x, at)
+        line = {"tokens": [_token(t) for t in x]} if tokens else {
+            "x": [[_exact(v) for v in _rows(tok, f"{at} token {j + 1}")] for j, tok in enumerate(x)]}
         if ys is not None:
-            y = _tolist(ys[i])
+            y = _rows(ys[i], f"{at}: labels")
             line["y"] = [[_exact(v) for v in _tolist(t)] if isinstance(_tolist(t), list) else _exact(t) for t in y]
         if masks is not None:
-            line["mask"] = [int(bool(m)) for m in _tolist(masks[i])]
+            line["mask"] = [int(bool(m)) for m in _rows(masks[i], f"{at}: mask")]
         lines.append(_json.dumps(line))
     return _core.Dataset.parse("\n".join(lines) + "\n")
 
@@ -177,7 +195,11 @@ def load(path):
 
 def init(architecture, seed=1, gain=1.0):
     """A seeded random network (uatlab init): architecture as a dict (docs/formats.md)."""
-    return Network(_core.init_random(_json.dumps(architecture), seed, gain))
+    if not isinstance(architecture, dict):
+        raise Error(f"architecture must be a dict (docs/formats.md), got {type(architecture).__name__}")
+    if isinstance(gain, (bool, _np.bool_)) or not isinstance(gain, (int, float, _Fraction, _np.number)):
+        raise Error(f"gain must be a number, got {gain!r}")
+    return Network(_core.init_random(_json.dumps(architecture), _whole(seed, "seed"), float(gain)))
 
 
 def _pair(r):
@@ -222,6 +244,8 @@ def train(model, X=None, Y=None, data=None, validation=None, mask=None, dtype="d
     flags name them: loss ("mse" or "ce"), steps, batch, lr, min_lr, warmup, weight_decay, clip,
     seed, freeze, nonnegative_rates, stop_at_full_accuracy, metrics, ... (docs/training.md).
     Returns (trained network, summary)."""
+    if not isinstance(model, (Network, dict)):
+        raise Error(f"train: model must be a uatlab.Network or an architecture dict, got {type(model).__name__}")
     if not isinstance(model, Network):
         model = init(model, config.pop("init_seed", 1), config.pop("gain", 1.0))
     tokens = model.architecture.get("vocab", 0) > 0
