@@ -56,6 +56,10 @@ struct Callback {
       return py::none();
     }
   }
+  bool failed() {
+    std::lock_guard<std::mutex> lock(m);
+    return error != nullptr;
+  }
   void rethrow() {
     if (error) {
       py::error_already_set e = std::move(*error);
@@ -76,6 +80,16 @@ CallbackPtr callback(const py::object& fn) {
 OnProgress progress_of(const CallbackPtr& c) {
   if (!c) return {};
   return [c](const std::string& stage, long long done, long long total) { c->call(stage, done, total); };
+}
+
+// Ctrl-C, or an exception in the progress callback, stops a long call at its next report: Python's
+// SIGINT handler only sets a flag, checked here under the GIL. Called from the calling thread only
+// (outside any parallel region), so the exception leaves the library cleanly; released() then
+// raises the Python error (KeyboardInterrupt, or the callback's own).
+void stop_if_interrupted(const CallbackPtr& cb) {
+  py::gil_scoped_acquire gil;
+  if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+  if (cb && cb->failed()) throw Error("stopped: the progress callback raised");
 }
 
 // Runs f without the GIL; then raises what a callback raised, if anything.
@@ -366,6 +380,7 @@ PYBIND11_MODULE(_core, m) {
             Network<S> net = network_cast<S>(init.net);
             const TrainReport r = train(net, data, validation, c, "", [&](const Progress& p) {
               if (cb) cb->call("train", p.step, p.steps);
+              stop_if_interrupted(cb);
             });
             return std::make_pair(PyNetwork{network_cast<Rational>(net)},
                                   json_text(training_summary(net, data, validation, c.loss, r)));

@@ -269,8 +269,24 @@ def test_gil_released():
     check(took > 0.1 and len(ticks) > 50, f"another thread ran during the call ({len(ticks)} ticks in {took:.2f}s)")
 
 
+def test_ctrl_c_stops_training():
+    # Python's SIGINT handler only sets a flag; the training checks it at each log step (it ran on
+    # for the whole call before).
+    import signal
+    ds = uatlab.task("memorize", N=64, n=4, d=4, V=16)
+    arch = {"d": 4, "readout": 3, "layers": [{"type": "attention", "heads": 2, "head_size": 2},
+                                             {"type": "feedforward", "width": 64}]}
+    threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+    start = time.time()
+    try:
+        uatlab.train(arch, data=ds, loss="ce", steps=2_000_000)
+        check(False, "Ctrl-C stops uatlab.train")
+    except KeyboardInterrupt:
+        check(time.time() - start < 10, f"KeyboardInterrupt after {time.time() - start:.1f} s")
+
+
 for test in (test_numbers_and_precisions, test_constructions, test_torch_both_ways, test_train_and_analyse,
-             test_gil_released):
+             test_gil_released, test_ctrl_c_stops_training):
     test()
     print(f"{test.__name__}: ok")
 print(f"python module: {checks} checks passed")
