@@ -35,6 +35,20 @@ using nlohmann::json;
 
 namespace {
 
+// Set on the thread that runs a Python target or progress callback of a uatlab call. That call
+// holds the process's MPFR precision (one default for all threads, Boost 1.74), so a nested call
+// that needs it would wait for ever on a worker thread, or change the outer call's precision under
+// its workers on the calling one: such nested calls raise instead (refuse_nested).
+thread_local bool in_callback = false;
+
+void refuse_nested(const std::string& what) {
+  if (in_callback)
+    throw Error(what +
+                " cannot run inside a target or progress callback of another uatlab call (that call "
+                "holds the process's MPFR precision): evaluate in double or float there, or call it "
+                "after the outer call");
+}
+
 // A Python callable used from C++ threads: held by shared_ptr (copies never touch Python's
 // reference counts), called under the GIL; the first Python error is kept and raised later.
 struct Callback {
@@ -48,6 +62,11 @@ struct Callback {
       std::lock_guard<std::mutex> lock(m);
       if (error) return py::none();
     }
+    struct Inside {  // in_callback for the duration of the call, however it ends
+      bool outer = in_callback;
+      Inside() { in_callback = true; }
+      ~Inside() { in_callback = outer; }
+    } inside;
     try {
       return fn(std::forward<A>(a)...);
     } catch (py::error_already_set& e) {
@@ -159,6 +178,8 @@ py::list evaluate_as(const Network<Rational>& exact, const Dataset& ds, const Pr
 
 py::list evaluate(const PyNetwork& n, const Dataset& ds, const std::string& precision) {
   const Precision p = Precision::parse(precision);
+  if (p.kind == Precision::Kind::Mpfr || p.kind == Precision::Kind::Interval)
+    refuse_nested("eval at precision \"" + precision + "\"");
   return with_scalar(p, [&](auto zero) { return evaluate_as<decltype(zero)>(n.net, ds, p); });
 }
 
@@ -265,6 +286,7 @@ PYBIND11_MODULE(_core, m) {
       "contextual",
       [](const Dataset& ds, const std::string& mode, bool tied, std::uint64_t seed, unsigned max_bits,
          const py::object& progress) {
+        refuse_nested("contextual");
         const CallbackPtr cb = callback(progress);
         kajitsuka::ContextualOptions o;
         o.mode = kajitsuka::mode_names.parse(mode), o.tied = tied, o.seed = seed, o.max_bits = max_bits;
@@ -285,6 +307,7 @@ PYBIND11_MODULE(_core, m) {
       [](const Dataset& ds, const std::string& mode, bool tied, const std::string& value_map,
          const std::string& tolerance, std::uint64_t seed, unsigned max_bits, int blocks,
          const py::object& progress) {
+        refuse_nested("memorize");
         const CallbackPtr cb = callback(progress);
         limits::check_count(blocks, 0, 1 << 20, "blocks");
         kajitsuka::MemorizeOptions o;
@@ -308,6 +331,7 @@ PYBIND11_MODULE(_core, m) {
       "polynomial",
       [](const std::string& expr, const std::vector<std::string>& vars, const std::string& box,
          const std::string& variant, int degree, std::uint64_t seed) {
+        refuse_nested("polynomial");
         return released({}, [&] {
           const fang::Compiled c = fang::compile(expr, vars, parse_rational(box), variant, degree, seed);
           return std::make_pair(PyNetwork{c.net}, json_text(c.report()));
@@ -321,6 +345,7 @@ PYBIND11_MODULE(_core, m) {
       [](const py::object& target, int d, int n, int K, const std::string& construction, bool pe,
          const std::string& value_map, bool certify, long samples, long samples_standard, std::uint64_t seed,
          const py::object& progress) {
+        refuse_nested("approximate");
         const CallbackPtr cb = callback(progress),
                           fn = py::isinstance<py::str>(target) ? nullptr : callback(target);
         yun::Target f;
@@ -405,6 +430,7 @@ PYBIND11_MODULE(_core, m) {
       [](const PyNetwork& n, const Dataset& ds, const std::string& labels, const std::string& tolerance,
          unsigned bits, unsigned max_bits, bool min_bits, bool rounding, bool separation, std::uint64_t seed,
          const std::string& plot, bool affine, bool direct_rounding, const py::object& progress) {
+        refuse_nested("analyse");
         const CallbackPtr cb = callback(progress);
         AnalyseOptions o;
         o.affine = affine, o.direct_rounding = direct_rounding;

@@ -98,6 +98,17 @@ def test_constructions():
         check(False, "a failing target raises")
     except ValueError as e:
         check("boom" in str(e), "the target's own exception arrives")
+    inner = uatlab.init({"d": 1, "layers": []})
+
+    def nested(Z):  # a target that calls uatlab: in double it works, at MPFR precision it raises
+        inner.eval(np.asarray(Z), precision="double")
+        inner.eval(np.asarray(Z), precision="100")
+        return np.sin(np.asarray(Z))
+    try:  # deadlocked before (a worker waiting for the precision the outer call holds)
+        uatlab.approximate(nested, 1, 2, 4, samples=50, samples_standard=10)
+        check(False, "a nested MPFR call raises")
+    except uatlab.Error as e:
+        check("inside a target or progress callback" in str(e), f"a nested MPFR call is refused: {e}")
     tempered = uatlab.task("kernel-tempered", N=4, n=6, cutoff=2, seed=3)  # every task option, as the CLI has
     check(len(tempered) == 4, "task() takes cutoff, as the CLI's --task-cutoff")
     tok = uatlab.init({"d": 2, "vocab": 4, "readout": 2, "layers": [{"type": "attention"}]})
