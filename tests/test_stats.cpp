@@ -302,3 +302,35 @@ TEST(Stats, Report1aAnd1bTestDepthAndHeadsPerTask) {
   EXPECT_EQ(verdict_of(md, "L=4, H=1, equal total vs L=1, H=4, equal total, Type I memory"), "inconclusive")
       << md;
 }
+
+// memorization-capacity's verdicts on canned runs: a construction whose parameters grow like √N
+// has a smaller exponent than Zhang's linear map, a trained family that grows faster has a larger
+// one, and 4 heads that need a third of a rank-4 head's parameters need fewer.
+TEST(Stats, ReportCapacityJudgesExponentsAndHeadsAgainstRank) {
+  const Experiment& e = find_experiment("memorization-capacity");
+  Context c;
+  c.mode = Mode::quick;
+  std::vector<json> lines;
+  std::size_t k = 0;
+  for (const json& cell : e.cells(c)) {
+    const double N = cell.at("N"), wobble = 1 + 0.01 * static_cast<double>(++k % 5);
+    double parameters;
+    if (cell.at("kind") == "construction")
+      parameters = cell.at("map") == "deep" ? 120 * std::sqrt(N) : 36 * N;
+    else if (N > 128)
+      continue;
+    else
+      parameters = cell.at("family") == "trained, 4 heads of size 1" ? 10 * N * N : 30 * N * N;
+    lines.push_back(
+        {{"cell", cell},
+         {"result", {{"memorized", true}, {"at_floor", false}, {"parameters", parameters * wobble}}}});
+  }
+  const std::string dir = std::string(UATLAB_TEST_TMP) + "/canned-capacity";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string md = e.report(lines, Outputs{dir, "memorization-capacity"}, c);
+  EXPECT_EQ(verdict_of(md, "construction, deep value map vs construction, zhang value map"), "holds") << md;
+  EXPECT_EQ(verdict_of(md, "trained, 4 heads of size 1 vs construction, zhang value map"), "contradicted")
+      << md;
+  EXPECT_EQ(verdict_of(md, "| N=64 |"), "holds") << md;
+}
