@@ -259,6 +259,20 @@ TEST(Stats, Report2aShowsEquivalenceOnlyWhenTheControlCanSeeAnEffect) {
   EXPECT_NE(md.find("did not show the effect it must see"), std::string::npos) << md;
 }
 
+// 2b reads 2a's converse on a cross-entropy: its "little to no effect" margin is 5% (0.02 decades).
+TEST(Stats, Report2bHoldsACrossEntropyToAFivePercentMargin) {
+  auto loss = [](double width_effect) {
+    return [width_effect](const json& c) {
+      return 0.45 / (c.at("H") == 8 ? 1.1 : 1.0) / (c.at("m") == 128 ? width_effect : 1.0);
+    };
+  };
+  std::string md = canned_report("wang-e-2b", loss(1.01));
+  EXPECT_EQ(verdict_of(md, "H=8 vs H=1 at m=8"), "holds") << md;
+  EXPECT_EQ(verdict_of(md, "m=128 vs m=8 at H=8"), "equivalent within ±0.02") << md;
+  md = canned_report("wang-e-2b", loss(1.2));  // 0.08 decades: beyond the margin
+  EXPECT_EQ(verdict_of(md, "m=128 vs m=8 at H=8"), "contradicted") << md;
+}
+
 TEST(Stats, Report4aAnd3bJudgeEachClaimOnItsOwnColumn) {
   std::string md = canned_report("wang-e-4a", [](const json& c) {
     const std::string tail = c.at("tail"), rpe = c.at("rpe");
