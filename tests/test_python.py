@@ -287,13 +287,15 @@ def test_ctrl_c_stops_training():
     ds = uatlab.task("memorize", N=64, n=4, d=4, V=16)
     arch = {"d": 4, "readout": 3, "layers": [{"type": "attention", "heads": 2, "head_size": 2},
                                              {"type": "feedforward", "width": 64}]}
+    metrics = os.path.join(tempfile.mkdtemp(), "m.csv")
     threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
     start = time.time()
     try:
-        uatlab.train(arch, data=ds, loss="ce", steps=2_000_000)
+        uatlab.train(arch, data=ds, loss="ce", steps=2_000_000, metrics=metrics)
         check(False, "Ctrl-C stops uatlab.train")
     except KeyboardInterrupt:
         check(time.time() - start < 10, f"KeyboardInterrupt after {time.time() - start:.1f} s")
+        check(not os.path.exists(metrics), "an interrupted run writes no metrics file (its lines are in .partial)")
 
 
 for test in (test_numbers_and_precisions, test_constructions, test_torch_both_ways, test_train_and_analyse,

@@ -465,7 +465,7 @@ TrainReport train(Network<S>& net, const Dataset& data, const Dataset* validatio
     rep.steps = t;
     if (config.evaluate_training_set) std::tie(rep.train_loss, rep.train_accuracy) = on_training_set();
     if (!config.checkpoint.empty()) save(t);
-  } catch (const std::exception& e) {
+  } catch (const Error& e) {  // other exceptions (Python's KeyboardInterrupt) leave as they are
     if (config.metrics.empty()) throw;
     throw Error(std::string(e.what()) + " (" + config.metrics +
                 " is left as it was; this run's metrics are in " + partial + ")");
