@@ -13,15 +13,7 @@ namespace uatlab::experiment {
 Welch welch(const std::vector<double>& a, const std::vector<double>& b, double shift) {
   Welch w;
   if (a.size() < 2 || b.size() < 2) return w;
-  auto mean_var = [](const std::vector<double>& x) {
-    const double m = mean(x);
-    double v = 0;
-    for (double e : x)
-      v += (e - m) * (e - m);
-    return std::make_pair(m, v / static_cast<double>(x.size() - 1));
-  };
-  const auto [ma, va] = mean_var(a);
-  const auto [mb, vb] = mean_var(b);
+  const double ma = mean(a), mb = mean(b), va = variance(a), vb = variance(b);
   const double na = static_cast<double>(a.size()), nb = static_cast<double>(b.size());
   const double se2 = va / na + vb / nb, excess = ma - mb - shift;
   w.diff = ma - mb;

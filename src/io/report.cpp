@@ -109,13 +109,17 @@ double mean(const std::vector<double>& v) {
   return v.empty() ? std::nan("") : s / static_cast<double>(v.size());
 }
 
-double sd(const std::vector<double>& v) {
-  if (v.size() < 2) return 0;
+double variance(const std::vector<double>& v, int ddof) {
+  if (v.size() <= static_cast<std::size_t>(ddof)) return 0;
   const double m = mean(v);
   double s = 0;
   for (double x : v)
     s += (x - m) * (x - m);
-  return std::sqrt(s / static_cast<double>(v.size() - 1));
+  return s / static_cast<double>(v.size() - static_cast<std::size_t>(ddof));
+}
+
+double sd(const std::vector<double>& v) {
+  return std::sqrt(variance(v));
 }
 
 std::string mean_sd(const std::vector<double>& v, int digits) {

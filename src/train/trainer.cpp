@@ -17,6 +17,7 @@
 #include <numeric>
 
 #include "uatlab/io/model_file.hpp"
+#include "uatlab/io/report.hpp"
 #include "uatlab/model/init.hpp"
 
 namespace uatlab {
@@ -495,18 +496,6 @@ std::vector<std::vector<double>> scored_targets(const Dataset& data) {
   return rows;
 }
 
-// The population variance in two passes: E[y²] − E[y]² loses every digit when the mean is large
-// against the spread (labels 1e8 ± 0.1).
-double variance(const std::vector<double>& v) {
-  double mean = 0, sq = 0;
-  for (double y : v)
-    mean += y;
-  mean /= static_cast<double>(v.size());
-  for (double y : v)
-    sq += (y - mean) * (y - mean);
-  return sq / static_cast<double>(v.size());
-}
-
 }  // namespace
 
 double chance_loss(const Dataset& data, Loss loss) {
@@ -529,7 +518,7 @@ double chance_loss(const Dataset& data, Loss loss) {
   if (rows.empty() || rows[0].empty()) return std::numeric_limits<double>::quiet_NaN();
   double out = 0;
   for (const std::vector<double>& r : rows)
-    out += variance(r);
+    out += variance(r, 0);  // the population variance of the scored targets
   return out / static_cast<double>(rows.size());
 }
 
@@ -555,7 +544,7 @@ json training_summary(const Network<S>& net, const Dataset& data, const Dataset*
     std::vector<double> all;
     for (const std::vector<double>& r : scored_targets(*validation))
       all.insert(all.end(), r.begin(), r.end());
-    const double var = all.empty() ? 0 : variance(all);
+    const double var = variance(all, 0);
     if (var > 0) out["val_nmse"] = val_loss / var;  // undefined on constant targets: left out
   }
   return out;

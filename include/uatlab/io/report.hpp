@@ -15,6 +15,10 @@ std::string fixed(double v, int digits);                                      //
 // "m ± sd" ("m" when all values are equal)
 std::string mean_sd(const std::vector<double>& values, int digits);
 double mean(const std::vector<double>& v);
+// Σ (x − mean)² / (n − ddof), in two passes (E[x²] − E[x]² loses every digit when the mean is
+// large against the spread, labels 1e8 ± 0.1): ddof 1, the sample variance; 0, the population's.
+// 0 for n ≤ ddof.
+double variance(const std::vector<double>& v, int ddof = 1);
 double sd(const std::vector<double>& v);  // sample standard deviation, 0 for one value
 
 struct Series {
