@@ -351,7 +351,7 @@ Experiment memorization_capacity() {
       "exponents";
   e.cells = [](const Context& c) {
     std::vector<json> cells;
-    const int seeds = c.seed_count(1, 10, 10);
+    const int seeds = c.verdict_seeds();
     const std::vector<int> built = c.pick({8, 16}, {8, 16, 32, 64, 128, 256, 512, 1024},
                                           {8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096});
     const std::vector<int> trained = c.pick({8, 16}, {8, 16, 32, 64, 128}, {8, 16, 32, 64, 128, 256, 512});

@@ -166,7 +166,7 @@ Experiment yun_mixers() {
       "language modelling and memorization, with the certified separation after each mixing layer";
   e.cells = [](const Context& c) {
     std::vector<json> cells;
-    const int seeds = c.seed_count(1, 10, 10);
+    const int seeds = c.verdict_seeds();
     for (int seed = 1; seed <= seeds; ++seed)
       for (const char* t : {"chars", "memorize"})
         for (const Variant& v : variants())

@@ -87,7 +87,7 @@ Experiment insight_1a() {
                                  Shapes{{1, 8}, {2, 4}, {4, 2}, {8, 1}});
     // Language modelling (no "task" key), and the mechanism behind the insight on synthetic data:
     // Type I adaptive memory (one look-up) and Type II (a nested look-up, which needs depth).
-    for (int seed = 1; seed <= seeds(c); ++seed)
+    for (int seed = 1; seed <= c.verdict_seeds(); ++seed)
       for (std::string task : {"chars", "adaptive-1", "adaptive-2"})
         for (const char* budget : {"equal total", "equal width"})
           for (auto [L, H] : shapes) {
@@ -196,7 +196,7 @@ Experiment insight_3b() {
       "an adaptive memory as the positive control";
   e.cells = [](const Context& c) {
     std::vector<json> cells;
-    for (int seed = 1; seed <= seeds(c); ++seed) {
+    for (int seed = 1; seed <= c.verdict_seeds(); ++seed) {
       for (std::string rpe : {"lin", "log"})
         for (bool dp : {true, false})
           cells.push_back({{"dp", dp}, {"rpe", rpe}, {"seed", seed}, {"steps", steps(c)}});
@@ -374,7 +374,7 @@ Experiment hm_grid(const GridSpec& spec) {
   e.summary = spec.summary;
   e.cells = [spec](const Context& c) {
     std::vector<json> cells;
-    for (int seed = 1; seed <= seeds(c); ++seed)
+    for (int seed = 1; seed <= c.verdict_seeds(); ++seed)
       for (const GridTask& t : spec.tasks)
         for (bool dp : spec.with_dp ? std::vector<bool>{false, true} : std::vector<bool>{false})
           for (int H : grid_heads(spec, c))
@@ -389,7 +389,7 @@ Experiment hm_grid(const GridSpec& spec) {
     // no position, so it cannot pick the lag the token asks for; with learned absolute positions
     // (both arms) it can. The control is that DP effect, at the grid's largest H and m.
     if (spec.claim == Claim::dp)
-      for (int seed = 1; seed <= seeds(c); ++seed)
+      for (int seed = 1; seed <= c.verdict_seeds(); ++seed)
         for (bool dp : {false, true})
           cells.push_back({{"H", grid_heads(spec, c).back()},
                            {"m", grid_widths(spec, c).back()},
@@ -461,7 +461,7 @@ Experiment insight_4a() {
       "kernels and a tempered one inside neither class";
   e.cells = [](const Context& c) {
     std::vector<json> cells;
-    for (int seed = 1; seed <= seeds(c); ++seed)
+    for (int seed = 1; seed <= c.verdict_seeds(); ++seed)
       for (std::string tail : {"heavy", "light", "tempered"})
         for (std::string rpe : {"log", "lin"})
           for (int H : c.pick({1, 2}, {1, 2, 4, 8}, {1, 2, 4, 8, 16, 32}))

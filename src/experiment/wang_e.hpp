@@ -15,7 +15,6 @@ LayerSpec feedforward(int width, bool pre_norm = false);
 // The heads' RPE rates spread geometrically over [lo, hi].
 void spread_rates(Network<double>& net, double lo, double hi);
 long steps(const Context& c);  // 60 / 3,000 / 10,000 (or --steps)
-int seeds(const Context& c);   // 1 / 10 / 10 (or --seeds)
 TrainConfig config(const Context& c, double lr, Loss loss, std::uint64_t seed);
 // A single-layer FFN-free DP-free model with H heads on a heavy-, light-tailed or tempered kernel of
 // T lags.

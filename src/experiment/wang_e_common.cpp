@@ -43,15 +43,9 @@ void spread_rates(Network<double>& net, double lo, double hi) {
   }
 }
 
-// Every experiment trains 60 / 3,000 / 10,000 steps in smoke / quick / full mode (or --steps),
-// over 1 / 10 / 10 seeds (or --seeds): the verdicts pair runs by seed in an exact rank test, whose
-// smallest one-sided p over n seeds is 2^-n, so that 10 seeds let a family of up to 25 two-outcome
-// claims reach p < 0.05 after Holm (8 seeds: 6; docs/statistics.md).
+// Every experiment trains 60 / 3,000 / 10,000 steps in smoke / quick / full mode (or --steps).
 long steps(const Context& c) {
   return c.step_count(60, 3000, 10000);
-}
-int seeds(const Context& c) {
-  return c.seed_count(1, 10, 10);
 }
 
 TrainConfig config(const Context& c, double lr, Loss loss, std::uint64_t seed) {
