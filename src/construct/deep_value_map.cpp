@@ -118,6 +118,14 @@ int beta_for(const Geometry& g, int s) {
   return beta;
 }
 
+// The block counts the planner tries for q ids: a geometric grid from 2 up to q, ratio 1.08.
+std::vector<long long> block_grid(long long q) {
+  std::vector<long long> grid;
+  for (double b = 2; b <= static_cast<double>(q) * 1.0001; b *= 1.08)
+    grid.push_back(std::llround(b));
+  return grid;
+}
+
 Plan plan_for(const Architecture& attention, const Geometry& g, int q, int blocks) {
   Plan p;
   p.block_size = (q + blocks - 1) / blocks;
@@ -152,8 +160,8 @@ PlanCount plan_count(int d, long long q, long long beta, int rho) {
     const long long n = value_map_parameters(d, B, s, beta, rho);
     if (best.blocks == 0 || n < best.parameters) best = {B, s, n};
   };
-  for (double b = 2; b <= static_cast<double>(q) * 1.0001; b *= 1.08)
-    consider(std::llround(b));
+  for (long long b : block_grid(q))
+    consider(b);
   consider(q);
   return best;
 }
@@ -177,8 +185,8 @@ Plan plan(const Network<Rational>& attention, const std::vector<Point>& points, 
   const int q = static_cast<int>(points.size());
   if (blocks > 0) return plan_for(attention.arch, g, q, std::min(blocks, q));
   Plan best;
-  for (double b = 2; b <= q * 1.0001; b *= 1.08) {
-    const Plan p = plan_for(attention.arch, g, q, static_cast<int>(std::lround(b)));
+  for (long long b : block_grid(q)) {
+    const Plan p = plan_for(attention.arch, g, q, static_cast<int>(b));
     if (best.blocks == 0 || p.parameters < best.parameters) best = p;
   }
   return best;

@@ -612,9 +612,9 @@ S forward_train(const Network<S>& net, const Batch<S>& batch, Loss loss, Trace<S
     else
       p = p.unaryExpr([](const S& v) { return S(Scalar<S>::exp(v)); });
     const Eigen::Matrix<S, 1, Eigen::Dynamic> sums = p.colwise().sum();
-    for (Eigen::Index c = 0; c < T; ++c)
-      if (!batch.mask[c]) {
-      } else if constexpr (std::is_floating_point_v<S>) {
+    for (Eigen::Index c = 0; c < T; ++c) {
+      if (!batch.mask[c]) continue;
+      if constexpr (std::is_floating_point_v<S>) {
         // log Σ exp = log1p(the sum without one maximal term, which is exactly 1): a confident
         // token's loss keeps its digits instead of rounding to 0 with the sum.
         S rest(0);
@@ -625,8 +625,10 @@ S forward_train(const Network<S>& net, const Batch<S>& batch, Loss loss, Trace<S
           else
             rest += p(j, c);
         total += std::log1p(rest);
-      } else
+      } else {
         total += Scalar<S>::log(sums(c));
+      }
+    }
     p.array().rowwise() /= sums.array();
   }
   trace.counted = std::count_if(batch.mask.begin(), batch.mask.end(), [](char m) { return m != 0; });
