@@ -152,7 +152,7 @@ std::vector<Verdict> decide(const std::vector<Comparison>& comparisons, double a
   std::vector<double> family;
   std::vector<std::size_t> tested;
   std::vector<int> support;   // per tested comparison: whether its smallest outcome holds
-  std::vector<double> floor;  // per tested comparison: its smallest attainable p
+  std::vector<double> least;  // per tested comparison: its smallest attainable p
   for (std::size_t i = 0; i < comparisons.size(); ++i) {
     const Comparison& c = comparisons[i];
     Verdict& v = out[i];
@@ -181,11 +181,12 @@ std::vector<Verdict> decide(const std::vector<Comparison>& comparisons, double a
     };
     v.runs = static_cast<int>(paired ? a.size() : std::min(a.size(), b.size()));
     v.test = paired ? "Wilcoxon signed-rank, paired by seed" : "Welch t";
-    if (paired ? a.empty() : !welch(a, b).valid) {
+    const Welch unpaired = paired ? Welch{} : welch(a, b);
+    if (paired ? a.empty() : !unpaired.valid) {
       v.why = "too few runs";
       continue;
     }
-    v.estimate = paired ? signed_rank(a, b).estimate : welch(a, b).diff;
+    v.estimate = paired ? signed_rank(a, b).estimate : unpaired.diff;
     const std::vector<Outcome> os = outcomes(c);
     double best = 2;
     bool holds = false;
@@ -198,7 +199,7 @@ std::vector<Verdict> decide(const std::vector<Comparison>& comparisons, double a
     v.p = std::min(1.0, static_cast<double>(os.size()) * best);
     v.tested = true;
     // A paired rank test over n pairs cannot give a one-sided p below 2^-n.
-    floor.push_back(paired ? static_cast<double>(os.size()) * std::ldexp(1.0, -static_cast<int>(a.size()))
+    least.push_back(paired ? static_cast<double>(os.size()) * std::ldexp(1.0, -static_cast<int>(a.size()))
                            : 0);
     family.push_back(v.p);
     tested.push_back(i);
@@ -210,8 +211,8 @@ std::vector<Verdict> decide(const std::vector<Comparison>& comparisons, double a
     const Comparison& c = comparisons[tested[k]];
     v.p_holm = adjusted[k];
     const double m = static_cast<double>(tested.size());
-    if (v.p_holm >= alpha && floor[k] * m > alpha)  // Holm's first step needs p < α/m
-      v.why = std::to_string(v.runs) + " pairs: smallest attainable p " + number(floor[k], "%.2g") +
+    if (v.p_holm >= alpha && least[k] * m > alpha)  // Holm's first step needs p < α/m
+      v.why = std::to_string(v.runs) + " pairs: smallest attainable p " + number(least[k], "%.2g") +
               ", Holm's first step needs < " + number(alpha / m, "%.2g");
     if (v.p_holm >= alpha) continue;
     if (!support[k])
