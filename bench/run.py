@@ -4,9 +4,9 @@ usage: /usr/bin/python3 bench/run.py BUILD_DIR [--threads 2] [--min-time 0.3] [-
        /usr/bin/python3 bench/run.py --from-json F
 Writes the networks with `uatlab init`, then times `bench_forward` (Google Benchmark, one
 repetition per round) and PyTorch (torch.no_grad, batched (B, n, d) tensors, the same thread
-count) interleaved, round by round (bench/stats.py). Prints a Markdown table of microseconds per
-batch, median (min-max) over the rounds, and the speed-up of uatlab over PyTorch (median of the
-per-round ratios).
+count) interleaved, round by round, with each side's 1024^3 SGEMM (bench/stats.py). Prints a
+Markdown table of microseconds per batch, median (min-max) over the rounds, and the speed-up of
+uatlab over PyTorch (median of the per-round ratios).
 """
 import json
 import os
@@ -62,26 +62,28 @@ def run(args):
                 net = uatlab_torch.load(path, dtype=tdtype)
                 x = torch.rand(BATCH, n, d, dtype=tdtype) * 2 - 1
                 torch_seconds(net, x, 0.05)  # warm up
+                theirs, split = stats.torch_at_best(lambda t: torch_seconds(net, x, t), args.threads, args.min_time)
                 rounds = stats.interleaved(
                     [("uatlab", lambda: stats.google_benchmark_seconds(cmd, f"forward/{dtype}/{path}", env,
                                                                        args.min_time)),
-                     ("torch", lambda: torch_seconds(net, x, args.min_time))],
+                     ("torch", theirs),
+                     *stats.peak_sides(args.build, args.threads, args.min_time)],
                     args.reps, lambda r, t: print(f"{name} {dtype}: round {r}/{t}", file=sys.stderr))
                 doc["rows"].append({"config": name, "d": d, "n": n, "H": h, "s": s, "m": m, "blocks": blocks,
-                                    "dtype": dtype, **rounds})
+                                    "dtype": dtype, "torch_threads": split, **rounds})
     return doc
 
 
 def table(doc):
     lines = [f"Batched forward, B = {doc['batch']}, {doc['threads']} threads, torch {doc['torch']}; "
              f"median (min-max) of {doc['reps']} interleaved rounds\n",
-             "| config | d | n | H | s | m | blocks | dtype | uatlab µs/batch | PyTorch µs/batch | speed-up |",
+             "| config | d | n | H | s | m | blocks | dtype | uatlab µs/batch | PyTorch µs/batch (threads) | speed-up |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in doc["rows"]:
         ours, theirs = stats.summary(r["uatlab"]), stats.summary(r["torch"])
         up = stats.speedup(r["torch"], r["uatlab"])
         lines.append(f"| {r['config']} | {r['d']} | {r['n']} | {r['H']} | {r['s']} | {r['m']} | {r['blocks']} | "
-                     f"{r['dtype']} | {stats.spread(ours, 1e6)} | {stats.spread(theirs, 1e6)} | "
+                     f"{r['dtype']} | {stats.spread(ours, 1e6)} | {stats.spread(theirs, 1e6)} ({stats.split_label(r)}) | "
                      f"{stats.spread(up)}× |")
     return "\n".join(lines)
 

@@ -1,6 +1,7 @@
 """Many tiny trainings: `uatlab sweep` (one model per core) against PyTorch training the same
 models as a vmap ensemble (functorch, stacked parameters, one AdamW over the stack), interleaved
-round by round (bench/stats.py). Models per second, median (min-max), and the speed-up.
+round by round with each side's 1024^3 SGEMM (bench/stats.py). Models per second, median
+(min-max), and the speed-up.
 
 usage: /usr/bin/python3 bench/run_ensemble.py BUILD_DIR [--reps 5] [--steps 400] [--json F]
        /usr/bin/python3 bench/run_ensemble.py --from-json F
@@ -126,10 +127,12 @@ def run(args):
     tmp = tempfile.mkdtemp(prefix="uatlab-bench-ensemble-")
     try:
         for name, shape in SHAPES.items():
-            ours, theirs = uatlab_sweep(binary, shape, args.steps, tmp), torch_ensemble(shape, args.steps)
-            rounds = stats.interleaved([("uatlab", ours), ("torch", theirs)], args.reps,
+            ours, train_all = uatlab_sweep(binary, shape, args.steps, tmp), torch_ensemble(shape, args.steps)
+            theirs, split = stats.torch_at_best(lambda _: train_all(), os.cpu_count(), None)
+            rounds = stats.interleaved([("uatlab", ours), ("torch", theirs),
+                                        *stats.peak_sides(args.build, os.cpu_count(), 0.3)], args.reps,
                                        lambda r, t: print(f"{name}: round {r}/{t}", file=sys.stderr))
-            doc["rows"].append({"shape": name, **rounds})
+            doc["rows"].append({"shape": name, "torch_threads": split, **rounds})
     finally:
         shutil.rmtree(tmp)
     return doc
@@ -138,12 +141,14 @@ def run(args):
 def table(doc):
     lines = [f"{doc['models']} models per shape, {doc['steps']} steps each (every step), {doc['cores']} cores, "
              f"torch {doc['torch']}; median (min-max) of {doc['reps']} interleaved rounds\n",
-             "| shapes | uatlab sweep, models/s | PyTorch vmap ensemble, models/s | speed-up |", "|---|---|---|---|"]
+             "| shapes | uatlab sweep, models/s | PyTorch vmap ensemble, models/s (threads) | speed-up |",
+             "|---|---|---|---|"]
     for r in doc["rows"]:
         ours = stats.summary([1 / t for t in r["uatlab"]])
         theirs = stats.summary([1 / t for t in r["torch"]])
         up = stats.speedup(r["torch"], r["uatlab"])
-        lines.append(f"| {r['shape']} | {stats.spread(ours)} | {stats.spread(theirs)} | {stats.spread(up)}× |")
+        lines.append(f"| {r['shape']} | {stats.spread(ours)} | {stats.spread(theirs)} ({stats.split_label(r)}) | "
+                     f"{stats.spread(up)}× |")
     return "\n".join(lines)
 
 

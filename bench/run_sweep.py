@@ -3,8 +3,10 @@ model at a time with OpenMP over each batch (what a loop of `uatlab train` calls
 
 usage: /usr/bin/python3 bench/run_sweep.py BUILD_DIR [--cells 16] [--steps 400] [--reps 5] [--json F]
        /usr/bin/python3 bench/run_sweep.py --from-json F
-The two modes run interleaved, round by round (bench/stats.py); models per second are given as
-median (min-max) over the rounds, the speed-up as the median of the per-round ratios.
+The two modes run interleaved, round by round, with each side's 1024^3 SGEMM as a record of the
+machine (bench/stats.py; no PyTorch ratio here, so a slow PyTorch BLAS refuses nothing); models per
+second are given as median (min-max) over the rounds, the speed-up as the median of the per-round
+ratios.
 """
 import json
 import os
@@ -34,8 +36,9 @@ def run(args):
         subprocess.run([binary, "sweep", json.dumps(cfg), "--out-dir", out, "--threads", str(threads), "--no-plots"],
                        check=True, capture_output=True, env=env)
         return (time.perf_counter() - t0) / args.cells  # seconds per model
+    sides = [(key, lambda key=key: sweep(key)) for _, key in MODES]
     try:
-        rounds = stats.interleaved([(key, lambda key=key: sweep(key)) for _, key in MODES], args.reps,
+        rounds = stats.interleaved(sides + stats.peak_sides(args.build, cores, 0.3), args.reps,
                                    lambda r, t: print(f"round {r}/{t}", file=sys.stderr))
     finally:
         shutil.rmtree(tmp)
@@ -60,4 +63,4 @@ def options(ap):
     ap.add_argument("--reps", type=int, default=5)
 
 if __name__ == "__main__":
-    stats.cli(run, table, options)
+    stats.cli(run, table, options, compares_torch=False)

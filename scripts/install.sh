@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install the Debian packages named as arguments that are not installed yet (idempotent): the one
-# place that calls apt-get, for setup.sh, fuzz.sh and sanitize.sh.
+# place that calls apt-get, for setup.sh, bench-setup.sh, fuzz.sh and sanitize.sh.
 set -euo pipefail
 missing=()
 for p in "$@"; do

@@ -163,6 +163,9 @@ TEST(Cli, MemorizeWritesACertifiedModelAndItsF64Twin) {
   json rep = json::parse(std::ifstream(d + "mem_report.json"));
   EXPECT_LE(rep["max_error_certified"].get<double>(), 1e-6);
   EXPECT_TRUE(rep["float64_works"].get<bool>());
+  // The stages' times and the total (the total once replaced the stages).
+  for (const char* stage : {"contextual", "construct_and_certify", "min_bits_search", "total"})
+    EXPECT_TRUE(rep["seconds"].contains(stage)) << stage;
   // The F64 file evaluates to the labels in double: run `eval` on the dataset made by make-data.
   ASSERT_EQ(run("make-data --out " + d + "mem_data.jsonl").code, 0);
   ASSERT_EQ(run("eval " + d + "mem.safetensors " + d + "mem_data.jsonl --out " + d + "mem_y.jsonl").code, 0);

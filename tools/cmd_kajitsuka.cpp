@@ -227,7 +227,7 @@ int cmd_memorize(const Opts& o) {
   if (!report.empty()) {
     json r = m.report();
     r["N"] = ds.sequences.size();
-    r["seconds"] = secs;
+    r["seconds"]["total"] = secs;  // beside the stages (it replaced them before)
     r["tolerance"] = tolerance;
     write_output(report, r.dump(1) + "\n");
   }

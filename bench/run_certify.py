@@ -1,0 +1,97 @@
+"""Certification timings: how long uatlab takes to certify what a network does, each case a whole
+CLI process timed from start to exit, the cases interleaved round by round (bench/stats.py).
+
+usage: /usr/bin/python3 bench/run_certify.py BUILD_DIR [--reps 5] [--json F]
+       /usr/bin/python3 bench/run_certify.py --from-json F
+Cases (issue 39's goals beside them):
+  memorize 1000    `uatlab memorize DATA` on `make-data --demo-N 1000 --demo-n 8 --demo-d 4
+                   --demo-V 64`: to a certified model (the report's contextual + construct and
+                   certify seconds) and in all, with the search for the fewest bits
+  analyse 1000     `uatlab analyse MODEL DATA --labels values` on that network (about 8,000 units):
+                   memorization, separation, the fewest bits, float32 / bfloat16 / float16 weights
+  analyse trained  `uatlab analyse MODEL DATA` of a 2-layer d 16 encoder trained by `uatlab train`
+                   (float32, 1,500 steps) on 100 sequences of 8 tokens, 3 classes per token
+Both sides of every other benchmark are timed against PyTorch; here there is no PyTorch side (no
+library certifies these), so the figures are absolute; the SGEMMs record the machine's state.
+"""
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+import stats
+
+DEMO = ["--demo-N", "1000", "--demo-n", "8", "--demo-d", "4", "--demo-V", "64"]
+GOALS = {"memorize 1000, to a certified model": 5.0, "memorize 1000, with the fewest bits": 8.0,
+         "analyse 1000": 10.0, "analyse trained": 3.0}
+
+
+def trained_data(path, seed=1):
+    """100 sequences of 8 token ids (vocabulary 16), a random class in {0, 1, 2} per token."""
+    rng = random.Random(seed)
+    with open(path, "w") as f:
+        for _ in range(100):
+            f.write(json.dumps({"tokens": [rng.randrange(16) for _ in range(8)],
+                                "y": [rng.randrange(3) for _ in range(8)]}) + "\n")
+
+
+def run(args):
+    uatlab = os.path.join(args.build, "uatlab")
+    tmp = tempfile.mkdtemp(prefix="uatlab-bench-certify-")
+    env = stats.thread_env(os.cpu_count())
+
+    def cli(*argv):
+        t0 = time.perf_counter()
+        subprocess.run([uatlab, "-q", *argv], check=True, capture_output=True, env=env)
+        return time.perf_counter() - t0
+    try:
+        data, model, report = (os.path.join(tmp, f) for f in ("demo.jsonl", "demo.json", "report.json"))
+        cli("make-data", *DEMO, "--seed", "1", "-o", data)
+        cli("memorize", data, "-o", model, "--force")
+        tdata, tmodel = os.path.join(tmp, "trained.jsonl"), os.path.join(tmp, "trained.safetensors")
+        trained_data(tdata)
+        cli("train", "--data", tdata, "--vocab", "16", "--d", "16", "--max-len", "8", "--readout", "3",
+            "--layer", "attention:heads=2,head_size=8", "--layer", "feedforward:width=32",
+            "--layer", "attention:heads=2,head_size=8", "--layer", "feedforward:width=32",
+            "--loss", "ce", "--steps", "1500", "--lr", "0.01", "-o", tmodel)
+        stages = []
+
+        def memorize():
+            seconds = cli("memorize", data, "-o", os.path.join(tmp, "m.json"), "--force", "--report", report)
+            s = stats.load(report)["seconds"]
+            stages.append({"certified": s["construct_and_certify"],  # from the start, contextual included
+                           "min_bits_search": s["min_bits_search"]})
+            return seconds
+        rounds = stats.interleaved(
+            [("memorize", memorize),
+             ("analyse_1000", lambda: cli("analyse", model, data, "--labels", "values")),
+             ("analyse_trained", lambda: cli("analyse", tmodel, tdata)),
+             *stats.peak_sides(args.build, os.cpu_count(), 0.3)],
+            args.reps, lambda r, t: print(f"round {r}/{t}", file=sys.stderr))
+    finally:
+        shutil.rmtree(tmp)
+    return {"benchmark": "certify", "cores": os.cpu_count(), "reps": args.reps,
+            "memorize_to_certified": [s["certified"] for s in stages], **rounds}
+
+
+def table(doc):
+    rows = [("memorize 1000, to a certified model", doc["memorize_to_certified"]),
+            ("memorize 1000, with the fewest bits", doc["memorize"]),
+            ("analyse 1000", doc["analyse_1000"]), ("analyse trained", doc["analyse_trained"])]
+    lines = [f"Certification, {doc['cores']} cores; seconds, median (min-max) of {doc['reps']} interleaved rounds\n",
+             "| case | seconds | goal |", "|---|---|---|"]
+    for name, values in rows:
+        lines.append(f"| {name} | {stats.spread(stats.summary(values))} | ≤ {GOALS[name]:g} s |")
+    return "\n".join(lines)
+
+
+def options(ap):
+    ap.add_argument("--reps", type=int, default=5)
+
+
+if __name__ == "__main__":
+    stats.cli(run, table, options, compares_torch=False)
