@@ -3,7 +3,11 @@
 // narrow formats.
 #include <gtest/gtest.h>
 
+#include <omp.h>
+
+#include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "uatlab/construct/kajitsuka.hpp"
 #include "uatlab/model/init.hpp"
@@ -11,6 +15,7 @@
 #include "uatlab/train/trainer.hpp"
 #include "uatlab/verify/analyse.hpp"
 #include "uatlab/verify/bounds.hpp"
+#include "uatlab/verify/evaluate.hpp"
 #include "uatlab/verify/precision.hpp"
 
 using namespace uatlab;
@@ -51,6 +56,16 @@ TEST(Analyse, CertifiesAConstructionAndNamesAWrongLabel) {
   EXPECT_EQ(a.predictions.tokens, 48);
   EXPECT_GT(a.min_bits, 0u);
   EXPECT_LE(a.min_bits, a.predictions.bits);
+  // The search from the margins' guess, hardest sequences first, finds what the plain bisection
+  // over plain probes finds; and the guess is close (a precision or two).
+  const Rational tol = parse_rational("1e-6");
+  EXPECT_EQ(a.min_bits, min_certified_bits(a.predictions.bits, [&](unsigned b) {
+              return certify_predictions(m.net, ds, LabelKind::values, tol, b).all();
+            }));
+  const unsigned guess = a.predictions.guess_min_bits();
+  EXPECT_GT(guess, 0u);
+  EXPECT_LE(std::abs(static_cast<int>(guess) - static_cast<int>(a.min_bits)), 8);
+  EXPECT_EQ(a.predictions.hardest_first().size(), ds.sequences.size());
   ASSERT_EQ(a.layers.size(), 1u);
   // The construction's own certificate separates the contexts; analyse finds a positive δ too,
   // and no more than the construction's lower bound on every pair allows... at least as large.
@@ -113,6 +128,85 @@ TEST(Analyse, SeparationIsZeroWhereContextsCannotBeToldApart) {
   EXPECT_TRUE(std::isinf(a.layers[0].log10_delta));
   EXPECT_GT(a.layers[0].cross, 0);
   EXPECT_GT(a.layers[1].delta, 0);  // the second layer mixes the context in
+}
+
+// The pairs are split over the threads, each under its own rounding mode: the bounds must be the
+// same on one thread and on two, and δ at most every same-token pair's distance enclosed at 256 bits.
+TEST(Analyse, SeparationIsTheSameOnAnyThreadCountAndBelowEveryPair) {
+  const Dataset ds = demo_dataset(40, 4, 3, 10, 1);
+  kajitsuka::MemorizeOptions mo;
+  const kajitsuka::Memorized m = kajitsuka::memorize(ds, mo);
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  const std::vector<LayerSeparation> one = layer_separations(m.net, ds, 128, 1);
+  omp_set_num_threads(2);
+  const std::vector<LayerSeparation> two = layer_separations(m.net, ds, 128, 1);
+  omp_set_num_threads(threads);
+  ASSERT_EQ(one.size(), 1u);
+  ASSERT_EQ(two.size(), 1u);
+  EXPECT_EQ(one[0].delta, two[0].delta);
+  EXPECT_EQ(one[0].cross, two[0].cross);
+  EXPECT_EQ(one[0].same_token_pairs, two[0].same_token_pairs);
+  EXPECT_EQ(one[0].projection_gap, two[0].projection_gap);
+  EXPECT_EQ(one[0].v, two[0].v);
+  // Every same-token pair in different contexts, enclosed at 256 bits: δ is at most its upper end.
+  const MpfrPrecision precision(256);
+  Network<Rational> first = m.net;
+  first.arch.layers.resize(1), first.layers.resize(1);
+  first.arch.readout = 0, first.readout_w.resize(0, 0), first.readout_b.resize(0, 0);
+  const std::vector<Mat<Mpfi>> out = forward_dataset(network_cast<Mpfi>(first), ds);
+  auto set_of = [&](std::size_t i) {
+    std::vector<std::string> v;
+    for (Eigen::Index k = 0; k < ds.sequences[i].x.cols(); ++k)
+      v.push_back(ds.sequences[i].x(0, k).str() + "," + ds.sequences[i].x(1, k).str());
+    std::sort(v.begin(), v.end());
+    v.erase(std::unique(v.begin(), v.end()), v.end());
+    return v;
+  };
+  double least = std::numeric_limits<double>::infinity();
+  long long pairs = 0;
+  for (std::size_t i = 0; i < ds.sequences.size(); ++i)
+    for (std::size_t j = i; j < ds.sequences.size(); ++j) {
+      if (set_of(i) == set_of(j)) continue;
+      const Mat<Rational>&xi = ds.sequences[i].x, &xj = ds.sequences[j].x;
+      for (Eigen::Index a = 0; a < xi.cols(); ++a)
+        for (Eigen::Index b = 0; b < xj.cols(); ++b) {
+          if (xi.col(a) != xj.col(b)) continue;
+          Mpfi sq(0);
+          for (Eigen::Index r = 0; r < out[i].rows(); ++r)
+            sq += (out[i](r, a) - out[j](r, b)) * (out[i](r, a) - out[j](r, b));
+          least = std::min(least, to_double_up(upper(mp::sqrt(sq))));
+          ++pairs;
+        }
+    }
+  EXPECT_EQ(pairs, one[0].same_token_pairs);
+  EXPECT_GT(one[0].delta, 0);
+  EXPECT_LE(one[0].delta, least);
+}
+
+// The guess only orders the probes: for every threshold and every guess (none, far below, a little
+// below, exact, above), the answer is the plain bisection's; a guess a precision or two low costs
+// one passing probe.
+TEST(Precision, FewestBitsAreTheSameWhateverTheGuess) {
+  for (unsigned need : {3u, 20u, 61u, 68u, 100u, 128u}) {
+    const unsigned answer = mpfr_carried_bits(need);
+    int passing = 0;
+    auto certified = [&](unsigned b) {
+      EXPECT_EQ(b, mpfr_carried_bits(b)) << "a probe at a precision MPFR does not carry";
+      passing += b >= answer;
+      return b >= answer;
+    };
+    const unsigned plain = min_certified_bits(128, certified);
+    EXPECT_EQ(plain, answer) << need;
+    for (unsigned guess :
+         {0u, 2u, 5u, need > 8 ? need - 8 : 3u, need > 3 ? need - 3 : 3u, need, need + 5, 127u, 500u}) {
+      passing = 0;
+      EXPECT_EQ(min_certified_bits(128, certified, guess), answer) << "need " << need << ", guess " << guess;
+      if (guess > 2 && guess + 4 >= need && guess <= need && need < 128) {
+        EXPECT_EQ(passing, 1) << need << " " << guess;
+      }
+    }
+  }
 }
 
 TEST(Precision, DoublingTriesTwiceTheBitsUpToTheCap) {

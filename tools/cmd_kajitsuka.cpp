@@ -87,8 +87,8 @@ void print_contextual(const ks::Facts& f, const ks::Contextual& c) {
   std::printf("            contexts of different tokens >= %s apart (certified)\n",
               lower_text(c.separation.cross_lower, 4).c_str());
   std::printf(
-      "precision   certified with MPFI at %u bits; also at %u bits (tested; the fewest found by bisection, "
-      "which assumes more bits never hurt)\n",
+      "precision   certified with MPFI at %u bits; also at %u bits (tested; the fewest found by a search "
+      "that assumes more bits never hurt)\n",
       c.bits_used, c.min_bits);
 }
 
@@ -193,7 +193,7 @@ int cmd_memorize(const Opts& o) {
       "%u bits)\n",
       ds.sequences.size(), tolerance.c_str(), upper_text(m.max_error, 3).c_str(), m.bits_used);
   std::printf(
-      "bits needed memorization certified at %u bits (tested; the fewest found by bisection, which assumes "
+      "bits needed memorization certified at %u bits (tested; the fewest found by a search that assumes "
       "more bits never hurt)\n",
       m.min_bits);
   std::printf("float64     %s (max |y - label| = %.3g with weights rounded to double)\n",

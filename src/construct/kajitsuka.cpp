@@ -26,7 +26,6 @@ using nlohmann::json;
 namespace {
 
 constexpr double kPi = 3.14159265358979323846;
-constexpr double kInf = std::numeric_limits<double>::infinity();
 
 Vec<double> to_double(const Vec<Rational>& x) {
   return x.unaryExpr([](const Rational& q) { return Scalar<Rational>::to_double(q); });
@@ -248,7 +247,8 @@ Projection find_projection(const Facts& f, std::uint64_t seed, int max_tries) {
 
 // ---- stage 3: the attention layer and its certificate ---------------------------------------------
 
-Separation certify_separation(const Network<Rational>& attention, const Facts& f, unsigned bits) {
+Separation certify_separation(const Network<Rational>& attention, const Facts& f, unsigned bits,
+                              bool decide_only) {
   const MpfrPrecision precision(bits);
   const auto z = context_ids<Mpfi>(attention, f);
   const auto by = contexts_by_token(f);
@@ -272,24 +272,47 @@ Separation certify_separation(const Network<Rational>& attention, const Facts& f
   const Mpfr r = upper(mp::sqrt(Mpfi(nz_max)));
   sep.r = to_double_up(r);
   sep.r_within_bound = r <= lower(Mpfi(mp::sqrt(Scalar<Mpfi>::from(f.r_max_sq)) + eps / 4));
-  const Mpfr cross = lower(Mpfi(eps - 2 * Mpfi(t_max)));
+  const Mpfi cross_enclosure = eps - 2 * Mpfi(t_max);
+  const Mpfr cross = lower(cross_enclosure);
   sep.cross_lower = to_double_down(cross);
   // Every pair of contexts of the same token.
   std::vector<Mpfr> best_mid(by.size(), Mpfr(-1)), best_lo(by.size(), Mpfr(-1));
-#pragma omp parallel for schedule(dynamic)
-  for (long t = 0; t < static_cast<long>(by.size()); ++t) {
-    const auto& g = by[t];
-    for (std::size_t a = 0; a < g.size(); ++a)
-      for (std::size_t b = a + 1; b < g.size(); ++b) {
-        Mpfi sq(0);
-        for (int i = 0; i < f.d; ++i) {
-          Mpfi diff = z[g[a].first](i, g[a].second) - z[g[b].first](i, g[b].second);
-          sq += diff * diff;
+  std::vector<double> spare(by.size(), kInf);
+  bool undecided = decide_only && !(cross > 0);  // decide_only: stop at the first failure
+  // About 500,000 pairs at N = 1000: the same interval operations as sq += diff·diff, into numbers
+  // each thread allocates once (a temporary per operation cost more than the arithmetic).
+#pragma omp parallel
+  {
+    Mpfi sq, diff, term;
+    Mpfr mid, lo, width;
+#pragma omp for schedule(dynamic)
+    for (long t = 0; t < static_cast<long>(by.size()); ++t) {
+      const auto& g = by[t];
+      for (std::size_t a = 0; a < g.size(); ++a)
+        for (std::size_t b = a + 1; b < g.size(); ++b) {
+          bool stop;
+#pragma omp atomic read
+          stop = undecided;
+          if (stop) break;
+          mpfi_set_ui(sq.backend().data(), 0);
+          for (int i = 0; i < f.d; ++i) {
+            mpfi_sub(diff.backend().data(), z[g[a].first](i, g[a].second).backend().data(),
+                     z[g[b].first](i, g[b].second).backend().data());
+            mpfi_mul(term.backend().data(), diff.backend().data(), diff.backend().data());
+            mpfi_add(sq.backend().data(), sq.backend().data(), term.backend().data());
+          }
+          mpfi_mid(mid.backend().data(), sq.backend().data());
+          mpfi_get_left(lo.backend().data(), sq.backend().data());
+          if (best_mid[t] < 0 || mid < best_mid[t]) best_mid[t] = mid;
+          if (best_lo[t] < 0 || lo < best_lo[t]) best_lo[t] = lo;
+          mpfi_diam_abs(width.backend().data(), sq.backend().data());
+          spare[t] = std::min(spare[t], spare_bits(lo, Scalar<Mpfr>::to_double(width)));
+          if (decide_only && !(lo > 0)) {
+#pragma omp atomic write
+            undecided = true;
+          }
         }
-        Mpfr mid = mp::median(sq), lo = lower(sq);
-        if (best_mid[t] < 0 || mid < best_mid[t]) best_mid[t] = mid;
-        if (best_lo[t] < 0 || lo < best_lo[t]) best_lo[t] = lo;
-      }
+    }
   }
   Mpfr mid(-1), lo(-1);
   for (std::size_t t = 0; t < by.size(); ++t)
@@ -313,6 +336,8 @@ Separation certify_separation(const Network<Rational>& attention, const Facts& f
     sep.log10_delta_lo = std::min(lo > 0 ? log10_down(lo) / 2 : -kInf, log10_cross_lo);
     sep.certified = lo > 0 && cross > 0;
   }
+  sep.spare_bits = std::min(spare_bits(cross, enclosure_width(cross_enclosure)),
+                            *std::min_element(spare.begin(), spare.end()));
   return sep;
 }
 
@@ -419,13 +444,19 @@ Contextual build_contextual(const Facts& f, const ContextualOptions& opt) {
     throw Error("context ids not certified separated at " + std::to_string(out.bits_used) +
                 " bits (--max-bits); the data may have coinciding contexts");
   out.min_bits = out.bits_used;
-  if (opt.search_min_bits)
-    out.min_bits = min_certified_bits(out.bits_used, [&](unsigned b) {
-      report(opt.progress, "contextual: smallest certified precision, trying " + std::to_string(b) + " bits",
-             0, 0);
-      return certify_separation(out.net, f, b).certified;
-    });
+  if (opt.search_min_bits) out.min_bits = contextual_min_bits(out, f, opt);
   return out;
+}
+
+unsigned contextual_min_bits(const Contextual& c, const Facts& f, const ContextualOptions& opt) {
+  return min_certified_bits(
+      c.bits_used,
+      [&](unsigned b) {
+        report(opt.progress,
+               "contextual: smallest certified precision, trying " + std::to_string(b) + " bits", 0, 0);
+        return certify_separation(c.net, f, b, true).certified;
+      },
+      guess_fewest_bits({c.separation.spare_bits}, c.bits_used));
 }
 
 json Facts::report() const {
@@ -469,16 +500,24 @@ json Contextual::report() const {
 // ---- stage 4: Zhang's feed-forward layer and the certificate of memorization -----------------------
 
 double certified_max_error(const Network<Rational>& net, const Dataset& ds, unsigned bits, double stop_above,
-                           const OnProgress& progress, bool dependency_free) {
+                           const OnProgress& progress, bool dependency_free,
+                           const std::vector<std::size_t>& order, std::vector<double>* spare,
+                           double tolerance) {
   const MpfrPrecision precision(bits);
   const std::optional<AffineForward> affine =
       dependency_free ? std::optional<AffineForward>(std::in_place, net) : std::nullopt;
   const Network<Mpfi> ni = affine ? Network<Mpfi>() : network_cast<Mpfi>(net);  // one of the two
+  const long N = static_cast<long>(ds.sequences.size());
+  if (!order.empty() && order.size() != ds.sequences.size())
+    throw Error("certified_max_error: the order does not name every sequence once");
   std::vector<double> worst(ds.sequences.size(), 0);
+  if (spare) spare->assign(ds.sequences.size(), std::nan(""));
+  const Mpfr tol(tolerance);
   bool stop = false;
   long long done = 0;
 #pragma omp parallel for schedule(dynamic)
-  for (long i = 0; i < static_cast<long>(ds.sequences.size()); ++i) {
+  for (long started = 0; started < N; ++started) {
+    const long i = order.empty() ? started : static_cast<long>(order[static_cast<std::size_t>(started)]);
     bool stopped;
 #pragma omp atomic read
     stopped = stop;
@@ -486,14 +525,16 @@ double certified_max_error(const Network<Rational>& net, const Dataset& ds, unsi
     const Sequence& s = ds.sequences[i];
     const Mat<Mpfi> x = matrix_cast<Mpfi>(s.x);
     const Mat<Mpfi> y = affine ? (*affine)(x) : forward(ni, x);
-    double w = 0;
+    double w = 0, least = kInf;
     for (Eigen::Index k = 0; k < y.cols(); ++k)
       for (Eigen::Index r = 0; r < y.rows(); ++r) {
         Mpfi e = mp::abs(y(r, k) - Scalar<Mpfi>::from(s.y(r, k)));
         Mpfr hi = upper(e);
         w = std::max(w, mpfr_number_p(hi.backend().data()) ? to_double_up(hi) : kInf);
+        if (spare) least = std::min(least, spare_bits(Mpfr(tol - hi), enclosure_width(y(r, k))));
       }
     worst[i] = w;
+    if (spare) (*spare)[static_cast<std::size_t>(i)] = least;
 #pragma omp critical(uatlab_certify_progress)
     report(progress, "certify", ++done, static_cast<long long>(ds.sequences.size()));
     if (w > stop_above) {
@@ -704,8 +745,12 @@ Memorized memorize(const Dataset& ds, const MemorizeOptions& opt) {
   auto since = [](std::chrono::steady_clock::time_point t) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
   };
-  m.contextual = build_contextual(f, opt.contextual);
+  ContextualOptions contextual = opt.contextual;
+  contextual.search_min_bits = false;  // after the model is certified, below
+  m.contextual = build_contextual(f, contextual);
   m.seconds_contextual = since(t0);
+  std::vector<double> spare;  // per sequence, from the certified pass: the search's guess and order
+  std::vector<std::size_t> order;
   const int d = f.d, k = f.label_dim;
 
   const unsigned max_bits = opt.contextual.max_bits;
@@ -762,10 +807,11 @@ Memorized memorize(const Dataset& ds, const MemorizeOptions& opt) {
               [&](const std::string&, long long i, long long n) {
                 report(opt.contextual.progress, "memorize: certify every sequence" + at, i, n);
               },
-              deep);
+              deep, {}, &spare, tol);
           if (m.max_error <= tol) {
             m.net = std::move(net);
             m.bits_used = bits;
+            order = least_spare_first(spare);
             return true;
           }
         }
@@ -775,12 +821,19 @@ Memorized memorize(const Dataset& ds, const MemorizeOptions& opt) {
     throw Error("memorization not certified within " + std::to_string(mpfr_carried_bits(found.bits)) +
                 " bits (--max-bits)");
   m.seconds_construct_certify = since(t0);
+  // The fewest bits: the contextual map's (its search waits until the model is certified), then the
+  // whole network's, from the guess of the certified pass's margins, least margin first.
   const auto t1 = std::chrono::steady_clock::now();
-  m.min_bits = min_certified_bits(m.bits_used, [&](unsigned b) {
-    report(opt.contextual.progress,
-           "memorize: smallest certified precision, trying " + std::to_string(b) + " bits", 0, 0);
-    return certified_max_error(m.net, ds, b, tol, {}, deep) <= tol;
-  });
+  if (opt.contextual.search_min_bits)
+    m.contextual.min_bits = contextual_min_bits(m.contextual, f, opt.contextual);
+  m.min_bits = min_certified_bits(
+      m.bits_used,
+      [&](unsigned b) {
+        report(opt.contextual.progress,
+               "memorize: smallest certified precision, trying " + std::to_string(b) + " bits", 0, 0);
+        return certified_max_error(m.net, ds, b, tol, {}, deep, order) <= tol;
+      },
+      guess_fewest_bits(spare, m.bits_used));
   m.seconds_min_bits = since(t1);
   // float64: the weights rounded to double, evaluated in double.
   try {

@@ -18,8 +18,6 @@ using nlohmann::json;
 
 namespace {
 
-constexpr double kInf = std::numeric_limits<double>::infinity();
-
 // Rounded up, and +inf for NaN: a bound that stays a bound.
 double up(const Mpfr& x) {
   return mpfr_number_p(x.backend().data()) ? to_double_up(x) : kInf;

@@ -1,6 +1,10 @@
 #include "uatlab/verify/precision.hpp"
 
+#include <mpfi.h>
+
 #include <algorithm>
+#include <cmath>
+#include <numeric>
 
 namespace uatlab {
 
@@ -52,16 +56,86 @@ std::unique_ptr<MpfrPrecision> precision_scope(const Precision& p) {
   return std::make_unique<MpfrPrecision>(p.bits);
 }
 
-unsigned min_certified_bits(unsigned certified_at, const std::function<bool(unsigned)>& certified) {
-  unsigned lo = 2, hi = mpfr_carried_bits(certified_at);  // certified at hi
+unsigned min_certified_bits(unsigned certified_at, const std::function<bool(unsigned)>& certified,
+                            unsigned guess) {
+  unsigned lo = 2, hi = mpfr_carried_bits(certified_at);  // certified at hi, not at lo
+  // The precision MPFR carries just below hi (0: none above lo).
+  auto below = [&](unsigned h) {
+    unsigned b = h - 1;
+    while (b > lo && mpfr_carried_bits(b) >= h)
+      --b;
+    return b > lo ? mpfr_carried_bits(b) : 0u;
+  };
+  // From the guess, one carried precision at a time: upwards while the probes fail, downwards while
+  // they pass. A probe below the answer stops at its first failure (cheap when it starts with the
+  // hardest sequences), so a guess one or two precisions off costs one or two passing probes.
+  constexpr unsigned kSteps = 8;
+  if (guess > 2 && mpfr_carried_bits(guess) < hi) {
+    const unsigned g = mpfr_carried_bits(guess);
+    if (certified(g)) {
+      hi = g;
+      for (unsigned step = 0, b = below(hi); b != 0 && step < kSteps; ++step, b = below(hi)) {
+        if (!certified(b)) {
+          lo = b;
+          break;
+        }
+        hi = b;
+      }
+    } else {
+      lo = g;
+      for (unsigned step = 0, b = g + 1; b < hi && step < kSteps; ++step) {
+        const unsigned c = mpfr_carried_bits(b);
+        if (c >= hi) break;
+        if (certified(c)) {
+          hi = c;
+          break;
+        }
+        lo = c, b = c + 1;
+      }
+    }
+  }
   while (hi - lo > 1) {
     const unsigned mid = (lo + hi) / 2, carried = mpfr_carried_bits(mid);
-    if (carried < hi && certified(carried))
+    if (carried >= hi)
+      lo = mid;  // no precision MPFR carries between mid and hi
+    else if (certified(carried))
       hi = carried;
     else
-      lo = mid;
+      lo = carried;  // fails at carried ≥ mid, so (more bits never hurt) below it too
   }
   return hi;
+}
+
+double enclosure_width(const Mpfi& x) {
+  Mpfr w;
+  mpfi_diam_abs(w.backend().data(), x.backend().data());
+  return Scalar<Mpfr>::to_double(w);
+}
+
+double spare_bits(const Mpfr& margin, double width) {
+  const double m = Scalar<Mpfr>::to_double(margin);
+  if (!(m >= 0)) return -kInf;
+  if (!(width > 0)) return kInf;
+  return std::log2(1 + 2 * m / width);
+}
+
+std::vector<std::size_t> least_spare_first(const std::vector<double>& spare) {
+  std::vector<std::size_t> order(spare.size());
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  auto key = [&](std::size_t i) { return std::isnan(spare[i]) ? -kInf : spare[i]; };
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return key(a) < key(b); });
+  return order;
+}
+
+unsigned guess_fewest_bits(const std::vector<double>& spare, unsigned bits) {
+  double least = kInf;
+  for (double s : spare) {
+    if (std::isnan(s) || s == -kInf) return 0;  // an item not certified, or not checked
+    least = std::min(least, s);
+  }
+  if (!std::isfinite(least)) return 0;
+  const double guess = std::ceil(static_cast<double>(bits) - least);
+  return guess >= 2 && guess < bits ? static_cast<unsigned>(guess) : 0;
 }
 
 Doubling certify_with_doubling(unsigned first, unsigned max_bits,

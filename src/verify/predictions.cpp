@@ -1,12 +1,14 @@
 // The predictions of a network on labelled data, certified in MPFI, and the exact rounding of
 // weights to float32 / bfloat16 / float16 (analyse.hpp).
 #include <algorithm>
+#include <cmath>
 #include <sstream>
 
 #include "uatlab/limits.hpp"
 #include "uatlab/verify/affine.hpp"
 #include "uatlab/verify/analyse.hpp"
 #include "uatlab/verify/evaluate.hpp"
+#include "uatlab/verify/precision.hpp"
 
 namespace uatlab {
 
@@ -72,8 +74,11 @@ LabelKind label_kind(const std::string& labels, const Dataset& ds, int outputs) 
 
 Predictions certify_predictions(const Network<Rational>& net, const Dataset& ds, LabelKind kind,
                                 const Rational& tolerance, unsigned bits, const OnProgress& progress,
-                                bool stop_at_failure, bool affine) {
+                                bool stop_at_failure, bool affine, const std::vector<std::size_t>& order) {
   check_fit(net, ds, kind);
+  if (!order.empty() && order.size() != ds.sequences.size())
+    throw Error("certify_predictions: the order names " + std::to_string(order.size()) +
+                " sequences, the data has " + std::to_string(ds.sequences.size()));
   Predictions p;
   p.kind = kind;
   p.bits = bits;
@@ -85,15 +90,18 @@ Predictions certify_predictions(const Network<Rational>& net, const Dataset& ds,
   const long N = static_cast<long>(ds.sequences.size());
   std::vector<std::vector<PredictionFailure>> fails(static_cast<std::size_t>(N));
   std::vector<long long> counted(static_cast<std::size_t>(N), 0), ok(static_cast<std::size_t>(N), 0);
+  p.spare_bits.assign(static_cast<std::size_t>(N), std::nan(""));
   long long done = 0;
   bool failed = false;
 #pragma omp parallel for schedule(dynamic)
-  for (long i = 0; i < N; ++i) {
+  for (long started = 0; started < N; ++started) {
+    const long i = order.empty() ? started : static_cast<long>(order[static_cast<std::size_t>(started)]);
     bool skip;
 #pragma omp atomic read
     skip = failed;
     if (skip && stop_at_failure) continue;
     const Sequence& s = ds.sequences[static_cast<std::size_t>(i)];
+    double spare = kInf;  // the least over the sequence's predictions
     Mat<Mpfi> y;
     bool evaluated = true;
     try {
@@ -120,6 +128,8 @@ Predictions certify_predictions(const Network<Rational>& net, const Dataset& ds,
             if (r == c) continue;
             if (!(lower(y(c, k)) > upper(y(r, k)))) certified = false;
             if (lower(y(r, k)) > upper(y(c, k))) wrong = true;
+            spare = std::min(spare, spare_bits(lower(y(c, k)) - upper(y(r, k)),
+                                               enclosure_width(y(c, k)) + enclosure_width(y(r, k))));
           }
           f.predicted = std::to_string(best);
         }
@@ -135,6 +145,7 @@ Predictions certify_predictions(const Network<Rational>& net, const Dataset& ds,
             const Mpfi e = mp::abs(y(r, k) - Scalar<Mpfi>::from(s.y(r, k)));
             if (!(upper(e) <= lower(tol))) certified = false;
             if (lower(e) > upper(tol)) wrong = true;
+            spare = std::min(spare, spare_bits(lower(tol) - upper(e), enclosure_width(y(r, k))));
           }
           f.predicted = midpoints(y, k);
         }
@@ -142,12 +153,14 @@ Predictions certify_predictions(const Network<Rational>& net, const Dataset& ds,
       if (certified) {
         ++ok[static_cast<std::size_t>(i)];
       } else {
+        spare = -kInf;
         f.kind = wrong ? FailureKind::wrong : FailureKind::undecided;
         fails[static_cast<std::size_t>(i)].push_back(f);
 #pragma omp atomic write
         failed = true;
       }
     }
+    p.spare_bits[static_cast<std::size_t>(i)] = spare;
 #pragma omp critical(uatlab_analyse_progress)
     report(progress, "analyse: certify predictions at " + std::to_string(bits) + " bits", ++done, N);
   }
@@ -158,6 +171,14 @@ Predictions certify_predictions(const Network<Rational>& net, const Dataset& ds,
       p.failures.push_back(f);
   }
   return p;
+}
+
+std::vector<std::size_t> Predictions::hardest_first() const {
+  return least_spare_first(spare_bits);
+}
+
+unsigned Predictions::guess_min_bits() const {
+  return guess_fewest_bits(spare_bits, bits);
 }
 
 Rational round_weight(const Rational& x, const std::string& format, bool direct, bool& overflow) {

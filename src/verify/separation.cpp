@@ -3,9 +3,12 @@
 // -frounding-math (CMakeLists.txt).
 #include <mpfi.h>
 #include <mpfr.h>
+#include <omp.h>
+
 #include <algorithm>
 #include <cfenv>
 #include <cmath>
+#include <exception>
 #include <map>
 #include <optional>
 #include <queue>
@@ -38,24 +41,17 @@ struct Rounding {
 };
 
 // A lower bound on ‖a − b‖₂ for the values the occurrences enclose: ‖m_a − m_b‖ rounded down,
-// less ‖e_a‖ + ‖e_b‖ rounded up (the triangle inequality).
+// less ‖e_a‖ + ‖e_b‖ rounded up (the triangle inequality). Called under FE_DOWNWARD (the caller
+// sets it once for all its pairs: a mode switch costs as much as a pair), where the sum rounded
+// up is −((−e_a) − e_b).
 double distance_lower(const Occurrence& a, const Occurrence& b) {
   double sq = 0;
-  {
-    const Rounding down(FE_DOWNWARD);
-    for (std::size_t r = 0; r < a.mid.size(); ++r) {
-      const double diff = a.mid[r] >= b.mid[r] ? a.mid[r] - b.mid[r] : b.mid[r] - a.mid[r];
-      sq += diff * diff;
-    }
-    sq = std::sqrt(sq);
+  for (std::size_t r = 0; r < a.mid.size(); ++r) {
+    const double diff = a.mid[r] >= b.mid[r] ? a.mid[r] - b.mid[r] : b.mid[r] - a.mid[r];
+    sq += diff * diff;
   }
-  double err;
-  {
-    const Rounding up(FE_UPWARD);
-    err = a.err_norm + b.err_norm;
-  }
-  const Rounding down(FE_DOWNWARD);
-  return sq - err;
+  const double err_up = -(-a.err_norm - b.err_norm);
+  return std::sqrt(sq) - err_up;
 }
 
 // The exact lower end of ‖a − b‖₂ in MPFI.
@@ -78,9 +74,22 @@ struct MinDistance {
   void add(double bound, std::size_t a, std::size_t b) {
     if (std::isnan(bound)) throw Error("separation: a distance bound is not a number (an internal error)");
     ++pairs;
-    if (smallest.size() <= kExact || bound < std::get<0>(smallest.top())) {
+    keep(bound, a, b);
+  }
+  // Kept: the kExact + 1 smallest (bound, a, b) in lexicographic order, the same set whatever order
+  // the pairs come in (ties between bounds included).
+  void keep(double bound, std::size_t a, std::size_t b) {
+    if (smallest.size() <= kExact || std::make_tuple(bound, a, b) < smallest.top()) {
       smallest.emplace(bound, a, b);
       if (smallest.size() > kExact + 1) smallest.pop();
+    }
+  }
+  // Another thread's pairs: the kExact + 1 smallest of both are the smallest of the union.
+  void merge(MinDistance other) {
+    pairs += other.pairs;
+    for (; !other.smallest.empty(); other.smallest.pop()) {
+      const auto [bound, a, b] = other.smallest.top();
+      keep(bound, a, b);
     }
   }
   // NaN without pairs; closest: the pair with the smallest bound.
@@ -178,13 +187,34 @@ LayerSeparation separation(const Network<Rational>& net, const Dataset& ds, std:
       }
       occ.push_back(std::move(o));
     }
+  // Every pair (quadratic: 32 million at 8,000 tokens), split over the threads, each with its own
+  // rounding mode (a thread's) and its own smallest bounds, merged in thread order.
   MinDistance same, cross;
-  for (std::size_t a = 0; a < occ.size(); ++a)
-    for (std::size_t b = a + 1; b < occ.size(); ++b) {
-      const bool same_token = occ[a].token == occ[b].token;
-      if (same_token && occ[a].context == occ[b].context) continue;
-      (same_token ? same : cross).add(distance_lower(occ[a], occ[b]), a, b);
+  const long count = static_cast<long>(occ.size());
+  std::vector<std::pair<MinDistance, MinDistance>> parts(static_cast<std::size_t>(omp_get_max_threads()));
+  std::exception_ptr failure;
+#pragma omp parallel
+  {
+    auto& [my_same, my_cross] = parts[static_cast<std::size_t>(omp_get_thread_num())];
+    const Rounding down(FE_DOWNWARD);
+#pragma omp for schedule(dynamic, 16)
+    for (long ia = 0; ia < count; ++ia) {
+      const auto a = static_cast<std::size_t>(ia);
+      try {
+        for (std::size_t b = a + 1; b < occ.size(); ++b) {
+          const bool same_token = occ[a].token == occ[b].token;
+          if (same_token && occ[a].context == occ[b].context) continue;
+          (same_token ? my_same : my_cross).add(distance_lower(occ[a], occ[b]), a, b);
+        }
+      } catch (...) {  // a NaN bound: an exception must not leave the loop's thread
+#pragma omp critical(uatlab_separation_failure)
+        if (!failure) failure = std::current_exception();
+      }
     }
+  }
+  if (failure) std::rethrow_exception(failure);
+  for (auto& [s, c] : parts)
+    same.merge(std::move(s)), cross.merge(std::move(c));
   std::size_t ca = 0, cb = 0, xa = 0, xb = 0;
   L.same_token_pairs = same.pairs;
   L.delta = same.certify(occ, out, ca, cb);

@@ -84,6 +84,9 @@ struct Separation {
   double r = 0;                 // certified upper bound on the largest context-id norm
   bool r_within_bound = false;  // r ≤ r_max + ε/4 (the theorem's norm condition), certified
   double cross_lower = 0;       // certified lower bound on distances between contexts of different tokens
+  // An estimate for the fewest-bits search, not a certificate: the least spare_bits
+  // (verify/precision.hpp) of the two conditions, over every pair (−inf when not certified).
+  double spare_bits = 0;
 };
 
 struct Contextual {
@@ -103,10 +106,15 @@ struct Contextual {
 };
 
 // Certify the separation of the context ids computed by `attention` (one attention sub-layer) in
-// MPFI at `bits`.
-Separation certify_separation(const Network<Rational>& attention, const Facts& f, unsigned bits);
+// MPFI at `bits`. decide_only: only `certified` is wanted (the fewest-bits probes), so the pairs
+// stop at the first that is not certified apart and the other fields are partial.
+Separation certify_separation(const Network<Rational>& attention, const Facts& f, unsigned bits,
+                              bool decide_only = false);
 
 Contextual build_contextual(const Facts& f, const ContextualOptions& opt);
+// The fewest bits at which the contextual map's separation is still certified (a bisection below
+// c.bits_used; build_contextual runs it when opt.search_min_bits, memorize after its certificate).
+unsigned contextual_min_bits(const Contextual& c, const Facts& f, const ContextualOptions& opt);
 
 // The feed-forward value map on the context ids (see value_map_layer in kajitsuka.cpp):
 // zhang (Zhang et al.: biases between the data, slopes that alternate and grow, unbounded outside)
@@ -169,10 +177,14 @@ Memorized memorize(const Dataset& ds, const MemorizeOptions& opt);
 // Evaluate `net` on every sequence in MPFI at `bits`; the largest upper bound of
 // |output − label|, or +inf when an enclosure is undecided/unbounded. Stops early (returning some
 // value above stop_above) once one sequence exceeds stop_above. dependency_free: feed-forward
-// sub-layers through AffineForward (verify/affine.hpp), as the deep value map needs.
+// sub-layers through AffineForward (verify/affine.hpp), as the deep value map needs. order (when
+// not empty) is the order the sequences start in; spare (when given) receives per sequence the
+// estimate spare_bits (verify/precision.hpp) of its closest output to `tolerance` (NaN where skipped).
 double certified_max_error(const Network<Rational>& net, const Dataset& ds, unsigned bits,
                            double stop_above = std::numeric_limits<double>::infinity(),
-                           const OnProgress& progress = {}, bool dependency_free = false);
+                           const OnProgress& progress = {}, bool dependency_free = false,
+                           const std::vector<std::size_t>& order = {}, std::vector<double>* spare = nullptr,
+                           double tolerance = 0);
 
 // Theorem 1. Tokens λ·u on a line, Λ1 = {1,3,5,7}, Λ2 = {1,2,6,7} (same min, max and mean),
 // u = (3/5, 4/5): the two sequences, unlabelled.

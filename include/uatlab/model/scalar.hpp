@@ -15,11 +15,14 @@
 #include <boost/multiprecision/mpfi.hpp>
 #include <boost/multiprecision/mpfr.hpp>
 
+#include <limits>
 #include <string>
 
 #include "uatlab/error.hpp"
 
 namespace uatlab {
+
+inline constexpr double kInf = std::numeric_limits<double>::infinity();
 
 namespace mp = boost::multiprecision;
 using Mpfr = mp::number<mp::mpfr_float_backend<0>, mp::et_off>;

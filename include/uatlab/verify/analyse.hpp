@@ -67,7 +67,16 @@ struct Predictions {
   long long tokens = 0, certified = 0;
   unsigned bits = 0;  // the precision of this verdict
   std::vector<PredictionFailure> failures;
+  // Per sequence, an estimate (not a certificate) of the bits it could lose and stay certified:
+  // log2(1 + 2·margin/width) at its closest prediction, where the width of an enclosure grows about
+  // 2× per bit taken away; −inf where a prediction is not certified, +inf where every enclosure
+  // is a point. Empty for sequences skipped after a failure.
+  std::vector<double> spare_bits;
   bool all() const { return certified == tokens; }
+  // The sequences from the least spare to the most (a probe at fewer bits fails soonest this way),
+  // and the fewest bits the estimates suggest (0: none).
+  std::vector<std::size_t> hardest_first() const;
+  unsigned guess_min_bits() const;
 };
 
 struct LayerSeparation {
@@ -93,10 +102,12 @@ struct Analysis {
 
 // Every prediction of `net` on the counted tokens of `ds`, certified in MPFI at `bits`. With
 // stop_at_failure, sequences not yet started are skipped once one prediction fails (all() is then
-// still exact; the counts and failures are partial). affine: as AnalyseOptions::affine.
+// still exact; the counts and failures are partial). affine: as AnalyseOptions::affine. order
+// (when not empty, a permutation of the sequences) is the order they are started in.
 Predictions certify_predictions(const Network<Rational>& net, const Dataset& ds, LabelKind kind,
                                 const Rational& tolerance, unsigned bits, const OnProgress& progress = {},
-                                bool stop_at_failure = false, bool affine = false);
+                                bool stop_at_failure = false, bool affine = false,
+                                const std::vector<std::size_t>& order = {});
 
 // x rounded to nearest (ties to even) in a binary format with p significand bits and normal
 // exponents down to emin (subnormals below 2^emin), exactly; `overflow` set when |x| rounds

@@ -5,6 +5,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "uatlab/model/network.hpp"
 #include "uatlab/model/scalar.hpp"
@@ -44,8 +45,25 @@ std::unique_ptr<MpfrPrecision> precision_scope(const Precision& p);
 
 // The smallest precision MPFR carries exactly (mpfr_carried_bits(b) == b) at which
 // certified(b) holds, given that it holds at `certified_at`; a bisection that assumes more bits
-// never hurt. Every call of certified runs at the bits it is given.
-unsigned min_certified_bits(unsigned certified_at, const std::function<bool(unsigned bits)>& certified);
+// never hurt. Every call of certified runs at the bits it is given. A guess (0: none) is tried
+// first, then the precisions MPFR carries above it, one by one (up to 8), until one passes; the
+// bisection then continues below that one. When the guess is a little low, the failing probes are
+// cheap (they stop at their first failure) and one passing probe settles the search, where the
+// bisection alone ran five or six; under the same assumption the answer is the same.
+unsigned min_certified_bits(unsigned certified_at, const std::function<bool(unsigned bits)>& certified,
+                            unsigned guess = 0);
+
+// Estimates that order the fewest-bits search (not certificates). An enclosure's width about doubles
+// per bit taken away, so a check with margin m (how far its bound is inside the limit) over
+// enclosures of total width w could lose about log2(1 + 2m/w) bits and still hold: spare_bits
+// (−inf for a margin below 0 or NaN, +inf for w = 0). Over items (sequences), each with the least
+// spare of its checks: the items from the least spare up (a probe below the fewest bits then fails
+// at its first item), and the fewest bits they suggest at `bits` (0: no guess, when an item has no
+// finite spare or the guess is out of [2, bits)).
+double enclosure_width(const Mpfi& x);
+double spare_bits(const Mpfr& margin, double width);
+std::vector<std::size_t> least_spare_first(const std::vector<double>& spare);
+unsigned guess_fewest_bits(const std::vector<double>& spare, unsigned bits);
 
 // The precision search of every certificate that needs more bits than it starts with: attempt(bits)
 // at bits = first, then twice the last, capped at max_bits, until attempt returns true (finished:
