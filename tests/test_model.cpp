@@ -236,6 +236,31 @@ TEST(Model, ArchitectureRoundTripsAndRejectsBadFields) {
                Error);
 }
 
+// A sub-layer may carry the name it had elsewhere (from_torch: PyTorch's), kept through the file
+// formats and printed beside the index; anything but short printable text is refused.
+TEST(Model, SubLayerSourceNamesRoundTripAndAreChecked) {
+  const Architecture a = Architecture::from_json(json::parse(
+      R"({"d": 2, "layers": [{"type": "attention", "source": "layers.0.self_attn"},
+                             {"type": "feedforward", "width": 2, "source": "layers.0.linear1/linear2"},
+                             {"type": "layernorm", "source": "norm"}]})"));
+  EXPECT_EQ(a.layers[0].source, "layers.0.self_attn");
+  EXPECT_EQ(a.layers[2].source, "norm");
+  EXPECT_EQ(Architecture::from_json(a.to_json()).to_json(), a.to_json());
+  EXPECT_NE(a.layers[1].describe().find("[layers.0.linear1/linear2]"), std::string::npos)
+      << a.layers[1].describe();
+  EXPECT_EQ(a.layers[1].describe_kind().find("["), std::string::npos);
+  EXPECT_FALSE(a.to_json()["layers"][0].contains("eps"));
+  for (const char* bad : {R"(1)", R"("")", R"("a\nb")", R"("é")"})
+    EXPECT_THROW(Architecture::from_json(json::parse(
+                     std::string(R"({"d": 2, "layers": [{"type": "layernorm", "source": )") + bad + "}]}")),
+                 Error)
+        << bad;
+  EXPECT_THROW(
+      Architecture::from_json(json::parse(R"({"d": 2, "layers": [{"type": "layernorm", "source": ")" +
+                                          std::string(201, 'x') + R"("}]})")),
+      Error);
+}
+
 TEST(Model, InputErrorsNameTheProblem) {
   Network<double> net = random_net(R"({"d": 2, "max_len": 3, "layers": []})", 1);
   EXPECT_THROW(forward(net, Mat<double>(Mat<double>::Zero(3, 2))), Error);  // wrong d

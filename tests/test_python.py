@@ -211,6 +211,99 @@ def test_torch_both_ways():
     with torch.no_grad():
         ref = enc(x)
     check(np.abs(np.stack(net.eval(x.numpy())) - ref.numpy()).max() < 1e-12, "TransformerEncoder with a final norm")
+    test_whole_models()
+
+
+def test_whole_models():
+    """A whole model (issue 42): token embedding + learned or sinusoidal positions + encoder + final
+    norm + Linear or tied head, causal or not; PyTorch names in reports; back into the user's own
+    modules, exactly or refused with nothing written."""
+    from uatlab import pytorch as up
+    nn = torch.nn
+    torch.manual_seed(3)
+    d, V, L, H = 8, 10, 6, 2
+
+    def encoder(heads=H):
+        return nn.TransformerEncoder(nn.TransformerEncoderLayer(d, heads, 16, dropout=0.0, batch_first=True), 2,
+                                     norm=nn.LayerNorm(d), enable_nested_tensor=False).double().eval()
+    enc, emb, pos, head = encoder(), nn.Embedding(V, d).double(), nn.Embedding(L, d).double(), nn.Linear(d, 3).double()
+    ids = torch.randint(0, V, (4, L))
+    seqs = [[int(t) for t in r] for r in ids]
+    mask = torch.triu(torch.full((L, L), float("-inf"), dtype=torch.float64), diagonal=1)
+    sinus = torch.zeros(L, 1, d, dtype=torch.float64)  # the tutorials' buffer, (max_len, 1, d)
+    position = torch.arange(L, dtype=torch.float64).unsqueeze(1)
+    sinus[:, 0, 0::2] = torch.sin(position / 10000 ** (torch.arange(0, d, 2) / d))
+    sinus[:, 0, 1::2] = torch.cos(position / 10000 ** (torch.arange(0, d, 2) / d))
+    cases = [("learned positions, Linear head", dict(embedding=emb, positions=pos, head=head), False,
+              lambda m: head(enc(emb(ids) + pos.weight[:L], mask=m))),
+             ("sinusoidal table, tied head", dict(embedding=emb, positions=sinus, head=emb), False,
+              lambda m: enc(emb(ids) + sinus[:L, 0], mask=m) @ emb.weight.t()),
+             ("no positions, no head", dict(embedding=emb), False, lambda m: enc(emb(ids), mask=m))]
+    for what, parts, _, torch_forward in cases:
+        for causal in (False, True):
+            net = uatlab.from_torch(enc, causal=causal, **parts)
+            with torch.no_grad():
+                ref = torch_forward(mask if causal else None).numpy()
+            err = np.abs(np.stack(net.eval(seqs)) - ref).max() / np.abs(ref).max()
+            check(err < 1e-13, f"whole model, {what}, causal={causal}: {err:.1e}")
+    net = uatlab.from_torch(enc, embedding=emb, positions=pos, head=head)
+    sources = [l.get("source") for l in net.architecture["layers"]]
+    check(sources[:4] == ["layers.0.self_attn", "layers.0.norm1", "layers.0.linear1/linear2", "layers.0.norm2"]
+          and sources[-1] == "norm", f"each sub-layer keeps PyTorch's name: {sources}")
+    names = up.name_map(enc, emb, pos, head)
+    check(names["layers.1.self_attn.in_proj_weight[8:16]"] == "layers.4.k.weight" and
+          names["embedding.weight"] == "embed.weight" and names["head.bias"] == "readout.bias",
+          "name_map: PyTorch's names to uatlab's")
+    rep = uatlab.analyse(net, [s for s in seqs], [[0] * L for _ in seqs], min_bits=False, rounding=False)
+    check([l["source"] for l in rep["separation"]] == ["layers.0.self_attn", "layers.1.self_attn"],
+          "analyse names the attention layers as PyTorch does")
+    # Back into fresh modules of the same composition: the same numbers.
+    enc2, emb2, pos2, head2 = encoder(), nn.Embedding(V, d).double(), nn.Embedding(L, d).double(), \
+        nn.Linear(d, 3).double()
+    net.to_torch(into=enc2, embedding=emb2, positions=pos2, head=head2)
+    same = all(torch.equal(a, b) for a, b in zip(enc.state_dict().values(), enc2.state_dict().values()))
+    check(same and torch.equal(emb.weight, emb2.weight) and torch.equal(pos.weight, pos2.weight) and
+          torch.equal(head.bias, head2.bias), "to_torch(into=...) fills the user's own modules exactly")
+    # Refusals leave the modules as they were: a value float32 cannot hold, another head count, a
+    # tied head the network has untied.
+    t = net.tensors["layers.0.q.weight"].copy()
+    t[0, 0] = 1 / 3
+    net._core.set_tensor("layers.0.q.weight", t)
+    enc32 = nn.TransformerEncoder(nn.TransformerEncoderLayer(d, H, 16, dropout=0.0, batch_first=True), 2,
+                                  norm=nn.LayerNorm(d), enable_nested_tensor=False)
+    before = [p.clone() for p in enc32.parameters()]
+    for into, parts, needle in ((enc32, dict(embedding=nn.Embedding(V, d), positions=nn.Embedding(L, d),
+                                             head=nn.Linear(d, 3)), "does not hold every value"),
+                                (encoder(4), dict(embedding=emb2, positions=pos2, head=head2), "heads = 4")):
+        try:
+            net.to_torch(into=into, **parts)
+            check(False, f"to_torch(into=...) refuses ({needle})")
+        except uatlab.Error as e:
+            check(needle in str(e), f"to_torch(into=...) refused: {e}")
+    check(all(torch.equal(a, b) for a, b in zip(before, enc32.parameters())), "a refusal writes nothing")
+    tied = uatlab.from_torch(enc, embedding=emb, head=emb)
+    r = tied.tensors["readout.weight"].copy()
+    r[0, 0] += 1
+    tied._core.set_tensor("readout.weight", r)
+    try:
+        tied.to_torch(into=encoder(), embedding=nn.Embedding(V, d).double(), head=None)
+        check(False, "a head the modules lack is refused")
+    except uatlab.Error as e:
+        check("readout" in str(e), f"a readout the modules lack is refused: {e}")
+    emb3 = nn.Embedding(V, d).double()
+    try:
+        tied.to_torch(into=encoder(), embedding=emb3, head=emb3)
+        check(False, "an untied head cannot go back into a tied embedding")
+    except uatlab.Error as e:
+        check("differs" in str(e), f"an untied head is refused: {e}")
+    for bad, needle in ((dict(embedding=nn.Linear(3, d)), "input projection"),
+                        (dict(embedding=emb, positions=torch.zeros(L, d + 1)), "positions"),
+                        (dict(embedding=emb, head=nn.Conv1d(d, 3, 1)), "head")):
+        try:
+            uatlab.from_torch(enc, **bad)
+            check(False, f"refused: {needle}")
+        except uatlab.Error as e:
+            check(needle in str(e), f"from_torch refuses what it cannot convert exactly: {e}")
 
 
 def test_train_and_analyse():

@@ -173,10 +173,19 @@ class Network:
             out = [[[_Fraction(v) for v in tok] for tok in y] for y in out]
         return out[0] if single else out
 
-    def to_torch(self, dtype=None):
-        """An nn.Module (uatlab.pytorch.UatlabNet) with these weights, float64 unless told."""
+    def to_torch(self, dtype=None, into=None, embedding=None, positions=None, head=None, causal=False):
+        """An nn.Module (uatlab.pytorch.UatlabNet) with these weights, float64 unless told. With
+        into=ENCODER (and the embedding, positions and head given to from_torch), the weights go
+        back into the user's own modules instead: refused, with nothing written, unless they make
+        the same architecture and their dtype holds every value exactly. Returns the modules' encoder."""
         from . import pytorch
         import torch
+        if into is not None:
+            try:
+                pytorch.fill(self.architecture, self.tensors, into, embedding, positions, head, causal)
+            except ValueError as e:
+                raise Error(str(e)) from None
+            return into
         dtype = dtype or torch.float64
         net = pytorch.UatlabNet(pytorch.complete(self.architecture)).to(dtype)
         state = {pytorch._torch_name(k): torch.from_numpy(v).to(dtype) for k, v in self.tensors.items()}
@@ -268,15 +277,20 @@ def analyse(net, X, Y=None, labels="auto", tolerance="1e-6", bits=64, max_bits=4
     return (_json.loads(report), text) if summary else _json.loads(report)
 
 
-def from_torch(module, architecture=None, causal=False):
+def from_torch(module, architecture=None, causal=False, embedding=None, positions=None, head=None):
     """A uatlab Network from PyTorch: a uatlab.pytorch.UatlabNet, an nn.TransformerEncoderLayer or
-    nn.TransformerEncoder (norm_first either way, ReLU or GELU), or a state_dict with the
-    architecture it belongs to. Every float64 weight is kept exactly. PyTorch passes a causal mask
-    at call time, not in the module: causal=True gives the network of layer(x, src_mask=causal)
-    (each query attends to itself and the past), the default that of layer(x)."""
+    nn.TransformerEncoder (norm_first either way, ReLU or GELU, its final norm), or a state_dict with
+    the architecture it belongs to. With an encoder, the common composition around it too:
+    embedding (an nn.Embedding of token ids), positions (an nn.Embedding, a (max_len, d) table such
+    as the tutorials' sinusoidal buffer, or a module holding one; added to the embedded tokens), and
+    head (an nn.Linear to the outputs, or the embedding itself for a tied unembedding). Every weight
+    is kept exactly; what has no exact counterpart is refused. PyTorch passes a causal mask at call
+    time, not in the module: causal=True gives the network of encoder(x, mask=causal), the default
+    that of encoder(x). uatlab.pytorch.name_map(...) lists which PyTorch tensor became which
+    uatlab tensor (docs/python.md); each sub-layer keeps PyTorch's name as its "source"."""
     from . import pytorch
     try:
-        arch, state = pytorch.to_uatlab(module, architecture)
+        arch, state = pytorch.to_uatlab(module, architecture, embedding, positions, head, causal)
     except ValueError as e:  # what cannot be converted exactly is refused, as a uatlab.Error
         raise Error(str(e)) from None
     if causal:

@@ -334,8 +334,35 @@ def _activation(layer):
                      "(tanh-approximated GELU and other activations are refused, not approximated)")
 
 
-def _encoder_layer(layer, i, d):
-    """The uatlab sub-layers and tensors of one nn.TransformerEncoderLayer starting at index i."""
+class Binding:
+    """One uatlab tensor and where PyTorch keeps it: `param` (a Parameter or tensor of the user's
+    modules, in the same layout), rows `rows` of it (a slice: the q/k/v thirds of in_proj_weight)
+    or all of it, and PyTorch's name for it."""
+
+    def __init__(self, name, param, torch_name, rows=None, fixed=False):
+        self.name, self.param, self.torch_name, self.rows, self.fixed = name, param, torch_name, rows, fixed
+
+    def read(self):
+        return self.param if self.rows is None else self.param[self.rows]
+
+    def check(self, value):
+        """Why value (float64) cannot be written here exactly, or None."""
+        target = self.read()
+        if tuple(value.shape) != tuple(target.shape):
+            return f"{self.torch_name}: shape {tuple(target.shape)}, the network's {self.name} is {tuple(value.shape)}"
+        if not torch.equal(value.to(target.dtype).double(), value):
+            return (f"{self.torch_name} is {target.dtype}, which does not hold every value of {self.name} exactly: "
+                    "convert the module first (module.double())")
+        return None
+
+    def write(self, value):
+        with torch.no_grad():
+            self.read().copy_(value.to(self.read().dtype))
+
+
+def _encoder_layer(layer, i, d, prefix):
+    """The uatlab sub-layers and bindings of one nn.TransformerEncoderLayer starting at index i;
+    prefix: its PyTorch name ("layers.0.")."""
     mha = layer.self_attn
     if not mha._qkv_same_embed_dim or mha.bias_k is not None or mha.add_zero_attn:
         raise ValueError("self-attention with separate q/k/v sizes, bias_k/bias_v or add_zero_attn is not supported")
@@ -344,51 +371,189 @@ def _encoder_layer(layer, i, d):
     pre = bool(layer.norm_first)
     eps1, eps2 = exact_float(layer.norm1.eps), exact_float(layer.norm2.eps)
     attn = {"type": "attention", "heads": H, "head_size": d // H, "sqrt_scaling": True, "bias": bias,
-            "pre_norm": pre}
+            "pre_norm": pre, "source": prefix + "self_attn"}
     ff = {"type": "feedforward", "width": layer.linear1.out_features, "activation": _activation(layer),
-          "pre_norm": pre}
-    t = {}
+          "pre_norm": pre, "source": prefix + "linear1/linear2"}
     a, f = f"layers.{i}.", f"layers.{i + (1 if pre else 2)}."
-    q, k, v = mha.in_proj_weight.chunk(3)
-    t.update({a + "q.weight": q, a + "k.weight": k, a + "v.weight": v, a + "o.weight": mha.out_proj.weight})
+    b = []
+    for j, x in enumerate("qkv"):
+        b.append(Binding(a + x + ".weight", mha.in_proj_weight, f"{prefix}self_attn.in_proj_weight[{j * d}:{(j + 1) * d}]",
+                         slice(j * d, (j + 1) * d)))
+    b.append(Binding(a + "o.weight", mha.out_proj.weight, prefix + "self_attn.out_proj.weight"))
     if bias:
-        bq, bk, bv = mha.in_proj_bias.chunk(3)
-        t.update({a + "q.bias": bq, a + "k.bias": bk, a + "v.bias": bv, a + "o.bias": mha.out_proj.bias})
-    t.update({f + "fc1.weight": layer.linear1.weight, f + "fc1.bias": layer.linear1.bias,
-              f + "fc2.weight": layer.linear2.weight, f + "fc2.bias": layer.linear2.bias})
+        for j, x in enumerate("qkv"):
+            b.append(Binding(a + x + ".bias", mha.in_proj_bias, f"{prefix}self_attn.in_proj_bias[{j * d}:{(j + 1) * d}]",
+                             slice(j * d, (j + 1) * d)))
+        b.append(Binding(a + "o.bias", mha.out_proj.bias, prefix + "self_attn.out_proj.bias"))
+    for u, mod in (("fc1", "linear1"), ("fc2", "linear2")):
+        for w in ("weight", "bias"):
+            b.append(Binding(f"{f}{u}.{w}", getattr(getattr(layer, mod), w), f"{prefix}{mod}.{w}"))
     if pre:  # Z + f(LayerNorm(Z)), the norm inside each sub-layer
         attn["eps"], ff["eps"] = eps1, eps2
-        t.update({a + "norm.weight": layer.norm1.weight, a + "norm.bias": layer.norm1.bias,
-                  f + "norm.weight": layer.norm2.weight, f + "norm.bias": layer.norm2.bias})
-        return [attn, ff], t
+        for u, norm in ((a, "norm1"), (f, "norm2")):
+            for w in ("weight", "bias"):
+                b.append(Binding(f"{u}norm.{w}", getattr(getattr(layer, norm), w), f"{prefix}{norm}.{w}"))
+        return [attn, ff], b
     n1, n2 = f"layers.{i + 1}.", f"layers.{i + 3}."  # post-norm: LayerNorm(Z + f(Z)) after each
-    t.update({n1 + "weight": layer.norm1.weight, n1 + "bias": layer.norm1.bias,
-              n2 + "weight": layer.norm2.weight, n2 + "bias": layer.norm2.bias})
-    return [attn, {"type": "layernorm", "eps": eps1}, ff, {"type": "layernorm", "eps": eps2}], t
+    for u, norm in ((n1, "norm1"), (n2, "norm2")):
+        for w in ("weight", "bias"):
+            b.append(Binding(u + w, getattr(getattr(layer, norm), w), f"{prefix}{norm}.{w}"))
+    return [attn, {"type": "layernorm", "eps": eps1, "source": prefix + "norm1"}, ff,
+            {"type": "layernorm", "eps": eps2, "source": prefix + "norm2"}], b
 
 
-def to_uatlab(module, architecture=None):
-    """(architecture dict, {uatlab tensor name: tensor}) of a UatlabNet, an nn.TransformerEncoderLayer,
-    an nn.TransformerEncoder (its final norm included), or a state_dict with its architecture."""
-    if isinstance(module, UatlabNet):
+def _position_table(positions, d):
+    """The (max_len, d) tensor a positions argument adds: an nn.Embedding, a tensor or Parameter of
+    shape (max_len, d), (1, max_len, d) or (max_len, 1, d) (the tutorials' sinusoidal buffer), or a
+    module holding exactly one such tensor."""
+    if isinstance(positions, nn.Embedding):
+        return positions.weight, "positions.weight"
+    if isinstance(positions, nn.Module):
+        found = [(n, t) for n, t in list(positions.named_parameters()) + list(positions.named_buffers())
+                 if t.dim() in (2, 3) and t.shape[-1] == d]
+        if len(found) != 1:
+            raise ValueError(f"positions: {type(positions).__name__} holds {len(found)} tensors ending in d = {d}; "
+                             "pass the table itself (max_len × d)")
+        return _squeeze_table(found[0][1], d), "positions." + found[0][0]
+    if isinstance(positions, torch.Tensor):
+        return _squeeze_table(positions, d), "positions"
+    raise ValueError(f"positions must be an nn.Embedding, a (max_len, d) tensor or a module holding one, "
+                     f"got {type(positions).__name__}")
+
+
+def _squeeze_table(t, d):
+    if t.dim() == 3 and 1 in t.shape[:2]:
+        t = t.reshape(-1, d)
+    if t.dim() != 2 or t.shape[1] != d:
+        raise ValueError(f"positions: a table of shape {tuple(t.shape)}, expected (max_len, {d})")
+    return t
+
+
+def bindings(encoder, embedding=None, positions=None, head=None, causal=False):
+    """(architecture, [Binding]) of the common composition: an optional token embedding
+    (nn.Embedding), optional learned or fixed positions added to it, an nn.TransformerEncoder (or one
+    nn.TransformerEncoderLayer; its final norm included), and an optional head: an nn.Linear to the
+    outputs, or the embedding itself (tied unembedding, logits = z·Eᵀ). causal: the network of
+    encoder(x, mask=causal mask). The same bindings read the modules (from_torch) and fill them
+    (Network.to_torch(into=...)); PyTorch's names are the encoder's own, under "embedding.",
+    "positions" and "head."."""
+    if not isinstance(encoder, (nn.TransformerEncoderLayer, nn.TransformerEncoder)):
+        raise ValueError(f"encoder: expected an nn.TransformerEncoder or nn.TransformerEncoderLayer, got "
+                         f"{type(encoder).__name__}")
+    blocks = [encoder] if isinstance(encoder, nn.TransformerEncoderLayer) else list(encoder.layers)
+    d = blocks[0].self_attn.embed_dim
+    layers, bs = [], []
+    for j, blk in enumerate(blocks):
+        ls, b = _encoder_layer(blk, len(layers), d, f"layers.{j}." if isinstance(encoder, nn.TransformerEncoder) else "")
+        layers += ls
+        bs += b
+    final = getattr(encoder, "norm", None) if isinstance(encoder, nn.TransformerEncoder) else None
+    if final is not None:
+        p = f"layers.{len(layers)}."
+        layers.append({"type": "layernorm", "eps": exact_float(final.eps), "source": "norm"})
+        bs += [Binding(p + "weight", final.weight, "norm.weight"), Binding(p + "bias", final.bias, "norm.bias")]
+    if causal:
+        for layer in layers:
+            if layer["type"] == "attention":
+                layer["causal"] = True
+    arch = {"d": d, "layers": layers}
+    if embedding is not None:
+        if not isinstance(embedding, nn.Embedding):
+            raise ValueError(f"embedding: expected an nn.Embedding (token ids), got {type(embedding).__name__}; "
+                             "an input projection (nn.Linear) has no uatlab counterpart yet: apply it to the data")
+        if embedding.max_norm is not None:
+            raise ValueError("embedding: max_norm renormalises the rows at lookup, which uatlab does not do")
+        if embedding.embedding_dim != d:
+            raise ValueError(f"embedding: dimension {embedding.embedding_dim}, the encoder's d is {d}")
+        arch["vocab"] = embedding.num_embeddings
+        bs.append(Binding("embed.weight", embedding.weight, "embedding.weight"))
+    if positions is not None:
+        table, name = _position_table(positions, d)
+        arch["max_len"] = table.shape[0]
+        bs.append(Binding("pe.weight", table, name))
+    if head is not None:
+        if head is embedding and embedding is not None:  # tied: logits = z·Eᵀ, no bias
+            arch["readout"] = embedding.num_embeddings
+            bs.append(Binding("readout.weight", embedding.weight, "embedding.weight (tied head)", fixed=True))
+            bs.append(Binding("readout.bias", torch.zeros(embedding.num_embeddings, dtype=embedding.weight.dtype),
+                              "(no bias: zeros)", fixed=True))
+        elif isinstance(head, nn.Linear):
+            if head.in_features != d:
+                raise ValueError(f"head: {head.in_features} inputs, the encoder's d is {d}")
+            arch["readout"] = head.out_features
+            bs.append(Binding("readout.weight", head.weight, "head.weight"))
+            if head.bias is not None:
+                bs.append(Binding("readout.bias", head.bias, "head.bias"))
+            else:
+                bs.append(Binding("readout.bias", torch.zeros(head.out_features, dtype=head.weight.dtype),
+                                  "(no bias: zeros)", fixed=True))
+        else:
+            raise ValueError(f"head: expected an nn.Linear or the embedding (tied), got {type(head).__name__}")
+    return arch, bs
+
+
+def name_map(encoder, embedding=None, positions=None, head=None, causal=False):
+    """{PyTorch name: uatlab tensor name} of the composition (bindings)."""
+    return {b.torch_name: b.name for b in bindings(encoder, embedding, positions, head, causal)[1]}
+
+
+def to_uatlab(module, architecture=None, embedding=None, positions=None, head=None, causal=False):
+    """(architecture dict, {uatlab tensor name: tensor}) of a UatlabNet, of the composition of
+    bindings() (an nn.TransformerEncoder or nn.TransformerEncoderLayer with an optional embedding,
+    positions and head), or of a state_dict with its architecture."""
+    parts = embedding is not None or positions is not None or head is not None
+    if isinstance(module, UatlabNet) and not parts:
         return module.arch, {_uatlab_name(k): v for k, v in module.state_dict().items()}
     if isinstance(module, (nn.TransformerEncoderLayer, nn.TransformerEncoder)):
-        blocks = [module] if isinstance(module, nn.TransformerEncoderLayer) else list(module.layers)
-        d = blocks[0].self_attn.embed_dim
-        layers, tensors = [], {}
-        for b in blocks:
-            ls, t = _encoder_layer(b, len(layers), d)
-            layers += ls
-            tensors.update(t)
-        final = getattr(module, "norm", None) if isinstance(module, nn.TransformerEncoder) else None
-        if final is not None:
-            p = f"layers.{len(layers)}."
-            layers.append({"type": "layernorm", "eps": exact_float(final.eps)})
-            tensors.update({p + "weight": final.weight, p + "bias": final.bias})
-        return {"d": d, "layers": layers}, tensors
-    if isinstance(module, dict):
+        arch, bs = bindings(module, embedding, positions, head, causal)
+        return arch, {b.name: b.read() for b in bs}
+    if isinstance(module, dict) and not parts:
         if architecture is None:
             raise ValueError("a state_dict needs the architecture it belongs to")
         return architecture, {_uatlab_name(k): v for k, v in module.items()}
-    raise ValueError(f"cannot convert {type(module).__name__}: give a UatlabNet, an nn.TransformerEncoderLayer, "
-                     "an nn.TransformerEncoder, or a state_dict with its architecture")
+    raise ValueError(f"cannot convert {type(module).__name__}" + (" with embedding/positions/head" if parts else "") +
+                     ": give a UatlabNet, an nn.TransformerEncoderLayer or nn.TransformerEncoder (with optional "
+                     "embedding=, positions=, head=), or a state_dict with its architecture")
+
+
+# The architecture keys that decide what a network computes (a layer's "source" is only its name).
+_SAME = ("d", "vocab", "max_len", "readout", "pool")
+_SAME_LAYER = ("type", "heads", "head_size", "score", "scale", "sqrt_scaling", "rpe", "dp_free", "causal",
+               "strict_past", "window", "tied_qkv", "bias", "pre_norm", "width", "activation")
+
+
+def fill(architecture, tensors, encoder, embedding=None, positions=None, head=None, causal=False):
+    """Write a network (its architecture and {uatlab name: float64 tensor}) into the user's modules,
+    the composition of bindings(); refused, with nothing written, unless the composition computes
+    the same architecture and every value fits the modules' dtype exactly."""
+    arch, bs = bindings(encoder, embedding, positions, head, causal)
+    mine, theirs = complete(architecture), complete(arch)
+    for k in _SAME:
+        if mine.get(k) != theirs.get(k):
+            raise ValueError(f"the modules have {k} = {theirs.get(k)}, the network {mine.get(k)}")
+    if len(mine["layers"]) != len(theirs["layers"]):
+        raise ValueError(f"the modules make {len(theirs['layers'])} sub-layers, the network has {len(mine['layers'])}")
+    for i, (a, b) in enumerate(zip(mine["layers"], theirs["layers"])):
+        for k in _SAME_LAYER:
+            if a.get(k) != b.get(k):
+                raise ValueError(f"sub-layer {i} ({b.get('source', '')}): the modules have {k} = {b.get(k)}, "
+                                 f"the network {a.get(k)}")
+        if "eps" in a and Fraction(str(a["eps"])) != Fraction(str(b["eps"])):
+            raise ValueError(f"sub-layer {i} ({b.get('source', '')}): layer-norm eps differs")
+    values = {b.name: torch.as_tensor(tensors[b.name], dtype=torch.float64) for b in bs}
+    # Every check before any write, so that a refusal leaves the modules as they were. A fixed
+    # binding (a head without bias, a tied head) holds what another binding writes, or what the
+    # modules hold already: the network's value must equal it.
+    for b in bs:
+        why = b.check(values[b.name])
+        if why:
+            raise ValueError(why)
+        if b.fixed:
+            twin = next((o for o in bs if not o.fixed and o.param is b.param and o.rows == b.rows), None)
+            held = values[twin.name] if twin else b.read().double()
+            if not torch.equal(held, values[b.name]):
+                raise ValueError(f"the network's {b.name} differs from {b.torch_name}, which the modules cannot "
+                                 "hold otherwise")
+    for b in bs:
+        if not b.fixed:
+            b.write(values[b.name])

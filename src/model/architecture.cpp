@@ -45,6 +45,11 @@ bool LayerSpec::needs_transcendental() const {
 }
 
 std::string LayerSpec::describe() const {
+  const std::string what = describe_kind();
+  return source.empty() ? what : what + " [" + source + "]";
+}
+
+std::string LayerSpec::describe_kind() const {
   std::string s = pre_norm ? "pre-norm " : "";
   switch (kind) {
     case LayerKind::attention:
@@ -110,6 +115,22 @@ bool boolean(const json& v, const std::string& what) {
 void reject_unknown(const json& obj, const std::set<std::string>& known, const std::string& what) {
   for (auto& [k, _] : obj.items())
     if (!known.count(k)) throw Error(what + "unknown field \"" + k + "\"");
+}
+// A sub-layer's fields: its kind's, and "source" (every kind may carry one).
+void reject_unknown_in_layer(const json& obj, std::set<std::string> known, const std::string& what) {
+  known.insert("source");
+  reject_unknown(obj, known, what);
+}
+
+// Where a sub-layer came from (e.g. PyTorch's "layers.0.self_attn"): printable ASCII, at most 200
+// characters, since it is printed in reports.
+std::string source_name(const json& v, const std::string& what) {
+  if (!v.is_string()) throw Error(what + " must be a string, got " + v.dump());
+  const std::string s = v.get<std::string>();
+  if (s.empty() || s.size() > 200 ||
+      std::any_of(s.begin(), s.end(), [](char c) { return c < 0x20 || c > 0x7e; }))
+    throw Error(what + " must be 1 to 200 printable ASCII characters");
+  return s;
 }
 
 template <auto Last>
@@ -257,6 +278,7 @@ json Architecture::to_json() const {
     }
     if (l.kind != LayerKind::layernorm) j["pre_norm"] = l.pre_norm;
     if (l.pre_norm || l.kind == LayerKind::layernorm) j["eps"] = l.eps;
+    if (!l.source.empty()) j["source"] = l.source;
     ls.push_back(j);
   }
   return {{"format", "uatlab-architecture-1"},
@@ -294,12 +316,13 @@ Architecture Architecture::from_json(const json& j) try {
       l.kind = enum_of(lj["type"], layer_kind_names, w + "type");
       if (lj.contains("pre_norm")) l.pre_norm = boolean(lj["pre_norm"], w + "pre_norm");
       if (lj.contains("eps")) l.eps = exact_text(lj["eps"], w + "eps");
+      if (lj.contains("source")) l.source = source_name(lj["source"], w + "source");
       if (l.kind == LayerKind::attention) {
-        reject_unknown(lj,
-                       {"type", "heads", "head_size", "score", "scale", "sqrt_scaling", "rpe", "t5_buckets",
-                        "t5_max_distance", "dp_free", "causal", "strict_past", "window", "tied_qkv", "bias",
-                        "pre_norm", "eps"},
-                       w);
+        reject_unknown_in_layer(lj,
+                                {"type", "heads", "head_size", "score", "scale", "sqrt_scaling", "rpe",
+                                 "t5_buckets", "t5_max_distance", "dp_free", "causal", "strict_past",
+                                 "window", "tied_qkv", "bias", "pre_norm", "eps"},
+                                w);
         if (lj.contains("heads")) l.heads = positive_int(lj["heads"], w + "heads");
         if (lj.contains("head_size")) l.head_size = positive_int(lj["head_size"], w + "head_size");
         if (lj.contains("score")) l.score = enum_of(lj["score"], score_names, w + "score");
@@ -316,7 +339,7 @@ Architecture Architecture::from_json(const json& j) try {
         if (lj.contains("tied_qkv")) l.tied_qkv = boolean(lj["tied_qkv"], w + "tied_qkv");
         if (lj.contains("bias")) l.bias = boolean(lj["bias"], w + "bias");
       } else if (l.kind == LayerKind::feedforward) {
-        reject_unknown(lj, {"type", "width", "activation", "pre_norm", "eps"}, w);
+        reject_unknown_in_layer(lj, {"type", "width", "activation", "pre_norm", "eps"}, w);
         if (!lj.contains("width")) throw Error(w + "feedforward needs \"width\"");
         l.width = positive_int(lj["width"], w + "width");
         if (lj.contains("activation") && lj["activation"] == "gelu") {
@@ -339,7 +362,7 @@ Architecture Architecture::from_json(const json& j) try {
         }
       } else if (l.kind == LayerKind::bproj || l.kind == LayerKind::sepconv) {
         const bool bp = l.kind == LayerKind::bproj;
-        reject_unknown(
+        reject_unknown_in_layer(
             lj,
             bp ? std::set<std::string>{"type", "length", "causal", "bias", "pre_norm", "eps"}
                : std::set<std::string>{"type", "heads", "kernel", "causal", "bias", "pre_norm", "eps"},
@@ -355,7 +378,7 @@ Architecture Architecture::from_json(const json& j) try {
         if (lj.contains("causal")) l.causal = boolean(lj["causal"], w + "causal");
         if (lj.contains("bias")) l.bias = boolean(lj["bias"], w + "bias");
       } else {
-        reject_unknown(lj, {"type", "eps"}, w);
+        reject_unknown_in_layer(lj, {"type", "eps"}, w);
       }
       a.layers.push_back(l);
     }

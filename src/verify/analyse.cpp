@@ -143,6 +143,7 @@ json Analysis::report() const {
   json ls = json::array();
   for (const LayerSeparation& l : layers)
     ls.push_back({{"layer", l.layer},
+                  {"source", l.source},
                   {"same_token_pairs", l.same_token_pairs},
                   {"delta_certified", number(l.delta)},
                   {"log10_delta_certified", number(l.log10_delta)},
@@ -196,8 +197,9 @@ std::string Analysis::summary() const {
       return ">= 10^" + lower_text(log10, 3);  // log10 rounded down, then printed rounded down
     };
     const std::string gap = ">= " + lower_text(l.projection_gap, 3);
-    s << "separation    layer " << l.layer << ": same token, different contexts " << bound(l.log10_delta)
-      << " (" << l.same_token_pairs << " pairs); different tokens " << bound(l.log10_cross) << "; along v "
+    s << "separation    layer " << l.layer << (l.source.empty() ? "" : " [" + l.source + "]")
+      << ": same token, different contexts " << bound(l.log10_delta) << " (" << l.same_token_pairs
+      << " pairs); different tokens " << bound(l.log10_cross) << "; along v "
       << (l.same_token_pairs > 0 ? gap : std::string("(no pair)")) << "\n";
   }
   if (!separation_note.empty()) s << "separation    not computed: " << separation_note << "\n";

@@ -154,6 +154,7 @@ LayerSeparation separation(const Network<Rational>& net, const Dataset& ds, std:
                            std::uint64_t seed) {
   LayerSeparation L;
   L.layer = layer;
+  L.source = net.arch.layers[layer].source;
   const MpfrPrecision precision(bits);
   const Network<Mpfi> pre = prefix(net, layer);
   const std::vector<Mat<Mpfi>> out = forward_dataset(pre, ds);  // an undecided enclosure throws, named

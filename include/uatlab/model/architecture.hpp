@@ -71,8 +71,13 @@ struct LayerSpec {
   bool gelu = false;       // φ = GELU, x·Φ(x) (PyTorch's exact erf form), instead of ReLU
   Piecewise activation;
 
+  // Where the sub-layer came from, for reports (from_torch: PyTorch's module name, e.g.
+  // "layers.0.self_attn"); empty when it has no other name than its index.
+  std::string source;
+
   bool needs_transcendental() const;  // exp, log or sqrt somewhere in this sub-layer
-  std::string describe() const;       // one line for people
+  std::string describe() const;       // one line for people, with [source] when there is one
+  std::string describe_kind() const;  // the same without the source
 };
 
 // The keys that query k of an n-token sequence attends to: l in [first, end). The one masking

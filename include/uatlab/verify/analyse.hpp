@@ -81,6 +81,7 @@ struct Predictions {
 
 struct LayerSeparation {
   std::size_t layer = 0;                    // the token-mixing sub-layer's index
+  std::string source;                       // its source name (LayerSpec::source), if any
   long long same_token_pairs = 0;           // pairs (same token, different contexts)
   double log10_delta = 0, log10_cross = 0;  // certified lower bounds (−inf: zero; NaN: no pair)
   double delta = 0, cross = 0;              // the same, as numbers
