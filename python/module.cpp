@@ -143,44 +143,74 @@ py::array_t<double> to_numpy(const Mat<double>& m) {  // (tokens, values): m tra
   return a;
 }
 
+// One matrix (rows × tokens) for Python: a numpy array (tokens, rows) for float and double, a pair
+// of them rounded outward (lo, hi) for intervals, and rows of exact "p/q" texts otherwise (Fractions
+// on the Python side).
 template <class S>
-py::list evaluate_as(const Network<Rational>& exact, const Dataset& ds, const Precision& p) {
+py::object to_python(const Mat<S>& y) {
+  if constexpr (std::is_floating_point_v<S>) {
+    return to_numpy(y.template cast<double>());
+  } else if constexpr (Scalar<S>::interval) {
+    Mat<double> lo(y.rows(), y.cols()), hi(y.rows(), y.cols());
+    for (Eigen::Index i = 0; i < y.size(); ++i) {
+      lo(i) = to_double_down(lower(y(i)));
+      hi(i) = to_double_up(upper(y(i)));
+    }
+    return py::make_tuple(to_numpy(lo), to_numpy(hi));
+  } else {
+    py::list rows;
+    for (Eigen::Index k = 0; k < y.cols(); ++k) {
+      py::list row;
+      for (Eigen::Index r = 0; r < y.rows(); ++r)
+        row.append(Scalar<S>::to_rational(y(r, k)).str());
+      rows.append(row);
+    }
+    return std::move(rows);
+  }
+}
+
+// Every sequence's output, and with capture its activations: {"y", "resid": [before the first
+// sub-layer, after each], "pattern": {sub-layer: [per head, queries × keys]}}.
+template <class S>
+py::list evaluate_as(const Network<Rational>& exact, const Dataset& ds, const Precision& p, bool capture) {
   std::vector<Mat<S>> ys;
+  std::vector<Activations<S>> acts;
   {
     py::gil_scoped_release release;
     const auto scope = precision_scope(p);  // opened without the GIL: it may wait for another scope
-    ys = forward_dataset(network_cast<S>(exact), ds);
+    ys = forward_dataset(network_cast<S>(exact), ds, {}, {}, capture ? &acts : nullptr);
   }
   py::list out;
-  for (const Mat<S>& y : ys) {
-    if constexpr (std::is_floating_point_v<S>) {
-      out.append(to_numpy(y.template cast<double>()));
-    } else if constexpr (Scalar<S>::interval) {
-      Mat<double> lo(y.rows(), y.cols()), hi(y.rows(), y.cols());
-      for (Eigen::Index i = 0; i < y.size(); ++i) {
-        lo(i) = to_double_down(lower(y(i)));
-        hi(i) = to_double_up(upper(y(i)));
-      }
-      out.append(py::make_tuple(to_numpy(lo), to_numpy(hi)));
-    } else {  // exact values as "p/q" text: Fractions on the Python side
-      py::list rows;
-      for (Eigen::Index k = 0; k < y.cols(); ++k) {
-        py::list row;
-        for (Eigen::Index r = 0; r < y.rows(); ++r)
-          row.append(Scalar<S>::to_rational(y(r, k)).str());
-        rows.append(row);
-      }
-      out.append(rows);
+  for (std::size_t i = 0; i < ys.size(); ++i) {
+    if (!capture) {
+      out.append(to_python(ys[i]));
+      continue;
     }
+    py::dict d;
+    d["y"] = to_python(ys[i]);
+    py::list resid;
+    for (const Mat<S>& r : acts[i].residual)
+      resid.append(to_python(r));
+    d["resid"] = resid;
+    py::dict pattern;
+    for (std::size_t l = 0; l < acts[i].pattern.size(); ++l) {
+      if (acts[i].pattern[l].empty()) continue;
+      py::list heads;
+      for (const Mat<S>& a : acts[i].pattern[l])
+        heads.append(to_python(Mat<S>(a.transpose())));  // to_python transposes back: rows are queries
+      pattern[py::int_(l)] = heads;
+    }
+    d["pattern"] = pattern;
+    out.append(d);
   }
   return out;
 }
 
-py::list evaluate(const PyNetwork& n, const Dataset& ds, const std::string& precision) {
+py::list evaluate(const PyNetwork& n, const Dataset& ds, const std::string& precision, bool capture) {
   const Precision p = Precision::parse(precision);
   if (p.kind == Precision::Kind::Mpfr || p.kind == Precision::Kind::Interval)
     refuse_nested("eval at precision \"" + precision + "\"");
-  return with_scalar(p, [&](auto zero) { return evaluate_as<decltype(zero)>(n.net, ds, p); });
+  return with_scalar(p, [&](auto zero) { return evaluate_as<decltype(zero)>(n.net, ds, p, capture); });
 }
 
 std::string json_text(const json& j) {
@@ -280,7 +310,7 @@ PYBIND11_MODULE(_core, m) {
             if (!found) throw Error("no tensor named \"" + want + "\"");
           },
           py::arg("name"), py::arg("values"))
-      .def("eval", &evaluate, py::arg("data"), py::arg("precision") = "double");
+      .def("eval", &evaluate, py::arg("data"), py::arg("precision") = "double", py::arg("capture") = false);
 
   m.def(
       "contextual",

@@ -47,6 +47,48 @@ const std::string kData =
 
 }  // namespace
 
+// eval --capture: the residual stream before the first sub-layer and after each, and every head's
+// pattern (queries × keys, rows summing to 1), in the precision asked (intervals with their ends).
+TEST(Cli, EvalCapturesTheResidualStreamAndAttentionPatterns) {
+  const std::string d = dir();
+  write(d + "cap.jsonl", kData);
+  ASSERT_EQ(
+      run(R"(init --arch '{"d":2,"layers":[{"type":"attention","heads":2,"head_size":1,"source":"layers.0.self_attn"},{"type":"feedforward","width":4}]}' -o )" +
+          d + "cap.safetensors")
+          .code,
+      0);
+  ASSERT_EQ(run("eval " + d + "cap.safetensors " + d + "cap.jsonl --capture -o " + d + "cap_out.jsonl").code,
+            0);
+  const auto out = lines(d + "cap_out.jsonl");
+  ASSERT_EQ(out.size(), 2u);
+  const json& first = out[0];
+  ASSERT_EQ(first["resid"].size(), 3u);           // the input, after the attention, after the feed-forward
+  EXPECT_EQ(first["resid"][2]["y"], first["y"]);  // no readout: the last residual is the output
+  EXPECT_EQ(first["resid"][0]["y"][1][0].get<double>(), 1.0);  // the input itself: token 2 is (1, 0.125)
+  ASSERT_TRUE(first["pattern"].contains("0"));
+  EXPECT_FALSE(first["pattern"].contains("1"));
+  ASSERT_EQ(first["pattern"]["0"].size(), 2u);  // two heads
+  for (const json& head : first["pattern"]["0"]) {
+    ASSERT_EQ(head["y"].size(), 3u);  // three queries
+    for (const json& query : head["y"]) {
+      double sum = 0;
+      for (const json& w : query)
+        sum += w.get<double>();
+      EXPECT_NEAR(sum, 1.0, 1e-15);
+    }
+  }
+  EXPECT_FALSE(out[1].contains("lo"));
+  ASSERT_EQ(run("eval " + d + "cap.safetensors " + d + "cap.jsonl --capture -p interval:80 -o " + d +
+                "cap_iv.jsonl")
+                .code,
+            0);
+  const auto iv = lines(d + "cap_iv.jsonl");
+  EXPECT_TRUE(iv[0]["resid"][1].contains("lo") && iv[0]["pattern"]["0"][1].contains("hi"));
+  EXPECT_FALSE(lines(d + "cap_out.jsonl")[0].contains("lo"));
+  ASSERT_EQ(run("eval " + d + "cap.safetensors " + d + "cap.jsonl -o " + d + "plain.jsonl").code, 0);
+  EXPECT_FALSE(lines(d + "plain.jsonl")[0].contains("resid"));  // only when asked
+}
+
 TEST(Cli, InfoNamesVersionAndArithmetics) {
   Result r = run("info");
   EXPECT_EQ(r.code, 0);

@@ -247,6 +247,26 @@ def test_whole_models():
             err = np.abs(np.stack(net.eval(seqs)) - ref).max() / np.abs(ref).max()
             check(err < 1e-13, f"whole model, {what}, causal={causal}: {err:.1e}")
     net = uatlab.from_torch(enc, embedding=emb, positions=pos, head=head)
+    # Activations: the residual stream and each head's pattern, against PyTorch's own.
+    x0 = emb(ids[:1]) + pos.weight[:L]
+    layer0 = enc.layers[0]
+    with torch.no_grad():
+        attn_out, weights = layer0.self_attn(x0, x0, x0, need_weights=True, average_attn_weights=False)
+        after_attn = x0 + attn_out
+        after_norm = layer0.norm1(after_attn)
+    got = net.run(seqs[0])
+    check(len(got["resid"]) == len(net.architecture["layers"]) + 1 and sorted(got["pattern"]) == [0, 4],
+          f"run: a residual per sub-layer and the input, patterns of the attention sub-layers {sorted(got['pattern'])}")
+    for what, mine, theirs in (("input", got["resid"][0], x0[0]), ("after attention", got["resid"][1], after_attn[0]),
+                               ("after norm1", got["resid"][2], after_norm[0]),
+                               ("pattern head 1", got["pattern"][0][1], weights[0, 1]),
+                               ("output", got["y"], head(enc(x0))[0].detach())):
+        err = np.abs(mine - theirs.detach().numpy()).max()
+        check(err < 1e-13, f"run: {what} as PyTorch computes it: {err:.1e}")
+    check(np.allclose(got["pattern"][4][0].sum(axis=1), 1), "a pattern's rows (queries) sum to 1")
+    lo, hi = net.run(seqs[0], precision="interval:80")["pattern"][0][0]
+    check(((lo <= got["pattern"][0][0] + 1e-15) & (got["pattern"][0][0] - 1e-15 <= hi)).all() and (hi - lo).max() < 3e-16,
+          "run in intervals encloses the pattern, to a double ulp (its ends are rounded outward)")
     sources = [l.get("source") for l in net.architecture["layers"]]
     check(sources[:4] == ["layers.0.self_attn", "layers.0.norm1", "layers.0.linear1/linear2", "layers.0.norm2"]
           and sources[-1] == "norm", f"each sub-layer keeps PyTorch's name: {sources}")

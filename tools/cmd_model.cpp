@@ -97,6 +97,7 @@ int cmd_info(const std::string& model) {
 struct EvalOpts {
   std::string model, data, precision = "double", out;
   double tolerance = 0;
+  bool capture = false;
 };
 
 int cmd_eval(const EvalOpts& o) {
@@ -105,7 +106,7 @@ int cmd_eval(const EvalOpts& o) {
   const Dataset ds = read_dataset(o.data);
   EvalOptions opt;
   opt.hardmax_tolerance = o.tolerance;
-  write_output(o.out, lines_text(evaluate_file(o.model, ds, p, opt, progress_reporter())));
+  write_output(o.out, lines_text(evaluate_file(o.model, ds, p, opt, progress_reporter(), o.capture)));
   if (!o.out.empty() && o.out != "-")
     std::cerr << "evaluated " << ds.sequences.size() << " sequences in " << p.name() << " arithmetic → "
               << o.out << "\n";
@@ -330,6 +331,9 @@ void add_model_commands(CLI::App& app, Commands& commands) {
                 "Hardmax: keys within this of the maximum share the weight, in every arithmetic (intervals "
                 "certify it)")
       ->capture_default_str();
+  e->add_flag("--capture", ev->capture,
+              "Also the residual stream before the first sub-layer and after each (\"resid\") and every "
+              "attention head's pattern, queries x keys (\"pattern\"), in the same precision");
   commands.push_back({e, [ev] { return cmd_eval(*ev); }});
 
   auto an = std::make_shared<AnalyseOpts>();

@@ -173,6 +173,30 @@ class Network:
             out = [[[_Fraction(v) for v in tok] for tok in y] for y in out]
         return out[0] if single else out
 
+    def run(self, X, precision="double"):
+        """Evaluate X and capture the activations (uatlab eval --capture): per sequence a dict with
+        "y" (as eval gives it), "resid" (the residual stream before the first sub-layer and after
+        each: len(layers) + 1 entries, each (tokens, d)) and "pattern" ({sub-layer index: one
+        (queries, keys) matrix per head}); every entry in the precision asked, intervals as (lo, hi).
+        TransformerLens's names: docs/python.md. One dict for one sequence; a list for a batch."""
+        tokens = self.architecture.get("vocab", 0) > 0
+        single = False
+        if not isinstance(X, _core.Dataset):
+            xs, single = _sequences(X, tokens)
+            X = dataset(xs, tokens=tokens)
+        out = self._core.eval(X, precision, True)
+        p = precision.strip()
+
+        def convert(m):
+            if p.startswith("interval"):
+                return tuple(m)
+            if p in ("float", "double"):
+                return m
+            return [[_Fraction(v) for v in tok] for tok in m]
+        out = [{"y": convert(o["y"]), "resid": [convert(r) for r in o["resid"]],
+                "pattern": {int(k): [convert(h) for h in v] for k, v in o["pattern"].items()}} for o in out]
+        return out[0] if single else out
+
     def to_torch(self, dtype=None, into=None, embedding=None, positions=None, head=None, causal=False):
         """An nn.Module (uatlab.pytorch.UatlabNet) with these weights, float64 unless told. With
         into=ENCODER (and the embedding, positions and head given to from_torch), the weights go

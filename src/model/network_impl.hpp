@@ -336,7 +336,8 @@ Mat<S> layer_norm(const Mat<S>& Z, const Mat<S>& w, const Mat<S>& b, const S& ep
 }
 
 template <class S>
-void attention(const Layer<S>& L, const Mat<S>& X, Mat<S>& Z, const EvalOptions& opt) {
+void attention(const Layer<S>& L, const Mat<S>& X, Mat<S>& Z, const EvalOptions& opt,
+               std::vector<Mat<S>>* patterns = nullptr) {
   const LayerSpec& s = L.spec;
   const Eigen::Index n = X.cols(), hs = s.head_size;
   const Mat<S>& wk = s.tied_qkv ? L.wq : L.wk;
@@ -361,6 +362,7 @@ void attention(const Layer<S>& L, const Mat<S>& X, Mat<S>& Z, const EvalOptions&
       A = (K.middleRows(h * hs, hs).transpose() * Q.middleRows(h * hs, hs)) * L.score_scale;
     if (s.rpe != Rpe::none) A += position_bias(L, h, n);
     normalise_columns(A, s, opt);
+    if (patterns) patterns->push_back(A.transpose());  // A(key, query): a query's weights are a column
     Z.noalias() += L.wo.middleCols(h * hs, hs) * (V.middleRows(h * hs, hs) * A);
   }
   if (s.bias) Z.colwise() += L.bo.col(0);
@@ -515,7 +517,7 @@ void mixer(const Layer<S>& L, const Mat<S>& X, Mat<S>& Z) {
 }
 
 template <class S>
-Mat<S> forward(const Network<S>& net, const Mat<S>& x, const EvalOptions& opt) {
+Mat<S> forward(const Network<S>& net, const Mat<S>& x, const EvalOptions& opt, Activations<S>* capture) {
   const Architecture& a = net.arch;
   check_evaluable<S>(a);
   if (x.rows() != a.d)
@@ -538,12 +540,17 @@ Mat<S> forward(const Network<S>& net, const Mat<S>& x, const EvalOptions& opt) {
                     "): a value beyond " + Scalar<S>::name +
                     "'s range (MPFR and intervals have a wider one)");
   };
+  if (capture) {
+    capture->residual.assign(1, Z);
+    capture->pattern.assign(net.layers.size(), {});
+  }
   for (std::size_t i = 0; i < net.layers.size(); ++i) {
     const Layer<S>& L = net.layers[i];
     const LayerSpec& s = L.spec;
     if (s.kind == LayerKind::layernorm) {
       Z = layer_norm(Z, L.norm_w, L.norm_b, L.eps);
       check_range(i);
+      if (capture) capture->residual.push_back(Z);
       continue;
     }
     // The branch reads its input completely before it adds to Z, so `in` may alias Z.
@@ -551,12 +558,13 @@ Mat<S> forward(const Network<S>& net, const Mat<S>& x, const EvalOptions& opt) {
     if (s.pre_norm) normed = layer_norm(Z, L.norm_w, L.norm_b, L.eps);
     const Mat<S>& in = s.pre_norm ? normed : Z;
     if (s.kind == LayerKind::attention)
-      attention(L, in, Z, opt);
+      attention(L, in, Z, opt, capture ? &capture->pattern[i] : nullptr);
     else if (s.kind == LayerKind::feedforward)
       feedforward(L, in, Z);
     else
       mixer(L, in, Z);
     check_range(i);
+    if (capture) capture->residual.push_back(Z);
   }
   if (a.pool) {
     Mat<S> pooled = Z.rowwise().sum();
@@ -571,7 +579,8 @@ Mat<S> forward(const Network<S>& net, const Mat<S>& x, const EvalOptions& opt) {
 }
 
 template <class S>
-Mat<S> forward_tokens(const Network<S>& net, const std::vector<int>& ids, const EvalOptions& opt) {
+Mat<S> forward_tokens(const Network<S>& net, const std::vector<int>& ids, const EvalOptions& opt,
+                      Activations<S>* capture) {
   if (net.arch.vocab <= 0) throw Error("this network takes continuous inputs, not token ids");
   Mat<S> x(net.arch.d, static_cast<Eigen::Index>(ids.size()));
   for (std::size_t k = 0; k < ids.size(); ++k) {
@@ -580,13 +589,14 @@ Mat<S> forward_tokens(const Network<S>& net, const std::vector<int>& ids, const 
                   " is outside the vocabulary [0, " + std::to_string(net.arch.vocab) + ")");
     x.col(k) = net.embed.col(ids[k]);
   }
-  return forward(net, x, opt);
+  return forward(net, x, opt, capture);
 }
 
 #define UATLAB_INSTANTIATE_NETWORK(S)                                                                \
   template struct Network<S>;                                                                        \
-  template Mat<S> forward<S>(const Network<S>&, const Mat<S>&, const EvalOptions&);                  \
-  template Mat<S> forward_tokens<S>(const Network<S>&, const std::vector<int>&, const EvalOptions&); \
+  template Mat<S> forward<S>(const Network<S>&, const Mat<S>&, const EvalOptions&, Activations<S>*); \
+  template Mat<S> forward_tokens<S>(const Network<S>&, const std::vector<int>&, const EvalOptions&,  \
+                                    Activations<S>*);                                                \
   template void check_evaluable<S>(const Architecture&);
 
 }  // namespace uatlab

@@ -14,7 +14,7 @@ using nlohmann::json;
 
 template <class S>
 std::vector<Mat<S>> forward_dataset(const Network<S>& net, const Dataset& ds, const EvalOptions& opt,
-                                    const OnProgress& progress) {
+                                    const OnProgress& progress, std::vector<Activations<S>>* captures) {
   check_evaluable<S>(net.arch);
   limits::check_real(opt.hardmax_tolerance, 0.0, 1e300, "the hardmax tie tolerance");
   if (ds.token_input != (net.arch.vocab > 0))
@@ -22,6 +22,7 @@ std::vector<Mat<S>> forward_dataset(const Network<S>& net, const Dataset& ds, co
                                : "the dataset has continuous inputs but the network takes token ids");
   const long n = static_cast<long>(ds.sequences.size());
   std::vector<Mat<S>> out(n);
+  if (captures) captures->assign(static_cast<std::size_t>(n), {});
   std::exception_ptr first;
   long first_at = n;
   long long done = 0;
@@ -29,7 +30,9 @@ std::vector<Mat<S>> forward_dataset(const Network<S>& net, const Dataset& ds, co
   for (long i = 0; i < n; ++i) {
     try {
       const Sequence& s = ds.sequences[i];
-      out[i] = ds.token_input ? forward_tokens(net, s.tokens, opt) : forward(net, matrix_cast<S>(s.x), opt);
+      Activations<S>* capture = captures ? &(*captures)[static_cast<std::size_t>(i)] : nullptr;
+      out[i] = ds.token_input ? forward_tokens(net, s.tokens, opt, capture)
+                              : forward(net, matrix_cast<S>(s.x), opt, capture);
       if constexpr (std::is_floating_point_v<S>)
         if (!out[i].allFinite())
           throw Error(std::string("the output overflows ") + Scalar<S>::name +
@@ -56,52 +59,79 @@ std::vector<Mat<S>> forward_dataset(const Network<S>& net, const Dataset& ds, co
 
 namespace {
 
+// A matrix (rows × tokens) as one line's fields: {"y": tokens × rows}, with "lo", "hi" and
+// "width" for intervals; numbers as evaluate_file describes.
+template <class S>
+json matrix_json(const Mat<S>& y) {
+  json tok = json::array(), lo = json::array(), hi = json::array(), width = json::array();
+  for (Eigen::Index k = 0; k < y.cols(); ++k) {
+    json t = json::array(), l = json::array(), h = json::array(), w = json::array();
+    for (Eigen::Index i = 0; i < y.rows(); ++i) {
+      const S& v = y(i, k);
+      if constexpr (std::is_floating_point_v<S>)
+        t.push_back(v);
+      else if constexpr (Scalar<S>::interval) {
+        t.push_back(Scalar<Mpfr>::to_string(mp::median(v)));
+        l.push_back(decimal_text(lower(v), MPFR_RNDD));  // the printed ends still enclose the value
+        h.push_back(decimal_text(upper(v), MPFR_RNDU));
+        // An upper bound on the width, and "inf" where it is past double's range (JSON has no inf).
+        const double wd = to_double_up(mp::width(v));
+        w.push_back(std::isfinite(wd) ? json(wd) : json("inf"));
+      } else
+        t.push_back(Scalar<S>::to_string(v));
+    }
+    tok.push_back(t), lo.push_back(l), hi.push_back(h), width.push_back(w);
+  }
+  json line = {{"y", tok}};
+  if constexpr (Scalar<S>::interval) line["lo"] = lo, line["hi"] = hi, line["width"] = width;
+  return line;
+}
+
 template <class S>
 std::vector<json> run(const std::string& path, const Dataset& ds, const EvalOptions& opt,
-                      const OnProgress& progress) {
+                      const OnProgress& progress, bool capture) {
   Network<S> net;
   if constexpr (std::is_same_v<S, Mpfr> || std::is_same_v<S, Mpfi>) {
-    // The memory estimated first: weights, plus per sequence its activations and attention.
+    // The memory estimated first: weights, plus per sequence its activations and attention (all
+    // sequences' residual streams and patterns when they are captured).
     const Network<Rational> exact = load_network<Rational>(path);
-    long long widest = exact.arch.d, heads = 0, live = 0;
+    long long widest = exact.arch.d, heads = 0, live = 0, kept = 0;
     for (const LayerSpec& l : exact.arch.layers) {
       widest = std::max<long long>(widest, std::max(l.width, 3 * l.heads * l.head_size));
       heads = std::max<long long>(heads, l.heads);
     }
+    const auto stages = static_cast<long long>(exact.arch.layers.size()) + 1;
     for (const Sequence& s : ds.sequences) {
       const long long n = static_cast<long long>(s.n());
       live = std::max(live, 4 * n * widest + heads * n * n);
+      if (capture)
+        kept = limits::saturating_add(
+            kept, limits::saturating_mul(stages, limits::saturating_add(exact.arch.d * n, heads * n * n)));
     }
-    limits::check_memory(static_cast<long long>(exact.parameter_count()) + live, mpfr_bits(),
-                         Scalar<S>::interval ? 2 : 1, "evaluating " + path);
+    limits::check_memory(limits::saturating_add(static_cast<long long>(exact.parameter_count()) + live, kept),
+                         mpfr_bits(), Scalar<S>::interval ? 2 : 1, "evaluating " + path);
     net = network_cast<S>(exact);
   } else {
     net = load_network<S>(path);
   }
-  std::vector<Mat<S>> ys = forward_dataset(net, ds, opt, progress);
+  std::vector<Activations<S>> captures;
+  std::vector<Mat<S>> ys = forward_dataset(net, ds, opt, progress, capture ? &captures : nullptr);
   std::vector<json> lines;
-  for (const Mat<S>& y : ys) {
-    json tok = json::array(), lo = json::array(), hi = json::array(), width = json::array();
-    for (Eigen::Index k = 0; k < y.cols(); ++k) {
-      json t = json::array(), l = json::array(), h = json::array(), w = json::array();
-      for (Eigen::Index i = 0; i < y.rows(); ++i) {
-        const S& v = y(i, k);
-        if constexpr (std::is_floating_point_v<S>)
-          t.push_back(v);
-        else if constexpr (Scalar<S>::interval) {
-          t.push_back(Scalar<Mpfr>::to_string(mp::median(v)));
-          l.push_back(decimal_text(lower(v), MPFR_RNDD));  // the printed ends still enclose the value
-          h.push_back(decimal_text(upper(v), MPFR_RNDU));
-          // An upper bound on the width, and "inf" where it is past double's range (JSON has no inf).
-          const double width = to_double_up(mp::width(v));
-          w.push_back(std::isfinite(width) ? json(width) : json("inf"));
-        } else
-          t.push_back(Scalar<S>::to_string(v));
+  for (std::size_t i = 0; i < ys.size(); ++i) {
+    json line = matrix_json(ys[i]);
+    if (capture) {
+      json resid = json::array(), pattern = json::object();
+      for (const Mat<S>& r : captures[i].residual)
+        resid.push_back(matrix_json(r));
+      for (std::size_t l = 0; l < captures[i].pattern.size(); ++l) {
+        if (captures[i].pattern[l].empty()) continue;
+        json heads_json = json::array();
+        for (const Mat<S>& a : captures[i].pattern[l])  // rows are queries: as matrix_json's tokens
+          heads_json.push_back(matrix_json(Mat<S>(a.transpose())));
+        pattern[std::to_string(l)] = heads_json;
       }
-      tok.push_back(t), lo.push_back(l), hi.push_back(h), width.push_back(w);
+      line["resid"] = resid, line["pattern"] = pattern;
     }
-    json line = {{"y", tok}};
-    if constexpr (Scalar<S>::interval) line["lo"] = lo, line["hi"] = hi, line["width"] = width;
     lines.push_back(line);
   }
   return lines;
@@ -110,22 +140,23 @@ std::vector<json> run(const std::string& path, const Dataset& ds, const EvalOpti
 }  // namespace
 
 std::vector<json> evaluate_file(const std::string& model_path, const Dataset& ds, const Precision& p,
-                                const EvalOptions& opt, const OnProgress& progress) {
+                                const EvalOptions& opt, const OnProgress& progress, bool capture) {
   return with_scalar(p, [&](auto zero) {
     const auto scope = precision_scope(p);
-    return run<decltype(zero)>(model_path, ds, opt, progress);
+    return run<decltype(zero)>(model_path, ds, opt, progress, capture);
   });
 }
 
 template std::vector<Mat<float>> forward_dataset(const Network<float>&, const Dataset&, const EvalOptions&,
-                                                 const OnProgress&);
+                                                 const OnProgress&, std::vector<Activations<float>>*);
 template std::vector<Mat<double>> forward_dataset(const Network<double>&, const Dataset&, const EvalOptions&,
-                                                  const OnProgress&);
+                                                  const OnProgress&, std::vector<Activations<double>>*);
 template std::vector<Mat<Mpfr>> forward_dataset(const Network<Mpfr>&, const Dataset&, const EvalOptions&,
-                                                const OnProgress&);
+                                                const OnProgress&, std::vector<Activations<Mpfr>>*);
 template std::vector<Mat<Mpfi>> forward_dataset(const Network<Mpfi>&, const Dataset&, const EvalOptions&,
-                                                const OnProgress&);
+                                                const OnProgress&, std::vector<Activations<Mpfi>>*);
 template std::vector<Mat<Rational>> forward_dataset(const Network<Rational>&, const Dataset&,
-                                                    const EvalOptions&, const OnProgress&);
+                                                    const EvalOptions&, const OnProgress&,
+                                                    std::vector<Activations<Rational>>*);
 
 }  // namespace uatlab

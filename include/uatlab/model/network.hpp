@@ -79,12 +79,25 @@ struct EvalOptions {
   double hardmax_tolerance = 0;
 };
 
-// Continuous input X (d×n) → output (out_dim×n).
+// What a forward pass leaves behind when asked (uatlab eval --capture, Network.run in Python):
+// residual[0] is the input to the first sub-layer (embedded, positions added) and residual[i + 1]
+// the residual stream after sub-layer i (d×n, tokens as columns); pattern[i] holds one n×n matrix
+// per head of an attention sub-layer i (row: query, column: key, as PyTorch and TransformerLens
+// print them; empty for other sub-layers).
 template <class S>
-Mat<S> forward(const Network<S>& net, const Mat<S>& x, const EvalOptions& opt = {});
+struct Activations {
+  std::vector<Mat<S>> residual;
+  std::vector<std::vector<Mat<S>>> pattern;
+};
+
+// Continuous input X (d×n) → output (out_dim×n); capture (when given) is filled as above.
+template <class S>
+Mat<S> forward(const Network<S>& net, const Mat<S>& x, const EvalOptions& opt = {},
+               Activations<S>* capture = nullptr);
 // Token ids through the embedding → output.
 template <class S>
-Mat<S> forward_tokens(const Network<S>& net, const std::vector<int>& ids, const EvalOptions& opt = {});
+Mat<S> forward_tokens(const Network<S>& net, const std::vector<int>& ids, const EvalOptions& opt = {},
+                      Activations<S>* capture = nullptr);
 
 // Throws Error when this scalar type cannot evaluate the network (rationals: no exp/log/sqrt).
 template <class S>

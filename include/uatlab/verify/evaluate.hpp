@@ -14,17 +14,22 @@ namespace uatlab {
 
 // Forward every sequence (OpenMP over sequences). The first error thrown by any sequence is
 // rethrown, prefixed with its number (from 1); a float or double output that overflows to inf or
-// NaN is an error. `progress` hears each finished sequence.
+// NaN is an error. `progress` hears each finished sequence. captures (when given) receives each
+// sequence's activations (network.hpp).
 template <class S>
 std::vector<Mat<S>> forward_dataset(const Network<S>& net, const Dataset& ds, const EvalOptions& opt = {},
-                                    const OnProgress& progress = {});
+                                    const OnProgress& progress = {},
+                                    std::vector<Activations<S>>* captures = nullptr);
 
 // One JSON object per sequence: {"y": n tokens × out_dim values}; doubles and floats as JSON
 // numbers, MPFR values and rationals as exact strings, intervals as "y" (midpoint), "lo", "hi"
-// (strings) and "width" (numbers).
+// (strings) and "width" (numbers). capture: also "resid" (the residual stream before the first
+// sub-layer and after each, every one as an object like the line itself: {"y", and "lo", "hi",
+// "width" for intervals}, tokens × d) and "pattern" ({"sub-layer index": per head an object of
+// queries × keys}).
 // MPFR and intervals run at p.bits (an MpfrPrecision scope for the call).
 std::vector<nlohmann::json> evaluate_file(const std::string& model_path, const Dataset& ds,
                                           const Precision& p, const EvalOptions& opt = {},
-                                          const OnProgress& progress = {});
+                                          const OnProgress& progress = {}, bool capture = false);
 
 }  // namespace uatlab
