@@ -19,6 +19,7 @@ PACKAGES=(
   libbenchmark-dev                      # benchmarks
   python3-torch python3-numpy           # PyTorch interop module, oracle tests, baseline benchmark
   python3-dev pybind11-dev              # the Python module uatlab (pybind11, for /usr/bin/python3)
+  python3-venv python3-pip python3-setuptools  # pip install . into a venv (pyproject.toml; tests/pip)
   python3-matplotlib jupyter-nbconvert python3-ipykernel python3-nbformat  # the tour notebook, executed by the suite
   gnuplot-nox                           # plots written by uatlab reproduce / sweep
   libopenmpi-dev openmpi-bin            # mpirun -n K uatlab sweep: a sweep over several processes/machines
