@@ -28,6 +28,26 @@ AnalyseOptions quick() {
   return o;
 }
 
+// 12 sequences of 4 tokens from 8, 3 classes per token; and a 2-head GELU classifier trained on them
+// in double to full accuracy.
+Dataset memorize_task() {
+  TaskOptions t;
+  t.N = 12, t.n = 4, t.d = 3, t.V = 8, t.seed = 3;
+  return make_task("memorize", t);
+}
+Network<Rational> trained_classifier(const Dataset& data) {
+  Network<double> net(Architecture::from_json(nlohmann::json::parse(
+      R"({"d":3,"readout":3,"layers":[{"type":"attention","heads":2,"head_size":2},
+          {"type":"feedforward","width":48,"activation":"gelu"}]})")));
+  init_random(net, 1);
+  TrainConfig c;
+  c.loss = Loss::cross_entropy;
+  c.steps = 3000, c.batch = 6, c.lr = 2e-2, c.warmup = 50, c.seed = 5;
+  c.stop_at_full_accuracy = true;
+  train(net, data, nullptr, c);
+  return network_cast<Rational>(net);
+}
+
 }  // namespace
 
 TEST(Analyse, RoundsExactlyToNarrowFormats) {
@@ -83,19 +103,8 @@ TEST(Analyse, CertifiesAConstructionAndNamesAWrongLabel) {
 }
 
 TEST(Analyse, ATrainedClassifierAndAFlippedLabel) {
-  TaskOptions t;
-  t.N = 12, t.n = 4, t.d = 3, t.V = 8, t.seed = 3;
-  Dataset data = make_task("memorize", t);
-  Network<double> net(Architecture::from_json(nlohmann::json::parse(
-      R"({"d":3,"readout":3,"layers":[{"type":"attention","heads":2,"head_size":2},
-          {"type":"feedforward","width":48,"activation":"gelu"}]})")));
-  init_random(net, 1);
-  TrainConfig c;
-  c.loss = Loss::cross_entropy;
-  c.steps = 3000, c.batch = 6, c.lr = 2e-2, c.warmup = 50, c.seed = 5;
-  c.stop_at_full_accuracy = true;
-  train(net, data, nullptr, c);
-  const Network<Rational> exact = network_cast<Rational>(net);
+  Dataset data = memorize_task();
+  const Network<Rational> exact = trained_classifier(data);
   Analysis a = analyse(exact, data, AnalyseOptions{});
   EXPECT_EQ(a.predictions.kind, LabelKind::classes);
   EXPECT_TRUE(a.predictions.all()) << a.summary();
@@ -109,6 +118,64 @@ TEST(Analyse, ATrainedClassifierAndAFlippedLabel) {
   EXPECT_EQ(a.predictions.failures[0].sequence, 7u);
   EXPECT_EQ(a.predictions.failures[0].kind, FailureKind::wrong);
   EXPECT_EQ(a.predictions.failures[0].predicted, std::to_string(label));
+}
+
+// analyse --epsilon: a sequence certified at radius ε keeps every prediction for every input in the
+// box. Points sampled in each sequence's largest certified box (corners included), evaluated in
+// 200-bit MPFR, never change the argmax; the box at ε itself is certified where the margins say so;
+// and twice a sequence's largest radius is not certified by the same search (bisection brackets it).
+TEST(Analyse, RegionCertificatesHoldAtSampledPointsInsideTheBox) {
+  const Dataset data = memorize_task();
+  const Network<Rational> exact = trained_classifier(data);
+  AnalyseOptions o = quick();
+  o.min_bits = false, o.separation = false;
+  o.epsilon = "1/1000", o.epsilon_steps = 12;
+  const Analysis a = analyse(exact, data, o);
+  ASSERT_TRUE(a.predictions.all());
+  ASSERT_TRUE(a.region.has_value());
+  const Region& r = *a.region;
+  ASSERT_EQ(r.largest_epsilon.size(), data.sequences.size());
+  ASSERT_EQ(r.predictions.margin.size(), data.sequences.size());
+  for (std::size_t i = 0; i < data.sequences.size(); ++i) {
+    const bool all_at_eps = std::all_of(r.predictions.margin[i].begin(), r.predictions.margin[i].end(),
+                                        [](double m) { return m > 0; });
+    EXPECT_EQ(all_at_eps, r.largest_epsilon[i] >= 1e-3)
+        << i;  // certified at ε exactly when the margins say so
+  }
+  int certified_sequences = 0;
+  Rng rng(7);
+  const MpfrPrecision precision(200);
+  const Network<Mpfr> hp = network_cast<Mpfr>(exact);
+  for (std::size_t i = 0; i < data.sequences.size(); ++i) {
+    const double e = r.largest_epsilon[i];
+    if (!(e > 0)) continue;
+    ++certified_sequences;
+    const Sequence& s = data.sequences[i];
+    for (int sample = 0; sample < 40; ++sample) {
+      Mat<Mpfr> x = matrix_cast<Mpfr>(s.x);
+      for (Eigen::Index j = 0; j < x.size(); ++j) {
+        const double u = sample < 2 ? (sample == 0 ? -1.0 : 1.0)
+                                    : (sample < 4 ? (j % 2 ? 1.0 : -1.0) : 2 * rng.uniform() - 1);
+        x(j) += Mpfr(u * e);
+      }
+      const Mat<Mpfr> y = forward(hp, x);
+      for (Eigen::Index k = 0; k < y.cols(); ++k) {
+        Eigen::Index best = 0;
+        for (Eigen::Index row = 1; row < y.rows(); ++row)
+          if (y(row, k) > y(best, k)) best = row;
+        EXPECT_EQ(best, numerator(s.y(0, k)).convert_to<long>()) << "sequence " << i << " token " << k;
+      }
+    }
+  }
+  EXPECT_GT(certified_sequences, 0);
+  // Twice the largest radius found is beyond what the same bisection certified for the sequence.
+  AnalyseOptions twice = o;
+  ASSERT_GT(r.largest_epsilon[0], 0);
+  twice.epsilon = rational_of(2 * r.largest_epsilon[0]).str();
+  twice.epsilon_steps = 0;
+  const Analysis b =
+      analyse(exact, Dataset{{data.sequences[0]}, data.token_input, data.d, data.label_dim}, twice);
+  EXPECT_FALSE(b.region->predictions.all()) << "sequence 1 at twice its largest certified radius";
 }
 
 // Control: without positions, an attention layer whose output projection is 0 gives a token the

@@ -277,6 +277,10 @@ def test_whole_models():
     rep = uatlab.analyse(net, [s for s in seqs], [[0] * L for _ in seqs], min_bits=False, rounding=False)
     check([l["source"] for l in rep["separation"]] == ["layers.0.self_attn", "layers.1.self_attn"],
           "analyse names the attention layers as PyTorch does")
+    region = uatlab.analyse(net, seqs, [[0] * L for _ in seqs], min_bits=False, rounding=False, separation=False,
+                            epsilon=Fraction(1, 10**6), epsilon_steps=4)["region"]
+    check(region["epsilon"] == "1/1000000" and len(region["largest_epsilon_certified"]) == len(seqs) and
+          len(region["margin_certified"][0]) == L, f"analyse(epsilon=...) reports the region: {sorted(region)}")
     # Back into fresh modules of the same composition: the same numbers.
     enc2, emb2, pos2, head2 = encoder(), nn.Embedding(V, d).double(), nn.Embedding(L, d).double(), \
         nn.Linear(d, 3).double()

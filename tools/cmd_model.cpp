@@ -364,6 +364,13 @@ void add_model_commands(CLI::App& app, Commands& commands) {
   a->add_flag("--affine", an->opt.affine,
               "Feed-forward sub-layers as exact affine maps on the enclosures (steep staircases such as "
               "memorize --value-map deep need it)");
+  a->add_option("--epsilon", an->opt.epsilon,
+                "Also certify every prediction for every input in the linf box of this radius (exact) around "
+                "each token's input vector (its embedding for token ids), with certified margins, and search "
+                "each sequence's largest certified radius");
+  a->add_option("--epsilon-steps", an->opt.epsilon_steps, "Bisection steps of that search")
+      ->check(CLI::Range(0, 64))
+      ->capture_default_str();
   a->add_flag("--check", an->check, "Fail (exit 1) unless every prediction is certified");
   a->add_option("--report", an->report, "Write the report as JSON");
   a->add_option("--plot", an->plot, "Draw the separation per attention layer (PNG)");

@@ -24,6 +24,74 @@ namespace uatlab {
 
 using nlohmann::json;
 
+namespace {
+
+// analyse --epsilon: the predictions over the boxes of radius ε, then per sequence the largest
+// radius found certified: doubling from ε while a sequence stays certified (up to 2^20·ε), then
+// bisection, all sequences in lockstep (one pass over the data per step, each sequence at its own
+// radius). A radius counts only when a pass certified every prediction of the sequence at it.
+Region certify_region(const Network<Rational>& net, const Dataset& ds, LabelKind kind, const Rational& tol,
+                      unsigned bits, const AnalyseOptions& o) {
+  limits::check_count(o.epsilon_steps, 0, 64, "epsilon steps");
+  const Rational eps = parse_rational(o.epsilon);
+  if (eps < 0) throw Error("analyse: --epsilon must be >= 0, got " + o.epsilon);
+  Region r;
+  r.epsilon = o.epsilon, r.steps = o.epsilon_steps;
+  const std::size_t N = ds.sequences.size();
+  auto pass = [&](const std::vector<Rational>& radii, const std::string& what) {
+    report(o.progress, "analyse: region, " + what, 0, 0);
+    const Predictions p = certify_predictions(net, ds, kind, tol, bits, {}, false, false, {}, radii);
+    std::vector<bool> all(N, true);
+    for (const PredictionFailure& f : p.failures)
+      all[f.sequence] = false;
+    return std::make_pair(p, all);
+  };
+  auto [at_eps, ok] = pass(std::vector<Rational>(N, eps), "epsilon " + o.epsilon);
+  r.predictions = at_eps;
+  std::vector<Rational> lo(N), hi(N);  // certified at lo (0 stands for "none found"), not at hi
+  std::vector<bool> found(N, false), bounded(N, false);
+  for (std::size_t i = 0; i < N; ++i) {
+    if (ok[i])
+      lo[i] = eps, found[i] = true, hi[i] = eps == 0 ? Rational(1, 1 << 20) : Rational(2 * eps);
+    else
+      hi[i] = eps, bounded[i] = true;
+  }
+  for (int doubling = 0; doubling < 20 && eps > 0; ++doubling) {
+    std::vector<Rational> radii(N);
+    bool any = false;
+    for (std::size_t i = 0; i < N; ++i)
+      radii[i] = bounded[i] ? lo[i] : hi[i], any = any || !bounded[i];
+    if (!any) break;
+    const auto [p, certified] = pass(radii, "doubling the radius");
+    for (std::size_t i = 0; i < N; ++i)
+      if (!bounded[i]) {
+        if (certified[i])
+          lo[i] = hi[i], found[i] = true, hi[i] *= 2;
+        else
+          bounded[i] = true;
+      }
+  }
+  for (int step = 0; step < o.epsilon_steps; ++step) {
+    std::vector<Rational> mid(N);
+    for (std::size_t i = 0; i < N; ++i)
+      mid[i] = (lo[i] + hi[i]) / 2;
+    const auto [p, certified] = pass(mid, "bisection step " + std::to_string(step + 1));
+    for (std::size_t i = 0; i < N; ++i) {
+      if (!bounded[i]) continue;  // certified at 2^20·ε and beyond: left there
+      if (certified[i])
+        lo[i] = mid[i], found[i] = true;
+      else
+        hi[i] = mid[i];
+    }
+  }
+  r.largest_epsilon.resize(N);
+  for (std::size_t i = 0; i < N; ++i)
+    r.largest_epsilon[i] = found[i] ? to_double_down(lower(Scalar<Mpfi>::from(lo[i]))) : 0;
+  return r;
+}
+
+}  // namespace
+
 Analysis analyse(const Network<Rational>& net, const Dataset& ds, const AnalyseOptions& o) {
   limits::check_count(o.bits, 2, 1 << 20, "bits");
   limits::check_count(o.max_bits, o.bits, 1 << 20, "max bits");
@@ -60,6 +128,7 @@ Analysis analyse(const Network<Rational>& net, const Dataset& ds, const AnalyseO
         },
         a.predictions.guess_min_bits());
   }
+  if (!o.epsilon.empty()) a.region = certify_region(net, ds, kind, tol, bits, o);
   if (o.rounding) {
     a.direct_rounding = o.direct_rounding;
     for (const WeightFormat& f : kWeightFormats) {
@@ -153,6 +222,31 @@ json Analysis::report() const {
                   {"projection_gap_certified", number(l.projection_gap)}});
   r["separation"] = ls;
   if (!separation_note.empty()) r["separation_note"] = separation_note;
+  if (region) {
+    json margins = json::array(), largest = json::array();
+    for (const auto& m : region->predictions.margin) {
+      json row = json::array();
+      for (double v : m)
+        row.push_back(number(v));
+      margins.push_back(row);
+    }
+    for (double e : region->largest_epsilon)
+      largest.push_back(number(e));
+    r["region"] = {{"epsilon", region->epsilon},
+                   {"norm", "linf"},
+                   {"predictions", predictions_json(region->predictions)},
+                   {"margin_certified", margins},
+                   {"largest_epsilon_certified", largest},
+                   {"bisection_steps", region->steps}};
+  }
+  json point_margins = json::array();
+  for (const auto& m : predictions.margin) {
+    json row = json::array();
+    for (double v : m)
+      row.push_back(number(v));
+    point_margins.push_back(row);
+  }
+  r["memorization"]["margin_certified"] = point_margins;
   return r;
 }
 
@@ -171,6 +265,20 @@ std::string Analysis::summary() const {
     // Counted from 1, as every message of uatlab counts them (the report's fields are 0-based).
     s << "              sequence " << f.sequence + 1 << " token " << f.token + 1 << ": "
       << failure_kind_names(f.kind) << " (label " << f.label << ", predicted " << f.predicted << ")\n";
+  }
+  if (region) {
+    const Predictions& q = region->predictions;
+    double least = kInf, smallest_eps = kInf;
+    for (const auto& m : q.margin)
+      for (double v : m)
+        least = std::min(least, v);
+    for (double e : region->largest_epsilon)
+      smallest_eps = std::min(smallest_eps, e);
+    s << "region        epsilon " << region->epsilon
+      << " (linf box around every input vector): " << q.certified << " of " << q.tokens
+      << " predictions certified for every input in it; least margin " << lower_text(least, 4) << "\n";
+    s << "              largest epsilon certified per sequence (" << region->steps
+      << " bisection steps): least " << lower_text(smallest_eps, 4) << " (every sequence's in the report)\n";
   }
   if (min_bits > 0)
     s << "bits          every prediction certified at " << min_bits

@@ -74,8 +74,17 @@ LabelKind label_kind(const std::string& labels, const Dataset& ds, int outputs) 
 
 Predictions certify_predictions(const Network<Rational>& net, const Dataset& ds, LabelKind kind,
                                 const Rational& tolerance, unsigned bits, const OnProgress& progress,
-                                bool stop_at_failure, bool affine, const std::vector<std::size_t>& order) {
+                                bool stop_at_failure, bool affine, const std::vector<std::size_t>& order,
+                                const std::vector<Rational>& epsilon) {
   check_fit(net, ds, kind);
+  if (!epsilon.empty() && epsilon.size() != ds.sequences.size())
+    throw Error("certify_predictions: " + std::to_string(epsilon.size()) + " radii for " +
+                std::to_string(ds.sequences.size()) + " sequences");
+  for (const Rational& e : epsilon)
+    if (e < 0) throw Error("analyse: the radius epsilon must be >= 0, got " + e.str());
+  if (!epsilon.empty() && affine)
+    throw Error(
+        "analyse: --epsilon and --affine together are not supported (affine pieces need point inputs)");
   if (!order.empty() && order.size() != ds.sequences.size())
     throw Error("certify_predictions: the order names " + std::to_string(order.size()) +
                 " sequences, the data has " + std::to_string(ds.sequences.size()));
@@ -91,6 +100,7 @@ Predictions certify_predictions(const Network<Rational>& net, const Dataset& ds,
   std::vector<std::vector<PredictionFailure>> fails(static_cast<std::size_t>(N));
   std::vector<long long> counted(static_cast<std::size_t>(N), 0), ok(static_cast<std::size_t>(N), 0);
   p.spare_bits.assign(static_cast<std::size_t>(N), std::nan(""));
+  p.margin.assign(static_cast<std::size_t>(N), {});
   long long done = 0;
   bool failed = false;
 #pragma omp parallel for schedule(dynamic)
@@ -105,9 +115,24 @@ Predictions certify_predictions(const Network<Rational>& net, const Dataset& ds,
     Mat<Mpfi> y;
     bool evaluated = true;
     try {
-      y = ds.token_input ? forward_tokens(ni, s.tokens)
-          : af           ? (*af)(matrix_cast<Mpfi>(s.x))
-                         : forward(ni, matrix_cast<Mpfi>(s.x));
+      if (!epsilon.empty()) {  // every input in the box: each coordinate of each token's vector ± ε
+        Mat<Mpfi> x =
+            ds.token_input ? Mat<Mpfi>(ni.arch.d, static_cast<Eigen::Index>(s.n())) : matrix_cast<Mpfi>(s.x);
+        if (ds.token_input)
+          for (std::size_t k = 0; k < s.n(); ++k) {
+            if (s.tokens[k] < 0 || s.tokens[k] >= ni.arch.vocab)
+              throw Error("token id " + std::to_string(s.tokens[k]) + " outside the vocabulary");
+            x.col(static_cast<Eigen::Index>(k)) = ni.embed.col(s.tokens[k]);
+          }
+        const Mpfi e = Scalar<Mpfi>::from(epsilon[static_cast<std::size_t>(i)]);
+        for (Eigen::Index j = 0; j < x.size(); ++j)
+          x(j) = hull(lower(Mpfi(x(j) - e)), upper(Mpfi(x(j) + e)));
+        y = forward(ni, x);
+      } else {
+        y = ds.token_input ? forward_tokens(ni, s.tokens)
+            : af           ? (*af)(matrix_cast<Mpfi>(s.x))
+                           : forward(ni, matrix_cast<Mpfi>(s.x));
+      }
     } catch (const Error&) {  // shapes were checked: an undecided hardmax or an unbounded enclosure
       evaluated = false;
     }
@@ -117,6 +142,8 @@ Predictions certify_predictions(const Network<Rational>& net, const Dataset& ds,
       PredictionFailure f{static_cast<std::size_t>(i), static_cast<std::size_t>(k), FailureKind::undecided,
                           "", "?"};
       bool certified = false, wrong = false;
+      Mpfr margin;            // a lower bound, rounded down
+      bool margined = false;  // set once a margin is computed
       if (kind == LabelKind::classes) {
         const long c = numerator(s.y(0, k)).convert_to<long>();
         f.label = std::to_string(c);
@@ -130,6 +157,9 @@ Predictions certify_predictions(const Network<Rational>& net, const Dataset& ds,
             if (lower(y(r, k)) > upper(y(c, k))) wrong = true;
             spare = std::min(spare, spare_bits(lower(y(c, k)) - upper(y(r, k)),
                                                enclosure_width(y(c, k)) + enclosure_width(y(r, k))));
+            Mpfr m = lower(y(c, k));
+            mpfr_sub(m.backend().data(), m.backend().data(), upper(y(r, k)).backend().data(), MPFR_RNDD);
+            if (!margined || m < margin) margin = m, margined = true;
           }
           f.predicted = std::to_string(best);
         }
@@ -146,10 +176,16 @@ Predictions certify_predictions(const Network<Rational>& net, const Dataset& ds,
             if (!(upper(e) <= lower(tol))) certified = false;
             if (lower(e) > upper(tol)) wrong = true;
             spare = std::min(spare, spare_bits(lower(tol) - upper(e), enclosure_width(y(r, k))));
+            Mpfr m = lower(tol);
+            mpfr_sub(m.backend().data(), m.backend().data(), upper(e).backend().data(), MPFR_RNDD);
+            if (!margined || m < margin) margin = m, margined = true;
           }
           f.predicted = midpoints(y, k);
         }
       }
+      p.margin[static_cast<std::size_t>(i)].push_back(!evaluated ? -kInf
+                                                      : margined ? to_double_down(margin)
+                                                                 : kInf);
       if (certified) {
         ++ok[static_cast<std::size_t>(i)];
       } else {

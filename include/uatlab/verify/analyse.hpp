@@ -18,6 +18,7 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -46,7 +47,13 @@ struct AnalyseOptions {
   // steep staircases (the deep value map) need; slower on wide dense layers.
   bool affine = false;
   long max_separation_tokens = 20000;  // the pairwise distances are quadratic in the tokens
-  std::uint64_t seed = 1;              // the random directions tried for the projection
+  // Region certificates (non-empty: an exact ε ≥ 0): every prediction certified for every input in
+  // the ℓ∞ box of radius ε around each token's input vector (its embedding for token ids), with a
+  // certified margin per token, and per sequence the largest ε found certified by a search of
+  // epsilon_steps bisection steps.
+  std::string epsilon;
+  int epsilon_steps = 16;
+  std::uint64_t seed = 1;  // the random directions tried for the projection
   OnProgress progress;
 };
 
@@ -67,6 +74,10 @@ struct Predictions {
   long long tokens = 0, certified = 0;
   unsigned bits = 0;  // the precision of this verdict
   std::vector<PredictionFailure> failures;
+  // Per sequence and counted token, a certified lower bound (rounded down) on the margin: classes,
+  // the label's output less every other's (> 0: certified); values, the tolerance less |y − label|
+  // (>= 0: certified); −inf where the enclosures decide nothing.
+  std::vector<std::vector<double>> margin;
   // Per sequence, an estimate (not a certificate) of the bits it could lose and stay certified:
   // log2(1 + 2·margin/width) at its closest prediction, where the width of an enclosure grows about
   // 2× per bit taken away; −inf where a prediction is not certified, +inf where every enclosure
@@ -89,8 +100,16 @@ struct LayerSeparation {
   std::vector<double> v;                    // unit direction
 };
 
+struct Region {
+  std::string epsilon;                  // as asked (exact)
+  Predictions predictions;              // certified over the boxes of radius epsilon
+  std::vector<double> largest_epsilon;  // per sequence: the largest ε found certified (rounded down; 0: none)
+  int steps = 0;                        // bisection steps of that search
+};
+
 struct Analysis {
   Predictions predictions;
+  std::optional<Region> region;                              // analyse --epsilon
   unsigned min_bits = 0;                                     // 0: not computed (not all certified)
   std::vector<std::pair<std::string, Predictions>> rounded;  // float32, bfloat16, float16
   std::vector<std::pair<std::string, long long>> overflow;   // weights out of each format's range
@@ -104,11 +123,14 @@ struct Analysis {
 // Every prediction of `net` on the counted tokens of `ds`, certified in MPFI at `bits`. With
 // stop_at_failure, sequences not yet started are skipped once one prediction fails (all() is then
 // still exact; the counts and failures are partial). affine: as AnalyseOptions::affine. order
-// (when not empty, a permutation of the sequences) is the order they are started in.
+// (when not empty, a permutation of the sequences) is the order they are started in. epsilon (when
+// not empty, one radius >= 0 per sequence): each sequence's inputs widened to the ℓ∞ box of that
+// radius (continuous inputs, or the embedded tokens), so a certificate holds for every input in it.
 Predictions certify_predictions(const Network<Rational>& net, const Dataset& ds, LabelKind kind,
                                 const Rational& tolerance, unsigned bits, const OnProgress& progress = {},
                                 bool stop_at_failure = false, bool affine = false,
-                                const std::vector<std::size_t>& order = {});
+                                const std::vector<std::size_t>& order = {},
+                                const std::vector<Rational>& epsilon = {});
 
 // x rounded to nearest (ties to even) in a binary format with p significand bits and normal
 // exponents down to emin (subnormals below 2^emin), exactly; `overflow` set when |x| rounds
