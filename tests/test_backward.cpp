@@ -131,6 +131,13 @@ TEST(Backward, GeluFeedForwardPostNormBlock) {  // nn.TransformerEncoderLayer's 
         Loss::mse, 7);
 }
 
+TEST(Backward, GeluTanhFeedForwardPreNormBlock) {  // GPT-2's block: pre-norm, tanh-form GELU
+  check(R"({"d":4,"readout":2,"layers":[
+    {"type":"attention","heads":2,"head_size":2,"bias":true,"sqrt_scaling":true,"causal":true,"pre_norm":true},
+    {"type":"feedforward","width":6,"activation":"gelu_tanh","pre_norm":true},{"type":"layernorm"}]})",
+        Loss::mse, 9);
+}
+
 TEST(Backward, BilinearProjectionAndSeparableConvolution) {  // Yun's cheaper mixers
   check(R"({"d":4,"readout":2,"layers":[
     {"type":"bproj","length":5,"causal":true,"bias":true},{"type":"sepconv","heads":2,"kernel":3,"pre_norm":true},

@@ -166,17 +166,30 @@ def test_torch_both_ways():
                 for p in layer.parameters():  # away from the initialisation's zeros and ones
                     p.normal_(0, 0.3)
             net = uatlab.from_torch(layer)
-            if act == "gelu" and not norm_first:  # converted as exact GELU (1.7e-4 off) or as ReLU before
+            if act == "gelu" and not norm_first:  # once converted as exact GELU (1.7e-4 off), now its own form
                 tanh_gelu = torch.nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True,
-                                                             activation=torch.nn.GELU(approximate="tanh"))
+                                                             activation=torch.nn.GELU(approximate="tanh"),
+                                                             dtype=torch.float64).eval()
+                with torch.no_grad():
+                    for p in tanh_gelu.parameters():
+                        p.normal_(0, 0.3)
+                    ref_tanh = tanh_gelu.train()(x).numpy()  # eval mode's fast path runs the erf form
+                    fast = tanh_gelu.eval()(x).numpy()
+                import warnings
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always")
+                    got_tanh = np.stack(uatlab.from_torch(tanh_gelu).eval(x.numpy()))
+                check(np.abs(got_tanh - ref_tanh).max() / np.abs(ref_tanh).max() < 1e-12,
+                      "GELU(approximate='tanh') converts as gelu_tanh: the layer's own (training-mode) function")
+                check(any("fast path" in str(w.message) for w in caught) and np.abs(fast - ref_tanh).max() > 1e-6,
+                      "and a warning says that PyTorch's eval fast path computes the erf form instead")
                 replaced = torch.nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True)
                 replaced.activation = torch.tanh  # after construction: torch's fast-path flag still says ReLU
-                for bad in (tanh_gelu, replaced):
-                    try:
-                        uatlab.from_torch(bad)
-                        check(False, f"activation {bad.activation} is refused")
-                    except uatlab.Error as e:
-                        check("activation" in str(e), f"an activation uatlab lacks is refused: {e}")
+                try:
+                    uatlab.from_torch(replaced)
+                    check(False, f"activation {replaced.activation} is refused")
+                except uatlab.Error as e:
+                    check("activation" in str(e), f"an activation uatlab lacks is refused: {e}")
             n = x.shape[1]  # the causal mask PyTorch takes at call time: from_torch(causal=True)
             mask = torch.triu(torch.full((n, n), float("-inf"), dtype=torch.float64), diagonal=1)
             with torch.no_grad():

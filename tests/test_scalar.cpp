@@ -141,30 +141,38 @@ TEST(Scalar, GeluBracketsItsMinimiser) {
   EXPECT_GT(lower(gelu_derivative(Mpfi(-0.74))), 0);
 }
 
+// f's enclosure of [c, c + w] at 256 bits against f's 1000-bit values at 65 points inside (each must
+// lie in it): the enclosure's width less the sampled range, and the enclosure's largest magnitude.
+template <class F>
+std::pair<double, double> enclosure_slack(F f, double c, double w) {
+  const Rational a = rational_of(c), b = rational_of(c + w);
+  Mpfi g;
+  {
+    const MpfrPrecision p(256);
+    g = f(hull(Scalar<Mpfr>::from(a), Scalar<Mpfr>::from(b)));
+  }
+  const MpfrPrecision ref(1000);
+  Mpfr lo_seen(1e300), hi_seen(-1e300);
+  for (int k = 0; k <= 64; ++k) {
+    const Mpfr x = Scalar<Mpfr>::from(a + (b - a) * Rational(k, 64)), y = f(x);
+    EXPECT_LE(Mpfr(lower(g)), y) << "x = " << x.str(20);
+    EXPECT_GE(Mpfr(upper(g)), y) << "x = " << x.str(20);
+    lo_seen = std::min(lo_seen, y), hi_seen = std::max(hi_seen, y);
+  }
+  const Mpfr slack = Mpfr(upper(g)) - Mpfr(lower(g)) - (hi_seen - lo_seen);
+  return {Scalar<Mpfr>::to_double(slack), std::max(std::abs(Scalar<Mpfr>::to_double(Mpfr(upper(g)))),
+                                                   std::abs(Scalar<Mpfr>::to_double(Mpfr(lower(g)))))};
+}
+
 // The enclosure holds the 1000-bit value at points inside the interval, and it is tight: a thin
 // interval's enclosure is a few ulps wide, a wide one's exceeds the sampled range by little.
 TEST(Scalar, GeluEnclosureIsSoundAndTight) {
   Rng rng(11);
   for (int trial = 0; trial < 400; ++trial) {
     const double c = rng.uniform(-6, 4), w = trial % 4 == 0 ? 0 : std::pow(10.0, rng.uniform(-30, 0.5));
-    const Rational a = rational_of(c), b = rational_of(c + w);
-    Mpfi g;
-    {
-      const MpfrPrecision p(256);
-      g = gelu(hull(Scalar<Mpfr>::from(a), Scalar<Mpfr>::from(b)));
-    }
-    const MpfrPrecision ref(1000);
-    Mpfr lo_seen(1e300), hi_seen(-1e300);
-    for (int k = 0; k <= 64; ++k) {
-      const Mpfr x = Scalar<Mpfr>::from(a + (b - a) * Rational(k, 64)), y = gelu(x);
-      ASSERT_LE(Mpfr(lower(g)), y) << "x = " << x.str(20);
-      ASSERT_GE(Mpfr(upper(g)), y) << "x = " << x.str(20);
-      lo_seen = std::min(lo_seen, y), hi_seen = std::max(hi_seen, y);
-    }
-    const Mpfr slack = Mpfr(upper(g)) - Mpfr(lower(g)) - (hi_seen - lo_seen);
+    const auto [slack, size] = enclosure_slack([](const auto& v) { return gelu(v); }, c, w);
     // Thin: 2^-240 relative; wide: the sampling misses at most ~(w/64)² of curvature, plus 1e-3·w.
-    EXPECT_LE(slack, Mpfr(1e-70) * (1 + mp::abs(Mpfr(upper(g)))) + Mpfr(w * w / 512 + 1e-3 * w))
-        << "[" << c << ", " << c + w << "]";
+    EXPECT_LE(slack, 1e-70 * (1 + size) + w * w / 512 + 1e-3 * w) << "[" << c << ", " << c + w << "]";
   }
 }
 
@@ -176,6 +184,39 @@ TEST(Scalar, GeluAgreesAcrossArithmetics) {
     EXPECT_NEAR(gelu(static_cast<float>(x)), Scalar<Mpfr>::to_double(m), 1e-6);
     EXPECT_NEAR(gelu_derivative(x), Scalar<Mpfr>::to_double(gelu_derivative(Mpfr(x))), 1e-15);
   }
+}
+
+// GELU's tanh form (GPT-2's): the interval form holds the 1000-bit value at points inside thin and
+// wide intervals and is tight on thin ones; float, double and MPFR agree, and so do the derivatives
+// with a 1000-bit central difference.
+TEST(Scalar, GeluTanhEnclosureIsSoundAndAgreesAcrossArithmetics) {
+  Rng rng(13);
+  for (int trial = 0; trial < 300; ++trial) {
+    const double c = rng.uniform(-6, 4), w = trial % 3 == 0 ? 0 : std::pow(10.0, rng.uniform(-30, 0.5));
+    const auto [slack, size] = enclosure_slack([](const auto& v) { return gelu_tanh(v); }, c, w);
+    if (w == 0) {
+      EXPECT_LE(slack, 1e-70 * (1 + size)) << c;  // a point: tight
+    }
+  }
+  for (double x : {-5.0, -0.75, -0.1, 0.0, 0.3, 2.5}) {
+    const MpfrPrecision p(1000);
+    const Mpfr m = gelu_tanh(Mpfr(x)), h("1e-100");
+    const Mpfr central = (gelu_tanh(Mpfr(x) + h) - gelu_tanh(Mpfr(x) - h)) / (2 * h);
+    EXPECT_NEAR(gelu_tanh(x), Scalar<Mpfr>::to_double(m), 1e-16);
+    EXPECT_NEAR(gelu_tanh(static_cast<float>(x)), Scalar<Mpfr>::to_double(m), 1e-6);
+    EXPECT_LT(Scalar<Mpfr>::to_double(mp::abs(gelu_tanh_derivative(Mpfr(x)) - central)), 1e-150);
+    EXPECT_NEAR(gelu_tanh_derivative(x), Scalar<Mpfr>::to_double(central), 1e-15);
+    EXPECT_NEAR(gelu_tanh_derivative(static_cast<float>(x)), Scalar<Mpfr>::to_double(central), 1e-6);
+    Mpfi d;
+    {
+      const MpfrPrecision low(256);
+      d = gelu_tanh_derivative(Mpfi(x));
+    }
+    const Mpfr exact = gelu_tanh_derivative(Mpfr(x));  // 1000 bits
+    EXPECT_TRUE(Mpfr(lower(d)) <= exact && exact <= Mpfr(upper(d))) << x;
+  }
+  // PyTorch's own: GELU(approximate="tanh")(1) = 0.8411919906082768 in float64.
+  EXPECT_NEAR(gelu_tanh(1.0), 0.8411919906082768, 1e-16);
 }
 
 TEST(Scalar, AnOverlongNumberIsQuotedShortly) {  // a 1,000,001-digit number was quoted whole (1 MB)

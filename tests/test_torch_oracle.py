@@ -33,7 +33,7 @@ def architectures():
                 "window": 2 if causal and i % 5 == 1 else 0, "tied_qkv": tied, "bias": bias, "sqrt_scaling": sqrt,
                 "pre_norm": pre_norm, "t5_buckets": 6, "t5_max_distance": 5}
         ff = {"type": "feedforward", "width": 5, "pre_norm": i % 5 == 0,
-              "activation": PIECEWISE if i % 3 == 1 else "gelu" if i % 3 == 2 else "relu"}
+              "activation": PIECEWISE if i % 4 == 1 else "gelu" if i % 4 == 2 else "gelu_tanh" if i % 4 == 3 else "relu"}
         layers = [attn, ff] + ([{"type": "layernorm", "eps": "1/100"}] if i % 4 == 2 else [])
         arch = {"d": 3, "layers": layers, "readout": 2 if i % 2 else 0, "pool": "sum" if i % 13 == 6 else "none"}
         if i % 3 == 2:

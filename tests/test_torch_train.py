@@ -36,7 +36,7 @@ def architectures():
         attn = {"type": "attention", "heads": 2, "head_size": 2, "score": "linear" if i % 11 == 3 else "softmax",
                 "scale": "3/4", "rpe": rpe, "dp_free": dp_free, "causal": causal, "tied_qkv": tied, "bias": bias,
                 "sqrt_scaling": i % 2 == 1, "pre_norm": pre_norm, "t5_buckets": 6, "t5_max_distance": 5}
-        ff = {"type": "feedforward", "width": 5, "pre_norm": i % 5 == 0, "activation": "gelu" if i % 2 else "relu"}
+        ff = {"type": "feedforward", "width": 5, "pre_norm": i % 5 == 0, "activation": ("gelu", "gelu_tanh")[i % 4 // 2] if i % 2 else "relu"}
         layers = [attn, ff] + ([{"type": "layernorm", "eps": "1/100"}] if i % 4 == 2 else [])
         loss = "ce" if i % 3 == 0 else "mse"
         arch = {"d": 3, "layers": layers, "readout": 3 if loss == "ce" or i % 2 else 0}

@@ -67,7 +67,7 @@ std::string LayerSpec::describe_kind() const {
     case LayerKind::feedforward:
       return s + "feedforward: width " + std::to_string(width) + ", " +
              (piecewise ? std::to_string(activation.pieces.size()) + "-piece linear activation"
-              : gelu    ? std::string("GELU")
+              : gelu    ? std::string(gelu_tanh ? "GELU (tanh form)" : "GELU")
                         : std::string("ReLU"));
     case LayerKind::layernorm:
       return "layernorm";
@@ -258,7 +258,7 @@ json Architecture::to_json() const {
           j["activation"] = {
               {"type", "piecewise"}, {"breakpoints", l.activation.breakpoints}, {"pieces", pieces}};
         } else {
-          j["activation"] = l.gelu ? "gelu" : "relu";
+          j["activation"] = l.gelu_tanh ? "gelu_tanh" : l.gelu ? "gelu" : "relu";
         }
         break;
       case LayerKind::layernorm:
@@ -342,14 +342,15 @@ Architecture Architecture::from_json(const json& j) try {
         reject_unknown_in_layer(lj, {"type", "width", "activation", "pre_norm", "eps"}, w);
         if (!lj.contains("width")) throw Error(w + "feedforward needs \"width\"");
         l.width = positive_int(lj["width"], w + "width");
-        if (lj.contains("activation") && lj["activation"] == "gelu") {
+        if (lj.contains("activation") && (lj["activation"] == "gelu" || lj["activation"] == "gelu_tanh")) {
           l.gelu = true;
+          l.gelu_tanh = lj["activation"] == "gelu_tanh";
         } else if (lj.contains("activation") && lj["activation"] != "relu") {
           const json& aj = lj["activation"];
           if (!aj.is_object() || string_field(aj, "type") != "piecewise" || !aj.contains("breakpoints") ||
               !aj.contains("pieces") || !aj["breakpoints"].is_array() || !aj["pieces"].is_array())
             throw Error(w +
-                        "activation must be \"relu\", \"gelu\" or "
+                        "activation must be \"relu\", \"gelu\", \"gelu_tanh\" or "
                         "{\"type\":\"piecewise\",\"breakpoints\":[...],\"pieces\":[[slope,intercept],...]}");
           l.piecewise = true;
           for (auto& b : aj["breakpoints"])

@@ -463,7 +463,7 @@ void feedforward(const Layer<S>& L, const Mat<S>& X, Mat<S>& Z) {
   if (L.spec.piecewise)
     H = H.unaryExpr([&](const S& v) { return piecewise(L, v); });
   else if (L.spec.gelu) {
-    if constexpr (Scalar<S>::transcendental) H = H.unaryExpr([](const S& v) { return S(gelu(v)); });
+    if constexpr (Scalar<S>::transcendental) H = H.unaryExpr([&](const S& v) { return gelu_of(L.spec, v); });
   } else
     H = H.unaryExpr([](const S& v) { return relu(v); });
   add_product(Z, L.w2, H);

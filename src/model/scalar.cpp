@@ -389,6 +389,61 @@ Mpfi gelu_derivative(const Mpfi& x) {
          x * mp::exp(-sq / 2) / mp::sqrt(2 * pi_value<Mpfi>());
 }
 
+// ---- GELU, tanh form: 0.044715 is the decimal PyTorch and GPT-2 use; √(2/π) as each type computes it.
+float gelu_tanh(float x) {
+  const float c = 0.7978845608028654f;  // √(2/π)
+  return 0.5f * x * (1.0f + std::tanh(c * (x + 0.044715f * x * x * x)));
+}
+double gelu_tanh(double x) {
+  const double c = 0.79788456080286535588;
+  return 0.5 * x * (1.0 + std::tanh(c * (x + 0.044715 * x * x * x)));
+}
+float gelu_tanh_derivative(float x) {
+  const float c = 0.7978845608028654f, t = std::tanh(c * (x + 0.044715f * x * x * x));
+  return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * c * (1.0f + 3.0f * 0.044715f * x * x);
+}
+double gelu_tanh_derivative(double x) {
+  const double c = 0.79788456080286535588, t = std::tanh(c * (x + 0.044715 * x * x * x));
+  return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * c * (1.0 + 3.0 * 0.044715 * x * x);
+}
+
+namespace {
+template <class S>
+S kappa() {  // 0.044715 = 8943/200000, exactly where the type can (intervals enclose it)
+  return S(8943) / S(200000);
+}
+template <class S>
+S sqrt_two_over_pi() {
+  return mp::sqrt(S(2) / pi_value<S>());
+}
+}  // namespace
+
+Mpfr gelu_tanh(const Mpfr& x) {
+  return x / 2 * (1 + mp::tanh(sqrt_two_over_pi<Mpfr>() * (x + kappa<Mpfr>() * x * x * x)));
+}
+Mpfr gelu_tanh_derivative(const Mpfr& x) {
+  const Mpfr c = sqrt_two_over_pi<Mpfr>(), t = mp::tanh(c * (x + kappa<Mpfr>() * x * x * x));
+  return (1 + t) / 2 + x / 2 * (1 - t * t) * c * (1 + 3 * kappa<Mpfr>() * x * x);
+}
+Mpfi gelu_tanh(const Mpfi& x) {
+  // u(x) = c(x + κx³) is increasing, and so is tanh: 1 + tanh(u) over x is enclosed by its values
+  // at the ends, each computed as an interval (c and κ are enclosures) and the outer ends kept.
+  auto one_plus_tanh = [](const Mpfr& p) {
+    const Mpfi xp(p), u = sqrt_two_over_pi<Mpfi>() * (xp + kappa<Mpfi>() * xp * xp * xp);
+    return Mpfi(1) + mp::tanh(u);
+  };
+  const Mpfi g = hull(lower(one_plus_tanh(lower(x))), upper(one_plus_tanh(upper(x))));
+  return x / 2 * g;
+}
+Mpfi gelu_tanh_derivative(const Mpfi& x) {
+  Mpfi sq;
+  mpfi_sqr(sq.backend().data(), x.backend().data());  // x², not x·x: no dependency
+  const Mpfi c = sqrt_two_over_pi<Mpfi>(), t = mp::tanh(c * (x + kappa<Mpfi>() * x * sq));
+  Mpfi t2;
+  mpfi_sqr(t2.backend().data(), t.backend().data());
+  return (Mpfi(1) + t) / 2 + x / 2 * (Mpfi(1) - t2) * c * (Mpfi(1) + 3 * kappa<Mpfi>() * sq);
+}
+
 Mpfi gelu(const Mpfi& x) {
   // The bracket of the minimiser x*: GELU' < 0 at −0.76 and > 0 at −0.74 (certified by
   // Scalar.GeluBracketsItsMinimiser), and GELU'' = φ·(2 − x²) > 0 on [−√2, √2] makes the root unique.

@@ -19,18 +19,18 @@ namespace uatlab {
 namespace train_detail {
 
 // The feed-forward activation φ of h = W_1 Z + b_1, and a gradient times its derivative φ'(h)
-// (ReLU or GELU).
+// (ReLU, or GELU in its erf or tanh form).
 template <class S>
 void activate(const LayerSpec& s, const Mat<S>& h, Mat<S>& out) {  // out keeps its memory
   if (s.gelu)
-    out = h.unaryExpr([](const S& v) { return S(gelu(v)); });
+    out = h.unaryExpr([&](const S& v) { return gelu_of(s, v); });
   else
     out = h.cwiseMax(S(0));
 }
 template <class S>
 void times_activation_slope(const LayerSpec& s, const Mat<S>& h, Mat<S>& g) {  // g ⊙= φ'(h)
   if (s.gelu)
-    g.array() *= h.unaryExpr([](const S& v) { return S(gelu_derivative(v)); }).array();
+    g.array() *= h.unaryExpr([&](const S& v) { return gelu_slope_of(s, v); }).array();
   else
     g = (h.array() > S(0)).select(g, S(0));
 }

@@ -69,6 +69,7 @@ struct LayerSpec {
   int width = 0;
   bool piecewise = false;  // φ = activation below instead of ReLU
   bool gelu = false;       // φ = GELU, x·Φ(x) (PyTorch's exact erf form), instead of ReLU
+  bool gelu_tanh = false;  // with gelu: its tanh form instead (PyTorch's approximate="tanh", GPT-2's)
   Piecewise activation;
 
   // Where the sub-layer came from, for reports (from_torch: PyTorch's module name, e.g.

@@ -72,6 +72,17 @@ struct Network {
   static void visit(Self& net, F& f);
 };
 
+// The GELU a feed-forward sub-layer runs (erf or tanh form) and its derivative: the one dispatch of
+// the forward pass and the training's backward.
+template <class S>
+S gelu_of(const LayerSpec& s, const S& v) {
+  return s.gelu_tanh ? S(gelu_tanh(v)) : S(gelu(v));
+}
+template <class S>
+S gelu_slope_of(const LayerSpec& s, const S& v) {
+  return s.gelu_tanh ? S(gelu_tanh_derivative(v)) : S(gelu_derivative(v));
+}
+
 struct EvalOptions {
   // Hardmax: the keys whose score is within this of the column's maximum share the weight, in every
   // arithmetic (0: the maximum itself, exactly). Intervals certify each key's membership (its score

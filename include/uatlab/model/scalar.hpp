@@ -170,6 +170,20 @@ double gelu_derivative(double x);
 Mpfr gelu_derivative(const Mpfr& x);
 Mpfi gelu_derivative(const Mpfi& x);  // natural interval extension
 
+// GELU's tanh form (PyTorch's GELU(approximate="tanh"), GPT-2's "gelu_new"):
+// x/2·(1 + tanh(√(2/π)·(x + 0.044715·x³))), and its derivative. The interval form encloses it over
+// the whole interval: u = √(2/π)(x + 0.044715x³) and tanh are increasing, so 1 + tanh(u) is enclosed
+// by its endpoint values (directed rounding), then multiplied by the interval x/2 (the natural
+// extension of that product: sound for any interval, tight for a thin one).
+float gelu_tanh(float x);
+double gelu_tanh(double x);
+Mpfr gelu_tanh(const Mpfr& x);
+Mpfi gelu_tanh(const Mpfi& x);
+float gelu_tanh_derivative(float x);
+double gelu_tanh_derivative(double x);
+Mpfr gelu_tanh_derivative(const Mpfr& x);
+Mpfi gelu_tanh_derivative(const Mpfi& x);  // natural interval extension
+
 // Conversion between any two scalar types through the exact rational value.
 template <class T, class S>
 T scalar_cast(const S& x) {
