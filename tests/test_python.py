@@ -17,15 +17,10 @@ import torch
 sys.path.insert(0, os.path.join(sys.argv[1], "python"))
 import uatlab  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from pycheck import check, passed  # noqa: E402
+
 rng = np.random.default_rng(0)
-checks = 0
-
-
-def check(cond, what):
-    global checks
-    if not cond:
-        raise AssertionError(what)
-    checks += 1
 
 
 def memorization_data():
@@ -432,4 +427,4 @@ for test in (test_numbers_and_precisions, test_constructions, test_torch_both_wa
              test_gil_released, test_ctrl_c_stops_training):
     test()
     print(f"{test.__name__}: ok")
-print(f"python module: {checks} checks passed")
+print(f"python module: {passed()} checks passed")

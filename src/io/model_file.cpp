@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 
 #include "uatlab/io/json.hpp"
 #include "uatlab/io/lists.hpp"
@@ -95,6 +96,131 @@ Network<S> assemble(const json& arch_json, const Stored<S>& stored) {
 }  // namespace
 
 namespace {
+
+// ---- GPT-2 in its public layout (Hugging Face's): model.safetensors beside config.json ----------
+// Blocks h.{i}: ln_1, attn.c_attn (q, k, v side by side) and attn.c_proj, ln_2, mlp.c_fc and
+// mlp.c_proj, stored as Conv1D (in × out, the transpose of nn.Linear's out × in); wte, wpe, ln_f; the
+// LM head tied to wte. uatlab's network: per block a pre-norm causal attention (biases, 1/√head
+// size) and a pre-norm feed-forward with GELU's tanh form, then ln_f as a layernorm sub-layer and a
+// readout equal to wte (bias 0). Buffers (attn.bias, attn.masked_bias: the causal mask) are skipped;
+// an optional "transformer." prefix is dropped.
+template <class S>
+std::pair<json, Stored<S>> gpt2(const Safetensors& st, const json& config) {
+  auto count = [&](const char* key, const char* fallback = nullptr) -> long long {
+    const char* k = config.contains(key) || !fallback ? key : fallback;
+    if (!config.contains(k) || !config[k].is_number_unsigned() || config[k].get<long long>() < 1)
+      throw Error(std::string("config.json: \"") + key + "\" must be a positive integer");
+    return config[k].get<long long>();
+  };
+  const long long d = count("n_embd"), H = count("n_head"), L = count("n_layer"), V = count("vocab_size"),
+                  P = count("n_positions", "n_ctx");
+  const long long m = config.contains("n_inner") && !config["n_inner"].is_null() ? count("n_inner") : 4 * d;
+  if (d % H) throw Error("config.json: n_embd " + std::to_string(d) + " is not a multiple of n_head");
+  const std::string act = config.value("activation_function", std::string("gelu_new"));
+  if (act != "gelu_new" && act != "gelu_pytorch_tanh" && act != "gelu")
+    throw Error("config.json: activation_function \"" + act +
+                "\" (uatlab has gelu_new, i.e. GELU's tanh form, and gelu)");
+  for (const char* flag : {"scale_attn_by_inverse_layer_idx", "add_cross_attention"})
+    if (config.value(flag, false)) throw Error(std::string("config.json: ") + flag + " is not supported");
+  if (config.contains("scale_attn_weights") && !config["scale_attn_weights"].get<bool>())
+    throw Error("config.json: scale_attn_weights false is not supported");
+  const double eps_value = config.value("layer_norm_epsilon", 1e-5);
+  const std::string eps = rational_of(eps_value).str();  // the double the checkpoint's code divides by
+  json layers = json::array();
+  for (long long i = 0; i < L; ++i) {
+    const std::string h = "h." + std::to_string(i) + ".";
+    layers.push_back({{"type", "attention"},
+                      {"heads", H},
+                      {"head_size", d / H},
+                      {"sqrt_scaling", true},
+                      {"bias", true},
+                      {"causal", true},
+                      {"pre_norm", true},
+                      {"eps", eps},
+                      {"source", h + "attn"}});
+    layers.push_back({{"type", "feedforward"},
+                      {"width", m},
+                      {"activation", act == "gelu" ? "gelu" : "gelu_tanh"},
+                      {"pre_norm", true},
+                      {"eps", eps},
+                      {"source", h + "mlp"}});
+  }
+  layers.push_back({{"type", "layernorm"}, {"eps", eps}, {"source", "ln_f"}});
+  const json arch = {{"d", d}, {"vocab", V}, {"max_len", P}, {"readout", V}, {"layers", layers}};
+  // The file's tensors by GPT-2 name (prefix dropped, buffers skipped).
+  std::map<std::string, const Tensor*> file;
+  for (const auto& [name, t] : st.tensors) {
+    std::string n = name.rfind("transformer.", 0) == 0 ? name.substr(12) : name;
+    const std::string buffer = ".attn.bias";
+    if ((n.size() >= buffer.size() && n.compare(n.size() - buffer.size(), buffer.size(), buffer) == 0) ||
+        n.find(".attn.masked_bias") != std::string::npos)
+      continue;
+    file[n] = &t;
+  }
+  auto tensor = [&](const std::string& n, std::vector<std::int64_t> shape) -> std::vector<double> {
+    auto it = file.find(n);
+    if (it == file.end()) throw Error("missing tensor \"" + n + "\"");
+    if (it->second->shape != shape)
+      throw Error("tensor \"" + n + "\" has shape " + shape_text(it->second->shape) + ", config.json makes " +
+                  shape_text(shape));
+    std::vector<double> v = it->second->values();
+    for (double x : v)
+      if (!std::isfinite(x)) throw Error("tensor \"" + n + "\" contains NaN or infinity");
+    file.erase(it);
+    return v;
+  };
+  Stored<S> out;
+  auto put = [&](const std::string& name, std::vector<std::int64_t> shape, const std::vector<double>& v) {
+    auto& e = out[name];
+    e.first = std::move(shape);
+    e.second.reserve(v.size());
+    for (double x : v)
+      e.second.push_back(scalar_cast<S>(x));
+  };
+  // Columns [c0, c0 + rows) of a Conv1D weight (in × out), as an nn.Linear weight (rows × in).
+  auto linear = [&](const std::vector<double>& w, long long in, long long out_cols, long long c0,
+                    long long rows) {
+    std::vector<double> t(static_cast<std::size_t>(rows * in));
+    for (long long o = 0; o < rows; ++o)
+      for (long long i = 0; i < in; ++i)
+        t[static_cast<std::size_t>(o * in + i)] = w[static_cast<std::size_t>(i * out_cols + c0 + o)];
+    return t;
+  };
+  const std::vector<double> wte = tensor("wte.weight", {V, d});
+  put("embed.weight", {V, d}, wte);
+  put("pe.weight", {P, d}, tensor("wpe.weight", {P, d}));
+  for (long long i = 0; i < L; ++i) {
+    const std::string h = "h." + std::to_string(i) + ".", a = "layers." + std::to_string(2 * i) + ".",
+                      f = "layers." + std::to_string(2 * i + 1) + ".";
+    put(a + "norm.weight", {d}, tensor(h + "ln_1.weight", {d}));
+    put(a + "norm.bias", {d}, tensor(h + "ln_1.bias", {d}));
+    const std::vector<double> qkv = tensor(h + "attn.c_attn.weight", {d, 3 * d}),
+                              qkv_b = tensor(h + "attn.c_attn.bias", {3 * d});
+    for (int j = 0; j < 3; ++j) {
+      const std::string x(1, "qkv"[j]);
+      put(a + x + ".weight", {d, d}, linear(qkv, d, 3 * d, j * d, d));
+      put(a + x + ".bias", {d}, std::vector<double>(qkv_b.begin() + j * d, qkv_b.begin() + (j + 1) * d));
+    }
+    put(a + "o.weight", {d, d}, linear(tensor(h + "attn.c_proj.weight", {d, d}), d, d, 0, d));
+    put(a + "o.bias", {d}, tensor(h + "attn.c_proj.bias", {d}));
+    put(f + "norm.weight", {d}, tensor(h + "ln_2.weight", {d}));
+    put(f + "norm.bias", {d}, tensor(h + "ln_2.bias", {d}));
+    put(f + "fc1.weight", {m, d}, linear(tensor(h + "mlp.c_fc.weight", {d, m}), d, m, 0, m));
+    put(f + "fc1.bias", {m}, tensor(h + "mlp.c_fc.bias", {m}));
+    put(f + "fc2.weight", {d, m}, linear(tensor(h + "mlp.c_proj.weight", {m, d}), m, d, 0, d));
+    put(f + "fc2.bias", {d}, tensor(h + "mlp.c_proj.bias", {d}));
+  }
+  const std::string last = "layers." + std::to_string(2 * L) + ".";
+  put(last + "weight", {d}, tensor("ln_f.weight", {d}));
+  put(last + "bias", {d}, tensor("ln_f.bias", {d}));
+  if (file.count("lm_head.weight") && tensor("lm_head.weight", {V, d}) != wte)
+    throw Error("lm_head.weight differs from wte.weight: an untied head is not GPT-2's layout");
+  put("readout.weight", {V, d}, wte);
+  put("readout.bias", {V}, std::vector<double>(static_cast<std::size_t>(V), 0.0));
+  if (!file.empty()) throw Error("unexpected tensor \"" + file.begin()->first + "\" for GPT-2's layout");
+  return {arch, out};
+}
+
 // torch.save writes a zip archive (since PyTorch 1.6) or, before, a pickle (protocol 2 to 5).
 // Asked only of a file that did not parse: a safetensors header length can begin with these bytes.
 bool is_pytorch_checkpoint(const std::string& bytes) {
@@ -106,7 +232,24 @@ bool is_pytorch_checkpoint(const std::string& bytes) {
 
 template <class S>
 Network<S> load_network(const std::string& path) {
-  const std::string bytes = read_file(path);
+  // GPT-2's public layout: a folder with model.safetensors and config.json, or such a file with
+  // config.json beside it and no uatlab architecture in its metadata.
+  namespace fs = std::filesystem;
+  const bool folder = fs::is_directory(path);
+  const std::string file = folder ? (fs::path(path) / "model.safetensors").string() : path;
+  const fs::path config = fs::path(file).parent_path() / "config.json";
+  const std::string bytes = read_file(file);
+  if (format_for_path(file) == FileFormat::safetensors && (folder || fs::exists(config))) try {
+      const Safetensors st = Safetensors::parse(bytes, "safetensors");
+      if (folder || !st.metadata.count("uatlab")) {
+        const auto [arch, stored] = gpt2<S>(st, parse_json(read_file(config.string()), "config.json"));
+        return assemble(arch, stored);
+      }
+    } catch (const Error& e) {
+      throw Error(file + " (GPT-2 layout, " + config.string() + "): " + e.what());
+    } catch (const nlohmann::json::exception& e) {
+      throw Error(config.string() + ": malformed (" + e.what() + ")");
+    }
   try {
     return parse_network<S>(bytes, format_for_path(path));
   } catch (const Error& e) {
