@@ -166,9 +166,7 @@ sys.path.insert(0, sys.argv[2])
 import stats
 threads = int(sys.argv[1])
 stats.set_torch_threads({"torch": threads, "blas": threads})
-with open("/proc/self/maps") as f:
-    libs = sorted({l.split()[-1] for l in f if "blas" in l.lower() and ".so" in l})
-info = {"libraries": libs, "blas": "reference BLAS or unknown", "core": None}
+info = {"libraries": stats.blas_libraries(), "blas": "reference BLAS or unknown", "core": None}
 lib = stats.openblas()
 if lib is not None:
     lib.openblas_get_corename.restype = lib.openblas_get_config.restype = ctypes.c_char_p
@@ -219,12 +217,16 @@ def choose_blas(threads):
     return choice
 
 
+def blas_libraries():
+    """The BLAS shared libraries this process has loaded (from /proc/self/maps)."""
+    with open("/proc/self/maps") as f:
+        return sorted({line.split()[-1] for line in f if "blas" in line.lower() and ".so" in line})
+
+
 def openblas():
     """The OpenBLAS that PyTorch loaded (a ctypes handle), or None."""
     import ctypes
-    with open("/proc/self/maps") as f:
-        libs = sorted({line.split()[-1] for line in f if "blas" in line.lower() and ".so" in line})
-    for path in libs:
+    for path in blas_libraries():
         try:
             lib = ctypes.CDLL(path)
             lib.openblas_set_num_threads  # noqa: B018 (present only in OpenBLAS)

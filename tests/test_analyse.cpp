@@ -176,6 +176,14 @@ TEST(Analyse, RegionCertificatesHoldAtSampledPointsInsideTheBox) {
   const Analysis b =
       analyse(exact, Dataset{{data.sequences[0]}, data.token_input, data.d, data.label_dim}, twice);
   EXPECT_FALSE(b.region->predictions.all()) << "sequence 1 at twice its largest certified radius";
+  AnalyseOptions with_affine = o;  // affine pieces need point inputs: refused, as docs/analyse.md says
+  with_affine.affine = true;
+  try {
+    analyse(exact, data, with_affine);
+    ADD_FAILURE() << "--epsilon with --affine is refused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--epsilon and --affine"), std::string::npos) << e.what();
+  }
 }
 
 // Control: without positions, an attention layer whose output projection is 0 gives a token the

@@ -508,8 +508,7 @@ double certified_max_error(const Network<Rational>& net, const Dataset& ds, unsi
       dependency_free ? std::optional<AffineForward>(std::in_place, net) : std::nullopt;
   const Network<Mpfi> ni = affine ? Network<Mpfi>() : network_cast<Mpfi>(net);  // one of the two
   const long N = static_cast<long>(ds.sequences.size());
-  if (!order.empty() && order.size() != ds.sequences.size())
-    throw Error("certified_max_error: the order does not name every sequence once");
+  check_order(order, ds.sequences.size(), "certified_max_error");
   std::vector<double> worst(ds.sequences.size(), 0);
   if (spare) spare->assign(ds.sequences.size(), std::nan(""));
   const Mpfr tol(tolerance);
@@ -517,7 +516,7 @@ double certified_max_error(const Network<Rational>& net, const Dataset& ds, unsi
   long long done = 0;
 #pragma omp parallel for schedule(dynamic)
   for (long started = 0; started < N; ++started) {
-    const long i = order.empty() ? started : static_cast<long>(order[static_cast<std::size_t>(started)]);
+    const auto i = static_cast<long>(started_item(order, static_cast<std::size_t>(started)));
     bool stopped;
 #pragma omp atomic read
     stopped = stop;

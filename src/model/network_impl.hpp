@@ -579,8 +579,7 @@ Mat<S> forward(const Network<S>& net, const Mat<S>& x, const EvalOptions& opt, A
 }
 
 template <class S>
-Mat<S> forward_tokens(const Network<S>& net, const std::vector<int>& ids, const EvalOptions& opt,
-                      Activations<S>* capture) {
+Mat<S> embed_tokens(const Network<S>& net, const std::vector<int>& ids) {
   if (net.arch.vocab <= 0) throw Error("this network takes continuous inputs, not token ids");
   Mat<S> x(net.arch.d, static_cast<Eigen::Index>(ids.size()));
   for (std::size_t k = 0; k < ids.size(); ++k) {
@@ -589,12 +588,19 @@ Mat<S> forward_tokens(const Network<S>& net, const std::vector<int>& ids, const 
                   " is outside the vocabulary [0, " + std::to_string(net.arch.vocab) + ")");
     x.col(k) = net.embed.col(ids[k]);
   }
-  return forward(net, x, opt, capture);
+  return x;
+}
+
+template <class S>
+Mat<S> forward_tokens(const Network<S>& net, const std::vector<int>& ids, const EvalOptions& opt,
+                      Activations<S>* capture) {
+  return forward(net, embed_tokens(net, ids), opt, capture);
 }
 
 #define UATLAB_INSTANTIATE_NETWORK(S)                                                                \
   template struct Network<S>;                                                                        \
   template Mat<S> forward<S>(const Network<S>&, const Mat<S>&, const EvalOptions&, Activations<S>*); \
+  template Mat<S> embed_tokens<S>(const Network<S>&, const std::vector<int>&);                       \
   template Mat<S> forward_tokens<S>(const Network<S>&, const std::vector<int>&, const EvalOptions&,  \
                                     Activations<S>*);                                                \
   template void check_evaluable<S>(const Architecture&);

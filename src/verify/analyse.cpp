@@ -40,7 +40,7 @@ Region certify_region(const Network<Rational>& net, const Dataset& ds, LabelKind
   const std::size_t N = ds.sequences.size();
   auto pass = [&](const std::vector<Rational>& radii, const std::string& what) {
     report(o.progress, "analyse: region, " + what, 0, 0);
-    const Predictions p = certify_predictions(net, ds, kind, tol, bits, {}, false, false, {}, radii);
+    const Predictions p = certify_predictions(net, ds, kind, tol, bits, {}, false, o.affine, {}, radii);
     std::vector<bool> all(N, true);
     for (const PredictionFailure& f : p.failures)
       all[f.sequence] = false;
@@ -52,7 +52,7 @@ Region certify_region(const Network<Rational>& net, const Dataset& ds, LabelKind
   std::vector<bool> found(N, false), bounded(N, false);
   for (std::size_t i = 0; i < N; ++i) {
     if (ok[i])
-      lo[i] = eps, found[i] = true, hi[i] = eps == 0 ? Rational(1, 1 << 20) : Rational(2 * eps);
+      lo[i] = eps, found[i] = true, hi[i] = 2 * eps;
     else
       hi[i] = eps, bounded[i] = true;
   }

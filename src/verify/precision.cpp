@@ -127,6 +127,12 @@ std::vector<std::size_t> least_spare_first(const std::vector<double>& spare) {
   return order;
 }
 
+void check_order(const std::vector<std::size_t>& order, std::size_t items, const std::string& what) {
+  if (!order.empty() && order.size() != items)
+    throw Error(what + ": the order names " + std::to_string(order.size()) + " items, the data has " +
+                std::to_string(items));
+}
+
 unsigned guess_fewest_bits(const std::vector<double>& spare, unsigned bits) {
   double least = kInf;
   for (double s : spare) {

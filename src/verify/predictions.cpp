@@ -85,9 +85,7 @@ Predictions certify_predictions(const Network<Rational>& net, const Dataset& ds,
   if (!epsilon.empty() && affine)
     throw Error(
         "analyse: --epsilon and --affine together are not supported (affine pieces need point inputs)");
-  if (!order.empty() && order.size() != ds.sequences.size())
-    throw Error("certify_predictions: the order names " + std::to_string(order.size()) +
-                " sequences, the data has " + std::to_string(ds.sequences.size()));
+  check_order(order, ds.sequences.size(), "certify_predictions");
   Predictions p;
   p.kind = kind;
   p.bits = bits;
@@ -105,7 +103,7 @@ Predictions certify_predictions(const Network<Rational>& net, const Dataset& ds,
   bool failed = false;
 #pragma omp parallel for schedule(dynamic)
   for (long started = 0; started < N; ++started) {
-    const long i = order.empty() ? started : static_cast<long>(order[static_cast<std::size_t>(started)]);
+    const auto i = static_cast<long>(started_item(order, static_cast<std::size_t>(started)));
     bool skip;
 #pragma omp atomic read
     skip = failed;
@@ -116,14 +114,7 @@ Predictions certify_predictions(const Network<Rational>& net, const Dataset& ds,
     bool evaluated = true;
     try {
       if (!epsilon.empty()) {  // every input in the box: each coordinate of each token's vector ± ε
-        Mat<Mpfi> x =
-            ds.token_input ? Mat<Mpfi>(ni.arch.d, static_cast<Eigen::Index>(s.n())) : matrix_cast<Mpfi>(s.x);
-        if (ds.token_input)
-          for (std::size_t k = 0; k < s.n(); ++k) {
-            if (s.tokens[k] < 0 || s.tokens[k] >= ni.arch.vocab)
-              throw Error("token id " + std::to_string(s.tokens[k]) + " outside the vocabulary");
-            x.col(static_cast<Eigen::Index>(k)) = ni.embed.col(s.tokens[k]);
-          }
+        Mat<Mpfi> x = ds.token_input ? embed_tokens(ni, s.tokens) : matrix_cast<Mpfi>(s.x);
         const Mpfi e = Scalar<Mpfi>::from(epsilon[static_cast<std::size_t>(i)]);
         for (Eigen::Index j = 0; j < x.size(); ++j)
           x(j) = hull(lower(Mpfi(x(j) - e)), upper(Mpfi(x(j) + e)));
@@ -144,6 +135,14 @@ Predictions certify_predictions(const Network<Rational>& net, const Dataset& ds,
       bool certified = false, wrong = false;
       Mpfr margin;            // a lower bound, rounded down
       bool margined = false;  // set once a margin is computed
+      // One check "above > below" (or ≥): its spare bits (an estimate, over enclosures of total
+      // width `width`) and its margin above − below, rounded down; the prediction keeps the least.
+      auto judge = [&](const Mpfr& above, const Mpfr& below, double width) {
+        spare = std::min(spare, spare_bits(above - below, width));
+        Mpfr m = above;
+        mpfr_sub(m.backend().data(), m.backend().data(), below.backend().data(), MPFR_RNDD);
+        if (!margined || m < margin) margin = m, margined = true;
+      };
       if (kind == LabelKind::classes) {
         const long c = numerator(s.y(0, k)).convert_to<long>();
         f.label = std::to_string(c);
@@ -155,11 +154,7 @@ Predictions certify_predictions(const Network<Rational>& net, const Dataset& ds,
             if (r == c) continue;
             if (!(lower(y(c, k)) > upper(y(r, k)))) certified = false;
             if (lower(y(r, k)) > upper(y(c, k))) wrong = true;
-            spare = std::min(spare, spare_bits(lower(y(c, k)) - upper(y(r, k)),
-                                               enclosure_width(y(c, k)) + enclosure_width(y(r, k))));
-            Mpfr m = lower(y(c, k));
-            mpfr_sub(m.backend().data(), m.backend().data(), upper(y(r, k)).backend().data(), MPFR_RNDD);
-            if (!margined || m < margin) margin = m, margined = true;
+            judge(lower(y(c, k)), upper(y(r, k)), enclosure_width(y(c, k)) + enclosure_width(y(r, k)));
           }
           f.predicted = std::to_string(best);
         }
@@ -175,10 +170,7 @@ Predictions certify_predictions(const Network<Rational>& net, const Dataset& ds,
             const Mpfi e = mp::abs(y(r, k) - Scalar<Mpfi>::from(s.y(r, k)));
             if (!(upper(e) <= lower(tol))) certified = false;
             if (lower(e) > upper(tol)) wrong = true;
-            spare = std::min(spare, spare_bits(lower(tol) - upper(e), enclosure_width(y(r, k))));
-            Mpfr m = lower(tol);
-            mpfr_sub(m.backend().data(), m.backend().data(), upper(e).backend().data(), MPFR_RNDD);
-            if (!margined || m < margin) margin = m, margined = true;
+            judge(lower(tol), upper(e), enclosure_width(y(r, k)));
           }
           f.predicted = midpoints(y, k);
         }

@@ -105,6 +105,9 @@ struct Activations {
 template <class S>
 Mat<S> forward(const Network<S>& net, const Mat<S>& x, const EvalOptions& opt = {},
                Activations<S>* capture = nullptr);
+// Token ids as the input columns the embedding gives them (d×n; ids outside the vocabulary refused).
+template <class S>
+Mat<S> embed_tokens(const Network<S>& net, const std::vector<int>& ids);
 // Token ids through the embedding → output.
 template <class S>
 Mat<S> forward_tokens(const Network<S>& net, const std::vector<int>& ids, const EvalOptions& opt = {},

@@ -64,6 +64,12 @@ double enclosure_width(const Mpfi& x);
 double spare_bits(const Mpfr& margin, double width);
 std::vector<std::size_t> least_spare_first(const std::vector<double>& spare);
 unsigned guess_fewest_bits(const std::vector<double>& spare, unsigned bits);
+// The item a pass starts n-th under such an order (empty: the items as stored), and the check that
+// an order names `items` items (what: the caller, for the message).
+inline std::size_t started_item(const std::vector<std::size_t>& order, std::size_t n) {
+  return order.empty() ? n : order[n];
+}
+void check_order(const std::vector<std::size_t>& order, std::size_t items, const std::string& what);
 
 // The precision search of every certificate that needs more bits than it starts with: attempt(bits)
 // at bits = first, then twice the last, capped at max_bits, until attempt returns true (finished:
