@@ -14,6 +14,7 @@
 
 #include "uatlab/construct/fang.hpp"
 #include "uatlab/construct/kajitsuka.hpp"
+#include "uatlab/construct/optimal.hpp"
 #include "uatlab/experiment/approximate.hpp"
 #include "uatlab/experiment/targets.hpp"
 #include "uatlab/io/dataset.hpp"
@@ -356,6 +357,27 @@ PYBIND11_MODULE(_core, m) {
       py::arg("data"), py::arg("mode") = "tuned", py::arg("tied") = false, py::arg("value_map") = "zhang",
       py::arg("tolerance") = "1e-6", py::arg("seed") = 1, py::arg("max_bits") = 1u << 16,
       py::arg("blocks") = 0, py::arg("progress") = py::none());
+
+  m.def(
+      "memorize_optimal",
+      [](const Dataset& ds, const std::string& setting, const std::string& tolerance, std::uint64_t seed,
+         unsigned max_bits, int blocks, const py::object& progress) {
+        refuse_nested("memorize");
+        const CallbackPtr cb = callback(progress);
+        limits::check_count(blocks, 0, 1 << 20, "blocks");
+        optimal::Options o;
+        o.setting = optimal::setting_names.parse(setting);
+        o.tolerance = tolerance, o.seed = seed, o.max_bits = max_bits, o.blocks = blocks;
+        o.progress = progress_of(cb);
+        return released({cb}, [&] {
+          const optimal::Memorized mz = optimal::memorize(ds, o);
+          json r = mz.report();
+          r["tolerance"] = tolerance;
+          return std::make_pair(PyNetwork{mz.net}, json_text(r));
+        });
+      },
+      py::arg("data"), py::arg("setting"), py::arg("tolerance") = "1e-6", py::arg("seed") = 1,
+      py::arg("max_bits") = 1u << 16, py::arg("blocks") = 0, py::arg("progress") = py::none());
 
   m.def(
       "polynomial",

@@ -241,6 +241,51 @@ TEST(Cli, MemorizeRefusesInconsistentLabelsWithoutOutput) {
   EXPECT_NE(r.out.find("sequence 1: tokens 1 and 2 are equal"), std::string::npos) << r.out;
 }
 
+TEST(Cli, MemorizeNextTokenWritesACertifiedModelAndRefusesContradictoryFlags) {
+  const std::string d = dir();
+  std::string data;  // 24 sequences of 3 tokens in R^4, one label each (the last token's)
+  for (int i = 0; i < 24; ++i) {
+    data += "{\"x\": [";
+    for (int k = 0; k < 3; ++k)
+      data += std::string(k ? ", " : "") + "[" + std::to_string((i * 7 + k * 3) % 11) + ", " +
+              std::to_string(k) + ", " + std::to_string((i + k) % 5) + ", 1]";
+    data += "], \"y\": " + std::to_string(i % 3) + "}\n";
+  }
+  write(d + "next.jsonl", data);
+  fs::remove(d + "next.json"), fs::remove(d + "next.safetensors");
+  Result r = run("memorize -q " + d + "next.jsonl --setting next-token --out " + d + "next.json --report " +
+                 d + "next_report.json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("certificate every last-token output of all 24 sequences"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("delta >= it (certified)"), std::string::npos) << r.out;
+  const json rep = json::parse(std::ifstream(d + "next_report.json"));
+  EXPECT_EQ(rep["setting"], "next-token");
+  EXPECT_EQ(rep["max_error_certified"].get<double>(), 0);
+  EXPECT_EQ(rep["accounting"]["parameters_stored"], rep["accounting"]["parameters_plan"]);
+  // The lossless model gives each sequence's label at its last token (MPFR at the certified bits).
+  ASSERT_EQ(run("eval " + d + "next.json " + d + "next.jsonl -p " +
+                std::to_string(rep["bits_used"].get<int>()) + " --out " + d + "next_y.jsonl")
+                .code,
+            0);
+  const auto ys = lines(d + "next_y.jsonl");
+  ASSERT_EQ(ys.size(), 24u);
+  for (std::size_t i = 0; i < ys.size(); ++i)
+    EXPECT_NEAR(std::stod(ys[i]["y"][2][0].get<std::string>()), static_cast<double>(i % 3), 1e-30) << i;
+  // Flags of the contextual setting are refused, and nothing is written.
+  fs::remove(d + "next_never.json");
+  for (const std::string& flags : {std::string("--value-map zhang"), std::string("--tied")}) {
+    r = run("memorize " + d + "next.jsonl --setting next-token " + flags + " --out " + d + "next_never.json");
+    EXPECT_EQ(r.code, 1) << flags;
+    EXPECT_NE(r.out.find("uatlab: error:"), std::string::npos) << r.out;
+    EXPECT_FALSE(fs::exists(d + "next_never.json"));
+  }
+  // The contextual setting refuses one label per sequence, naming the setting that takes it.
+  r = run("memorize " + d + "next.jsonl --out " + d + "next_never.json");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("--setting next-token"), std::string::npos) << r.out;
+}
+
 TEST(Cli, ContextualReportsBothModesAndHardmaxCounterexamplePasses) {
   const std::string d = dir();
   Result r = run("contextual --mode faithful --demo-N 4 --demo-n 2 --demo-d 2 --demo-V 3 --report " + d +

@@ -3,9 +3,11 @@
 // against hand computations and against the rows stored in docs/ (the runs are seeded).
 #include <gtest/gtest.h>
 #include <omp.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -55,9 +57,48 @@ TEST(Experiment, RegistryListsEveryExperimentOnce) {
       EXPECT_NE(n, e.name);
     names.push_back(e.name);
   }
-  EXPECT_EQ(names.size(), 15u);
+  EXPECT_EQ(names.size(), 16u);
   EXPECT_EQ(&find_experiment("fang-fit"),
-            &experiments()[find_experiment("fang-fit").name == names[0] ? 0 : 11]);
+            &experiments()[find_experiment("fang-fit").name == names[0] ? 0 : 12]);
+  // The experiments whose cells open MPFR precision scopes run them one at a time.
+  for (const char* serial :
+       {"memorization-optimal", "memorization-capacity", "kajitsuka-delta", "yun-certified", "wang-e-rates"})
+    EXPECT_TRUE(find_experiment(serial).serial) << serial;
+}
+
+TEST(Experiment, SerialCellsNeverRunTogether) {
+  // MPFR's default precision is one per process (Boost 1.74): a serial experiment's cells run one
+  // at a time whatever --threads asks.
+  std::atomic<int> running{0}, most{0};
+  Experiment e;
+  e.name = "serial-probe";
+  e.summary = "test";
+  e.serial = true;
+  e.cells = [](const Context&) {
+    std::vector<json> cells;
+    for (int i = 0; i < 8; ++i)
+      cells.push_back({{"i", i}});
+    return cells;
+  };
+  e.run = [&](const json& cell, const Context&) {
+    const int now = ++running;
+    int seen = most.load();
+    while (now > seen && !most.compare_exchange_weak(seen, now)) {
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    --running;
+    return json{{"i", cell.at("i")}};
+  };
+  e.report = [](const std::vector<json>& lines, const Outputs&, const Context&) {
+    return std::to_string(lines.size());
+  };
+  RunOptions o;
+  o.out_dir =
+      (std::filesystem::temp_directory_path() / ("uatlab-serial-" + std::to_string(::getpid()))).string();
+  o.threads = 4;
+  EXPECT_EQ(run_experiment(e, Context{}, o), "8");
+  EXPECT_EQ(most.load(), 1);
+  std::filesystem::remove_all(o.out_dir);
   EXPECT_THROW(find_experiment("nope"), Error);
   EXPECT_EQ(mode_names.parse("smoke"), Mode::smoke);
   EXPECT_THROW(mode_names.parse("fast"), Error);

@@ -153,6 +153,27 @@ TEST(Dataset, ParsesExactNumbersTokensAndLabels) {
   EXPECT_EQ(t.sequences[0].y(1, 1), Rational(1));
 }
 
+TEST(Dataset, OneLabelPerSequenceIsTheLastTokens) {
+  // "y" a number, or an array of k != n numbers: the label of the last token, kept as the last
+  // column of y with a mask counting the last token only; written back as it was read.
+  const std::string text =
+      "{\"x\":[[\"1\"],[\"2\"],[\"3\"]],\"y\":\"1/2\"}\n{\"x\":[[\"4\"],[\"5\"],[\"6\"]],\"y\":\"3\"}\n";
+  const Dataset ds = parse_dataset(text, "d");
+  EXPECT_TRUE(ds.sequence_labels);
+  EXPECT_EQ(ds.label_dim, 1);
+  EXPECT_EQ(ds.sequences[0].y(0, 2), Rational(1, 2));
+  EXPECT_EQ(ds.sequences[0].y(0, 0), Rational(0));
+  EXPECT_EQ(ds.sequences[1].mask, (std::vector<char>{0, 0, 1}));
+  EXPECT_EQ(format_dataset(ds), text);
+  const Dataset v = parse_dataset(R"({"x": [[1], [2], [3]], "y": ["0.5", 1]})", "d");
+  EXPECT_EQ(v.label_dim, 2);
+  EXPECT_EQ(v.sequences[0].y(0, 2), Rational(1, 2));
+  EXPECT_EQ(v.sequences[0].y(1, 2), Rational(1));
+  EXPECT_EQ(parse_dataset(format_dataset(v), "again").sequences[0].y, v.sequences[0].y);
+  // n labels stay per token, as before.
+  EXPECT_FALSE(parse_dataset(R"({"x": [[1], [2]], "y": [1, 2]})", "d").sequence_labels);
+}
+
 TEST(Dataset, ErrorsNameLineAndProblem) {
   expect_error([] { parse_dataset("{\"x\": [[1, 2]]}\n{\"x\": [[1, 2]]", "d.jsonl"); },
                "d.jsonl line 2: JSON: invalid JSON");
@@ -161,8 +182,15 @@ TEST(Dataset, ErrorsNameLineAndProblem) {
                "line 2: tokens have 3 numbers, earlier lines have d = 2");
   expect_error([] { parse_dataset("{\"x\": [[1]]}\n{\"tokens\": [1]}", "d"); }, "mixes \"x\" and \"tokens\"");
   expect_error([] { parse_dataset(R"({"x": [["nan"]]})", "d"); }, "not a number: \"nan\"");
-  expect_error([] { parse_dataset(R"({"x": [[1], [2]], "y": [1]})", "d"); },
-               "\"y\" has 1 labels for 2 tokens");
+  // A label count that is neither n nor one label: a per-token dataset's line with too few labels
+  // reads as one sequence label, and the dataset refuses the mixture.
+  expect_error(
+      [] { parse_dataset("{\"x\": [[1], [2]], \"y\": [1, 2]}\n{\"x\": [[1], [2]], \"y\": [1]}", "d"); },
+      "line 2: mixes lines with one label per sequence and lines with one per token");
+  expect_error([] { parse_dataset(R"({"x": [[1], [2]], "y": [[1], [2], [3]]})", "d"); },
+               "\"y\" has 3 labels for 2 tokens");
+  expect_error([] { parse_dataset(R"({"x": [[1], [2]], "y": 1, "mask": [0, 1]})", "d"); },
+               "a \"mask\" beside it contradicts it");
   expect_error([] { parse_dataset(R"({"x": [[1]], "label": [1]})", "d"); }, "unknown field \"label\"");
   expect_error([] { parse_dataset(R"({"x": [[1]], "x": [[2]]})", "d"); }, "duplicate key \"x\"");
   expect_error([] { parse_dataset(R"({"tokens": [1, -2]})", "d"); }, "token id -2");

@@ -74,6 +74,26 @@ def test_constructions():
     check(ad["memorization"]["certified"] == 24, f"analyse(affine=True) certifies the deep map: {ad['memorization']}")
     yd = dnet.eval(Xd[1], precision="512")
     check(all(abs(yd[k][0] - Yd[1][k][0]) < Fraction(1, 10**100) for k in range(3)), "deep: MPFR gives the labels")
+    # Next-token: one integer label per sequence, the averaging attention and the deep map.
+    Vn = np.round(rng.normal(size=(10, 4)), 3)
+    Xn = [Vn[rng.choice(10, 5)] for _ in range(60)]
+    Yn = [int(rng.integers(0, 3)) for _ in range(60)]
+    nnet, nrep = uatlab.memorize(Xn, Yn, setting="next-token")
+    check(nrep["max_error_certified"] == 0 and nrep["ids"]["delta_at_least_bound"] and nrep["ids"]["count"] == 60,
+          f"next-token memorization certified: {nrep['ids']}")
+    check(nrep["accounting"]["parameters_stored"] == nrep["accounting"]["parameters_plan"],
+          "next-token: the plan's closed form is the stored count")
+    yn = nnet.eval(Xn[7], precision="512")
+    check(abs(yn[-1][0] - Yn[7]) < Fraction(1, 10**100), "next-token: MPFR gives the last token's label")
+    for what, bad in [("value_map choose the contextual", lambda: uatlab.memorize(Xn, Yn, setting="next-token",
+                                                                                  value_map="zhang")),
+                      ("labels each sequence once", lambda: uatlab.memorize(Xn, Yn)),
+                      ("setting must be", lambda: uatlab.memorize(Xn, Yn, setting="next"))]:
+        try:
+            bad()
+            check(False, f"refused: {what}")
+        except uatlab.Error as e:
+            check(what in str(e), f"refused ({what}): {e}")
     att, crep = uatlab.contextual(X)
     check(crep["V"] == 8 and att.architecture["layers"][0]["type"] == "attention", "contextual")
     p, proof = uatlab.polynomial("x1^2*x2 - 1/3", ["x1", "x2"])

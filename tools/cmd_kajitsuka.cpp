@@ -7,6 +7,7 @@
 
 #include "commands.hpp"
 #include "uatlab/construct/kajitsuka.hpp"
+#include "uatlab/construct/optimal.hpp"
 #include "uatlab/experiment/contextual.hpp"
 #include "uatlab/io/json.hpp"
 #include "uatlab/io/model_file.hpp"
@@ -26,7 +27,7 @@ struct DemoSize {
 };
 
 struct Opts {
-  std::string data, out, report, mode = "tuned", tolerance = "1e-6", value_map = "zhang";
+  std::string data, out, report, mode = "tuned", tolerance = "1e-6", value_map, setting = "contextual";
   int blocks = 0;
   bool tied = false, force = false;
   std::uint64_t seed = 1;
@@ -137,6 +138,112 @@ std::string f64_beside(const std::string& out) {
   return std::filesystem::path(out).replace_extension(".safetensors").string();
 }
 
+// The F64 safetensors beside the model only when float64 works, checked on the file itself (worst:
+// its largest |y − label| over what the labels count; the file is removed if it fails), then the
+// lossless model.
+void write_memorized(const Network<Rational>& net, const std::string& out, bool float64_works,
+                     const std::string& tolerance,
+                     const std::function<double(const Network<double>&)>& worst_of) {
+  if (float64_works) {
+    const std::string f64 = f64_beside(out);
+    save_network(net, f64, "F64", "rational");
+    const double worst = worst_of(load_network<double>(f64));
+    if (!(worst <= Scalar<Rational>::to_double(parse_rational(tolerance)))) {
+      std::filesystem::remove(f64);
+      throw Error("the F64 file failed re-evaluation (max error " + std::to_string(worst) + "); not written");
+    }
+    std::printf("wrote       %s (F64, re-evaluated: max |y - label| = %.3g)\n", f64.c_str(), worst);
+  } else if (std::filesystem::exists(f64_beside(out))) {  // --force: a previous run's F64 model would
+    std::filesystem::remove(f64_beside(out));             // sit beside this one as if it were its own
+    std::printf("removed     %s (a previous run's: float64 does not reproduce this model)\n",
+                f64_beside(out).c_str());
+  }
+  save_network(net, out, "F64", "rational");
+  std::printf("wrote       %s (lossless)\n", out.c_str());
+}
+
+// memorize --setting next-token | seq-to-seq: the averaging attention and the deep value map.
+int cmd_memorize_optimal(const Opts& o, const Dataset& ds, std::chrono::steady_clock::time_point start) {
+  if (!o.value_map.empty() && o.value_map != "deep")
+    throw Error("--value-map " + o.value_map + ": --setting " + o.setting + " builds the deep value map");
+  if (o.mode != "tuned" || o.tied)
+    throw Error("--mode and --tied choose Kajitsuka & Sato's contextual mapping; --setting " + o.setting +
+                " uses the averaging attention");
+  optimal::Options opt;
+  opt.setting = optimal::setting_names.parse(o.setting);
+  opt.tolerance = o.tolerance;
+  opt.seed = o.seed;
+  opt.max_bits = o.max_bits;
+  opt.blocks = o.blocks;
+  opt.progress = progress_reporter();
+  const optimal::Memorized m = optimal::memorize(ds, opt);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const bool next = opt.setting == optimal::Setting::next_token;
+  const json& p = m.plan;
+  std::printf("data        N = %zu sequences (%zu distinct) of n = %d tokens in R^%d; labels in [0, %lld)\n",
+              m.sequences, m.distinct, m.n, m.d, m.label_count);
+  std::printf(
+      "attention   averaging: scores from a table of one per distance (DP-free), W_V = v^T, W_O = v%s\n",
+      next ? ", causal" : ", positions added");
+  std::printf("ids         %zu %s, draw %d: delta >= 10^%s (certified at %u bits)\n", m.ids.count,
+              next ? "sequence ids (last tokens)" : "token ids", m.ids.draw,
+              lower_text(m.ids.log10_delta, 4).c_str(), m.ids.bits);
+  if (next)
+    std::printf(
+        "            derived bound |v|^2 gamma / (2e n N^2) <= 10^%s, %s; gamma (tokens on v) >= 10^%s\n",
+        upper_text(m.ids.log10_delta_bound, 4).c_str(),
+        m.ids.bound_holds ? "delta >= it (certified)" : "delta NOT above it",
+        lower_text(m.ids.log10_gamma, 4).c_str());
+  std::printf(
+      "feedforward deep: %zu ids in %d blocks of %d; thresholds of %d bits, labels of %d bits; payload %lld "
+      "bits "
+      "per block; %lld sub-layers\n",
+      m.ids.count, p.at("blocks").get<int>(), p.at("block_size").get<int>(), p.at("beta").get<int>(),
+      p.at("rho").get<int>(), p.at("payload_bits").get<long long>(), p.at("depth").get<long long>());
+  std::printf("parameters  %zu stored (%zu non-zero; the plan's closed form %lld); %.4g per sqrt(%s)\n",
+              m.stored.parameters, m.stored.nonzero, m.plan_parameters,
+              static_cast<double>(m.stored.parameters) / std::sqrt(static_cast<double>(m.ids.count)),
+              next ? "N" : "nN");
+  std::printf(
+      "bits        largest weight %lld bits, all weights %lld bits; fewest certified bits x parameters = "
+      "%.4g; "
+      "any memorizer of %zu points with %lld labels stores >= %.4g bits\n",
+      m.stored.max_bits, m.stored.total_bits,
+      static_cast<double>(m.min_bits) * static_cast<double>(m.stored.parameters), m.ids.count, m.label_count,
+      m.report().at("accounting").at("information_bits_lower").get<double>());
+  std::printf(
+      "certificate every %s of all %zu sequences within %s of its label: max |y - label| <= %s (MPFI, %u "
+      "bits)\n",
+      next ? "last-token output" : "labelled output", m.sequences, o.tolerance.c_str(),
+      upper_text(m.max_error, 3).c_str(), m.bits_used);
+  std::printf(
+      "bits needed memorization certified at %u bits (tested; the fewest found by a search that assumes more "
+      "bits "
+      "never hurt)\n",
+      m.min_bits);
+  std::printf("float64     %s (max |y - label| = %.3g with weights rounded to double)\n",
+              m.float64_works ? "works" : "fails", m.float64_max_error);
+  std::printf("time        %.2f s: build %.2f s, certify %.2f s, min-bits search %.2f s\n", secs,
+              m.seconds_build, m.seconds_certify, m.seconds_min_bits);
+  write_memorized(m.net, o.out, m.float64_works, o.tolerance, [&](const Network<double>& back) {
+    double worst = 0;
+    for (const auto& s : ds.sequences) {
+      const Mat<double> y = forward(back, matrix_cast<double>(s.x));
+      for (Eigen::Index k = 0; k < y.cols(); ++k)
+        if (next ? k + 1 == y.cols() : s.mask.empty() || s.mask[static_cast<std::size_t>(k)])
+          worst = std::max(worst, std::abs(y(0, k) - Scalar<Rational>::to_double(s.y(0, k))));
+    }
+    return worst;
+  });
+  if (!o.report.empty()) {
+    json r = m.report();
+    r["seconds"]["total"] = secs;
+    r["tolerance"] = o.tolerance;
+    write_output(o.report, r.dump(1) + "\n");
+  }
+  return 0;
+}
+
 int cmd_memorize(const Opts& o) {
   const std::string &out = o.out, &tolerance = o.tolerance, &report = o.report;
   if (format_for_path(out) != FileFormat::json)
@@ -148,10 +255,11 @@ int cmd_memorize(const Opts& o) {
     throw Error(f64_beside(out) + " exists: memorize writes the F64 model there (--force replaces it)");
   const auto start = std::chrono::steady_clock::now();
   const Dataset ds = load_data(o);
+  if (o.setting != "contextual") return cmd_memorize_optimal(o, ds, start);
   ks::MemorizeOptions opt;
   opt.contextual = contextual_options(o);
   opt.tolerance = tolerance;
-  opt.value_map = ks::value_map_names.parse(o.value_map);
+  opt.value_map = ks::value_map_names.parse(o.value_map.empty() ? "zhang" : o.value_map);
   opt.blocks = o.blocks;
   const ks::Memorized m = ks::memorize(ds, opt);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -202,28 +310,13 @@ int cmd_memorize(const Opts& o) {
       "time        %.2f s: attention + certificate %.2f s, construct + certify all %.2f s, min-bits search "
       "%.2f s\n",
       secs, m.seconds_contextual, m.seconds_construct_certify, m.seconds_min_bits);
-  // The F64 safetensors beside the model only when float64 works, checked on the file itself (and
-  // removed if it fails), then the lossless model.
-  if (m.float64_works) {
-    const std::string f64 = f64_beside(out);
-    save_network(m.net, f64, "F64", "rational");
-    const Network<double> back = load_network<double>(f64);
+  write_memorized(m.net, out, m.float64_works, tolerance, [&](const Network<double>& back) {
     double worst = 0;
     for (const auto& s : ds.sequences)
       worst = std::max(
           worst, (forward(back, matrix_cast<double>(s.x)) - matrix_cast<double>(s.y)).cwiseAbs().maxCoeff());
-    if (!(worst <= Scalar<Rational>::to_double(parse_rational(tolerance)))) {
-      std::filesystem::remove(f64);
-      throw Error("the F64 file failed re-evaluation (max error " + std::to_string(worst) + "); not written");
-    }
-    std::printf("wrote       %s (F64, re-evaluated: max |y - label| = %.3g)\n", f64.c_str(), worst);
-  } else if (std::filesystem::exists(f64_beside(out))) {  // --force: a previous run's F64 model would
-    std::filesystem::remove(f64_beside(out));             // sit beside this one as if it were its own
-    std::printf("removed     %s (a previous run's: float64 does not reproduce this model)\n",
-                f64_beside(out).c_str());
-  }
-  save_network(m.net, out, "F64", "rational");
-  std::printf("wrote       %s (lossless)\n", out.c_str());
+    return worst;
+  });
   if (!report.empty()) {
     json r = m.report();
     r["N"] = ds.sequences.size();
@@ -300,10 +393,17 @@ void add_kajitsuka_commands(CLI::App& app, Commands& commands) {
       ->required();
   mem->add_option("--tolerance", o->tolerance, "Every output within this of its label")
       ->capture_default_str();
-  mem->add_option("--value-map", o->value_map,
-                  "zhang (Zhang et al.'s layer), bounded (knots at the data, flat outside them) or deep "
-                  "(bit extraction: parameters growing like sqrt(q) log; integer labels, d >= 4)")
+  mem->add_option("--setting", o->setting,
+                  "contextual (Kajitsuka & Sato 2024: every token labelled, the rank-1 contextual mapping), "
+                  "next-token (one label per sequence, its last token's: sqrt(N) parameters) or seq-to-seq "
+                  "(every token, positions: sqrt(nN)); the last two use the averaging attention and the deep "
+                  "value map")
       ->capture_default_str()
+      ->check(CLI::IsMember({"contextual", "next-token", "seq-to-seq"}));
+  mem->add_option("--value-map", o->value_map,
+                  "zhang (Zhang et al.'s layer; the default of --setting contextual), bounded (knots at the "
+                  "data, flat outside them) or deep (bit extraction: parameters growing like sqrt(q) log; "
+                  "integer labels, d >= 4; the only map of next-token and seq-to-seq)")
       ->check(CLI::IsMember({"zhang", "bounded", "deep"}));
   mem->add_option("--blocks", o->blocks, "deep: the number of blocks B (0: the fewest parameters)")
       ->capture_default_str()

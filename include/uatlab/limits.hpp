@@ -33,6 +33,11 @@ inline void check_memory(long long numbers, long long bits, int per_number, cons
   }
 }
 
+// Context ids a memorization builds its value map over (memorize --setting next-token |
+// seq-to-seq: sequences or labelled tokens), checked before the ids are computed: 2^22 ids take
+// minutes per precision and the deep map's depth stays far below its 2^20 sub-layers.
+constexpr long long kContexts = 1LL << 22;
+
 // Nesting of arrays and objects in any JSON input (model, dataset line, safetensors header,
 // sweep config). A model file nests 4 deep, a dataset line 3.
 constexpr int kJsonDepth = 64;

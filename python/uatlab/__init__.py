@@ -96,7 +96,8 @@ def _whole(v, what):
 
 def dataset(X, Y=None, mask=None, tokens=False):
     """A uatlab dataset from sequences X (each (n, d) numbers, or (n,) token ids with tokens=True),
-    optional labels Y (per sequence: n labels, or (n, k) values) and masks (n flags)."""
+    optional labels Y (per sequence: n labels, or (n, k) values; or one label for the sequence, its
+    last token's: a number, or k != n numbers) and masks (n flags)."""
     _rows(X, "X (the sequences)")
     xs, single = _sequences(X, tokens)
     ys = None if Y is None else [_tolist(Y)] if single else [_tolist(y) for y in Y]
@@ -109,7 +110,9 @@ def dataset(X, Y=None, mask=None, tokens=False):
         x = _rows(x, at)
         line = {"tokens": [_token(t) for t in x]} if tokens else {
             "x": [[_exact(v) for v in _rows(tok, f"{at} token {j + 1}")] for j, tok in enumerate(x)]}
-        if ys is not None:
+        if ys is not None and not isinstance(ys[i], list):  # one label, the last token's
+            line["y"] = _exact(ys[i])
+        elif ys is not None:
             y = _rows(ys[i], f"{at}: labels")
             line["y"] = [[_exact(v) for v in _tolist(t)] if isinstance(_tolist(t), list) else _exact(t) for t in y]
         if masks is not None:
@@ -245,14 +248,28 @@ def contextual(X, mode="tuned", tied=False, seed=1, max_bits=1 << 16, progress=N
     return _pair(_core.contextual(_data(X), mode, tied, seed, max_bits, progress))
 
 
-def memorize(X, Y, mode="tuned", tied=False, value_map="zhang", tolerance="1e-6", seed=1, max_bits=1 << 16,
-             blocks=0, progress=None):
-    """Kajitsuka & Sato's memorization network for sequences X and labels Y (each (n, k) values),
-    every output certified within the tolerance in MPFI; (network, report). value_map: "zhang",
-    "bounded" or "deep" (bit extraction, integer labels, d >= 4; blocks: its B, 0 for the fewest
-    parameters)."""
-    return _pair(_core.memorize(_data(X, Y), mode, tied, value_map, _exact(tolerance), seed, max_bits, blocks,
-                                progress))
+def memorize(X, Y, mode="tuned", tied=False, value_map=None, tolerance="1e-6", seed=1, max_bits=1 << 16,
+             blocks=0, progress=None, setting="contextual"):
+    """A memorization network for sequences X and labels Y, every counted output certified within the
+    tolerance in MPFI; (network, report).
+
+    setting "contextual" (Kajitsuka & Sato 2024): labels per token (each (n, k) values), the rank-1
+    contextual mapping and a value map: "zhang" (default), "bounded" or "deep" (bit extraction,
+    integer labels, d >= 4; blocks: its B, 0 for the fewest parameters).
+    setting "next-token" (one integer label per sequence, its last token's; sqrt(N) parameters) or
+    "seq-to-seq" (integer labels per token, positions; sqrt(nN)): the averaging attention and the deep
+    value map (docs/theory/optimal-capacity.md); mode, tied and value_map other than "deep" are refused.
+    """
+    if setting not in ("contextual", "next-token", "seq-to-seq"):
+        raise Error(f"setting must be contextual, next-token or seq-to-seq, got {setting!r}")
+    if setting != "contextual":
+        if value_map not in (None, "deep") or mode != "tuned" or tied:
+            raise Error(f"setting {setting!r} builds the averaging attention and the deep value map; "
+                        "mode, tied and value_map choose the contextual setting's")
+        return _pair(_core.memorize_optimal(_data(X, Y), setting, _exact(tolerance), seed, max_bits, blocks,
+                                            progress))
+    return _pair(_core.memorize(_data(X, Y), mode, tied, value_map or "zhang", _exact(tolerance), seed, max_bits,
+                                blocks, progress))
 
 
 def polynomial(expr, vars, box="1", variant="single-head", degree=0, seed=1):

@@ -201,6 +201,7 @@ Network<Rational> build(const Network<Rational>& attention, const Vec<Rational>&
   Network<Rational> net(value_map_architecture(attention.arch, B, s, beta, rho));
   for (std::size_t i = 0; i < attention.layers.size(); ++i)
     net.layers[i] = attention.layers[i];
+  net.embed = attention.embed, net.pe = attention.pe;
   std::size_t at = attention.layers.size();
   const Rational h = pow2(-g.e);
 

@@ -111,6 +111,10 @@ Network<Rational> attention_network(const Facts& f, const Vec<Rational>& v, cons
 Facts analyse(const Dataset& ds, bool require_labels) {
   if (ds.token_input) throw Error("Theorem 2 needs continuous tokens (\"x\"), the dataset has token ids");
   if (ds.sequences.empty()) throw Error("the dataset is empty");
+  if (require_labels && ds.sequence_labels)
+    throw Error(
+        "the dataset labels each sequence once (its last token); Theorem 2's memorization labels "
+        "every token: memorize it with --setting next-token");
   Facts f;
   f.d = ds.d;
   f.n = static_cast<int>(ds.sequences[0].n());
@@ -512,6 +516,16 @@ double certified_max_error(const Network<Rational>& net, const Dataset& ds, unsi
   std::vector<double> worst(ds.sequences.size(), 0);
   if (spare) spare->assign(ds.sequences.size(), std::nan(""));
   const Mpfr tol(tolerance);
+  // The tokens a label counts for (the mask's; every token without one): nothing counted certifies nothing.
+  auto counted = [](const Sequence& s) {
+    std::vector<Eigen::Index> c;
+    for (Eigen::Index k = 0; k < static_cast<Eigen::Index>(s.n()); ++k)
+      if (s.mask.empty() || s.mask[static_cast<std::size_t>(k)]) c.push_back(k);
+    return c;
+  };
+  if (std::none_of(ds.sequences.begin(), ds.sequences.end(),
+                   [&](const Sequence& s) { return !counted(s).empty(); }))
+    throw Error("no token of the data has a label that counts (every mask is 0): nothing to certify");
   bool stop = false;
   long long done = 0;
 #pragma omp parallel for schedule(dynamic)
@@ -522,12 +536,14 @@ double certified_max_error(const Network<Rational>& net, const Dataset& ds, unsi
     stopped = stop;
     if (stopped) continue;
     const Sequence& s = ds.sequences[i];
+    const std::vector<Eigen::Index> cols = counted(s);
+    if (cols.empty()) continue;  // worst[i] stays 0: no label of it counts
     const Mat<Mpfi> x = matrix_cast<Mpfi>(s.x);
-    const Mat<Mpfi> y = affine ? (*affine)(x) : forward(ni, x);
+    const Mat<Mpfi> y = affine ? (*affine)(x, cols) : Mat<Mpfi>(forward(ni, x)(Eigen::all, cols));
     double w = 0, least = kInf;
     for (Eigen::Index k = 0; k < y.cols(); ++k)
       for (Eigen::Index r = 0; r < y.rows(); ++r) {
-        Mpfi e = mp::abs(y(r, k) - Scalar<Mpfi>::from(s.y(r, k)));
+        Mpfi e = mp::abs(y(r, k) - Scalar<Mpfi>::from(s.y(r, cols[static_cast<std::size_t>(k)])));
         Mpfr hi = upper(e);
         w = std::max(w, mpfr_number_p(hi.backend().data()) ? to_double_up(hi) : kInf);
         if (spare) least = std::min(least, spare_bits(Mpfr(tol - hi), enclosure_width(y(r, k))));

@@ -242,6 +242,7 @@ void plot_value_maps(const yun::Target& f, int K, const ApproximateOptions& o, c
 Experiment yun_certified() {
   Experiment e;
   e.name = "yun-certified";
+  e.serial = true;  // MPFR precision scopes (experiment.hpp)
   e.summary =
       "Yun et al. / Kajitsuka Prop. 1: certified bounds on d_p and sup |g - f| over all of [0,1]^{d x n} "
       "beside Monte Carlo";

@@ -345,6 +345,7 @@ std::string capacity_report(const std::vector<json>& lines, const Outputs& out, 
 Experiment memorization_capacity() {
   Experiment e;
   e.name = "memorization-capacity";
+  e.serial = true;  // MPFR precision scopes (experiment.hpp)
   e.summary =
       "parameters needed to memorize N sequences: Zhang's, the bounded and the deep (bit-extraction) value "
       "map, and trained models (1 tied rank-1 head, 4 heads, rank 4), one certified criterion, fitted "

@@ -20,6 +20,7 @@ namespace uatlab::experiment {
 Experiment kajitsuka_delta() {
   Experiment e;
   e.name = "kajitsuka-delta";
+  e.serial = true;  // MPFR precision scopes (experiment.hpp)
   e.summary =
       "Kajitsuka & Sato Thm 2: certified context-id separation delta vs the theorem's bound over |V| "
       "(faithful and tuned)";

@@ -19,6 +19,7 @@ Experiment rates();  // wang_e_rates.cpp
 Experiment kajitsuka_memorization();  // memorization.cpp
 Experiment kajitsuka_delta();         // kajitsuka.cpp
 Experiment memorization_capacity();   // capacity.cpp
+Experiment memorization_optimal();    // optimal.cpp
 Experiment fang_fit();                // fang.cpp
 Experiment fang_regression();         // fang.cpp
 Experiment yun_certified();           // approximate.cpp

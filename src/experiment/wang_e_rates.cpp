@@ -637,6 +637,7 @@ std::string report(const std::vector<json>& lines, const Outputs& out, const Con
 Experiment rates() {
   Experiment e;
   e.name = "wang-e-rates";
+  e.serial = true;  // MPFR precision scopes (experiment.hpp)
   e.summary =
       "Wang & E's rates: heads needed against memory length for lin/log RPE on power-law and exponential "
       "memories, trained and by the class's own reach (MPFR); error against FFN width and against heads, "

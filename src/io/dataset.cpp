@@ -80,12 +80,31 @@ Dataset parse_dataset(const std::string& text, const std::string& what) try {
           throw Error("tokens have " + std::to_string(s.x.rows()) +
                       " numbers, earlier lines have d = " + std::to_string(ds.d));
       }
+      bool sequence_label = false;
       if (j.contains("y")) {
-        s.y = columns(j["y"], "y", true);
-        if (static_cast<std::size_t>(s.y.cols()) != s.n())
-          throw Error("\"y\" has " + std::to_string(s.y.cols()) + " labels for " + std::to_string(s.n()) +
-                      " tokens");
+        const json& y = j["y"];
+        // One label for the sequence (its last token's): a number, or a flat array of k != n numbers.
+        sequence_label = !y.is_array() || (!y.empty() && !y[0].is_array() && y.size() != s.n());
+        if (sequence_label) {
+          const Mat<Rational> label = columns(y.is_array() ? y : json::array({y}), "y", true).transpose();
+          if (j.contains("mask"))
+            throw Error("\"y\" is one label, the last token's; a \"mask\" beside it contradicts it");
+          s.y = Mat<Rational>::Zero(label.rows(), static_cast<Eigen::Index>(s.n()));
+          s.y.col(s.y.cols() - 1) = label;
+          s.mask.assign(s.n(), 0);
+          s.mask.back() = 1;
+        } else {
+          s.y = columns(y, "y", true);
+          if (static_cast<std::size_t>(s.y.cols()) != s.n())
+            throw Error("\"y\" has " + std::to_string(s.y.cols()) + " labels for " + std::to_string(s.n()) +
+                        " tokens");
+        }
       }
+      if (!ds.sequences.empty() && sequence_label != ds.sequence_labels)
+        throw Error(std::string("mixes lines with one label per sequence and lines with one per token") +
+                    " (this line has " + (sequence_label ? "one per sequence" : "none or one per token") +
+                    ")");
+      ds.sequence_labels = sequence_label;
       if (j.contains("mask")) {
         const json& m = j["mask"];
         if (!m.is_array() || m.size() != s.n())
@@ -133,7 +152,12 @@ std::string format_dataset(const Dataset& ds) {
       }
       line["x"] = x;
     }
-    if (s.y.size() > 0) {
+    if (ds.sequence_labels) {  // the last token's label alone, as it was read
+      json y = json::array();
+      for (Eigen::Index i = 0; i < s.y.rows(); ++i)
+        y.push_back(s.y(i, s.y.cols() - 1).str());
+      line["y"] = s.y.rows() == 1 ? y[0] : y;
+    } else if (s.y.size() > 0) {
       json y = json::array();
       for (Eigen::Index k = 0; k < s.y.cols(); ++k) {
         if (s.y.rows() == 1)
@@ -147,7 +171,7 @@ std::string format_dataset(const Dataset& ds) {
       }
       line["y"] = y;
     }
-    if (!s.mask.empty()) {
+    if (!s.mask.empty() && !ds.sequence_labels) {
       json m = json::array();
       for (char b : s.mask)
         m.push_back(static_cast<int>(b));

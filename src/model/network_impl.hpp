@@ -340,6 +340,9 @@ void attention(const Layer<S>& L, const Mat<S>& X, Mat<S>& Z, const EvalOptions&
                std::vector<Mat<S>>* patterns = nullptr) {
   const LayerSpec& s = L.spec;
   const Eigen::Index n = X.cols(), hs = s.head_size;
+  const Eigen::Index first = std::min<Eigen::Index>(std::max<Eigen::Index>(opt.first_query, 0), n),
+                     m = n - first;
+  if (patterns && first > 0) throw Error("attention: a capture of the patterns needs every query");
   const Mat<S>& wk = s.tied_qkv ? L.wq : L.wk;
   const Mat<S>& wv = s.tied_qkv ? L.wq : L.wv;
   const Mat<S>& bk = s.tied_qkv ? L.bq : L.bk;
@@ -348,24 +351,25 @@ void attention(const Layer<S>& L, const Mat<S>& X, Mat<S>& Z, const EvalOptions&
   if (s.bias) V.colwise() += bv.col(0);
   Mat<S> Q, K;
   if (!s.dp_free) {
-    Q = L.wq * X;
+    Q = L.wq * X.rightCols(m);
     K = wk * X;
     if (s.bias) {
       Q.colwise() += L.bq.col(0);
       K.colwise() += bk.col(0);
     }
   }
+  auto out = Z.rightCols(m);  // the queries computed (all of them unless first_query)
   for (int h = 0; h < s.heads; ++h) {
     if (s.dp_free)
-      A = Mat<S>::Zero(n, n);
+      A = Mat<S>::Zero(n, m);
     else
       A = (K.middleRows(h * hs, hs).transpose() * Q.middleRows(h * hs, hs)) * L.score_scale;
-    if (s.rpe != Rpe::none) A += position_bias(L, h, n);
-    normalise_columns(A, s, opt);
+    if (s.rpe != Rpe::none) A += position_bias(L, h, n).rightCols(m);
+    normalise_columns(A, s, opt, first);
     if (patterns) patterns->push_back(A.transpose());  // A(key, query): a query's weights are a column
-    Z.noalias() += L.wo.middleCols(h * hs, hs) * (V.middleRows(h * hs, hs) * A);
+    out.noalias() += L.wo.middleCols(h * hs, hs) * (V.middleRows(h * hs, hs) * A);
   }
-  if (s.bias) Z.colwise() += L.bo.col(0);
+  if (s.bias) out.colwise() += L.bo.col(0);
 }
 
 // C += A·B. Eigen's generic product allocates a temporary number per multiply-add for MPFR/MPFI;

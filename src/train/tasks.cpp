@@ -4,6 +4,7 @@
 #include <cmath>
 #include <map>
 #include <mutex>
+#include <set>
 
 #include "uatlab/io/json.hpp"
 #include "uatlab/io/lists.hpp"
@@ -273,15 +274,9 @@ int alphabet_size(const TaskOptions& o) {
 
 }  // namespace
 
-// The one registry of tasks: name, loss, generator and shapes side by side.
-Dataset demo_dataset(int N, int n, int d, int V, std::uint64_t seed) {
-  // The vocabulary is drawn until |V| distinct vectors (pairwise checks): V is kept small.
-  limits::check_count(N, 1, 1 << 20, "demo data: N");
-  limits::check_count(d, 1, 1 << 10, "demo data: d");
-  limits::check_count(V, 1, 1 << 12, "demo data: |V|");
-  limits::check_count(n, 1, V, "demo data: n (distinct tokens from |V|)");
-  limits::check_count(static_cast<long long>(N) * n * d, 1, limits::kSize, "demo data: N * n * d");
-  Rng rng(seed);
+// |V| distinct random tokens of R^d, norms in [1, 2], entries exact multiples of 1/1000 (pairwise
+// checks: V is kept small).
+static std::vector<Vec<Rational>> demo_vocabulary(int V, int d, Rng& rng) {
   std::vector<Vec<Rational>> vocab;
   while (static_cast<int>(vocab.size()) < V) {
     Vec<double> g(d);
@@ -295,6 +290,52 @@ Dataset demo_dataset(int N, int n, int d, int V, std::uint64_t seed) {
       fresh = fresh && y != x;
     if (fresh) vocab.push_back(x);
   }
+  return vocab;
+}
+
+Dataset labelled_dataset(int N, int n, int d, int V, int L, bool per_token, std::uint64_t seed) {
+  limits::check_count(N, 1, 1 << 22, "labelled data: N");
+  limits::check_count(n, 1, 1 << 12, "labelled data: n");
+  limits::check_count(d, 1, 1 << 10, "labelled data: d");
+  limits::check_count(V, 1, 1 << 12, "labelled data: |V|");
+  limits::check_count(L, 1, 1 << 20, "labelled data: labels");
+  limits::check_count(static_cast<long long>(N) * n * d, 1, limits::kSize, "labelled data: N * n * d");
+  if (static_cast<double>(n) * std::log(static_cast<double>(V)) < std::log(static_cast<double>(N)) + 1)
+    throw Error("labelled data: " + std::to_string(N) + " distinct sequences need more than |V|^n = " +
+                std::to_string(V) + "^" + std::to_string(n) + " (with room to draw them)");
+  Rng rng(seed);
+  const std::vector<Vec<Rational>> vocab = demo_vocabulary(V, d, rng);
+  Dataset ds;
+  ds.d = d, ds.label_dim = 1, ds.sequence_labels = !per_token;
+  std::set<std::vector<int>> seen;
+  while (static_cast<int>(ds.sequences.size()) < N) {
+    std::vector<int> ids(static_cast<std::size_t>(n));
+    for (int& t : ids)
+      t = static_cast<int>(rng.uniform() * V);
+    if (!seen.insert(ids).second) continue;
+    Sequence s;
+    s.x = Mat<Rational>(d, n);
+    s.y = Mat<Rational>::Zero(1, n);
+    for (int k = 0; k < n; ++k) {
+      s.x.col(k) = vocab[static_cast<std::size_t>(ids[static_cast<std::size_t>(k)])];
+      if (per_token || k == n - 1) s.y(0, k) = static_cast<long>(rng.uniform() * L);
+    }
+    if (!per_token) s.mask.assign(static_cast<std::size_t>(n), 0), s.mask.back() = 1;
+    ds.sequences.push_back(std::move(s));
+  }
+  return ds;
+}
+
+// The one registry of tasks: name, loss, generator and shapes side by side.
+Dataset demo_dataset(int N, int n, int d, int V, std::uint64_t seed) {
+  // The vocabulary is drawn until |V| distinct vectors (pairwise checks): V is kept small.
+  limits::check_count(N, 1, 1 << 20, "demo data: N");
+  limits::check_count(d, 1, 1 << 10, "demo data: d");
+  limits::check_count(V, 1, 1 << 12, "demo data: |V|");
+  limits::check_count(n, 1, V, "demo data: n (distinct tokens from |V|)");
+  limits::check_count(static_cast<long long>(N) * n * d, 1, limits::kSize, "demo data: N * n * d");
+  Rng rng(seed);
+  const std::vector<Vec<Rational>> vocab = demo_vocabulary(V, d, rng);
   Dataset ds;
   ds.d = d;
   ds.label_dim = 1;

@@ -1,5 +1,7 @@
 #include "uatlab/verify/affine.hpp"
 
+#include <algorithm>
+
 namespace uatlab {
 
 void activation_pieces(const Layer<Rational>& L, std::vector<Rational>& c,
@@ -50,12 +52,19 @@ AffineForward::AffineForward(const Network<Rational>& net) {
     }
     subs_.push_back(std::move(s));
   }
+  pool_ = net.arch.pool;
+  tokenwise_from_ = net.layers.size();
+  while (tokenwise_from_ > 0) {
+    const LayerKind k = net.arch.layers[tokenwise_from_ - 1].kind;
+    if (k != LayerKind::feedforward && k != LayerKind::layernorm) break;
+    --tokenwise_from_;
+  }
 }
 
 const AffineForward::Affine& AffineForward::affine(const Sub& s,
                                                    const std::vector<unsigned char>& pattern) const {
   {
-    const std::lock_guard<std::mutex> lock(mutex_);
+    const std::shared_lock<std::shared_mutex> lock(mutex_);
     auto it = s.cache->find(pattern);
     if (it != s.cache->end()) return it->second;
   }
@@ -74,8 +83,15 @@ const AffineForward::Affine& AffineForward::affine(const Sub& s,
       b(r, 0) += L.w2(r, u) * (slope * L.b1(u, 0) + intercept);
     }
   }
-  Affine f{matrix_cast<Mpfi>(A), matrix_cast<Mpfi>(b)};
-  const std::lock_guard<std::mutex> lock(mutex_);
+  Affine f;
+  for (Eigen::Index r = 0; r < d; ++r) {
+    Affine::Row row{r, {}, Scalar<Mpfi>::from(b(r, 0))};
+    for (Eigen::Index k = 0; k < d; ++k)
+      if (A(r, k) != 0) row.terms.push_back({k, Scalar<Mpfi>::from(A(r, k)), A(r, k) == 1});
+    const bool own = b(r, 0) == 0 && row.terms.size() == 1 && row.terms[0].k == r && row.terms[0].one;
+    if (!own) f.rows.push_back(std::move(row));  // rows that leave z_r as it is are skipped
+  }
+  const std::unique_lock<std::shared_mutex> lock(mutex_);
   return s.cache->emplace(pattern, std::move(f)).first->second;
 }
 
@@ -98,16 +114,30 @@ Mat<Mpfi> AffineForward::feedforward(const Sub& s, const Mat<Mpfi>& Z) const {
       out.col(t) = forward(s.alone, Mat<Mpfi>(Z.col(t)));
       continue;
     }
-    const Affine& f = affine(s, pattern);
-    out.col(t) = f.A * Z.col(t) + f.b;
+    for (const Affine::Row& row : affine(s, pattern).rows) {
+      Mpfi v = row.b;
+      for (const Affine::Term& term : row.terms)
+        v += term.one ? Z(term.k, t) : Mpfi(term.a * Z(term.k, t));
+      out(row.r, t) = v;
+    }
   }
   return out;
 }
 
-Mat<Mpfi> AffineForward::operator()(const Mat<Mpfi>& X) const {
+Mat<Mpfi> AffineForward::operator()(const Mat<Mpfi>& X, const std::vector<Eigen::Index>& keep) const {
+  if (!keep.empty() && pool_) throw Error("AffineForward: output columns asked of a pooled network");
+  for (Eigen::Index c : keep)
+    if (c < 0 || c >= X.cols())
+      throw Error("AffineForward: output column " + std::to_string(c) + " of " + std::to_string(X.cols()));
   Mat<Mpfi> Z = forward(head_, X);
-  for (const Sub& s : subs_)
-    Z = s.ff ? feedforward(s, Z) : forward(s.alone, Z);
+  EvalOptions last;  // the last token-mixing sub-layer: only the queries from the first kept one on
+  if (!keep.empty()) last.first_query = *std::min_element(keep.begin(), keep.end());
+  for (std::size_t i = 0; i <= subs_.size(); ++i) {
+    if (!keep.empty() && i == tokenwise_from_) Z = Mat<Mpfi>(Z(Eigen::all, keep));
+    if (i < subs_.size())
+      Z = subs_[i].ff ? feedforward(subs_[i], Z)
+                      : forward(subs_[i].alone, Z, i + 1 == tokenwise_from_ ? last : EvalOptions{});
+  }
   return forward(tail_, Z);
 }
 

@@ -3,6 +3,7 @@
 #include <mpfi.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <numeric>
 
@@ -56,9 +57,18 @@ std::unique_ptr<MpfrPrecision> precision_scope(const Precision& p) {
   return std::make_unique<MpfrPrecision>(p.bits);
 }
 
-unsigned min_certified_bits(unsigned certified_at, const std::function<bool(unsigned)>& certified,
+unsigned min_certified_bits(unsigned certified_at, const std::function<bool(unsigned)>& checked,
                             unsigned guess) {
   unsigned lo = 2, hi = mpfr_carried_bits(certified_at);  // certified at hi, not at lo
+  // Every probe timed: the slowest failing one and the last passing one.
+  double slowest_fail = 0, last_pass = 0;
+  auto certified = [&](unsigned b) {
+    const auto t = std::chrono::steady_clock::now();
+    const bool ok = checked(b);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+    (ok ? last_pass : slowest_fail) = ok ? s : std::max(slowest_fail, s);
+    return ok;
+  };
   // The precision MPFR carries just below hi (0: none above lo).
   auto below = [&](unsigned h) {
     unsigned b = h - 1;
@@ -95,6 +105,20 @@ unsigned min_certified_bits(unsigned certified_at, const std::function<bool(unsi
     }
   }
   while (hi - lo > 1) {
+    // When failing probes cost little beside a passing one (they stop at their first failure), the
+    // precisions above lo one by one end the search with a single passing probe.
+    unsigned between = 0;
+    for (unsigned b = lo + 1; b < hi; b = mpfr_carried_bits(b) + 1)
+      between += mpfr_carried_bits(b) < hi;
+    if (last_pass > 0 && slowest_fail * between < last_pass / 2) {
+      for (unsigned b = lo + 1; b < hi; b = mpfr_carried_bits(b) + 1) {
+        const unsigned c = mpfr_carried_bits(b);
+        if (c >= hi) break;
+        if (certified(c)) return c;
+        lo = c;
+      }
+      return hi;
+    }
     const unsigned mid = (lo + hi) / 2, carried = mpfr_carried_bits(mid);
     if (carried >= hi)
       lo = mid;  // no precision MPFR carries between mid and hi

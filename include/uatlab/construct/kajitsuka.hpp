@@ -175,7 +175,8 @@ struct MemorizeOptions {
 Memorized memorize(const Dataset& ds, const MemorizeOptions& opt);
 
 // Evaluate `net` on every sequence in MPFI at `bits`; the largest upper bound of
-// |output − label|, or +inf when an enclosure is undecided/unbounded. Stops early (returning some
+// |output − label| over the tokens whose label counts (the dataset's mask; all without one: an Error
+// when none counts), or +inf when an enclosure is undecided/unbounded. Stops early (returning some
 // value above stop_above) once one sequence exceeds stop_above. dependency_free: feed-forward
 // sub-layers through AffineForward (verify/affine.hpp), as the deep value map needs. order (when
 // not empty) is the order the sequences start in; spare (when given) receives per sequence the

@@ -61,6 +61,11 @@ struct Outputs {
 
 struct Experiment {
   std::string name, summary;
+  // The cells set MPFR's default precision (an MpfrPrecision scope: certificates, fewest-bits
+  // searches). Boost 1.74 keeps that default in one variable per process, so two such cells at once
+  // would run at each other's precision (a "fewest bits" probe at the wrong bits): they run one at
+  // a time, each with every core for its own parallel loops.
+  bool serial = false;
   std::function<std::vector<json>(const Context&)> cells;
   std::function<json(const json& cell, const Context&)> run;
   std::function<std::string(const std::vector<json>& lines, const Outputs&, const Context&)> report;

@@ -2,8 +2,11 @@
 //   {"x": [[x_11, ..., x_d1], ..., [x_1n, ..., x_dn]], "y": [...]}   continuous tokens (n of them, d each)
 //   {"tokens": [id_1, ..., id_n], "y": [...]}                        token ids
 // "mask" is optional: n values 0/1, which tokens a training loss counts (default all).
-// "y" is optional: n numbers (one label per token) or n arrays of k numbers. Numbers may be JSON
-// numbers or strings ("1/3", "0.1e-400"); they are kept exactly, as rationals.
+// "y" is optional: n numbers (one label per token) or n arrays of k numbers; or one label for the
+// sequence, its last token's (next-token prediction): a number, or an array of k numbers with k != n
+// (a k = n label is written per token with a mask). A sequence label is kept as a k×n y whose last
+// column holds it and a mask counting the last token only; every line of a dataset labels the same
+// way. Numbers may be JSON integers or strings ("1/3", "0.1e-400"); they are kept exactly, as rationals.
 #pragma once
 
 #include <string>
@@ -24,8 +27,9 @@ struct Sequence {
 struct Dataset {
   std::vector<Sequence> sequences;
   bool token_input = false;
-  int d = 0;          // token dimension of continuous inputs
-  int label_dim = 0;  // k, 0 without labels
+  int d = 0;                     // token dimension of continuous inputs
+  int label_dim = 0;             // k, 0 without labels
+  bool sequence_labels = false;  // each line had one label, its last token's (y's last column, mask)
 };
 
 // Throws Error naming the line and the problem: malformed JSON, ragged tokens, mixed input kinds,

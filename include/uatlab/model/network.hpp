@@ -88,6 +88,11 @@ struct EvalOptions {
   // arithmetic (0: the maximum itself, exactly). Intervals certify each key's membership (its score
   // surely within the tolerance of the maximum, or surely not) or throw.
   double hardmax_tolerance = 0;
+  // Attention sub-layers compute the queries from this one on only; the columns before it keep
+  // their residual input (not the sub-layer's output). For certificates that read later columns
+  // alone past the last token-mixing sub-layer (a next-token output): causal attention costs the
+  // last query's keys instead of every query's. Refused with a capture of the patterns.
+  Eigen::Index first_query = 0;
 };
 
 // What a forward pass leaves behind when asked (uatlab eval --capture, Network.run in Python):

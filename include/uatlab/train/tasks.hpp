@@ -113,5 +113,9 @@ std::string corpus_alphabet(const std::string& text);
 // from a vocabulary of |V| random tokens in R^d (norms in [1, 2]), labels (three classes) a seeded
 // function of (token, vocabulary set); all numbers exact decimals.
 Dataset demo_dataset(int N, int n, int d, int V, std::uint64_t seed);
+// N distinct sequences of n tokens (repeats allowed) drawn uniformly from |V| tokens made as
+// demo_dataset's, labels uniform in [0, L): one per token, or one per sequence (the last token's,
+// as a dataset line {"y": label} reads). The data of the optimal-capacity experiments.
+Dataset labelled_dataset(int N, int n, int d, int V, int L, bool per_token, std::uint64_t seed);
 
 }  // namespace uatlab

@@ -12,7 +12,7 @@
 
 #include <map>
 #include <memory>
-#include <mutex>
+#include <shared_mutex>
 #include <utility>
 #include <vector>
 
@@ -34,11 +34,27 @@ void activation_pieces(const Layer<Rational>& L, std::vector<Rational>& c,
 class AffineForward {
  public:
   explicit AffineForward(const Network<Rational>& net);
-  Mat<Mpfi> operator()(const Mat<Mpfi>& X) const;
+  // keep (when not empty): the output columns wanted, in the order given. From the first sub-layer
+  // after which every sub-layer is token-wise (feed-forward or layer norm), only they are carried
+  // through (a next-token certificate needs the last token alone); refused with pooling.
+  Mat<Mpfi> operator()(const Mat<Mpfi>& X, const std::vector<Eigen::Index>& keep = {}) const;
 
  private:
+  // z ↦ A z + b, kept as the rows that differ from z's own: row r is Σ_k A(r, k) z_k + b_r (a
+  // coefficient of exactly 1 adds z_k without a product). Deep stacks of narrow steps touch one or
+  // two rows of the stream per sub-layer.
   struct Affine {
-    Mat<Mpfi> A, b;
+    struct Term {
+      Eigen::Index k;
+      Mpfi a;
+      bool one;
+    };
+    struct Row {
+      Eigen::Index r;
+      std::vector<Term> terms;
+      Mpfi b;
+    };
+    std::vector<Row> rows;
   };
   struct Unit {  // one hidden unit: its nonzero input weights and output weights
     std::vector<std::pair<Eigen::Index, Mpfi>> in;
@@ -57,7 +73,9 @@ class AffineForward {
 
   Network<Mpfi> head_, tail_;  // positions; pooling and readout
   std::vector<Sub> subs_;
-  mutable std::mutex mutex_;
+  std::size_t tokenwise_from_ = 0;  // sub-layers from here on act on each token alone
+  bool pool_ = false;
+  mutable std::shared_mutex mutex_;
 };
 
 }  // namespace uatlab

@@ -49,7 +49,9 @@ std::unique_ptr<MpfrPrecision> precision_scope(const Precision& p);
 // first, then the precisions MPFR carries above it, one by one (up to 8), until one passes; the
 // bisection then continues below that one. When the guess is a little low, the failing probes are
 // cheap (they stop at their first failure) and one passing probe settles the search, where the
-// bisection alone ran five or six; under the same assumption the answer is the same.
+// bisection alone ran five or six; under the same assumption the answer is the same. The probes are
+// timed: once the failing ones together cost less than half a passing one, the bisection gives way
+// to the precisions above the highest failure, one by one (one passing probe ends it).
 unsigned min_certified_bits(unsigned certified_at, const std::function<bool(unsigned bits)>& certified,
                             unsigned guess = 0);
 
