@@ -221,6 +221,17 @@ TEST(Optimal, RefusalsNameTheProblem) {
           .find("more than 50 labelled points"),
       std::string::npos);
   EXPECT_EQ(opt::Options{}.max_points, limits::kContexts);
+  // A certificate over data in which no label counts certifies nothing: refused.
+  const opt::Memorized m = run(ds, opt::Setting::next_token, false);
+  Dataset none = ds;
+  for (Sequence& s : none.sequences)
+    std::fill(s.mask.begin(), s.mask.end(), 0);
+  try {
+    kajitsuka::certified_max_error(m.net, none, m.bits_used, 1e-6, {}, true);
+    ADD_FAILURE() << "certified nothing";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("nothing to certify"), std::string::npos) << e.what();
+  }
   o.max_points = limits::kContexts;
   o.setting = opt::Setting::seq_to_seq;
   const Dataset longer = labelled_dataset(2, 1025, 4, 8, 4, true, 5);

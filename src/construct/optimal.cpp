@@ -286,7 +286,7 @@ json Memorized::report() const {
             // Any network memorizing every assignment of L labels to q points stores at least
             // q·log2(L) bits (counting); Vardi, Yehudai & Shamir: parameters × bits ≳ N.
             {"information_bits_lower",
-             static_cast<double>(ids.count) * std::log2(std::max(2.0, double(label_count)))},
+             static_cast<double>(ids.count) * std::log2(std::max(1.0, static_cast<double>(label_count)))},
             {"parameters_over_sqrt_points",
              static_cast<double>(stored.parameters) / std::sqrt(static_cast<double>(ids.count))},
             {"parameters_over_sqrt_N", static_cast<double>(stored.parameters) / std::sqrt(N)}}},
