@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "uatlab/construct/kajitsuka.hpp"
 #include "uatlab/construct/optimal.hpp"
@@ -196,9 +197,6 @@ TEST(Optimal, RefusalsNameTheProblem) {
   ragged.sequences[7].y = ragged.sequences[7].y.leftCols(3);
   ragged.sequences[7].mask.resize(3);
   EXPECT_NE(refusal(ragged).find("sequence 8 has 3 tokens, sequence 1 has 4"), std::string::npos);
-  Dataset ids = ds;
-  ids.token_input = true;
-  EXPECT_NE(refusal(ids).find("continuous tokens"), std::string::npos);
   Dataset unlabelled = ds;
   unlabelled.label_dim = 0;
   EXPECT_NE(refusal(unlabelled).find("needs labels"), std::string::npos);
@@ -281,4 +279,33 @@ TEST(Optimal, FirstQueryComputesTheLaterColumnsAsTheFullForwardDoes) {
   EvalOptions o;
   o.first_query = 2;
   EXPECT_THROW(forward(net, x, o, &capture), Error);
+}
+
+TEST(Optimal, TokenIdsGetAnEmbeddingInFront) {
+  // Next-token data as a language model sees it: token ids, one label per sequence.
+  Rng rng(9);
+  Dataset ds;
+  ds.token_input = true, ds.label_dim = 1, ds.sequence_labels = true;
+  std::set<std::vector<int>> seen;
+  while (ds.sequences.size() < 80) {
+    Sequence s;
+    for (int k = 0; k < 6; ++k)
+      s.tokens.push_back(static_cast<int>(rng.next() % 20));
+    if (!seen.insert(s.tokens).second) continue;
+    s.y = Mat<Rational>::Zero(1, 6);
+    s.y(0, 5) = static_cast<long>(rng.next() % 5);
+    s.mask = {0, 0, 0, 0, 0, 1};
+    ds.sequences.push_back(std::move(s));
+  }
+  const opt::Memorized m = run(ds, opt::Setting::next_token, false);
+  EXPECT_EQ(m.max_error, 0);
+  EXPECT_TRUE(m.ids.bound_holds);
+  EXPECT_EQ(m.net.arch.vocab, 20);
+  EXPECT_EQ(m.plan_parameters, static_cast<long long>(m.net.parameter_count()));
+  const MpfrPrecision reference(2000);
+  const Network<Mpfr> nm = network_cast<Mpfr>(m.net);
+  for (const auto& s : ds.sequences) {
+    const Mat<Mpfr> y = forward_tokens(nm, s.tokens);
+    EXPECT_LT(mp::abs(y(0, 5) - Scalar<Mpfr>::from(s.y(0, 5))), Mpfr(1e-100));
+  }
 }

@@ -180,8 +180,9 @@ int cmd_memorize_optimal(const Opts& o, const Dataset& ds, std::chrono::steady_c
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const bool next = opt.setting == optimal::Setting::next_token;
   const json& p = m.plan;
-  std::printf("data        N = %zu sequences (%zu distinct) of n = %d tokens in R^%d; labels in [0, %lld)\n",
-              m.sequences, m.distinct, m.n, m.d, m.label_count);
+  std::printf(
+      "data        N = %zu sequences (%zu distinct) of n = %d tokens in R^%d%s; labels in [0, %lld)\n",
+      m.sequences, m.distinct, m.n, m.d, ds.token_input ? " (token ids, embedded)" : "", m.label_count);
   std::printf(
       "attention   averaging: scores from a table of one per distance (DP-free), W_V = v^T, W_O = v%s\n",
       next ? ", causal" : ", positions added");
@@ -228,7 +229,8 @@ int cmd_memorize_optimal(const Opts& o, const Dataset& ds, std::chrono::steady_c
   write_memorized(m.net, o.out, m.float64_works, o.tolerance, [&](const Network<double>& back) {
     double worst = 0;
     for (const auto& s : ds.sequences) {
-      const Mat<double> y = forward(back, matrix_cast<double>(s.x));
+      const Mat<double> y =
+          ds.token_input ? forward_tokens(back, s.tokens) : forward(back, matrix_cast<double>(s.x));
       for (Eigen::Index k = 0; k < y.cols(); ++k)
         if (next ? k + 1 == y.cols() : s.mask.empty() || s.mask[static_cast<std::size_t>(k)])
           worst = std::max(worst, std::abs(y(0, k) - Scalar<Rational>::to_double(s.y(0, k))));

@@ -26,6 +26,7 @@ struct Prepared {
   Dataset work;  // distinct sequences; y holds the labels, mask the tokens that count
   std::vector<std::vector<int>> counted;  // per sequence of work: its counted tokens
   std::vector<Vec<Rational>> vocab;       // distinct tokens
+  Mat<Rational> embed;                    // token ids: their vectors (4×vocabulary), else empty
   int n = 0, d = 0;
   long label_count = 0;  // labels lie in [0, label_count)
 };
@@ -34,19 +35,33 @@ std::vector<Rational> flat(const Mat<Rational>& x) {
   return std::vector<Rational>(x.data(), x.data() + x.size());
 }
 
-Prepared prepare(const Dataset& ds, Setting setting, long long max_points) {
-  if (ds.token_input)
-    throw Error("the optimal-capacity construction takes continuous tokens (\"x\"); the data has token ids");
+// Token ids: an embedding of width 4 (the deep map's registers), column t a seeded Gaussian vector
+// rounded to doubles (dyadic), one column per id up to the largest one.
+Mat<Rational> token_embedding(const Dataset& ds, std::uint64_t seed) {
+  int vocab = 0;
+  for (const Sequence& s : ds.sequences)
+    for (int t : s.tokens)
+      vocab = std::max(vocab, t + 1);
+  limits::check_count(vocab, 1, 1 << 24, "token ids (the embedding's columns)");
+  Rng rng(seed ^ 0xe3b0c442ULL);
+  Mat<Rational> e(4, vocab);
+  for (Eigen::Index i = 0; i < e.size(); ++i)
+    e(i) = rational_of(rng.gauss());
+  return e;
+}
+
+Prepared prepare(const Dataset& ds, Setting setting, long long max_points, std::uint64_t seed) {
   if (ds.sequences.empty()) throw Error("the dataset is empty");
   if (ds.label_dim == 0) throw Error("memorize needs labels (\"y\")");
   if (ds.label_dim != 1)
     throw Error("the deep value map takes one integer label per point; the labels have " +
                 std::to_string(ds.label_dim) + " numbers");
-  if (ds.d < 4)
+  if (!ds.token_input && ds.d < 4)
     throw Error("the deep value map needs d >= 4 (four entries of the residual stream as registers); d = " +
                 std::to_string(ds.d));
   Prepared p;
-  p.d = ds.d;
+  if (ds.token_input) p.embed = token_embedding(ds, seed);
+  p.d = ds.token_input ? 4 : ds.d;
   p.n = static_cast<int>(ds.sequences[0].n());
   const bool next = setting == Setting::next_token;
   const int most_n = next ? 2048 : 1024;  // the T5 table: one bucket per distance, at most 4096
@@ -58,6 +73,7 @@ Prepared prepare(const Dataset& ds, Setting setting, long long max_points) {
   long long points = 0;
   for (std::size_t i = 0; i < ds.sequences.size(); ++i) {
     const Sequence& s = ds.sequences[i];
+    const Mat<Rational> x = ds.token_input ? Mat<Rational>(p.embed(Eigen::all, s.tokens)) : s.x;
     const std::string where = "sequence " + std::to_string(i + 1);
     if (static_cast<int>(s.n()) != p.n)
       throw Error(where + " has " + std::to_string(s.n()) + " tokens, sequence 1 has " + std::to_string(p.n));
@@ -78,7 +94,7 @@ Prepared prepare(const Dataset& ds, Setting setting, long long max_points) {
                     limits::excerpt(s.y(0, k).str()));
       p.label_count = std::max(p.label_count, label + 1);
     }
-    const auto [it, fresh] = seen.emplace(flat(s.x), p.work.sequences.size());
+    const auto [it, fresh] = seen.emplace(flat(x), p.work.sequences.size());
     if (!fresh) {  // the same sequence again: its labels must agree where both count
       const std::size_t j = it->second;
       const Sequence& t = p.work.sequences[j];
@@ -98,7 +114,7 @@ Prepared prepare(const Dataset& ds, Setting setting, long long max_points) {
       continue;
     }
     Sequence w;
-    w.x = s.x;
+    w.x = x;
     w.y = s.y.topRows(1);
     p.work.sequences.push_back(std::move(w));
     p.counted.push_back(counted);
@@ -108,7 +124,7 @@ Prepared prepare(const Dataset& ds, Setting setting, long long max_points) {
           "more than " + std::to_string(max_points) +
           " labelled points (the limit on context ids, docs/robustness.md): the value map would not finish");
     for (int k = 0; k < p.n; ++k)
-      if (tokens.emplace(flat(s.x.col(k)), 0).second) p.vocab.push_back(s.x.col(k));
+      if (tokens.emplace(flat(x.col(k)), 0).second) p.vocab.push_back(x.col(k));
   }
   if (points < 2) throw Error("memorize needs at least two distinct labelled points");
   for (std::size_t j = 0; j < p.work.sequences.size(); ++j) {  // the masks of what counts
@@ -304,7 +320,7 @@ Memorized memorize(const Dataset& ds, const Options& opt) {
     }
   }();
   if (tol_q <= 0) throw Error("tolerance must be positive, got " + limits::excerpt(opt.tolerance));
-  const Prepared p = prepare(ds, opt.setting, opt.max_points);
+  const Prepared p = prepare(ds, opt.setting, opt.max_points, opt.seed);
   Memorized m;
   m.setting = opt.setting;
   m.sequences = ds.sequences.size();
@@ -430,6 +446,12 @@ Memorized memorize(const Dataset& ds, const Options& opt) {
     m.float64_max_error = kInf;
   }
   m.float64_works = m.float64_max_error <= Scalar<Rational>::to_double(tol_q);
+  if (p.embed.size() > 0) {  // token ids: the embedding in front (the certificate ran on its vectors)
+    m.net.arch.vocab = static_cast<int>(p.embed.cols());
+    m.net.arch.validate();
+    m.net.embed = p.embed;
+    m.plan_parameters += p.embed.size();
+  }
   m.stored = count_stored_bits(m.net);
   return m;
 }

@@ -79,10 +79,12 @@ struct Memorized {
   nlohmann::json report() const;
 };
 
-// Throws Error naming the line: token-id input, ragged lengths, no labels, labels not integers in
+// Token ids get an embedding in front (width 4, one seeded Gaussian column per id; its parameters are
+// counted); the construction and the certificate run on the embedded vectors. Throws Error naming
+// the sequence: ragged lengths, no labels, labels not integers in
 // [0, 2^20) or of more than one number, the same sequence (next-token) or token (seq-to-seq) with two
-// labels, d < 4, N beyond limits::kContexts ids; and when no draw separates the ids or the
-// certificate is not reached within max_bits.
+// labels, continuous tokens with d < 4, N beyond limits::kContexts ids; and when no draw separates the ids or
+// the certificate is not reached within max_bits.
 Memorized memorize(const Dataset& ds, const Options& opt);
 
 }  // namespace uatlab::optimal
