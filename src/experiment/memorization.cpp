@@ -4,6 +4,7 @@
 #include "uatlab/experiment/memorization.hpp"
 
 #include "uatlab/limits.hpp"
+#include "uatlab/verify/analyse.hpp"
 
 #include <omp.h>
 #include <algorithm>
@@ -130,6 +131,18 @@ json train_on(const json& cell, const Dataset& data, Network<float>* trained) {
 }
 
 }  // namespace
+
+bool argmax_certified(const Network<float>& net, const Dataset& data) {
+  const Network<Rational> exact = network_cast<Rational>(net);
+  for (unsigned bits : {64u, 256u}) {
+    const Predictions p = certify_predictions(exact, data, LabelKind::classes, Rational(0), bits, {}, true);
+    if (p.all()) return true;
+    if (std::none_of(p.failures.begin(), p.failures.end(),
+                     [](const PredictionFailure& f) { return f.kind == FailureKind::undecided; }))
+      return false;  // a prediction is wrong: more bits cannot change that
+  }
+  return false;
+}
 
 json train_memorization(const json& cell, Network<float>* trained, Dataset* trained_on) {
   const Dataset data = make_task(cell.at("task"), task_options(cell));

@@ -9,12 +9,12 @@
 #include "registry.hpp"
 #include "uatlab/construct/deep_value_map.hpp"
 #include "uatlab/construct/optimal.hpp"
+#include "uatlab/experiment/memorization.hpp"
 #include "uatlab/experiment/table.hpp"
 #include "uatlab/io/json.hpp"
 #include "uatlab/model/init.hpp"
 #include "uatlab/train/tasks.hpp"
 #include "uatlab/train/trainer.hpp"
-#include "uatlab/verify/analyse.hpp"
 
 namespace uatlab::experiment {
 
@@ -91,19 +91,7 @@ json train_next_token(const json& cell) {
     c.stop_at_full_accuracy = true, c.log_every = 25, c.evaluate_training_set = true;
     Network<float> net = network_cast<float>(nd);
     const TrainReport r = train(net, data, nullptr, c);
-    bool certified = false;
-    if (r.train_accuracy == 1.0) {
-      const Network<Rational> exact = network_cast<Rational>(net);
-      for (unsigned bits : {64u, 256u}) {
-        const Predictions p =
-            certify_predictions(exact, data, LabelKind::classes, Rational(0), bits, {}, true);
-        certified = p.all();
-        if (certified || std::none_of(p.failures.begin(), p.failures.end(), [](const PredictionFailure& f) {
-              return f.kind == FailureKind::undecided;
-            }))
-          break;
-      }
-    }
+    const bool certified = r.train_accuracy == 1.0 && argmax_certified(net, data);
     if (certified) {
       const StoredBits b = count_stored_bits(network_cast<Rational>(net));
       const double q = static_cast<double>(data.sequences.size());

@@ -17,6 +17,11 @@ namespace uatlab::experiment {
 // `trained` and `trained_on`, when given, receive the trained network and its training data.
 json train_memorization(const json& cell, Network<float>* trained = nullptr, Dataset* trained_on = nullptr);
 
+// Whether every counted token's argmax of a trained float model is certified on its training data
+// (MPFI at 64 bits, then at 256 if some were undecided): the criterion of the experiments that
+// compare trained models with constructions (memorization-capacity, memorization-optimal).
+bool argmax_certified(const Network<float>& net, const Dataset& data);
+
 // The presets (name, JSON text) and a config from a preset name, JSON text or a file.
 const std::vector<std::pair<std::string, std::string>>& sweep_presets();
 json sweep_config(const std::string& text);
