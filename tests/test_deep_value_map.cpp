@@ -148,3 +148,12 @@ TEST(DeepValueMap, RefusesWhatItCannotEncode) {
     EXPECT_NE(std::string(e.what()).find("sequence 2 token 3"), std::string::npos) << e.what();
   }
 }
+
+TEST(DeepValueMap, PlanSkipsBlockCountsPastTheDepthLimit) {
+  // 300,000 ids: two blocks of 150,000 would need over 2^20 sub-layers; the planner skips such block
+  // counts instead of refusing the whole data (it did, at N = 10^5 next-token sequences).
+  const deep::Plan p = deep::plan(attention(4), line(300000, 1));
+  EXPECT_LE(p.depth, 1 << 20);
+  EXPECT_GT(p.blocks, 2);
+  EXPECT_THROW(deep::plan(attention(4), line(300000, 1), 2), Error);  // asked for: refused, named
+}

@@ -136,8 +136,6 @@ Plan plan_for(const Architecture& attention, const Geometry& g, int q, int block
   p.grid_exponent = g.e;
   p.payload_bits = static_cast<long long>(p.block_size - 1) * (p.beta + p.rho + 1);
   p.depth = 2 + static_cast<long long>(p.block_size - 1) * (p.beta + p.rho + 2);
-  limits::check_count(p.depth, 1, 1 << 20, "deep value map: sub-layers");
-  limits::check_count(p.payload_bits, 0, limits::kCoefficientBits, "deep value map: payload bits");
   Architecture base = attention;
   base.readout = 0;
   p.parameters =
@@ -183,13 +181,23 @@ Plan plan(const Network<Rational>& attention, const std::vector<Point>& points, 
                 std::to_string(attention.arch.d));
   const Geometry g = geometry(points);
   const int q = static_cast<int>(points.size());
-  if (blocks > 0) return plan_for(attention.arch, g, q, std::min(blocks, q));
-  Plan best;
-  for (long long b : block_grid(q)) {
+  // A plan within the limits: at most 2^20 sub-layers and a payload of at most kCoefficientBits.
+  auto check = [](const Plan& p) {
+    limits::check_count(p.depth, 1, 1 << 20, "deep value map: sub-layers");
+    limits::check_count(p.payload_bits, 0, limits::kCoefficientBits, "deep value map: payload bits");
+    return p;
+  };
+  auto fits = [](const Plan& p) {
+    return p.depth <= (1 << 20) && p.payload_bits <= limits::kCoefficientBits;
+  };
+  if (blocks > 0) return check(plan_for(attention.arch, g, q, std::min(blocks, q)));
+  Plan best, shortest;                 // shortest: the last of the grid, the most blocks
+  for (long long b : block_grid(q)) {  // few blocks are long ones: past the limits, skipped
     const Plan p = plan_for(attention.arch, g, q, static_cast<int>(b));
-    if (best.blocks == 0 || p.parameters < best.parameters) best = p;
+    shortest = p;
+    if (fits(p) && (best.blocks == 0 || p.parameters < best.parameters)) best = p;
   }
-  return best;
+  return check(best.blocks == 0 ? shortest : best);
 }
 
 Network<Rational> build(const Network<Rational>& attention, const Vec<Rational>& a,
