@@ -67,8 +67,8 @@ TEST(Experiment, RegistryListsEveryExperimentOnce) {
 }
 
 TEST(Experiment, SerialCellsNeverRunTogether) {
-  // MPFR's default precision is one per process (Boost 1.74): a serial experiment's cells run one
-  // at a time whatever --threads asks.
+  // A serial experiment's cells (MPFR precision scopes take turns on one lock) run one at a time
+  // whatever --threads asks.
   std::atomic<int> running{0}, most{0};
   Experiment e;
   e.name = "serial-probe";

@@ -92,9 +92,7 @@ TEST(Optimal, SeparationBoundHoldsOnAdversarialData) {
     s.x = Mat<Rational>(4, static_cast<Eigen::Index>(toks.size()));
     for (std::size_t k = 0; k < toks.size(); ++k)
       s.x.col(static_cast<Eigen::Index>(k)) = toks[k];
-    s.y = Mat<Rational>::Zero(1, s.x.cols());
-    s.y(0, s.x.cols() - 1) = label;
-    s.mask.assign(toks.size(), 0), s.mask.back() = 1;
+    label_last_token(s, Vec<Rational>::Constant(1, Rational(label)));
     return s;
   };
   auto dataset = [](std::vector<Sequence> seqs) {
@@ -292,9 +290,7 @@ TEST(Optimal, TokenIdsGetAnEmbeddingInFront) {
     for (int k = 0; k < 6; ++k)
       s.tokens.push_back(static_cast<int>(rng.next() % 20));
     if (!seen.insert(s.tokens).second) continue;
-    s.y = Mat<Rational>::Zero(1, 6);
-    s.y(0, 5) = static_cast<long>(rng.next() % 5);
-    s.mask = {0, 0, 0, 0, 0, 1};
+    label_last_token(s, Vec<Rational>::Constant(1, Rational(static_cast<long>(rng.next() % 5))));
     ds.sequences.push_back(std::move(s));
   }
   const opt::Memorized m = run(ds, opt::Setting::next_token, false);

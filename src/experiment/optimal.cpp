@@ -140,14 +140,19 @@ bool trained(const json& line) {
 
 // Per seed, the least-squares slope of log(parameters) on log(x) over the runs whose x lies in the
 // upper decade of the sweep (x ≥ max/10), x = q (against N) or n (against n).
-Sample exponents(const std::vector<json>& lines, const std::string& which, bool upper_decade) {
+// count (default: the run's stored parameters) gives the y of each run.
+Sample exponents(
+    const std::vector<json>& lines, const std::string& which, bool upper_decade,
+    const std::function<double(const json& result)>& count = [](const json& r) {
+      return r.at("parameters").get<double>();
+    }) {
   std::map<std::string, std::vector<std::pair<double, double>>> per_seed;
   for (const json& l : lines)
     if (curve(l.at("cell")) == which && l.at("result").at("certified").get<bool>() &&
         !l.at("result").value("at_floor", false)) {  // a trained run at the width grid's floor: a bound
       const double x = which.find("against n") != std::string::npos ? l.at("cell").at("n").get<double>()
                                                                     : l.at("result").at("q").get<double>();
-      per_seed[label(l.at("cell").at("seed"))].push_back({x, l.at("result").at("parameters").get<double>()});
+      per_seed[label(l.at("cell").at("seed"))].push_back({x, count(l.at("result"))});
     }
   Sample s;
   for (auto& [seed, pts] : per_seed) {
@@ -236,23 +241,8 @@ std::string optimal_report(const std::vector<json>& lines, const Outputs& out, c
                s2s_n = exponents(lines, "seq-to-seq, against n", false);
   // The positive control: Zhang's one-unit-per-id count over the same q has exponent ~1, which the
   // set-up must see above 0.55.
-  Sample zhang;
-  {
-    std::map<std::string, std::vector<std::pair<double, double>>> per_seed;
-    for (const json& l : lines)
-      if (curve(l.at("cell")) == "next-token, against N") {
-        const double q = l.at("result").at("q").get<double>();
-        per_seed[label(l.at("cell").at("seed"))].push_back({std::log(q), std::log(zhang_count(q))});
-      }
-    for (auto& [seed, pts] : per_seed) {
-      std::sort(pts.begin(), pts.end());
-      std::vector<double> x, y;
-      for (const auto& [xi, yi] : pts)
-        if (xi >= pts.back().first - std::log(10.0) - 1e-9) x.push_back(xi), y.push_back(yi);
-      const double e = slope(x, y);
-      if (std::isfinite(e)) zhang.values.push_back(e), zhang.seeds.push_back(seed);
-    }
-  }
+  const Sample zhang = exponents(lines, "next-token, against N", true,
+                                 [](const json& r) { return zhang_count(r.at("q").get<double>()); });
   std::vector<Comparison> claims;
   auto raw = [&](Comparison cmp) {
     cmp.scale = Scale::raw;

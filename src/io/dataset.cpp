@@ -41,6 +41,14 @@ Mat<Rational> columns(const json& v, const std::string& field, bool allow_scalar
 
 }  // namespace
 
+void label_last_token(Sequence& s, const Vec<Rational>& label) {
+  const auto n = static_cast<Eigen::Index>(s.n());
+  s.y = Mat<Rational>::Zero(label.size(), n);
+  s.y.col(n - 1) = label;
+  s.mask.assign(static_cast<std::size_t>(n), 0);
+  s.mask.back() = 1;
+}
+
 Dataset parse_dataset(const std::string& text, const std::string& what) try {
   Dataset ds;
   std::size_t start = 0, line_no = 0;
@@ -89,10 +97,7 @@ Dataset parse_dataset(const std::string& text, const std::string& what) try {
           const Mat<Rational> label = columns(y.is_array() ? y : json::array({y}), "y", true).transpose();
           if (j.contains("mask"))
             throw Error("\"y\" is one label, the last token's; a \"mask\" beside it contradicts it");
-          s.y = Mat<Rational>::Zero(label.rows(), static_cast<Eigen::Index>(s.n()));
-          s.y.col(s.y.cols() - 1) = label;
-          s.mask.assign(s.n(), 0);
-          s.mask.back() = 1;
+          label_last_token(s, label);
         } else {
           s.y = columns(y, "y", true);
           if (static_cast<std::size_t>(s.y.cols()) != s.n())

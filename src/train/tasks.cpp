@@ -320,7 +320,10 @@ Dataset labelled_dataset(int N, int n, int d, int V, int L, bool per_token, std:
       s.x.col(k) = vocab[static_cast<std::size_t>(ids[static_cast<std::size_t>(k)])];
       if (per_token || k == n - 1) s.y(0, k) = static_cast<long>(rng.uniform() * L);
     }
-    if (!per_token) s.mask.assign(static_cast<std::size_t>(n), 0), s.mask.back() = 1;
+    if (!per_token) {
+      const Vec<Rational> label = s.y.col(n - 1);  // drawn above, in the same order as per token
+      label_last_token(s, label);
+    }
     ds.sequences.push_back(std::move(s));
   }
   return ds;

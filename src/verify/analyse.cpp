@@ -222,31 +222,29 @@ json Analysis::report() const {
                   {"projection_gap_certified", number(l.projection_gap)}});
   r["separation"] = ls;
   if (!separation_note.empty()) r["separation_note"] = separation_note;
-  if (region) {
-    json margins = json::array(), largest = json::array();
-    for (const auto& m : region->predictions.margin) {
+  // Per sequence, per counted token: its certified margin (rounded down when it became a double).
+  auto margins = [&](const Predictions& p) {
+    json all = json::array();
+    for (const auto& m : p.margin) {
       json row = json::array();
       for (double v : m)
         row.push_back(number(v));
-      margins.push_back(row);
+      all.push_back(row);
     }
+    return all;
+  };
+  if (region) {
+    json largest = json::array();
     for (double e : region->largest_epsilon)
       largest.push_back(number(e));
     r["region"] = {{"epsilon", region->epsilon},
                    {"norm", "linf"},
                    {"predictions", predictions_json(region->predictions)},
-                   {"margin_certified", margins},
+                   {"margin_certified", margins(region->predictions)},
                    {"largest_epsilon_certified", largest},
                    {"bisection_steps", region->steps}};
   }
-  json point_margins = json::array();
-  for (const auto& m : predictions.margin) {
-    json row = json::array();
-    for (double v : m)
-      row.push_back(number(v));
-    point_margins.push_back(row);
-  }
-  r["memorization"]["margin_certified"] = point_margins;
+  r["memorization"]["margin_certified"] = margins(predictions);
   return r;
 }
 

@@ -61,10 +61,11 @@ struct Outputs {
 
 struct Experiment {
   std::string name, summary;
-  // The cells set MPFR's default precision (an MpfrPrecision scope: certificates, fewest-bits
-  // searches). Boost 1.74 keeps that default in one variable per process, so two such cells at once
-  // would run at each other's precision (a "fewest bits" probe at the wrong bits): they run one at
-  // a time, each with every core for its own parallel loops.
+  // The cells open MPFR precision scopes (certificates, fewest-bits searches). Scopes on different
+  // threads take turns on one process-wide lock (MpfrPrecision, scalar.hpp), so such cells side by
+  // side mostly wait for each other (their timings would count the wait) while the holder's OpenMP
+  // loops run on one thread (nested regions are inactive in a sweep's threads): they run one at a
+  // time instead, each with every core for its own parallel loops.
   bool serial = false;
   std::function<std::vector<json>(const Context&)> cells;
   std::function<json(const json& cell, const Context&)> run;

@@ -24,6 +24,11 @@ struct Sequence {
   std::size_t n() const { return tokens.empty() ? static_cast<std::size_t>(x.cols()) : tokens.size(); }
 };
 
+// One label for the whole sequence, its last token's (next-token prediction): y becomes k×n with the
+// label in its last column and zeros elsewhere, and the mask counts the last token only. The one
+// home of that representation (the dataset reader, generated data).
+void label_last_token(Sequence& s, const Vec<Rational>& label);
+
 struct Dataset {
   std::vector<Sequence> sequences;
   bool token_input = false;
