@@ -76,6 +76,16 @@ TEST(Optimal, NextTokenCertifiedCheckedIn2000BitsAndTheCertificateCanFail) {
   EXPECT_LE(kajitsuka::certified_max_error(m.net, last, m.min_bits, 1e-6, {}, true), 1e-6);
 }
 
+TEST(Optimal, CountingBoundIsRoundedDown) {
+  // q·log2 L bits: exact where log2 L is an integer, below the real value where it is not.
+  EXPECT_EQ(opt::information_bits(1000, 4), 2000.0);
+  EXPECT_EQ(opt::information_bits(1000, 1), 0.0);
+  const MpfrPrecision high(256);
+  const double b = opt::information_bits(1000, 3);
+  EXPECT_LT(Mpfr(b), Mpfr(1000) * mp::log2(Mpfr(3)));
+  EXPECT_GT(b, 1584.9);
+}
+
 TEST(Optimal, SeparationBoundHoldsOnAdversarialData) {
   Rng rng(7);
   auto token = [](std::initializer_list<long> v) {

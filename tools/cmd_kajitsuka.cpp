@@ -208,10 +208,10 @@ int cmd_memorize_optimal(const Opts& o, const Dataset& ds, std::chrono::steady_c
   std::printf(
       "bits        largest weight %lld bits, all weights %lld bits; fewest certified bits x parameters = "
       "%.4g; "
-      "any memorizer of %zu points with %lld labels stores >= %.4g bits\n",
+      "any memorizer of %zu points with %lld labels stores >= %s bits\n",
       m.stored.max_bits, m.stored.total_bits,
       static_cast<double>(m.min_bits) * static_cast<double>(m.stored.parameters), m.ids.count, m.label_count,
-      m.report().at("accounting").at("information_bits_lower").get<double>());
+      lower_text(optimal::information_bits(m.ids.count, m.label_count), 4).c_str());
   std::printf(
       "certificate every %s of all %zu sequences within %s of its label: max |y - label| <= %s (MPFI, %u "
       "bits)\n",

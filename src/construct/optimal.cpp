@@ -1,5 +1,7 @@
 #include "uatlab/construct/optimal.hpp"
 
+#include <mpfr.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -261,6 +263,18 @@ double since(std::chrono::steady_clock::time_point t) {
 
 }  // namespace
 
+double information_bits(std::size_t q, long long L) {
+  if (L <= 1) return 0;
+  mpfr_t b;
+  mpfr_init2(b, 64);
+  mpfr_set_ui(b, static_cast<unsigned long>(L), MPFR_RNDD);  // exact: L < 2^64
+  mpfr_log2(b, b, MPFR_RNDD);
+  mpfr_mul_ui(b, b, static_cast<unsigned long>(q), MPFR_RNDD);
+  const double bits = mpfr_get_d(b, MPFR_RNDD);
+  mpfr_clear(b);
+  return bits;
+}
+
 json Ids::report() const {
   auto num = [](double x) { return std::isfinite(x) ? json(x) : json(nullptr); };
   return {{"count", count},
@@ -299,10 +313,8 @@ json Memorized::report() const {
             {"non_dyadic_weights", stored.non_dyadic},
             {"min_bits_x_parameters", static_cast<double>(min_bits) * static_cast<double>(stored.parameters)},
             {"label_count", label_count},
-            // Any network memorizing every assignment of L labels to q points stores at least
-            // q·log2(L) bits (counting); Vardi, Yehudai & Shamir: parameters × bits ≳ N.
-            {"information_bits_lower",
-             static_cast<double>(ids.count) * std::log2(std::max(1.0, static_cast<double>(label_count)))},
+            // Vardi, Yehudai & Shamir's trade-off in its counting form: parameters × bits ≳ N.
+            {"information_bits_lower", information_bits(ids.count, label_count)},
             {"parameters_over_sqrt_points",
              static_cast<double>(stored.parameters) / std::sqrt(static_cast<double>(ids.count))},
             {"parameters_over_sqrt_N", static_cast<double>(stored.parameters) / std::sqrt(N)}}},

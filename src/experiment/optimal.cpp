@@ -94,7 +94,6 @@ json train_next_token(const json& cell) {
     const bool certified = r.train_accuracy == 1.0 && argmax_certified(net, data);
     if (certified) {
       const StoredBits b = count_stored_bits(network_cast<Rational>(net));
-      const double q = static_cast<double>(data.sequences.size());
       best = {{"q", data.sequences.size()},
               {"parameters", b.parameters},
               {"nonzero", b.nonzero},
@@ -104,7 +103,7 @@ json train_next_token(const json& cell) {
               {"total_weight_bits", b.total_bits},
               {"min_bits", 24},  // float32 weights: 24 significand bits, evaluated exactly
               {"min_bits_x_parameters", 24.0 * static_cast<double>(b.parameters)},
-              {"information_bits_lower", q * std::log2(static_cast<double>(kL))},
+              {"information_bits_lower", optimal::information_bits(data.sequences.size(), kL)},
               {"criterion", "argmax, float32 weights"},
               {"seconds", r.seconds}};
       found = mid, hi = mid;

@@ -79,6 +79,10 @@ struct Memorized {
   nlohmann::json report() const;
 };
 
+// The counting lower bound on the bits of any network that memorizes every assignment of labels in
+// [0, L) to q points: q·log2 L (there are L^q assignments), as a double rounded down.
+double information_bits(std::size_t q, long long L);
+
 // Token ids get an embedding in front (width 4, one seeded Gaussian column per id; its parameters are
 // counted); the construction and the certificate run on the embedded vectors. Throws Error naming
 // the sequence: ragged lengths, no labels, labels not integers in
