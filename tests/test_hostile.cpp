@@ -295,6 +295,27 @@ TEST(Hostile, MemoryIsEstimatedBeforeAPrecisionThatCannotFit) {
   refuses([&] { evaluate_file(model, ds, Precision::parse("interval:67108864")); },
           "over the budget of 8 GiB", "eval at interval:67108864");
   EXPECT_NO_THROW(evaluate_file(model, ds, Precision::parse("interval:256")));
+  // The budget from UATLAB_MEMORY_GIB, checked: 4,360 weights at 2^24 bits need ~4.3 GB.
+  ::setenv("UATLAB_MEMORY_GIB", "1", 1);
+  refuses([&] { evaluate_file(model, ds, Precision::parse("interval:16777216")); },
+          "over the budget of 1 GiB", "UATLAB_MEMORY_GIB=1");
+  ::setenv("UATLAB_MEMORY_GIB", "64", 1);
+  EXPECT_NO_THROW(limits::check_memory(4360, 1 << 24, 2, "eval"));
+  ::setenv("UATLAB_MEMORY_GIB", "8GB", 1);
+  refuses([&] { evaluate_file(model, ds, Precision::parse("interval:256")); }, "UATLAB_MEMORY_GIB=8GB",
+          "a budget that is not an integer");
+  ::unsetenv("UATLAB_MEMORY_GIB");
+}
+
+TEST(Hostile, MemoryEstimateIsTheBytesMpfrTakes) {
+  // Measured with glibc (RSS of 4 million mpfr_init2): an MPFR number takes 64 bytes up to 128 bits,
+  // 80 at 256, 96 at 320, 176 at 1024; the estimate used to count bits/8 + 32 (39 bytes at 53 bits), 1.6x too
+  // few, and let GPT-2 124M in MPFI past the budget.
+  EXPECT_EQ(limits::mpfr_bytes(53), 64);
+  EXPECT_EQ(limits::mpfr_bytes(128), 64);
+  EXPECT_EQ(limits::mpfr_bytes(256), 80);
+  EXPECT_EQ(limits::mpfr_bytes(320), 96);
+  EXPECT_EQ(limits::mpfr_bytes(1024), 176);
 }
 
 TEST(Hostile, PolynomialWidthsSaturateInsteadOfWrapping) {  // d^N wrapped: "got -1773790757"

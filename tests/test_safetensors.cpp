@@ -118,3 +118,28 @@ TEST(Safetensors, OnlyF32AndF64CarryValues) {
       Safetensors::parse(file(R"({"w":{"dtype":"I32","shape":[1],"data_offsets":[0,4]}})", 4), "x");
   EXPECT_THROW(st.tensors.at("w").values(), Error);
 }
+
+TEST(Safetensors, ParsingCopiesNoValues) {
+  // A 500 MB checkpoint was held three times (read, parsed, converted): the parsed tensors are now
+  // views of the one buffer the file was read into.
+  Safetensors st;
+  st.tensors["a"] = Tensor::f64({2}, {0.25, -3});
+  st.tensors["b"] = Tensor::f32({3}, {1, 2, 3});
+  const auto bytes = std::make_shared<const std::string>(st.serialize());
+  const Safetensors back = Safetensors::parse(bytes, "x");
+  for (const auto& [name, t] : back.tensors) {
+    EXPECT_EQ(t.buffer.get(), bytes.get()) << name;
+    EXPECT_GE(t.data(), bytes->data());
+    EXPECT_LE(t.data() + t.size, bytes->data() + bytes->size());
+  }
+  EXPECT_EQ(back.tensors.at("a").at(1), -3);
+  EXPECT_EQ(back.tensors.at("b").values(), (std::vector<double>{1, 2, 3}));
+}
+
+TEST(Safetensors, ShapeWhoseProductOverflowsIsRefused) {
+  // 2^62 × 4 elements of 8 bytes wrapped around int64 (undefined behaviour) before the size check.
+  expect_error(file(R"({"w":{"dtype":"F64","shape":[4611686018427387904,4],"data_offsets":[0,0]}})", 0),
+               "overflows");
+  expect_error(file(R"({"w":{"dtype":"F64","shape":[2305843009213693952],"data_offsets":[0,0]}})", 0),
+               "overflows");
+}

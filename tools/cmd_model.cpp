@@ -64,8 +64,12 @@ std::string lines_text(const std::vector<json>& lines) {
 
 int cmd_info(const std::string& model) {
   if (!model.empty()) {
-    Network<Rational> net = load_network<Rational>(model);
-    const Architecture& a = net.arch;
+    // Every tensor read and checked; a safetensors file's values are doubles, loaded as such (GPT-2
+    // 124M: 1 GB, where exact rationals took more than 20).
+    const long long params = format_for_path(model) == FileFormat::json
+                                 ? load_network<Rational>(model).parameter_count()
+                                 : load_network<double>(model).parameter_count();
+    const Architecture a = read_architecture(model);
     std::cout << "model       " << model << "\n"
               << "input       "
               << (a.vocab > 0 ? "token ids, vocab " + std::to_string(a.vocab) : "continuous")
@@ -75,7 +79,7 @@ int cmd_info(const std::string& model) {
       std::cout << "layer " << i << "     " << a.layers[i].describe() << "\n";
     std::cout << "output      " << a.out_dim() << " per token" << (a.readout > 0 ? " (linear readout)" : "")
               << "\n"
-              << "parameters  " << net.parameter_count() << "\n"
+              << "parameters  " << params << "\n"
               << "exact       "
               << (a.needs_transcendental() ? "no (needs exp/log/sqrt: use MPFR or intervals)"
                                            : "yes (rationals evaluate it exactly)")

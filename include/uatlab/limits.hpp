@@ -7,6 +7,7 @@
 #include <climits>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "uatlab/error.hpp"
@@ -19,17 +20,35 @@ constexpr long long kSize = 1LL << 30;
 
 // Memory of one MPFR or MPFI computation, estimated before it starts (numbers × their bytes): past
 // it the work is refused with the estimate, where GMP would abort the process when an allocation
-// fails. 8 GiB, as 2^30 doubles.
+// fails. 8 GiB, as 2^30 doubles; the environment variable UATLAB_MEMORY_GIB (an integer, 1 to
+// 2^20) sets another budget on a machine with more memory.
 constexpr long long kMemoryBytes = 8LL << 30;
+inline long long memory_budget() {
+  const char* v = std::getenv("UATLAB_MEMORY_GIB");
+  if (!v || !*v) return kMemoryBytes;
+  char* end = nullptr;
+  const long long gib = std::strtoll(v, &end, 10);
+  if (*end || gib < 1 || gib > (1LL << 20))
+    throw Error(std::string("UATLAB_MEMORY_GIB=") + v + ": expected an integer number of GiB, 1 to 1048576");
+  return gib << 30;
+}
+// The bytes one MPFR number of `bits` bits takes: its 32-byte struct and its limbs, which MPFR
+// allocates with a one-limb header, in a glibc malloc chunk (8 bytes of overhead, 16-byte steps,
+// at least 32). Measured: 64 bytes up to 128 bits, 80 at 256, 176 at 1024 (an interval twice that).
+inline double mpfr_bytes(long long bits) {
+  const long long limbs = (bits + 63) / 64, chunk = ((limbs + 1) * 8 + 8 + 15) / 16 * 16;
+  return 32.0 + static_cast<double>(chunk < 32 ? 32 : chunk);
+}
 // Throws Error("WHAT needs about N GiB ...") when `numbers` MPFR numbers of `bits` bits (each
-// `per_number` of them: 2 for an interval) would pass kMemoryBytes.
+// `per_number` of them: 2 for an interval) would pass the budget.
 inline void check_memory(long long numbers, long long bits, int per_number, const std::string& what) {
-  const double bytes = static_cast<double>(numbers) * per_number * (static_cast<double>(bits) / 8 + 32);
-  if (bytes > static_cast<double>(kMemoryBytes)) {
-    char text[160];
+  const double bytes = static_cast<double>(numbers) * per_number * mpfr_bytes(bits);
+  const long long budget = memory_budget();
+  if (bytes > static_cast<double>(budget)) {
+    char text[200];
     std::snprintf(text, sizeof text, " needs about %.3g GiB at %lld bits, over the budget of %lld GiB",
-                  bytes / (1LL << 30), bits, kMemoryBytes >> 30);
-    throw Error(what + text + " (fewer bits, or a smaller model or data)");
+                  bytes / (1LL << 30), bits, budget >> 30);
+    throw Error(what + text + " (fewer bits, a smaller model or data, or a larger UATLAB_MEMORY_GIB)");
   }
 }
 

@@ -157,12 +157,19 @@ void check_outputs(const NamedPaths& inputs, const NamedPaths& outputs) {
 
 std::string read_file(const std::string& path) {
   check_regular_file(path, false);
-  std::ifstream in(path, std::ios::binary);
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) throw Error("cannot open " + path);
-  std::ostringstream ss;
-  ss << in.rdbuf();
+  // One copy: the string sized from the file, then filled (a 500 MB checkpoint is not held twice).
+  const std::streamoff size = in.tellg();
+  std::string bytes;
+  if (size > 0) {
+    bytes.resize(static_cast<std::size_t>(size));
+    in.seekg(0);
+    in.read(bytes.data(), size);
+    if (in.gcount() != size) throw Error("cannot read " + path);
+  }
   if (in.bad()) throw Error("cannot read " + path);
-  return ss.str();
+  return bytes;
 }
 
 void write_file_atomic(const std::string& path, const std::string& content) {

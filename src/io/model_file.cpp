@@ -3,10 +3,14 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <functional>
+#include <memory>
+#include <numeric>
 
 #include "uatlab/io/json.hpp"
 #include "uatlab/io/lists.hpp"
 #include "uatlab/io/safetensors.hpp"
+#include "uatlab/limits.hpp"
 
 namespace uatlab {
 
@@ -20,51 +24,81 @@ FileFormat format_for_path(const std::string& path) {
 
 namespace {
 
-template <class S>
-void assign_torch_order(Mat<S>& m, Layout l, const std::vector<S>& v) {
-  std::size_t k = 0;
-  for_each_torch_element(m, l, [&](S& x) { x = v[k++]; });
-}
-
 std::string shape_text(const std::vector<std::int64_t>& s) {
   return json(s).dump();
 }
 
-// A file's tensors: name -> (torch shape, exact values as S).
+// One tensor of a file, read value by value in PyTorch's (row-major) order as the network is
+// filled: a safetensors tensor (or a view of one: a transposed slice of a Conv1D weight) is
+// converted from the file's bytes straight into the network, with no copy of the values between.
+// JSON files hold their exact rationals, parsed once into `exact`.
 template <class S>
-using Stored = std::map<std::string, std::pair<std::vector<std::int64_t>, std::vector<S>>>;
+struct Source {
+  std::vector<std::int64_t> shape;
+  std::int64_t count = 0;                  // values it holds
+  std::function<double(std::int64_t)> at;  // value k, a double of the file
+  std::vector<S> exact;                    // or the values themselves
+  S value(std::int64_t k) const { return at ? scalar_cast<S>(at(k)) : exact[static_cast<std::size_t>(k)]; }
+};
+template <class S>
+using Sources = std::map<std::string, Source<S>>;
+
+// A source of the given shape whose value k is at(k).
+template <class S>
+Source<S> view(std::vector<std::int64_t> shape, std::function<double(std::int64_t)> at) {
+  Source<S> src;
+  src.count = std::accumulate(shape.begin(), shape.end(), std::int64_t{1}, std::multiplies<>());
+  src.shape = std::move(shape);
+  src.at = std::move(at);
+  return src;
+}
+
+// m's values from src, in PyTorch's order (shape and count checked by the caller).
+template <class S>
+void fill(Mat<S>& m, Layout l, const Source<S>& src) {
+  std::int64_t k = 0;
+  for_each_torch_element(m, l, [&](S& x) { x = src.value(k++); });
+}
+
+// A safetensors tensor as a source; `name` for its errors. `t` must outlive the source.
+template <class S>
+Source<S> file_source(const std::string& name, const Tensor& t) {
+  if (t.dtype != "F32" && t.dtype != "F64")
+    throw Error("tensor \"" + name + "\": dtype " + t.dtype +
+                " is not supported by uatlab (F32 and F64 are)");
+  return view<S>(t.shape, [&t, name](std::int64_t k) {
+    const double v = t.at(k);
+    if (!std::isfinite(v)) throw Error("tensor \"" + name + "\" contains NaN or infinity");
+    return v;
+  });
+}
 
 // The model's tensors of a safetensors file: a training checkpoint also holds networks under the
 // prefixes its metadata lists (and `skip` names), which are not the model's.
 template <class S>
-Stored<S> model_tensors(const Safetensors& st, std::vector<std::string> skip = {}) {
+Sources<S> model_tensors(const Safetensors& st, std::vector<std::string> skip = {}) {
   if (st.metadata.count(kCheckpointExtras))
     for (const std::string& p : parse_list(st.metadata.at(kCheckpointExtras), kCheckpointExtras))
       skip.push_back(p);
-  Stored<S> stored;
+  Sources<S> sources;
   for (auto& [name, t] : st.tensors) {
     const std::string& tensor = name;  // (a structured binding cannot be captured in C++17)
     if (std::any_of(skip.begin(), skip.end(), [&](const std::string& p) { return tensor.rfind(p, 0) == 0; }))
       continue;
-    auto& entry = stored[name];
-    entry.first = t.shape;
-    for (double v : t.values()) {
-      if (!std::isfinite(v)) throw Error("tensor \"" + name + "\" contains NaN or infinity");
-      entry.second.push_back(scalar_cast<S>(v));
-    }
+    sources[name] = file_source<S>(name, t);
   }
-  return stored;
+  return sources;
 }
 
 // The network of an architecture with every tensor from `stored`: each present, of its shape,
 // and none left over. The architecture's size is checked against the values the file holds before
 // anything of that size is allocated: a small file cannot make uatlab allocate a huge network.
 template <class S>
-Network<S> assemble(const json& arch_json, const Stored<S>& stored) {
+Network<S> assemble(const json& arch_json, const Sources<S>& stored) {
   const Architecture arch = Architecture::from_json(arch_json);
   long long held = 0;
   for (auto& [name, entry] : stored)
-    held += static_cast<long long>(entry.second.size());
+    held = limits::saturating_add(held, entry.count);
   if (arch.parameter_count() > std::max(held, 1LL << 20))  // small ones get the tensor-by-tensor check
     throw Error("the architecture has " + std::to_string(arch.parameter_count()) +
                 " weights, the file holds only " + std::to_string(held));
@@ -74,13 +108,14 @@ Network<S> assemble(const json& arch_json, const Stored<S>& stored) {
     auto it = stored.find(name);
     if (it == stored.end()) throw Error("missing tensor \"" + name + "\"");
     auto want = torch_shape(m, l);
-    if (it->second.first != want)
-      throw Error("tensor \"" + name + "\" has shape " + shape_text(it->second.first) +
-                  ", the architecture needs " + shape_text(want));
-    if (static_cast<Eigen::Index>(it->second.second.size()) != m.size())
-      throw Error("tensor \"" + name + "\" has " + std::to_string(it->second.second.size()) +
-                  " values, its shape needs " + std::to_string(m.size()));
-    assign_torch_order(m, l, it->second.second);
+    const Source<S>& src = it->second;
+    if (src.shape != want)
+      throw Error("tensor \"" + name + "\" has shape " + shape_text(src.shape) + ", the architecture needs " +
+                  shape_text(want));
+    if (src.count != static_cast<std::int64_t>(m.size()))
+      throw Error("tensor \"" + name + "\" has " + std::to_string(src.count) + " values, its shape needs " +
+                  std::to_string(m.size()));
+    fill(m, l, src);
     ++used;
   });
   if (used != stored.size())
@@ -105,7 +140,7 @@ namespace {
 // readout equal to wte (bias 0). Buffers (attn.bias, attn.masked_bias: the causal mask) are skipped;
 // an optional "transformer." prefix is dropped.
 template <class S>
-std::pair<json, Stored<S>> gpt2(const Safetensors& st, const json& config) {
+std::pair<json, Sources<S>> gpt2(const Safetensors& st, const json& config) {
   auto count = [&](const char* key, const char* fallback = nullptr) -> long long {
     const char* k = config.contains(key) || !fallback ? key : fallback;
     if (!config.contains(k) || !config[k].is_number_unsigned() || config[k].get<long long>() < 1)
@@ -157,66 +192,64 @@ std::pair<json, Stored<S>> gpt2(const Safetensors& st, const json& config) {
       continue;
     file[n] = &t;
   }
-  auto tensor = [&](const std::string& n, std::vector<std::int64_t> shape) -> std::vector<double> {
+  // Each file tensor is used once, as one or more views (the values stay in the file's bytes).
+  auto tensor = [&](const std::string& n, std::vector<std::int64_t> shape) -> Source<S> {
     auto it = file.find(n);
     if (it == file.end()) throw Error("missing tensor \"" + n + "\"");
     if (it->second->shape != shape)
       throw Error("tensor \"" + n + "\" has shape " + shape_text(it->second->shape) + ", config.json makes " +
                   shape_text(shape));
-    std::vector<double> v = it->second->values();
-    for (double x : v)
-      if (!std::isfinite(x)) throw Error("tensor \"" + n + "\" contains NaN or infinity");
+    Source<S> src = file_source<S>(n, *it->second);
     file.erase(it);
-    return v;
+    return src;
   };
-  Stored<S> out;
-  auto put = [&](const std::string& name, std::vector<std::int64_t> shape, const std::vector<double>& v) {
-    auto& e = out[name];
-    e.first = std::move(shape);
-    e.second.reserve(v.size());
-    for (double x : v)
-      e.second.push_back(scalar_cast<S>(x));
+  Sources<S> out;
+  auto put = [&](const std::string& name, Source<S> src) { out[name] = std::move(src); };
+  // Values [c0, c0 + rows) of a vector.
+  auto slice = [](const Source<S>& v, long long c0, long long rows) -> Source<S> {
+    return view<S>({rows}, [at = v.at, c0](std::int64_t k) { return at(c0 + k); });
   };
   // Columns [c0, c0 + rows) of a Conv1D weight (in × out), as an nn.Linear weight (rows × in).
-  auto linear = [&](const std::vector<double>& w, long long in, long long out_cols, long long c0,
-                    long long rows) {
-    std::vector<double> t(static_cast<std::size_t>(rows * in));
-    for (long long o = 0; o < rows; ++o)
-      for (long long i = 0; i < in; ++i)
-        t[static_cast<std::size_t>(o * in + i)] = w[static_cast<std::size_t>(i * out_cols + c0 + o)];
-    return t;
+  auto linear = [](const Source<S>& w, long long c0, long long rows) -> Source<S> {
+    const long long in = w.shape[0], cols = w.shape[1];
+    return view<S>({rows, in},
+                   [at = w.at, in, cols, c0](std::int64_t k) { return at(k % in * cols + c0 + k / in); });
   };
-  const std::vector<double> wte = tensor("wte.weight", {V, d});
-  put("embed.weight", {V, d}, wte);
-  put("pe.weight", {P, d}, tensor("wpe.weight", {P, d}));
+  const Source<S> wte = tensor("wte.weight", {V, d});
+  put("embed.weight", wte);
+  put("pe.weight", tensor("wpe.weight", {P, d}));
   for (long long i = 0; i < L; ++i) {
     const std::string h = "h." + std::to_string(i) + ".", a = "layers." + std::to_string(2 * i) + ".",
                       f = "layers." + std::to_string(2 * i + 1) + ".";
-    put(a + "norm.weight", {d}, tensor(h + "ln_1.weight", {d}));
-    put(a + "norm.bias", {d}, tensor(h + "ln_1.bias", {d}));
-    const std::vector<double> qkv = tensor(h + "attn.c_attn.weight", {d, 3 * d}),
-                              qkv_b = tensor(h + "attn.c_attn.bias", {3 * d});
+    put(a + "norm.weight", tensor(h + "ln_1.weight", {d}));
+    put(a + "norm.bias", tensor(h + "ln_1.bias", {d}));
+    const Source<S> qkv = tensor(h + "attn.c_attn.weight", {d, 3 * d}),
+                    qkv_b = tensor(h + "attn.c_attn.bias", {3 * d});
     for (int j = 0; j < 3; ++j) {
       const std::string x(1, "qkv"[j]);
-      put(a + x + ".weight", {d, d}, linear(qkv, d, 3 * d, j * d, d));
-      put(a + x + ".bias", {d}, std::vector<double>(qkv_b.begin() + j * d, qkv_b.begin() + (j + 1) * d));
+      put(a + x + ".weight", linear(qkv, j * d, d));
+      put(a + x + ".bias", slice(qkv_b, j * d, d));
     }
-    put(a + "o.weight", {d, d}, linear(tensor(h + "attn.c_proj.weight", {d, d}), d, d, 0, d));
-    put(a + "o.bias", {d}, tensor(h + "attn.c_proj.bias", {d}));
-    put(f + "norm.weight", {d}, tensor(h + "ln_2.weight", {d}));
-    put(f + "norm.bias", {d}, tensor(h + "ln_2.bias", {d}));
-    put(f + "fc1.weight", {m, d}, linear(tensor(h + "mlp.c_fc.weight", {d, m}), d, m, 0, m));
-    put(f + "fc1.bias", {m}, tensor(h + "mlp.c_fc.bias", {m}));
-    put(f + "fc2.weight", {d, m}, linear(tensor(h + "mlp.c_proj.weight", {m, d}), m, d, 0, d));
-    put(f + "fc2.bias", {d}, tensor(h + "mlp.c_proj.bias", {d}));
+    put(a + "o.weight", linear(tensor(h + "attn.c_proj.weight", {d, d}), 0, d));
+    put(a + "o.bias", tensor(h + "attn.c_proj.bias", {d}));
+    put(f + "norm.weight", tensor(h + "ln_2.weight", {d}));
+    put(f + "norm.bias", tensor(h + "ln_2.bias", {d}));
+    put(f + "fc1.weight", linear(tensor(h + "mlp.c_fc.weight", {d, m}), 0, m));
+    put(f + "fc1.bias", tensor(h + "mlp.c_fc.bias", {m}));
+    put(f + "fc2.weight", linear(tensor(h + "mlp.c_proj.weight", {m, d}), 0, d));
+    put(f + "fc2.bias", tensor(h + "mlp.c_proj.bias", {d}));
   }
   const std::string last = "layers." + std::to_string(2 * L) + ".";
-  put(last + "weight", {d}, tensor("ln_f.weight", {d}));
-  put(last + "bias", {d}, tensor("ln_f.bias", {d}));
-  if (file.count("lm_head.weight") && tensor("lm_head.weight", {V, d}) != wte)
-    throw Error("lm_head.weight differs from wte.weight: an untied head is not GPT-2's layout");
-  put("readout.weight", {V, d}, wte);
-  put("readout.bias", {V}, std::vector<double>(static_cast<std::size_t>(V), 0.0));
+  put(last + "weight", tensor("ln_f.weight", {d}));
+  put(last + "bias", tensor("ln_f.bias", {d}));
+  if (file.count("lm_head.weight")) {
+    const Source<S> head = tensor("lm_head.weight", {V, d});
+    for (std::int64_t k = 0; k < head.count; ++k)
+      if (head.at(k) != wte.at(k))
+        throw Error("lm_head.weight differs from wte.weight: an untied head is not GPT-2's layout");
+  }
+  put("readout.weight", wte);
+  put("readout.bias", view<S>({V}, [](std::int64_t) { return 0.0; }));
   if (!file.empty()) throw Error("unexpected tensor \"" + file.begin()->first + "\" for GPT-2's layout");
   return {arch, out};
 }
@@ -228,75 +261,115 @@ bool is_pytorch_checkpoint(const std::string& bytes) {
          (bytes.size() >= 2 && static_cast<unsigned char>(bytes[0]) == 0x80 && bytes[1] >= 2 &&
           bytes[1] <= 5);
 }
-}  // namespace
 
+// A model's architecture and its tensors' sources, the file parsed once. `st` holds the bytes
+// the sources read.
 template <class S>
-Network<S> load_network(const std::string& path) {
-  // GPT-2's public layout: a folder with model.safetensors and config.json, or such a file with
-  // config.json beside it and no uatlab architecture in its metadata.
+struct Opened {
+  std::shared_ptr<const Safetensors> st;
+  json arch;
+  Sources<S> sources;
+};
+
+// A uatlab model file's contents (safetensors with the architecture in its metadata, or JSON).
+template <class S>
+Opened<S> open_bytes(const std::shared_ptr<const std::string>& bytes, FileFormat format) try {
+  Opened<S> o;
+  if (format == FileFormat::json) {
+    json j = parse_json(*bytes, "model file", true);
+    if (!j.is_object() || string_field(j, "format") != "uatlab-model-1")
+      throw Error("not a uatlab model file (expected \"format\": \"uatlab-model-1\")");
+    if (!j.contains("architecture") || !j.contains("tensors") || !j["tensors"].is_object())
+      throw Error("model file needs \"architecture\" and \"tensors\"");
+    o.arch = j["architecture"];
+    for (auto& [name, t] : j["tensors"].items()) {
+      if (!t.is_object() || !t.contains("shape") || !t.contains("data") || !t["data"].is_array())
+        throw Error("tensor \"" + name + "\" needs \"shape\" and \"data\"");
+      auto& entry = o.sources[name];
+      for (auto& s : t["shape"]) {
+        if (!s.is_number_unsigned()) throw Error("tensor \"" + name + "\": bad shape " + t["shape"].dump());
+        entry.shape.push_back(s.template get<std::int64_t>());
+      }
+      for (auto& v : t["data"]) {
+        std::string text = v.is_string() ? v.template get<std::string>() : v.is_number() ? v.dump() : "";
+        if (text.empty()) throw Error("tensor \"" + name + "\": value " + v.dump() + " is not a number");
+        entry.exact.push_back(Scalar<S>::from(parse_rational(text)));
+      }
+      entry.count = static_cast<std::int64_t>(entry.exact.size());
+    }
+  } else {
+    o.st = std::make_shared<const Safetensors>(Safetensors::parse(bytes, "safetensors"));
+    if (!o.st->metadata.count("uatlab"))
+      throw Error("safetensors file has no \"uatlab\" architecture in __metadata__");
+    o.arch = parse_json(o.st->metadata.at("uatlab"), "architecture in __metadata__", true);
+    o.sources = model_tensors<S>(*o.st);
+  }
+  return o;
+} catch (const nlohmann::json::exception& e) {  // a JSON value of an unexpected type
+  throw Error(std::string("model file") + ": malformed (" + e.what() + ")");
+}
+
+// What PATH holds: a uatlab model file, or GPT-2's public layout (a folder with model.safetensors
+// and config.json, or such a file with config.json beside it and no uatlab architecture in its
+// metadata). Errors name the file.
+template <class S>
+Opened<S> open_model(const std::string& path) {
   namespace fs = std::filesystem;
   const bool folder = fs::is_directory(path);
   const std::string file = folder ? (fs::path(path) / "model.safetensors").string() : path;
   const fs::path config = fs::path(file).parent_path() / "config.json";
-  const std::string bytes = read_file(file);
-  if (format_for_path(file) == FileFormat::safetensors && (folder || fs::exists(config))) try {
-      const Safetensors st = Safetensors::parse(bytes, "safetensors");
-      if (folder || !st.metadata.count("uatlab")) {
-        const auto [arch, stored] = gpt2<S>(st, parse_json(read_file(config.string()), "config.json"));
-        return assemble(arch, stored);
-      }
-    } catch (const Error& e) {
-      throw Error(file + " (GPT-2 layout, " + config.string() + "): " + e.what());
-    } catch (const nlohmann::json::exception& e) {
-      throw Error(config.string() + ": malformed (" + e.what() + ")");
-    }
+  const auto bytes = std::make_shared<const std::string>(read_file(file));
+  const FileFormat format = format_for_path(file);
   try {
-    return parse_network<S>(bytes, format_for_path(path));
+    if (format == FileFormat::safetensors && (folder || fs::exists(config))) {
+      auto st = std::make_shared<const Safetensors>(Safetensors::parse(bytes, "safetensors"));
+      if (folder || !st->metadata.count("uatlab")) try {
+          auto [arch, sources] = gpt2<S>(*st, parse_json(read_file(config.string()), "config.json"));
+          return {st, arch, std::move(sources)};
+        } catch (const Error& e) {
+          throw Error(file + " (GPT-2 layout, " + config.string() + "): " + e.what());
+        } catch (const nlohmann::json::exception& e) {
+          throw Error(config.string() + ": malformed (" + e.what() + ")");
+        }
+    }
+    return open_bytes<S>(bytes, format);
   } catch (const Error& e) {
-    if (is_pytorch_checkpoint(bytes))
+    const std::string what = e.what();
+    if (what.rfind(file + " (GPT-2 layout", 0) == 0 || what.rfind(config.string(), 0) == 0) throw;
+    if (is_pytorch_checkpoint(*bytes))
       throw Error(
           path +
           ": a PyTorch checkpoint (torch.save), which uatlab does not read (a pickle can run code). "
           "Convert it in Python: uatlab.from_torch(module).save(\"model.safetensors\") (docs/python.md)");
+    throw Error(path + ": " + what);
+  }
+}
+
+}  // namespace
+
+template <class S>
+Network<S> load_network(const std::string& path) {
+  const Opened<S> o = open_model<S>(path);
+  try {
+    return assemble(o.arch, o.sources);
+  } catch (const Error& e) {
+    throw Error(path + ": " + e.what());
+  }
+}
+
+Architecture read_architecture(const std::string& path) {
+  const Opened<Rational> o = open_model<Rational>(path);  // a safetensors file's values are not read
+  try {
+    return Architecture::from_json(o.arch);
+  } catch (const Error& e) {
     throw Error(path + ": " + e.what());
   }
 }
 
 template <class S>
-Network<S> parse_network(const std::string& bytes, FileFormat format) try {
-  json arch_json;
-  Stored<S> stored;
-  if (format == FileFormat::json) {
-    json j = parse_json(bytes, "model file", true);
-    if (!j.is_object() || string_field(j, "format") != "uatlab-model-1")
-      throw Error("not a uatlab model file (expected \"format\": \"uatlab-model-1\")");
-    if (!j.contains("architecture") || !j.contains("tensors") || !j["tensors"].is_object())
-      throw Error("model file needs \"architecture\" and \"tensors\"");
-    arch_json = j["architecture"];
-    for (auto& [name, t] : j["tensors"].items()) {
-      if (!t.is_object() || !t.contains("shape") || !t.contains("data") || !t["data"].is_array())
-        throw Error("tensor \"" + name + "\" needs \"shape\" and \"data\"");
-      auto& entry = stored[name];
-      for (auto& s : t["shape"]) {
-        if (!s.is_number_unsigned()) throw Error("tensor \"" + name + "\": bad shape " + t["shape"].dump());
-        entry.first.push_back(s.template get<std::int64_t>());
-      }
-      for (auto& v : t["data"]) {
-        std::string text = v.is_string() ? v.template get<std::string>() : v.is_number() ? v.dump() : "";
-        if (text.empty()) throw Error("tensor \"" + name + "\": value " + v.dump() + " is not a number");
-        entry.second.push_back(Scalar<S>::from(parse_rational(text)));
-      }
-    }
-  } else {
-    Safetensors st = Safetensors::parse(bytes, "safetensors");
-    if (!st.metadata.count("uatlab"))
-      throw Error("safetensors file has no \"uatlab\" architecture in __metadata__");
-    arch_json = parse_json(st.metadata.at("uatlab"), "architecture in __metadata__", true);
-    stored = model_tensors<S>(st);
-  }
-  return assemble(arch_json, stored);
-} catch (const nlohmann::json::exception& e) {  // a JSON value of an unexpected type
-  throw Error(std::string("model file") + ": malformed (" + e.what() + ")");
+Network<S> parse_network(const std::string& bytes, FileFormat format) {
+  const Opened<S> o = open_bytes<S>(std::make_shared<const std::string>(bytes), format);
+  return assemble(o.arch, o.sources);
 }
 
 template <class S>
@@ -364,7 +437,8 @@ template <class S>
 std::map<std::string, std::string> load_checkpoint(const std::string& path, Network<S>& net,
                                                    const NamedNetworks<S>& extras) {
   try {
-    Safetensors st = Safetensors::parse(read_file(path), "checkpoint");
+    const Safetensors st =
+        Safetensors::parse(std::make_shared<const std::string>(read_file(path)), "checkpoint");
     if (!st.metadata.count("uatlab")) throw Error("no \"uatlab\" architecture in __metadata__");
     std::vector<std::string> prefixes;
     for (auto& [prefix, n] : extras)
@@ -377,12 +451,7 @@ std::map<std::string, std::string> load_checkpoint(const std::string& path, Netw
         if (it == st.tensors.end()) throw Error("missing tensor \"" + prefix + name + "\"");
         if (it->second.shape != torch_shape(m, l))
           throw Error("tensor \"" + prefix + name + "\" has the wrong shape");
-        std::vector<S> v;
-        for (double x : it->second.values()) {
-          if (!std::isfinite(x)) throw Error("tensor \"" + prefix + name + "\" contains NaN or infinity");
-          v.push_back(static_cast<S>(x));
-        }
-        assign_torch_order(m, l, v);
+        fill(m, l, file_source<S>(prefix + name, it->second));
       });
     };
     for (auto& [prefix, n] : extras) {

@@ -26,15 +26,15 @@ bool little_endian() {
 }
 
 template <class T>
-void append_le(std::vector<std::uint8_t>& out, T v) {
-  std::uint8_t b[sizeof(T)];
+void append_le(std::string& out, T v) {
+  char b[sizeof(T)];
   std::memcpy(b, &v, sizeof(T));
   if (!little_endian()) std::reverse(b, b + sizeof(T));
-  out.insert(out.end(), b, b + sizeof(T));
+  out.append(b, sizeof(T));
 }
 
 template <class T>
-T read_le(const std::uint8_t* p) {
+T read_le(const char* p) {
   std::uint8_t b[sizeof(T)];
   std::memcpy(b, p, sizeof(T));
   if (!little_endian()) std::reverse(b, b + sizeof(T));
@@ -46,40 +46,49 @@ T read_le(const std::uint8_t* p) {
 std::int64_t product(const std::vector<std::int64_t>& shape) {
   std::int64_t n = 1;
   for (auto s : shape)
-    n *= s;
+    if (s < 0 || __builtin_mul_overflow(n, s, &n)) throw Error("shape " + json(shape).dump() + " overflows");
   return n;
+}
+
+template <class T>
+Tensor packed(const char* dtype, std::vector<std::int64_t> shape, const std::vector<double>& values) {
+  std::string bytes;
+  bytes.reserve(values.size() * sizeof(T));
+  for (double v : values)
+    append_le(bytes, static_cast<T>(v));
+  const std::size_t size = bytes.size();
+  return Tensor{dtype, std::move(shape), std::make_shared<const std::string>(std::move(bytes)), 0, size};
 }
 
 }  // namespace
 
 Tensor Tensor::f64(std::vector<std::int64_t> shape, const std::vector<double>& values) {
-  Tensor t{"F64", std::move(shape), {}};
-  for (double v : values)
-    append_le(t.bytes, v);
-  return t;
+  return packed<double>("F64", std::move(shape), values);
 }
 
 Tensor Tensor::f32(std::vector<std::int64_t> shape, const std::vector<double>& values) {
-  Tensor t{"F32", std::move(shape), {}};
-  for (double v : values)
-    append_le(t.bytes, static_cast<float>(v));
-  return t;
+  return packed<float>("F32", std::move(shape), values);
 }
 
 std::int64_t Tensor::numel() const {
   return product(shape);
 }
 
+double Tensor::at(std::int64_t k) const {
+  if (dtype == "F64") return read_le<double>(data() + 8 * k);
+  if (dtype == "F32") return read_le<float>(data() + 4 * k);
+  throw Error("tensor dtype " + dtype + " is not supported by uatlab (F32 and F64 are)");
+}
+
 std::vector<double> Tensor::values() const {
   std::vector<double> out;
-  if (dtype == "F64")
-    for (std::size_t i = 0; i + 8 <= bytes.size(); i += 8)
-      out.push_back(read_le<double>(&bytes[i]));
-  else if (dtype == "F32")
-    for (std::size_t i = 0; i + 4 <= bytes.size(); i += 4)
-      out.push_back(read_le<float>(&bytes[i]));
-  else
-    throw Error("tensor dtype " + dtype + " is not supported by uatlab (F32 and F64 are)");
+  const std::int64_t n = dtype == "F64"   ? static_cast<std::int64_t>(size / 8)
+                         : dtype == "F32" ? static_cast<std::int64_t>(size / 4)
+                                          : 0;
+  if (n == 0 && size > 0) at(0);  // refuses the dtype
+  out.reserve(static_cast<std::size_t>(n));
+  for (std::int64_t k = 0; k < n; ++k)
+    out.push_back(at(k));
   return out;
 }
 
@@ -96,29 +105,28 @@ std::string Safetensors::serialize() const {
   std::size_t offset = 0;
   for (auto* e : order) {
     const Tensor& t = e->second;
-    if (static_cast<std::int64_t>(t.bytes.size()) != t.numel() * kDtypeSize.at(t.dtype))
+    if (static_cast<std::int64_t>(t.size) != t.numel() * kDtypeSize.at(t.dtype))
       throw Error("tensor " + e->first + ": byte size does not match its shape");
     if (header.size() > 1) header += ",";
     header += json(e->first).dump() + ":{\"dtype\":\"" + t.dtype + "\",\"shape\":" + json(t.shape).dump() +
-              ",\"data_offsets\":[" + std::to_string(offset) + "," + std::to_string(offset + t.bytes.size()) +
-              "]}";
-    offset += t.bytes.size();
+              ",\"data_offsets\":[" + std::to_string(offset) + "," + std::to_string(offset + t.size) + "]}";
+    offset += t.size;
   }
   header += "}";
   header.append((8 - header.size() % 8) % 8, ' ');
-  std::vector<std::uint8_t> out;
-  append_le<std::uint64_t>(out, header.size());
-  std::string s(out.begin(), out.end());
+  std::string s;
+  append_le<std::uint64_t>(s, header.size());
   s += header;
   for (auto* e : order)
-    s.append(e->second.bytes.begin(), e->second.bytes.end());
+    s.append(e->second.data(), e->second.size);
   return s;
 }
 
-Safetensors Safetensors::parse(const std::string& bytes, const std::string& what) try {
+Safetensors Safetensors::parse(std::shared_ptr<const std::string> buffer, const std::string& what) try {
+  const std::string& bytes = *buffer;
   auto fail = [&](const std::string& why) { return Error(what + ": invalid safetensors file: " + why); };
   if (bytes.size() < 8) throw fail("shorter than the 8-byte header size");
-  const std::uint64_t n = read_le<std::uint64_t>(reinterpret_cast<const std::uint8_t*>(bytes.data()));
+  const std::uint64_t n = read_le<std::uint64_t>(bytes.data());
   if (n > 100000000) throw fail("header size " + std::to_string(n) + " exceeds 100000000");
   if (8 + n > bytes.size()) throw fail("header size " + std::to_string(n) + " runs past the end of the file");
   json h;
@@ -166,10 +174,18 @@ Safetensors Safetensors::parse(const std::string& bytes, const std::string& what
     if (en > bytes.size() - 8 - n)
       throw fail(t + "data_offsets [" + std::to_string(b) + ", " + std::to_string(en) +
                  "] out of range of the " + std::to_string(bytes.size() - 8 - n) + "-byte buffer");
-    if (static_cast<std::int64_t>(en - b) != tensor.numel() * kDtypeSize.at(tensor.dtype))
+    std::int64_t want = 0;
+    try {
+      want = product({tensor.numel(), kDtypeSize.at(tensor.dtype)});
+    } catch (const Error& e) {
+      throw fail(t + e.what());
+    }
+    if (static_cast<std::int64_t>(en - b) != want)
       throw fail(t + "size " + std::to_string(en - b) + " bytes does not match shape and dtype (" +
-                 std::to_string(tensor.numel() * kDtypeSize.at(tensor.dtype)) + " bytes)");
-    tensor.bytes.assign(bytes.begin() + 8 + n + b, bytes.begin() + 8 + n + en);
+                 std::to_string(want) + " bytes)");
+    tensor.buffer = buffer;
+    tensor.offset = 8 + n + b;
+    tensor.size = en - b;
     spans.push_back({b, en, name});
     st.tensors.emplace(name, std::move(tensor));
   }

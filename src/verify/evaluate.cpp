@@ -94,26 +94,25 @@ std::vector<json> run(const std::string& path, const Dataset& ds, const EvalOpti
   if constexpr (std::is_same_v<S, Mpfr> || std::is_same_v<S, Mpfi>) {
     // The memory estimated first: weights, plus per sequence its activations and attention (all
     // sequences' residual streams and patterns when they are captured).
-    const Network<Rational> exact = load_network<Rational>(path);
-    long long widest = exact.arch.d, heads = 0, live = 0, kept = 0;
-    for (const LayerSpec& l : exact.arch.layers) {
+    // The architecture alone (no values read) for the estimate; then the file, straight into S.
+    const Architecture arch = read_architecture(path);
+    long long widest = arch.d, heads = 0, live = 0, kept = 0;
+    for (const LayerSpec& l : arch.layers) {
       widest = std::max<long long>(widest, std::max(l.width, 3 * l.heads * l.head_size));
       heads = std::max<long long>(heads, l.heads);
     }
-    const auto stages = static_cast<long long>(exact.arch.layers.size()) + 1;
+    const auto stages = static_cast<long long>(arch.layers.size()) + 1;
     for (const Sequence& s : ds.sequences) {
       const long long n = static_cast<long long>(s.n());
       live = std::max(live, 4 * n * widest + heads * n * n);
       if (capture)
         kept = limits::saturating_add(
-            kept, limits::saturating_mul(stages, limits::saturating_add(exact.arch.d * n, heads * n * n)));
+            kept, limits::saturating_mul(stages, limits::saturating_add(arch.d * n, heads * n * n)));
     }
-    limits::check_memory(limits::saturating_add(static_cast<long long>(exact.parameter_count()) + live, kept),
-                         mpfr_bits(), Scalar<S>::interval ? 2 : 1, "evaluating " + path);
-    net = network_cast<S>(exact);
-  } else {
-    net = load_network<S>(path);
+    limits::check_memory(limits::saturating_add(arch.parameter_count() + live, kept), mpfr_bits(),
+                         Scalar<S>::interval ? 2 : 1, "evaluating " + path);
   }
+  net = load_network<S>(path);
   std::vector<Activations<S>> captures;
   std::vector<Mat<S>> ys = forward_dataset(net, ds, opt, progress, capture ? &captures : nullptr);
   std::vector<json> lines;

@@ -16,8 +16,12 @@ FileFormat format_for_path(const std::string& path);  // ".json" → json, anyth
 
 // Load either format into scalar S: each stored value is exact (a double, a float or a rational)
 // and is rounded once to S (enclosed, for intervals). Throws Error naming the file and problem.
+// Safetensors values go from the file's bytes (read once, one copy) straight into the network.
 template <class S>
 Network<S> load_network(const std::string& path);
+// The architecture of a model file (or of GPT-2's layout), its values not read: what a memory
+// estimate needs before anything of the model's size is allocated.
+Architecture read_architecture(const std::string& path);
 // The same from the bytes of a file in memory (errors do not name a file).
 template <class S>
 Network<S> parse_network(const std::string& bytes, FileFormat format);

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -13,11 +14,16 @@ namespace uatlab {
 struct Tensor {
   std::string dtype;                // "F32" or "F64" (the only dtypes uatlab reads and writes)
   std::vector<std::int64_t> shape;  // PyTorch shape
-  std::vector<std::uint8_t> bytes;  // little-endian, row-major
+  // The bytes (little-endian, row-major): [offset, offset + size) of a buffer that a parsed file's
+  // tensors share, so that parsing copies nothing (a 500 MB checkpoint stays one copy).
+  std::shared_ptr<const std::string> buffer;
+  std::size_t offset = 0, size = 0;
 
   static Tensor f64(std::vector<std::int64_t> shape, const std::vector<double>& values);
   static Tensor f32(std::vector<std::int64_t> shape, const std::vector<double>& values);  // rounds to nearest
+  const char* data() const { return buffer ? buffer->data() + offset : nullptr; }
   std::vector<double> values() const;  // every element, widened exactly to double
+  double at(std::int64_t k) const;     // element k (row-major), widened exactly to double
   std::int64_t numel() const;
 };
 
@@ -26,8 +32,12 @@ struct Safetensors {
   std::map<std::string, Tensor> tensors;
 
   std::string serialize() const;
-  // Throws Error naming the problem (and `what`, usually the path) for any malformed input.
-  static Safetensors parse(const std::string& bytes, const std::string& what);
+  // Throws Error naming the problem (and `what`, usually the path) for any malformed input. The
+  // tensors refer to `bytes` (kept alive by them); the first form shares a copy.
+  static Safetensors parse(std::shared_ptr<const std::string> bytes, const std::string& what);
+  static Safetensors parse(const std::string& bytes, const std::string& what) {
+    return parse(std::make_shared<const std::string>(bytes), what);
+  }
 };
 
 }  // namespace uatlab
