@@ -11,6 +11,7 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <variant>
 
 #include "uatlab/construct/fang.hpp"
 #include "uatlab/construct/kajitsuka.hpp"
@@ -131,8 +132,29 @@ auto released(const std::vector<CallbackPtr>& callbacks, F&& f) {
   return r;
 }
 
+// A network for Python, every weight exact, whatever file or construction it came from: as
+// rationals, or as doubles when every weight is one (a safetensors file, a GPT-2 checkpoint, a
+// random initialisation): GPT-2 124M takes 1.3 GB so, 15 GB as rationals.
 struct PyNetwork {
-  Network<Rational> net;  // every weight exact, whatever file or construction it came from
+  std::variant<Network<Rational>, Network<double>> net;
+  template <class F>
+  decltype(auto) visit(F&& f) const {
+    return std::visit(std::forward<F>(f), net);
+  }
+  template <class F>
+  decltype(auto) visit(F&& f) {
+    return std::visit(std::forward<F>(f), net);
+  }
+  const Architecture& arch() const {
+    return visit([](const auto& n) -> const Architecture& { return n.arch; });
+  }
+  // f(the network in scalar S): the held one itself when it is in S, else a copy cast to S.
+  template <class S, class F>
+  decltype(auto) as(F&& f) const {
+    if constexpr (std::is_same_v<S, Rational> || std::is_same_v<S, double>)
+      if (const auto* held = std::get_if<Network<S>>(&net)) return f(*held);
+    return visit([&](const auto& n) { return f(network_cast<S>(n)); });
+  }
 };
 
 py::array_t<double> to_numpy(const Mat<double>& m) {  // (tokens, values): m transposed
@@ -173,13 +195,14 @@ py::object to_python(const Mat<S>& y) {
 // Every sequence's output, and with capture its activations: {"y", "resid": [before the first
 // sub-layer, after each], "pattern": {sub-layer: [per head, queries × keys]}}.
 template <class S>
-py::list evaluate_as(const Network<Rational>& exact, const Dataset& ds, const Precision& p, bool capture) {
+py::list evaluate_as(const PyNetwork& n, const Dataset& ds, const Precision& p, bool capture) {
   std::vector<Mat<S>> ys;
   std::vector<Activations<S>> acts;
   {
     py::gil_scoped_release release;
     const auto scope = precision_scope(p);  // opened without the GIL: it may wait for another scope
-    ys = forward_dataset(network_cast<S>(exact), ds, {}, {}, capture ? &acts : nullptr);
+    ys = n.as<S>(
+        [&](const Network<S>& net) { return forward_dataset(net, ds, {}, {}, capture ? &acts : nullptr); });
   }
   py::list out;
   for (std::size_t i = 0; i < ys.size(); ++i) {
@@ -211,7 +234,7 @@ py::list evaluate(const PyNetwork& n, const Dataset& ds, const std::string& prec
   const Precision p = Precision::parse(precision);
   if (p.kind == Precision::Kind::Mpfr || p.kind == Precision::Kind::Interval)
     refuse_nested("eval at precision \"" + precision + "\"");
-  return with_scalar(p, [&](auto zero) { return evaluate_as<decltype(zero)>(n.net, ds, p, capture); });
+  return with_scalar(p, [&](auto zero) { return evaluate_as<decltype(zero)>(n, ds, p, capture); });
 }
 
 std::string json_text(const json& j) {
@@ -241,7 +264,12 @@ PYBIND11_MODULE(_core, m) {
 
   py::class_<PyNetwork>(m, "Network")
       .def_static(
-          "load", [](const std::string& path) { return PyNetwork{load_network<Rational>(path)}; },
+          "load",
+          [](const std::string& path) {
+            // A safetensors file's values are doubles: held as such (the JSON format's are rationals).
+            if (format_for_path(path) == FileFormat::json) return PyNetwork{load_network<Rational>(path)};
+            return PyNetwork{load_network<double>(path)};
+          },
           py::arg("path"))
       .def_static(
           "zeros",
@@ -252,36 +280,42 @@ PYBIND11_MODULE(_core, m) {
       .def(
           "save",
           [](const PyNetwork& n, const std::string& path, const std::string& dtype) {
-            save_network(n.net, path, dtype, "rational");
+            n.visit([&](const auto& net) { save_network(net, path, dtype, "exact"); });
           },
           py::arg("path"), py::arg("dtype") = "F64")
       .def_property_readonly("architecture_json",
-                             [](const PyNetwork& n) { return n.net.arch.to_json().dump(); })
-      .def_property_readonly("parameter_count", [](const PyNetwork& n) { return n.net.parameter_count(); })
+                             [](const PyNetwork& n) { return n.arch().to_json().dump(); })
+      .def_property_readonly("parameter_count", [](const PyNetwork& n) { return n.arch().parameter_count(); })
       .def("tensor_names",
            [](const PyNetwork& n) {
              std::vector<std::string> names;
-             n.net.for_each_tensor(
-                 [&](const std::string& name, const Mat<Rational>&, Layout) { names.push_back(name); });
+             n.visit([&](const auto& net) {
+               net.for_each_tensor(
+                   [&](const std::string& name, const auto&, Layout) { names.push_back(name); });
+             });
              return names;
            })
       .def(
           "tensor",
           [](const PyNetwork& n, const std::string& want, bool exact) -> py::object {
             py::object out = py::none();
-            n.net.for_each_tensor([&](const std::string& name, const Mat<Rational>& m, Layout l) {
-              if (name != want) return;
-              const std::vector<std::int64_t> shape = torch_shape(m, l);
-              if (exact) {
-                py::list flat;
-                for_each_torch_element(m, l, [&](const Rational& x) { flat.append(x.str()); });
-                out = py::make_tuple(flat, shape);
-                return;
-              }
-              py::array_t<double> a(shape);
-              double* p = a.mutable_data();
-              for_each_torch_element(m, l, [&](const Rational& x) { *p++ = Scalar<Rational>::to_double(x); });
-              out = a;
+            n.visit([&](const auto& net) {
+              net.for_each_tensor([&](const std::string& name, const auto& m, Layout l) {
+                using T = typename std::decay_t<decltype(m)>::Scalar;
+                if (name != want) return;
+                const std::vector<std::int64_t> shape = torch_shape(m, l);
+                if (exact) {
+                  py::list flat;
+                  for_each_torch_element(m, l,
+                                         [&](const T& x) { flat.append(Scalar<T>::to_rational(x).str()); });
+                  out = py::make_tuple(flat, shape);
+                  return;
+                }
+                py::array_t<double> a(shape);
+                double* p = a.mutable_data();
+                for_each_torch_element(m, l, [&](const T& x) { *p++ = Scalar<T>::to_double(x); });
+                out = a;
+              });
             });
             if (out.is_none()) throw Error("no tensor named \"" + want + "\"");
             return out;
@@ -292,20 +326,26 @@ PYBIND11_MODULE(_core, m) {
           [](PyNetwork& n, const std::string& want,
              py::array_t<double, py::array::c_style | py::array::forcecast> a) {
             bool found = false;
-            n.net.for_each_tensor([&](const std::string& name, Mat<Rational>& m, Layout l) {
-              if (name != want) return;
-              found = true;
-              const std::vector<std::int64_t> shape = torch_shape(m, l);
-              if (a.ndim() != static_cast<py::ssize_t>(shape.size()) || a.size() != m.size())
-                throw Error("tensor \"" + name + "\": expected " + std::to_string(m.size()) + " values in " +
-                            std::to_string(shape.size()) + " dimensions");
-              for (std::size_t k = 0; k < shape.size(); ++k)
-                if (a.shape(static_cast<py::ssize_t>(k)) != shape[k])
-                  throw Error("tensor \"" + name + "\": shape differs from the architecture's");
-              const double* p = a.data();
-              for_each_torch_element(m, l, [&](Rational& x) {
-                if (!std::isfinite(*p)) throw Error("tensor \"" + name + "\": a value is not finite");
-                x = rational_of(*p++);  // exact
+            n.visit([&](auto& net) {
+              net.for_each_tensor([&](const std::string& name, auto& m, Layout l) {
+                using T = typename std::decay_t<decltype(m)>::Scalar;
+                if (name != want) return;
+                found = true;
+                const std::vector<std::int64_t> shape = torch_shape(m, l);
+                if (a.ndim() != static_cast<py::ssize_t>(shape.size()) || a.size() != m.size())
+                  throw Error("tensor \"" + name + "\": expected " + std::to_string(m.size()) +
+                              " values in " + std::to_string(shape.size()) + " dimensions");
+                for (std::size_t k = 0; k < shape.size(); ++k)
+                  if (a.shape(static_cast<py::ssize_t>(k)) != shape[k])
+                    throw Error("tensor \"" + name + "\": shape differs from the architecture's");
+                const double* p = a.data();
+                for_each_torch_element(m, l, [&](T& x) {
+                  if (!std::isfinite(*p)) throw Error("tensor \"" + name + "\": a value is not finite");
+                  if constexpr (std::is_same_v<T, double>)
+                    x = *p++;
+                  else
+                    x = rational_of(*p++);  // exact
+                });
               });
             });
             if (!found) throw Error("no tensor named \"" + want + "\"");
@@ -454,7 +494,7 @@ PYBIND11_MODULE(_core, m) {
         return released({cb}, [&] {
           auto run = [&](auto zero) {
             using S = decltype(zero);
-            Network<S> net = network_cast<S>(init.net);
+            Network<S> net = init.visit([](const auto& n) { return network_cast<S>(n); });
             const TrainReport r = train(net, data, validation, c, "", [&](const Progress& p) {
               if (cb) cb->call("train", p.step, p.steps);
               stop_if_interrupted(cb);
@@ -473,7 +513,7 @@ PYBIND11_MODULE(_core, m) {
       [](const std::string& arch, std::uint64_t seed, double gain) {
         Network<double> net(Architecture::from_json(parse_json(arch, "architecture")));
         init_random(net, seed, gain);
-        return PyNetwork{network_cast<Rational>(net)};
+        return PyNetwork{std::move(net)};
       },
       py::arg("architecture"), py::arg("seed") = 1, py::arg("gain") = 1.0);
 
@@ -492,7 +532,8 @@ PYBIND11_MODULE(_core, m) {
         o.min_bits = min_bits, o.rounding = rounding, o.separation = separation, o.seed = seed;
         o.progress = progress_of(cb);
         return released({cb}, [&] {
-          const Analysis a = uatlab::analyse(n.net, ds, o);
+          const Analysis a =
+              n.as<Rational>([&](const Network<Rational>& net) { return uatlab::analyse(net, ds, o); });
           if (!plot.empty() && !a.layers.empty()) plot_separation(a, plot);
           return std::make_pair(json_text(a.report()), a.summary());
         });

@@ -103,6 +103,14 @@ with tempfile.TemporaryDirectory() as tmp:
         lo, hi = net.eval(ids, precision="interval:128")
         check(((lo <= ref + 1e-12) & (ref - 1e-12 <= hi)).all() and (hi - lo).max() < 1e-15,
               "MPFI encloses the logits")
+    # Held as the file's doubles (not rationals), still exactly: every value is the F32 of the file.
+    from fractions import Fraction
+    got = net.exact_tensor("layers.0.q.weight")
+    want = t["h.0.attn.c_attn.weight"][:, :d].T
+    check(all(Fraction(got[i, j]) == Fraction(float(want[i, j])) for i in range(d) for j in range(d)),
+          "exact_tensor: the file's values, exactly (Conv1D transposed)")
+    f32, f64 = net.eval([1, 2], precision="float"), net.eval([1, 2])
+    check(np.abs(f32 - f64).max() < 1e-4 * np.abs(f64).max(), "a network held in doubles evaluates in float too")
     # A "transformer." prefix, the file itself beside its config, and the CLI.
     tiny_gpt2(os.path.join(tmp, "prefixed"), d, H, L, V, P, prefix="transformer.")
     check(np.array_equal(uatlab.load(os.path.join(tmp, "prefixed", "model.safetensors")).eval([1, 2]), net.eval([1, 2])),

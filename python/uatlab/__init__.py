@@ -132,7 +132,9 @@ def task(name, **options):
 
 
 class Network:
-    """A network with exact weights (rationals), whatever it came from."""
+    """A network with exact weights, whatever it came from: held as rationals, or as doubles when every
+    weight is one (a safetensors file or GPT-2 checkpoint, a random initialisation): GPT-2 124M
+    loads in 2.6 s and 1.7 GiB so, where rationals took 57 s and 15 GiB."""
 
     def __init__(self, core):
         self._core = core
