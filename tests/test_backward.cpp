@@ -50,7 +50,7 @@ void check(const std::string& arch_json, Loss loss, std::uint64_t seed, std::vec
   init_random(nd, seed, 1.5);
   const MpfrPrecision precision(256);
   Network<Mpfr> net = network_cast<Mpfr>(nd);
-  const Dataset ds = data(arch.vocab > 0, arch.d, arch.vocab, arch.out_dim(), loss, seed, lengths);
+  const Dataset ds = data(arch.vocab > 0, arch.in_dim(), arch.vocab, arch.out_dim(), loss, seed, lengths);
   const Batch<Mpfr> batch = make_batch<Mpfr>(ds, {0, 1}, loss, arch.out_dim());
   Network<Mpfr> grad = zero_like(net);
   loss_and_gradient(net, batch, loss, grad);
@@ -151,6 +151,13 @@ TEST(Backward, CausalLinRpePreNormTokensPositionsCrossEntropy) {
     {"type":"attention","heads":2,"head_size":1,"causal":true,"rpe":"lin","pre_norm":true},
     {"type":"feedforward","width":5,"pre_norm":true}]})",
         Loss::cross_entropy, 2);
+}
+
+TEST(Backward, InputProjectionPositionsEncoderHead) {  // nn.Linear in front of an encoder
+  check(R"({"d":4,"input":3,"max_len":6,"readout":2,"layers":[
+    {"type":"attention","heads":2,"head_size":2,"bias":true,"sqrt_scaling":true},{"type":"layernorm"},
+    {"type":"feedforward","width":5},{"type":"layernorm"}]})",
+        Loss::mse, 11);
 }
 
 TEST(Backward, TiedQkvLogRpeLayerNormSubLayer) {

@@ -348,7 +348,23 @@ def test_whole_models():
         check(False, "an untied head cannot go back into a tied embedding")
     except uatlab.Error as e:
         check("differs" in str(e), f"an untied head is refused: {e}")
-    for bad, needle in ((dict(embedding=nn.Linear(3, d)), "input projection"),
+    # An input projection (nn.Linear of continuous tokens to d) in front, with and without bias.
+    xs = torch.randn(2, L, 3, dtype=torch.float64)
+    for proj in (nn.Linear(3, d).double(), nn.Linear(3, d, bias=False).double()):
+        net = uatlab.from_torch(enc, embedding=proj, positions=pos, head=head, causal=True)
+        with torch.no_grad():
+            ref = head(enc(proj(xs) + pos.weight[:L], mask=mask)).numpy()
+        got = np.stack(net.eval([x.numpy() for x in xs]))
+        err = np.abs(got - ref).max() / np.abs(ref).max()
+        lo, hi = net.eval(xs[0].numpy(), precision="interval:80")
+        check(err < 1e-13 and net.architecture["input"] == 3 and ((lo <= ref[0] + 1e-13) & (ref[0] <= hi + 1e-13)).all(),
+              f"input projection (bias {proj.bias is not None}): {err:.1e} against PyTorch, MPFI encloses it")
+        proj2 = nn.Linear(3, d, bias=proj.bias is not None).double()
+        net.to_torch(into=encoder(), embedding=proj2, positions=nn.Embedding(L, d).double(), head=nn.Linear(d, 3).double(),
+                     causal=True)
+        check(torch.equal(proj2.weight, proj.weight), "to_torch(into=...) fills the input projection")
+    check(up.name_map(enc, proj)["embedding.weight"] == "input.weight", "name_map of an input projection")
+    for bad, needle in ((dict(embedding=nn.Linear(3, d + 1)), "the encoder's d"),
                         (dict(embedding=emb, positions=torch.zeros(L, d + 1)), "positions"),
                         (dict(embedding=emb, head=nn.Conv1d(d, 3, 1)), "head")):
         try:

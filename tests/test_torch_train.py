@@ -44,6 +44,8 @@ def architectures():
             arch["vocab"], arch["max_len"] = 7, 8
         elif i % 7 == 0:
             arch["max_len"] = 8
+        elif i % 5 == 1:  # an input projection (nn.Linear of 4 numbers to d)
+            arch["input"] = 4
         yield arch, loss
 
 
@@ -64,7 +66,7 @@ def make_data(arch, loss, gen, path, count=4, n=6):
             x = torch.randint(0, arch["vocab"], (n,), generator=gen)
             line["tokens"] = x.tolist()
         else:
-            x = torch.rand(n, arch["d"], generator=gen, dtype=torch.float64) * 2 - 1
+            x = torch.rand(n, arch.get("input") or arch["d"], generator=gen, dtype=torch.float64) * 2 - 1
             line["x"] = x.tolist()
         xs.append(x)
         if loss == "ce":

@@ -72,7 +72,9 @@ int cmd_info(const std::string& model) {
     const Architecture a = read_architecture(model);
     std::cout << "model       " << model << "\n"
               << "input       "
-              << (a.vocab > 0 ? "token ids, vocab " + std::to_string(a.vocab) : "continuous")
+              << (a.vocab > 0   ? "token ids, vocab " + std::to_string(a.vocab)
+                  : a.input > 0 ? "continuous, " + std::to_string(a.input) + " numbers per token, projected"
+                                : "continuous")
               << ", d = " << a.d
               << (a.max_len > 0 ? ", positional table up to n = " + std::to_string(a.max_len) : "") << "\n";
     for (std::size_t i = 0; i < a.layers.size(); ++i)
@@ -259,6 +261,9 @@ void add_architecture_flags(CLI::App* app, ArchitectureFlags& a) {
   app->add_option("--vocab", a.vocab, "Token-id input with this vocabulary (0: continuous input)")
       ->check(CLI::Range(0, 1 << 30))
       ->excludes(arch);
+  app->add_option("--input", a.input, "Continuous tokens of this many numbers, projected to d (0: none)")
+      ->check(CLI::Range(0, 1 << 30))
+      ->excludes(arch);
   app->add_option("--max-len", a.max_len, "Positional table for sequences up to this length (0: none)")
       ->check(CLI::Range(0, 1 << 30))
       ->excludes(arch);
@@ -279,6 +284,7 @@ Architecture architecture_from_flags(const ArchitectureFlags& a) {
     if (a.d < 1) throw Error("give --arch or --d with --layer flags");
     aj = {{"d", a.d},
           {"vocab", a.vocab},
+          {"input", a.input},
           {"max_len", a.max_len},
           {"readout", a.readout},
           {"layers", json::array()}};

@@ -26,7 +26,7 @@ void add_reproduce_commands(CLI::App& app, Commands& commands);  // reproduce, s
 // repeated --layer "attention:heads=2,head_size=4" flags.
 struct ArchitectureFlags {
   std::string arch;
-  int d = 0, vocab = 0, max_len = 0, readout = 0;
+  int d = 0, vocab = 0, input = 0, max_len = 0, readout = 0;
   std::vector<std::string> layers;
 };
 void add_architecture_flags(CLI::App* app, ArchitectureFlags& flags);

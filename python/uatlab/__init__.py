@@ -328,7 +328,8 @@ def from_torch(module, architecture=None, causal=False, embedding=None, position
     """A uatlab Network from PyTorch: a uatlab.pytorch.UatlabNet, an nn.TransformerEncoderLayer or
     nn.TransformerEncoder (norm_first either way, ReLU or GELU, its final norm), or a state_dict with
     the architecture it belongs to. With an encoder, the common composition around it too:
-    embedding (an nn.Embedding of token ids), positions (an nn.Embedding, a (max_len, d) table such
+    embedding (an nn.Embedding of token ids, or an nn.Linear: an input projection of continuous
+    tokens to d), positions (an nn.Embedding, a (max_len, d) table such
     as the tutorials' sinusoidal buffer, or a module holding one; added to the embedded tokens), and
     head (an nn.Linear to the outputs, or the embedding itself for a tied unembedding). Every weight
     is kept exactly; what has no exact counterpart is refused. PyTorch passes a causal mask at call

@@ -53,7 +53,7 @@ def exact_float(x):
 
 # The values of the architecture keys a file may omit: the C++ reader's defaults
 # (Architecture::from_json); tests/test_torch_oracle.py checks that the two agree.
-ARCH_DEFAULTS = {"vocab": 0, "max_len": 0, "readout": 0, "pool": "none"}
+ARCH_DEFAULTS = {"vocab": 0, "input": 0, "max_len": 0, "readout": 0, "pool": "none"}
 LAYER_DEFAULTS = {
     "attention": {"heads": 1, "head_size": 1, "score": "softmax", "scale": "1", "sqrt_scaling": False,
                   "rpe": "none", "t5_buckets": 32, "t5_max_distance": 128, "dp_free": False, "causal": False,
@@ -263,6 +263,8 @@ class UatlabNet(nn.Module):
         d = arch["d"]
         if arch.get("vocab", 0) > 0:
             self.embed = nn.Embedding(arch["vocab"], d)
+        if arch.get("input", 0) > 0:
+            self.input = nn.Linear(arch["input"], d)
         if arch.get("max_len", 0) > 0:
             self.pe = nn.Embedding(arch["max_len"], d)
         self.layers = nn.ModuleList(Layer(s, d) for s in arch["layers"])
@@ -275,7 +277,7 @@ class UatlabNet(nn.Module):
                 l.body.hardmax_tolerance = tol
 
     def forward(self, x):
-        z = self.embed(x) if self.arch.get("vocab", 0) > 0 else x
+        z = self.embed(x) if self.arch.get("vocab", 0) > 0 else self.input(x) if self.arch.get("input", 0) > 0 else x
         if self.arch.get("max_len", 0) > 0:
             z = z + self.pe.weight[: z.shape[1]]
         for layer in self.layers:
@@ -438,7 +440,7 @@ def _squeeze_table(t, d):
 
 def bindings(encoder, embedding=None, positions=None, head=None, causal=False):
     """(architecture, [Binding]) of the common composition: an optional token embedding
-    (nn.Embedding), optional learned or fixed positions added to it, an nn.TransformerEncoder (or one
+    (nn.Embedding) or input projection (nn.Linear of continuous tokens to d), optional learned or fixed positions added to it, an nn.TransformerEncoder (or one
     nn.TransformerEncoderLayer; its final norm included), and an optional head: an nn.Linear to the
     outputs, or the embedding itself (tied unembedding, logits = z·Eᵀ). causal: the network of
     encoder(x, mask=causal mask). The same bindings read the modules (from_torch) and fill them
@@ -464,10 +466,20 @@ def bindings(encoder, embedding=None, positions=None, head=None, causal=False):
             if layer["type"] == "attention":
                 layer["causal"] = True
     arch = {"d": d, "layers": layers}
-    if embedding is not None:
+    if isinstance(embedding, nn.Linear):  # an input projection: continuous tokens of in_features numbers
+        if embedding.out_features != d:
+            raise ValueError(f"embedding: an nn.Linear to {embedding.out_features}, the encoder's d is {d}")
+        arch["input"] = embedding.in_features
+        bs.append(Binding("input.weight", embedding.weight, "embedding.weight"))
+        if embedding.bias is not None:
+            bs.append(Binding("input.bias", embedding.bias, "embedding.bias"))
+        else:
+            bs.append(Binding("input.bias", torch.zeros(d, dtype=embedding.weight.dtype), "(no bias: zeros)",
+                              fixed=True))
+    elif embedding is not None:
         if not isinstance(embedding, nn.Embedding):
-            raise ValueError(f"embedding: expected an nn.Embedding (token ids), got {type(embedding).__name__}; "
-                             "an input projection (nn.Linear) has no uatlab counterpart yet: apply it to the data")
+            raise ValueError(f"embedding: expected an nn.Embedding (token ids) or an nn.Linear (an input "
+                             f"projection), got {type(embedding).__name__}")
         if embedding.max_norm is not None:
             raise ValueError("embedding: max_norm renormalises the rows at lookup, which uatlab does not do")
         if embedding.embedding_dim != d:
@@ -479,7 +491,7 @@ def bindings(encoder, embedding=None, positions=None, head=None, causal=False):
         arch["max_len"] = table.shape[0]
         bs.append(Binding("pe.weight", table, name))
     if head is not None:
-        if head is embedding and embedding is not None:  # tied: logits = z·Eᵀ, no bias
+        if head is embedding and isinstance(embedding, nn.Embedding):  # tied: logits = z·Eᵀ, no bias
             arch["readout"] = embedding.num_embeddings
             bs.append(Binding("readout.weight", embedding.weight, "embedding.weight (tied head)", fixed=True))
             bs.append(Binding("readout.bias", torch.zeros(embedding.num_embeddings, dtype=embedding.weight.dtype),
@@ -524,7 +536,7 @@ def to_uatlab(module, architecture=None, embedding=None, positions=None, head=No
 
 
 # The architecture keys that decide what a network computes (a layer's "source" is only its name).
-_SAME = ("d", "vocab", "max_len", "readout", "pool")
+_SAME = ("d", "vocab", "input", "max_len", "readout", "pool")
 _SAME_LAYER = ("type", "heads", "head_size", "score", "scale", "sqrt_scaling", "rpe", "dp_free", "causal",
                "strict_past", "window", "tied_qkv", "bias", "pre_norm", "width", "activation")
 

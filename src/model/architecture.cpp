@@ -144,7 +144,8 @@ auto enum_of(const json& v, const EnumNames<Last>& names, const std::string& wha
 
 long long Architecture::parameter_count() const {
   const long long D = d;  // every size is <= 2^30 and every product of two <= 2^30 (validate)
-  long long n = D * (vocab + max_len) + (readout > 0 ? (D + 1) * readout : 0);
+  long long n =
+      D * (vocab + max_len) + (readout > 0 ? (D + 1) * readout : 0) + (input > 0 ? D * (input + 1LL) : 0);
   for (const LayerSpec& l : layers) {
     if (l.pre_norm || l.kind == LayerKind::layernorm) n += 2 * D;
     if (l.kind == LayerKind::attention) {
@@ -174,8 +175,11 @@ void Architecture::validate() const {
   in_range(vocab, 0, "architecture: vocab");
   in_range(max_len, 0, "architecture: max_len");
   in_range(readout, 0, "architecture: readout");
-  if (static_cast<long long>(d) * std::max({vocab, max_len, readout, 1}) > kMax)
-    throw Error("architecture: d times vocab, max_len or readout exceeds 2^30 weights");
+  in_range(input, 0, "architecture: input");
+  if (static_cast<long long>(d) * std::max({vocab, max_len, readout, input, 1}) > kMax)
+    throw Error("architecture: d times vocab, input, max_len or readout exceeds 2^30 weights");
+  if (vocab > 0 && input > 0)
+    throw Error("architecture: token ids (vocab) or an input projection (input), not both");
   for (std::size_t i = 0; i < layers.size(); ++i) {
     const LayerSpec& l = layers[i];
     const std::string w = where(i);
@@ -281,24 +285,28 @@ json Architecture::to_json() const {
     if (!l.source.empty()) j["source"] = l.source;
     ls.push_back(j);
   }
-  return {{"format", "uatlab-architecture-1"},
-          {"d", d},
-          {"vocab", vocab},
-          {"max_len", max_len},
-          {"readout", readout},
-          {"pool", pool ? "sum" : "none"},
-          {"layers", ls}};
+  json j = {{"format", "uatlab-architecture-1"},
+            {"d", d},
+            {"vocab", vocab},
+            {"max_len", max_len},
+            {"readout", readout},
+            {"pool", pool ? "sum" : "none"},
+            {"layers", ls}};
+  if (input > 0) j["input"] = input;
+  return j;
 }
 
 Architecture Architecture::from_json(const json& j) try {
   if (!j.is_object()) throw Error("architecture must be a JSON object");
-  reject_unknown(j, {"format", "d", "vocab", "max_len", "readout", "pool", "layers"}, "architecture: ");
+  reject_unknown(j, {"format", "d", "vocab", "input", "max_len", "readout", "pool", "layers"},
+                 "architecture: ");
   if (j.contains("format") && j["format"] != "uatlab-architecture-1")
     throw Error("architecture: unsupported format " + j["format"].dump());
   Architecture a;
   if (!j.contains("d")) throw Error("architecture: missing \"d\"");
   a.d = positive_int(j["d"], "architecture: d");
   if (j.contains("vocab")) a.vocab = positive_int(j["vocab"], "architecture: vocab", 0);
+  if (j.contains("input")) a.input = positive_int(j["input"], "architecture: input", 0);
   if (j.contains("max_len")) a.max_len = positive_int(j["max_len"], "architecture: max_len", 0);
   if (j.contains("readout")) a.readout = positive_int(j["readout"], "architecture: readout", 0);
   if (j.contains("pool")) {

@@ -35,6 +35,10 @@ Network<S>::Network(Architecture a) : arch(std::move(a)) {
   const int d = arch.d;
   auto zeros = [](Eigen::Index r, Eigen::Index c) { return Mat<S>(Mat<S>::Zero(r, c)); };
   if (arch.vocab > 0) embed = zeros(d, arch.vocab);
+  if (arch.input > 0) {
+    in_w = zeros(d, arch.input);
+    in_b = zeros(d, 1);
+  }
   if (arch.max_len > 0) pe = zeros(d, arch.max_len);
   if (arch.readout > 0) {
     readout_w = zeros(arch.readout, d);
@@ -520,15 +524,25 @@ void mixer(const Layer<S>& L, const Mat<S>& X, Mat<S>& Z) {
   if (L.spec.bias) Z.colwise() += L.bo.col(0);
 }
 
+// The input tokens in R^d: x itself, or W_in x + b_in through an input projection.
+template <class S>
+Mat<S> project_input(const Network<S>& net, const Mat<S>& x) {
+  if (net.arch.input <= 0) return x;
+  Mat<S> z = Mat<S>::Zero(net.arch.d, x.cols());
+  add_product(z, net.in_w, x);
+  z.colwise() += net.in_b.col(0);
+  return z;
+}
+
 template <class S>
 Mat<S> forward(const Network<S>& net, const Mat<S>& x, const EvalOptions& opt, Activations<S>* capture) {
   const Architecture& a = net.arch;
   check_evaluable<S>(a);
-  if (x.rows() != a.d)
-    throw Error("input has " + std::to_string(x.rows()) +
-                " rows per token, the network expects d = " + std::to_string(a.d));
+  if (x.rows() != a.in_dim())
+    throw Error("input has " + std::to_string(x.rows()) + " rows per token, the network expects " +
+                (a.input > 0 ? "input = " : "d = ") + std::to_string(a.in_dim()));
   if (x.cols() < 1) throw Error("input sequence is empty");
-  Mat<S> Z = x;
+  Mat<S> Z = project_input(net, x);
   if (a.max_len > 0) {
     if (x.cols() > a.max_len)
       throw Error("sequence length " + std::to_string(x.cols()) +

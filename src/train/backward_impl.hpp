@@ -549,10 +549,13 @@ S forward_train(const Network<S>& net, const Batch<S>& batch, Loss loss, Trace<S
       Z.col(c) = net.embed.col(id);
     }
   } else {
-    if (batch.x.rows() != a.d)
-      throw Error("batch tokens have " + std::to_string(batch.x.rows()) +
-                  " numbers, the network expects d = " + std::to_string(a.d));
-    Z = batch.x;
+    if (batch.x.rows() != a.in_dim())
+      throw Error("batch tokens have " + std::to_string(batch.x.rows()) + " numbers, the network expects " +
+                  (a.input > 0 ? "input = " : "d = ") + std::to_string(a.in_dim()));
+    if (a.input > 0)
+      weights_times(Z, net.in_w, batch.x, &net.in_b);  // the input projection: W_in x + b_in
+    else
+      Z = batch.x;
   }
   if (a.max_len > 0)
     for (int b = 0; b < batch.sequences(); ++b) {
@@ -683,7 +686,7 @@ void backward(const Network<S>& net, const Batch<S>& batch, Loss loss, const Tra
     const Mat<S>& in = L.spec.pre_norm ? t.u : t.in;
     // The gradient through the branch is needed upstream, or by this sub-layer's own LayerNorm;
     // the first sub-layer of a network with continuous tokens and no positions has neither.
-    const bool need_din = i > 0 || a.vocab > 0 || a.max_len > 0 || L.spec.pre_norm;
+    const bool need_din = i > 0 || a.vocab > 0 || a.input > 0 || a.max_len > 0 || L.spec.pre_norm;
     Mat<S> din;
     if (L.spec.kind == LayerKind::attention)
       din = attention_backward(L, G, in, batch.start, t, dZ, need_din);
@@ -706,6 +709,7 @@ void backward(const Network<S>& net, const Batch<S>& batch, Loss loss, const Tra
   if (a.vocab > 0)
     for (Eigen::Index c = 0; c < T; ++c)
       grad.embed.col(batch.ids[c]) += dZ.col(c);
+  if (a.input > 0) add_outer(grad.in_w, dZ, batch.x, &grad.in_b);
   if (a.max_len > 0)
     for (int b = 0; b < batch.sequences(); ++b) {
       const Eigen::Index n = batch.start[b + 1] - batch.start[b];

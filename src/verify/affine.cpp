@@ -21,6 +21,7 @@ AffineForward::AffineForward(const Network<Rational>& net) {
   head.readout_w = head.readout_b = Mat<Rational>();
   head_ = network_cast<Mpfi>(head);
   bare.arch.max_len = 0, bare.pe = Mat<Rational>::Zero(net.arch.d, 0);
+  bare.arch.input = 0, bare.in_w = bare.in_b = Mat<Rational>();  // head_ projects the input
   tail_ = network_cast<Mpfi>(bare);
   for (std::size_t i = 0; i < net.layers.size(); ++i) {
     const LayerSpec& si = net.arch.layers[i];

@@ -181,6 +181,10 @@ DomainBound certify_domain(const Network<Rational>& g, const yun::Target& f, int
   if (!f.fi)
     throw Error("target \"" + f.name +
                 "\" has no interval form; the domain certificate needs one (built-in targets have it)");
+  if (g.arch.input > 0 || g.arch.vocab > 0)
+    throw Error(
+        "the domain certificate takes networks of continuous tokens in R^d (no input projection or "
+        "token ids)");
   if (g.arch.d != d)
     throw Error("the network has d = " + std::to_string(g.arch.d) + ", the domain d = " + std::to_string(d));
   limits::check_count(o.bits, 2, limits::kPrecisionBits, "the bits of the domain certificate");

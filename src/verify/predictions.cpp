@@ -22,9 +22,9 @@ void check_fit(const Network<Rational>& net, const Dataset& ds, LabelKind kind) 
     throw Error(std::string("analyse: the network takes ") +
                 (a.vocab > 0 ? "token ids" : "continuous tokens") + ", the dataset has " +
                 (ds.token_input ? "token ids" : "continuous tokens"));
-  if (!ds.token_input && ds.d != a.d)
+  if (!ds.token_input && ds.d != a.in_dim())
     throw Error("analyse: the dataset's tokens have " + std::to_string(ds.d) +
-                " numbers, the network's d is " + std::to_string(a.d));
+                " numbers, the network takes " + std::to_string(a.in_dim()));
   for (std::size_t i = 0; i < ds.sequences.size(); ++i)
     if (ds.sequences[i].y.size() == 0)
       throw Error("analyse: sequence " + std::to_string(i + 1) + " has no labels (\"y\")");

@@ -1,10 +1,10 @@
 // The architecture of a network: everything but the weights.
 //
-// A network maps an input (d×n continuous tokens, or n token ids through an embedding) through an
-// optional absolute positional encoding, a sequence of residual sub-layers and an optional
-// linear readout. The architecture is plain data, identical for every scalar type; it travels
-// as JSON in every model file (docs/formats.md). Numbers that must stay exact (softmax scale,
-// layer-norm epsilon, piecewise-linear activations) are kept as their decimal/rational text.
+// A network maps an input (d×n continuous tokens, m×n ones through a linear input projection to d,
+// or n token ids through an embedding) through an optional absolute positional encoding, a sequence of
+// residual sub-layers and an optional linear readout. The architecture is plain data, identical for every
+// scalar type; it travels as JSON in every model file (docs/formats.md). Numbers that must stay exact
+// (softmax scale, layer-norm epsilon, piecewise-linear activations) are kept as their decimal/rational text.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -96,12 +96,14 @@ inline KeyRange attended_keys(const LayerSpec& s, long k, long n) {
 struct Architecture {
   int d = 0;          // token dimension
   int vocab = 0;      // > 0: inputs are token ids through a d×vocab embedding
+  int input = 0;      // > 0: inputs are vectors of this many numbers, projected to d (W_in x + b_in)
   int max_len = 0;    // > 0: absolute positional encoding, a learned/constructed d×max_len table
   int readout = 0;    // > 0: linear readout to this many outputs per token
   bool pool = false;  // "pool": "sum": the tokens are summed before the readout (one output column)
   std::vector<LayerSpec> layers;
 
   int out_dim() const { return readout > 0 ? readout : d; }
+  int in_dim() const { return input > 0 ? input : d; }  // numbers per continuous input token
   bool needs_transcendental() const;
   // Every invariant of an architecture, whoever built it (from_json, a construction, a test):
   // throws Error naming the first inconsistency. Network<S> validates before allocating.

@@ -46,6 +46,7 @@ template <class S>
 struct Network {
   Architecture arch;
   Mat<S> embed;                 // d×vocab
+  Mat<S> in_w, in_b;            // d×input, d×1: the input projection
   Mat<S> pe;                    // d×max_len
   Mat<S> readout_w, readout_b;  // k×d, k×1
   std::vector<Layer<S>> layers;
@@ -160,6 +161,10 @@ void Network<S>::visit(Self& net, F& f) {
   };
   const std::string none;
   const Architecture& a = net.arch;
+  if (a.input > 0) {
+    call(none, "input.weight", net.in_w, Layout::Matrix, Role::weight);
+    call(none, "input.bias", net.in_b, Layout::Vector, Role::bias);
+  }
   if (a.vocab > 0) call(none, "embed.weight", net.embed, Layout::TokenMajor, Role::embedding);
   if (a.max_len > 0) call(none, "pe.weight", net.pe, Layout::TokenMajor, Role::position);
   for (std::size_t i = 0; i < net.layers.size(); ++i) {
