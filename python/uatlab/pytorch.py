@@ -438,6 +438,14 @@ def _squeeze_table(t, d):
     return t
 
 
+def _linear_bindings(name, linear, torch_name):
+    """An nn.Linear as uatlab's NAME.weight and NAME.bias (zeros, fixed, when it has no bias)."""
+    bias = (Binding(name + ".bias", linear.bias, torch_name + ".bias") if linear.bias is not None else
+            Binding(name + ".bias", torch.zeros(linear.out_features, dtype=linear.weight.dtype), "(no bias: zeros)",
+                    fixed=True))
+    return [Binding(name + ".weight", linear.weight, torch_name + ".weight"), bias]
+
+
 def bindings(encoder, embedding=None, positions=None, head=None, causal=False):
     """(architecture, [Binding]) of the common composition: an optional token embedding
     (nn.Embedding) or input projection (nn.Linear of continuous tokens to d), optional learned or fixed positions added to it, an nn.TransformerEncoder (or one
@@ -470,12 +478,7 @@ def bindings(encoder, embedding=None, positions=None, head=None, causal=False):
         if embedding.out_features != d:
             raise ValueError(f"embedding: an nn.Linear to {embedding.out_features}, the encoder's d is {d}")
         arch["input"] = embedding.in_features
-        bs.append(Binding("input.weight", embedding.weight, "embedding.weight"))
-        if embedding.bias is not None:
-            bs.append(Binding("input.bias", embedding.bias, "embedding.bias"))
-        else:
-            bs.append(Binding("input.bias", torch.zeros(d, dtype=embedding.weight.dtype), "(no bias: zeros)",
-                              fixed=True))
+        bs += _linear_bindings("input", embedding, "embedding")
     elif embedding is not None:
         if not isinstance(embedding, nn.Embedding):
             raise ValueError(f"embedding: expected an nn.Embedding (token ids) or an nn.Linear (an input "
@@ -500,12 +503,7 @@ def bindings(encoder, embedding=None, positions=None, head=None, causal=False):
             if head.in_features != d:
                 raise ValueError(f"head: {head.in_features} inputs, the encoder's d is {d}")
             arch["readout"] = head.out_features
-            bs.append(Binding("readout.weight", head.weight, "head.weight"))
-            if head.bias is not None:
-                bs.append(Binding("readout.bias", head.bias, "head.bias"))
-            else:
-                bs.append(Binding("readout.bias", torch.zeros(head.out_features, dtype=head.weight.dtype),
-                                  "(no bias: zeros)", fixed=True))
+            bs += _linear_bindings("readout", head, "head")
         else:
             raise ValueError(f"head: expected an nn.Linear or the embedding (tied), got {type(head).__name__}")
     return arch, bs
