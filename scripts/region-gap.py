@@ -1,0 +1,151 @@
+"""How far below the truth are analyse's certified radii? (issue 42, docs/analyse.md)
+
+For each sequence, `analyse(epsilon=...)` finds the largest ℓ∞ radius around the embedded tokens
+at which plain interval propagation certifies every prediction: a lower bound on the sequence's
+true robust radius. A projected-gradient attack (PGD, float64 PyTorch) finds perturbations that
+change a prediction: the smallest radius at which it finds one is an upper bound (up to float64
+rounding at the flip; the margins there are far from it). The truth lies between; the ratio says
+how loose the certificate is at most.
+
+Two models: the tour's causal model (examples/tour.ipynb section 6: token embedding, learned
+positions, one pre-norm encoder layer with a final norm, tied head; trained here exactly as there)
+and the 2-layer d 16 encoder of bench/run_certify.py (`uatlab train`, 1,500 steps, 3 classes per
+token), on its first 20 sequences.
+
+usage: /usr/bin/python3 scripts/region-gap.py BUILD_DIR
+"""
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import torch
+
+BUILD = sys.argv[1]
+sys.path.insert(0, os.path.join(BUILD, "python"))
+import uatlab  # noqa: E402
+import uatlab.pytorch  # noqa: E402
+
+
+def pgd_radius(forward, z0, labels, eps_lo, restarts=3, steps=40, rounds=14, seed=0):
+    """Per sequence, the smallest radius (within a factor 2^(1/8)) at which PGD finds a perturbation
+    of the embedded tokens z0 (B, n, d) that changes a prediction away from `labels` (B, n):
+    doubling from eps_lo, then bisection in log scale. inf where none is found up to 2^20·eps_lo."""
+    gen = torch.Generator().manual_seed(seed)
+
+    def attack(eps):  # (B,) bool: a flip found within eps (B,)
+        found = torch.zeros(len(z0), dtype=torch.bool)
+        e = eps.view(-1, 1, 1)
+        for r in range(restarts):
+            delta = (torch.rand(z0.shape, generator=gen, dtype=z0.dtype) * 2 - 1) * e if r else torch.zeros_like(z0)
+            for _ in range(steps):
+                delta.requires_grad_(True)
+                y = forward(z0 + delta)                                   # (B, n, classes)
+                true = y.gather(-1, labels.unsqueeze(-1)).squeeze(-1)
+                other = y.masked_fill(torch.nn.functional.one_hot(labels, y.shape[-1]).bool(), -torch.inf).amax(-1)
+                worst = (other - true).amax(-1)                           # > 0: a prediction changed
+                found |= (worst > 0).detach()
+                grad, = torch.autograd.grad(worst.sum(), delta)
+                with torch.no_grad():
+                    delta = torch.maximum(torch.minimum(delta + e / 8 * grad.sign(), e), -e)
+            with torch.no_grad():
+                y = forward(z0 + delta)
+                found |= (y.argmax(-1) != labels).any(-1)
+        return found
+
+    lo = eps_lo.clone()
+    hi = torch.full_like(lo, torch.inf)
+    for _ in range(20):  # doubling until the attack succeeds
+        todo = torch.isinf(hi)
+        if not todo.any():
+            break
+        trial = torch.where(todo, lo * 2, lo)
+        ok = attack(trial) & todo
+        hi = torch.where(ok, trial, hi)
+        lo = torch.where(todo & ~ok, trial, lo)
+    for _ in range(rounds):  # bisection in log scale, where bracketed
+        mid = torch.sqrt(lo * hi)
+        fin = torch.isfinite(hi)
+        ok = attack(torch.where(fin, mid, lo))
+        hi = torch.where(fin & ok, mid, hi)
+        lo = torch.where(fin & ~ok, mid, lo)
+    return hi
+
+
+def tour_model():
+    V, L, d = 6, 8, 16
+    torch.manual_seed(1)
+    emb, pos = torch.nn.Embedding(V, d).double(), torch.nn.Embedding(L, d).double()
+    encoder = torch.nn.TransformerEncoder(
+        torch.nn.TransformerEncoderLayer(d, 2, 32, dropout=0.0, batch_first=True, norm_first=True), 1,
+        norm=torch.nn.LayerNorm(d), enable_nested_tensor=False).double()
+    causal = torch.nn.Transformer.generate_square_subsequent_mask(L).double()
+
+    def lm(ids):
+        return encoder(emb(ids) + pos.weight[: ids.shape[1]], mask=causal) @ emb.weight.t()
+    ids = torch.stack([(s + 2 * torch.arange(L)) % V for s in torch.arange(V)])
+    targets = (ids + 2) % V
+    params = list(emb.parameters()) + list(pos.parameters()) + list(encoder.parameters())
+    opt = torch.optim.Adam(params, lr=1e-2)
+    for _ in range(300):
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(lm(ids).reshape(-1, V), targets.reshape(-1)).backward()
+        opt.step()
+    encoder.eval()
+    net = uatlab.from_torch(encoder, embedding=emb, positions=pos, head=emb, causal=True)
+    head = emb.weight.detach().clone()  # the box is on the embedded tokens; the tied head stays
+
+    def forward(z):
+        return encoder(z + pos.weight[: z.shape[1]].detach(), mask=causal) @ head.t()
+    return "tour, causal LM (d 16, 1 layer, 6 sequences of 8)", net, ids, targets, emb(ids).detach(), forward
+
+
+def trained_encoder(tmp):
+    cli = os.path.join(BUILD, "uatlab")
+    data, model = os.path.join(tmp, "trained.jsonl"), os.path.join(tmp, "trained.safetensors")
+    rng = random.Random(1)  # bench/run_certify.py's data and command
+    rows = [([rng.randrange(16) for _ in range(8)], [rng.randrange(3) for _ in range(8)]) for _ in range(100)]
+    with open(data, "w") as f:
+        for x, y in rows:
+            f.write(json.dumps({"tokens": x, "y": y}) + "\n")
+    subprocess.run([cli, "-q", "train", "--data", data, "--vocab", "16", "--d", "16", "--max-len", "8", "--readout",
+                    "3", "--layer", "attention:heads=2,head_size=8", "--layer", "feedforward:width=32",
+                    "--layer", "attention:heads=2,head_size=8", "--layer", "feedforward:width=32",
+                    "--loss", "ce", "--steps", "1500", "--lr", "0.01", "-o", model], check=True)
+    net = uatlab.load(model)
+    mod = uatlab.pytorch.load(model, torch.float64).eval()
+    ids = torch.tensor([x for x, _ in rows[:20]])
+    labels = torch.tensor([y for _, y in rows[:20]])
+
+    def forward(z):
+        z = z + mod.pe.weight[: z.shape[1]]
+        for layer in mod.layers:
+            z = layer(z)
+        return mod.readout(z)
+    return "trained 2-layer d 16 encoder (bench/run_certify.py, 20 sequences of 8)", net, ids, labels, \
+        mod.embed(ids).detach(), forward
+
+
+def main():
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, net, ids, labels, z0, forward in (tour_model(), trained_encoder(tmp)):
+            seqs = [[int(t) for t in r] for r in ids]
+            with torch.no_grad():
+                assert (forward(z0).argmax(-1) == labels).all(), "every prediction right at the points"
+            rep = uatlab.analyse(net, seqs, labels.tolist(), min_bits=False, rounding=False, separation=False,
+                                 epsilon="1/10000000000", epsilon_steps=12)["region"]
+            cert = np.array(rep["largest_epsilon_certified"], dtype=float)
+            atk = pgd_radius(forward, z0, labels, torch.tensor(cert, dtype=torch.float64)).numpy()
+            ratio = atk / cert
+            print(f"{name}\n  certified (intervals): median {np.median(cert):.2g}, {cert.min():.2g} .. {cert.max():.2g}"
+                  f"\n  attack (PGD):          median {np.median(atk):.2g}, {atk.min():.2g} .. {atk.max():.2g}"
+                  f"\n  attack / certified:    median {np.median(ratio):.3g}, {ratio.min():.3g} .. {ratio.max():.3g}",
+                  flush=True)
+            assert (atk >= cert).all(), "an attack inside a certified box: the certificate would be false"
+
+
+if __name__ == "__main__":
+    main()
