@@ -4,6 +4,7 @@
 // dicts. Long calls release the GIL; progress callbacks and Python targets take it back, and a
 // Python exception raised inside them is re-raised when the call returns.
 #include <mpfr.h>
+#include <omp.h>
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -11,6 +12,7 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <thread>
 #include <variant>
 
 #include "uatlab/construct/fang.hpp"
@@ -98,19 +100,32 @@ CallbackPtr callback(const py::object& fn) {
   return c;
 }
 
-OnProgress progress_of(const CallbackPtr& c) {
-  if (!c) return {};
-  return [c](const std::string& stage, long long done, long long total) { c->call(stage, done, total); };
-}
+// Ctrl-C stops a long call with this, which is no std::exception: the library's handlers that turn
+// an std::exception into an Error (naming a sequence, a sweep cell) let it through unchanged, and
+// released() raises the KeyboardInterrupt it holds.
+struct Interrupted {
+  py::error_already_set error;
+};
 
 // Ctrl-C, or an exception in the progress callback, stops a long call at its next report: Python's
-// SIGINT handler only sets a flag, checked here under the GIL. Called from the calling thread only
-// (outside any parallel region), so the exception leaves the library cleanly; released() then
-// raises the Python error (KeyboardInterrupt, or the callback's own).
+// SIGINT handler only sets a flag, checked here under the GIL. Called from the calling thread only,
+// outside any parallel region, so the exception leaves the library cleanly; released() then raises
+// the Python error (KeyboardInterrupt, or the callback's own).
 void stop_if_interrupted(const CallbackPtr& cb) {
   py::gil_scoped_acquire gil;
-  if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+  if (PyErr_CheckSignals() != 0) throw Interrupted{py::error_already_set()};
   if (cb && cb->failed()) throw Error("stopped: the progress callback raised");
+}
+
+// The reporter of a long call, with or without a Python callback: each report calls the callback,
+// then, when made on the calling thread outside every parallel region (an exception may not leave
+// one, active or not), stops the call on Ctrl-C.
+OnProgress progress_of(const CallbackPtr& c) {
+  const std::thread::id caller = std::this_thread::get_id();
+  return [c, caller](const std::string& stage, long long done, long long total) {
+    if (c) c->call(stage, done, total);
+    if (std::this_thread::get_id() == caller && omp_get_level() == 0) stop_if_interrupted(c);
+  };
 }
 
 // Runs f without the GIL; then raises what a callback raised, if anything.
@@ -124,6 +139,9 @@ auto released(const std::vector<CallbackPtr>& callbacks, F&& f) {
   try {
     py::gil_scoped_release release;
     r = f();
+  } catch (Interrupted& stop) {
+    finish();
+    throw stop.error;
   } catch (...) {
     finish();  // a Python error first: it usually caused the library's
     throw;

@@ -459,8 +459,22 @@ def test_ctrl_c_stops_training():
         check(not os.path.exists(metrics), "an interrupted run writes no metrics file (its lines are in .partial)")
 
 
+def test_ctrl_c_stops_memorize():
+    # Without a progress callback too: the memorization of 3,000 sequences takes about 70 s here;
+    # Ctrl-C at 1 s stops it at its next report outside a parallel region (it ran to the end before).
+    import signal
+    ds = uatlab.task("memorize", N=3000, n=8, d=4, V=64, seed=1)
+    threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+    start = time.time()
+    try:
+        uatlab.memorize(ds, None)
+        check(False, "Ctrl-C stops uatlab.memorize")
+    except KeyboardInterrupt:
+        check(time.time() - start < 15, f"memorize: KeyboardInterrupt after {time.time() - start:.1f} s")
+
+
 for test in (test_numbers_and_precisions, test_constructions, test_torch_both_ways, test_train_and_analyse,
-             test_gil_released, test_ctrl_c_stops_training):
+             test_gil_released, test_ctrl_c_stops_training, test_ctrl_c_stops_memorize):
     test()
     print(f"{test.__name__}: ok")
 print(f"python module: {passed()} checks passed")
