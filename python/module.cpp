@@ -540,12 +540,12 @@ PYBIND11_MODULE(_core, m) {
       [](const PyNetwork& n, const Dataset& ds, const std::string& labels, const std::string& tolerance,
          unsigned bits, unsigned max_bits, bool min_bits, bool rounding, bool separation, std::uint64_t seed,
          const std::string& plot, bool affine, bool direct_rounding, const std::string& epsilon,
-         int epsilon_steps, const py::object& progress) {
+         int epsilon_steps, const std::string& region_method, const py::object& progress) {
         refuse_nested("analyse");
         const CallbackPtr cb = callback(progress);
         AnalyseOptions o;
         o.affine = affine, o.direct_rounding = direct_rounding, o.epsilon = epsilon,
-        o.epsilon_steps = epsilon_steps;
+        o.epsilon_steps = epsilon_steps, o.region_method = region_method_names.parse(region_method);
         o.labels = labels, o.tolerance = tolerance, o.bits = bits, o.max_bits = max_bits;
         o.min_bits = min_bits, o.rounding = rounding, o.separation = separation, o.seed = seed;
         o.progress = progress_of(cb);
@@ -560,5 +560,6 @@ PYBIND11_MODULE(_core, m) {
       py::arg("bits") = 64, py::arg("max_bits") = 4096, py::arg("min_bits") = true,
       py::arg("rounding") = true, py::arg("separation") = true, py::arg("seed") = 1, py::arg("plot") = "",
       py::arg("affine") = false, py::arg("direct_rounding") = false, py::arg("epsilon") = "",
-      py::arg("epsilon_steps") = 16, py::arg("progress") = py::none());
+      py::arg("epsilon_steps") = 16, py::arg("region_method") = "intervals",
+      py::arg("progress") = py::none());
 }

@@ -124,12 +124,13 @@ TEST(Analyse, ATrainedClassifierAndAFlippedLabel) {
 // box. Points sampled in each sequence's largest certified box (corners included), evaluated in
 // 200-bit MPFR, never change the argmax; the box at ε itself is certified where the margins say so;
 // and twice a sequence's largest radius is not certified by the same search (bisection brackets it).
-TEST(Analyse, RegionCertificatesHoldAtSampledPointsInsideTheBox) {
-  const Dataset data = memorize_task();
-  const Network<Rational> exact = trained_classifier(data);
+namespace {
+void region_holds_at_sampled_points(const Dataset& data, const Network<Rational>& exact, RegionMethod method,
+                                    std::vector<double>& largest) {
+  SCOPED_TRACE(region_method_names(method));
   AnalyseOptions o = quick();
   o.min_bits = false, o.separation = false;
-  o.epsilon = "1/1000", o.epsilon_steps = 12;
+  o.epsilon = "1/1000", o.epsilon_steps = 12, o.region_method = method;
   const Analysis a = analyse(exact, data, o);
   ASSERT_TRUE(a.predictions.all());
   ASSERT_TRUE(a.region.has_value());
@@ -176,6 +177,24 @@ TEST(Analyse, RegionCertificatesHoldAtSampledPointsInsideTheBox) {
   const Analysis b =
       analyse(exact, Dataset{{data.sequences[0]}, data.token_input, data.d, data.label_dim}, twice);
   EXPECT_FALSE(b.region->predictions.all()) << "sequence 1 at twice its largest certified radius";
+  largest = r.largest_epsilon;
+}
+}  // namespace
+
+TEST(Analyse, RegionCertificatesHoldAtSampledPointsInsideTheBox) {
+  const Dataset data = memorize_task();
+  const Network<Rational> exact = trained_classifier(data);
+  std::vector<double> plain, mv;
+  region_holds_at_sampled_points(data, exact, RegionMethod::intervals, plain);
+  // The mean-value form (intersected with the intervals) certifies larger boxes on this network.
+  region_holds_at_sampled_points(data, exact, RegionMethod::mean_value, mv);
+  ASSERT_EQ(mv.size(), plain.size());
+  int larger = 0;
+  for (std::size_t i = 0; i < plain.size(); ++i)
+    larger += mv[i] > plain[i];
+  EXPECT_GT(larger, 0);
+  AnalyseOptions o = quick();
+  o.min_bits = false, o.separation = false, o.epsilon = "1/1000";
   AnalyseOptions with_affine = o;  // affine pieces need point inputs: refused, as docs/analyse.md says
   with_affine.affine = true;
   try {
@@ -183,6 +202,20 @@ TEST(Analyse, RegionCertificatesHoldAtSampledPointsInsideTheBox) {
     ADD_FAILURE() << "--epsilon with --affine is refused";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("--epsilon and --affine"), std::string::npos) << e.what();
+  }
+  // The mean-value form needs the gradient: a hardmax network is refused, named, not left uncertified.
+  Network<Rational> hard = exact;
+  for (LayerSpec& l : hard.arch.layers)
+    if (l.kind == LayerKind::attention) l.score = Score::hardmax;
+  for (Layer<Rational>& l : hard.layers)
+    if (l.spec.kind == LayerKind::attention) l.spec.score = Score::hardmax;
+  AnalyseOptions mean_value = o;
+  mean_value.region_method = RegionMethod::mean_value;
+  try {
+    analyse(hard, data, mean_value);
+    ADD_FAILURE() << "mean-value on hardmax attention is refused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("hardmax"), std::string::npos) << e.what();
   }
 }
 

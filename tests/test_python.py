@@ -308,7 +308,14 @@ def test_whole_models():
     region = uatlab.analyse(net, seqs, [[0] * L for _ in seqs], min_bits=False, rounding=False, separation=False,
                             epsilon=Fraction(1, 10**6), epsilon_steps=4)["region"]
     check(region["epsilon"] == "1/1000000" and len(region["largest_epsilon_certified"]) == len(seqs) and
-          len(region["margin_certified"][0]) == L, f"analyse(epsilon=...) reports the region: {sorted(region)}")
+          len(region["margin_certified"][0]) == L and region["method"] == "intervals",
+          f"analyse(epsilon=...) reports the region: {sorted(region)}")
+    mv = uatlab.analyse(net, seqs[:2], [[0] * L for _ in seqs[:2]], min_bits=False, rounding=False, separation=False,
+                        epsilon=Fraction(1, 10**6), epsilon_steps=4, region_method="mean-value")["region"]
+    check(mv["method"] == "mean-value" and all(m >= p for m, p in zip(mv["largest_epsilon_certified"],
+                                                                       region["largest_epsilon_certified"])),
+          f"region_method='mean-value': radii {mv['largest_epsilon_certified']} (intervals: "
+          f"{region['largest_epsilon_certified'][:2]})")
     # Back into fresh modules of the same composition: the same numbers.
     enc2, emb2, pos2, head2 = encoder(), nn.Embedding(V, d).double(), nn.Embedding(L, d).double(), \
         nn.Linear(d, 3).double()

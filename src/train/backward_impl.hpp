@@ -24,15 +24,30 @@ template <class S>
 void activate(const LayerSpec& s, const Mat<S>& h, Mat<S>& out) {  // out keeps its memory
   if (s.gelu)
     out = h.unaryExpr([&](const S& v) { return gelu_of(s, v); });
+  else if constexpr (Scalar<S>::interval)
+    out = h.unaryExpr([](const S& v) { return relu(v); });  // no comparison of overlapping intervals
   else
     out = h.cwiseMax(S(0));
 }
 template <class S>
 void times_activation_slope(const LayerSpec& s, const Mat<S>& h, Mat<S>& g) {  // g ⊙= φ'(h)
-  if (s.gelu)
+  if (s.gelu) {
     g.array() *= h.unaryExpr([&](const S& v) { return gelu_slope_of(s, v); }).array();
-  else
+  } else if constexpr (Scalar<S>::interval) {
+    // Over an enclosure of h the slope is 1, 0, or anything in [0, 1] (Clarke's gradient, where h
+    // may be 0): g times [0, 1] is the hull of 0 and g.
+    for (Eigen::Index i = 0; i < g.size(); ++i) {
+      if (lower(h(i)) > 0) continue;
+      if (upper(h(i)) < 0) {
+        g(i) = S(0);
+        continue;
+      }
+      const Mpfr lo = lower(g(i)), hi = upper(g(i)), zero(0);
+      g(i) = hull(lo < zero ? lo : zero, hi > zero ? hi : zero);
+    }
+  } else {
     g = (h.array() > S(0)).select(g, S(0));
+  }
 }
 
 // LayerNorm over each column, caching x̂ and 1/σ.
@@ -526,13 +541,7 @@ template <class S>
 S forward_train(const Network<S>& net, const Batch<S>& batch, Loss loss, Trace<S>& trace) {
   using namespace train_detail;
   const Architecture& a = net.arch;
-  for (const LayerSpec& s : a.layers) {
-    if (s.kind == LayerKind::attention && s.score == Score::hardmax)
-      throw Error("hardmax attention has no gradient; train with score softmax or linear");
-    if (s.kind == LayerKind::feedforward && s.piecewise)
-      throw Error("training supports ReLU and GELU feed-forward layers only");
-  }
-  if (a.pool) throw Error("training does not support pooled (\"pool\": \"sum\") outputs");
+  check_differentiable(a);
   const Eigen::Index T = batch.tokens();
   Mat<S> Z;
   const bool ids = static_cast<Eigen::Index>(batch.ids.size()) == T && batch.x.size() == 0;
@@ -652,8 +661,6 @@ S forward_train(const Network<S>& net, const Batch<S>& batch, Loss loss, Trace<S
 template <class S>
 void backward(const Network<S>& net, const Batch<S>& batch, Loss loss, const Trace<S>& trace,
               Network<S>& grad) {
-  using namespace train_detail;
-  const Architecture& a = net.arch;
   const Eigen::Index T = batch.tokens();
   // dLoss/dy: whole matrices, then the tokens not counted set to zero.
   const Eigen::Index counted = trace.normaliser > 0 ? trace.normaliser : trace.counted;
@@ -668,6 +675,15 @@ void backward(const Network<S>& net, const Batch<S>& batch, Loss loss, const Tra
   }
   for (Eigen::Index c = 0; c < T; ++c)
     if (!batch.mask[c]) dY.col(c).setZero();
+  backward_from<S>(net, batch, trace, std::move(dY), grad, nullptr);
+}
+
+template <class S>
+void backward_from(const Network<S>& net, const Batch<S>& batch, const Trace<S>& trace, Mat<S> dY,
+                   Network<S>& grad, Mat<S>* dinput) {
+  using namespace train_detail;
+  const Architecture& a = net.arch;
+  const Eigen::Index T = batch.tokens();
   Mat<S> dZ;
   if (a.readout > 0) {
     add_outer(grad.readout_w, dY, trace.z, &grad.readout_b);
@@ -686,7 +702,7 @@ void backward(const Network<S>& net, const Batch<S>& batch, Loss loss, const Tra
     const Mat<S>& in = L.spec.pre_norm ? t.u : t.in;
     // The gradient through the branch is needed upstream, or by this sub-layer's own LayerNorm;
     // the first sub-layer of a network with continuous tokens and no positions has neither.
-    const bool need_din = i > 0 || a.vocab > 0 || a.input > 0 || a.max_len > 0 || L.spec.pre_norm;
+    const bool need_din = i > 0 || a.vocab > 0 || a.input > 0 || a.max_len > 0 || L.spec.pre_norm || dinput;
     Mat<S> din;
     if (L.spec.kind == LayerKind::attention)
       din = attention_backward(L, G, in, batch.start, t, dZ, need_din);
@@ -715,6 +731,12 @@ void backward(const Network<S>& net, const Batch<S>& batch, Loss loss, const Tra
       const Eigen::Index n = batch.start[b + 1] - batch.start[b];
       grad.pe.leftCols(n) += dZ.middleCols(batch.start[b], n);
     }
+  if (dinput) {  // with respect to the input: the embedded tokens, or the raw ones before a projection
+    if (a.input > 0)
+      *dinput = net.in_w.transpose() * dZ;
+    else
+      *dinput = std::move(dZ);
+  }
 }
 
 template <class S>

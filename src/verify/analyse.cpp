@@ -36,11 +36,12 @@ Region certify_region(const Network<Rational>& net, const Dataset& ds, LabelKind
   const Rational eps = parse_rational(o.epsilon);
   if (eps < 0) throw Error("analyse: --epsilon must be >= 0, got " + o.epsilon);
   Region r;
-  r.epsilon = o.epsilon, r.steps = o.epsilon_steps;
+  r.epsilon = o.epsilon, r.steps = o.epsilon_steps, r.method = o.region_method;
   const std::size_t N = ds.sequences.size();
   auto pass = [&](const std::vector<Rational>& radii, const std::string& what) {
     report(o.progress, "analyse: region, " + what, 0, 0);
-    const Predictions p = certify_predictions(net, ds, kind, tol, bits, {}, false, o.affine, {}, radii);
+    const Predictions p =
+        certify_predictions(net, ds, kind, tol, bits, {}, false, o.affine, {}, radii, o.region_method);
     std::vector<bool> all(N, true);
     for (const PredictionFailure& f : p.failures)
       all[f.sequence] = false;
@@ -96,6 +97,8 @@ Analysis analyse(const Network<Rational>& net, const Dataset& ds, const AnalyseO
   limits::check_count(o.bits, 2, 1 << 20, "bits");
   limits::check_count(o.max_bits, o.bits, 1 << 20, "max bits");
   if (ds.sequences.empty()) throw Error("analyse: the dataset has no sequences");
+  if (o.epsilon.empty() && o.region_method != RegionMethod::intervals)
+    throw Error("analyse: a region method without --epsilon (no region to certify)");
   const Rational tol = parse_rational(o.tolerance);
   if (tol < 0) throw Error("analyse: the tolerance must be >= 0");
   const LabelKind kind = label_kind(o.labels, ds, net.arch.out_dim());
@@ -238,6 +241,7 @@ json Analysis::report() const {
     for (double e : region->largest_epsilon)
       largest.push_back(number(e));
     r["region"] = {{"epsilon", region->epsilon},
+                   {"method", region_method_names(region->method)},
                    {"norm", "linf"},
                    {"predictions", predictions_json(region->predictions)},
                    {"margin_certified", margins(region->predictions)},
@@ -272,8 +276,8 @@ std::string Analysis::summary() const {
         least = std::min(least, v);
     for (double e : region->largest_epsilon)
       smallest_eps = std::min(smallest_eps, e);
-    s << "region        epsilon " << region->epsilon
-      << " (linf box around every input vector): " << q.certified << " of " << q.tokens
+    s << "region        epsilon " << region->epsilon << " (linf box around every input vector, "
+      << region_method_names(region->method) << "): " << q.certified << " of " << q.tokens
       << " predictions certified for every input in it; least margin " << lower_text(least, 4) << "\n";
     s << "              largest epsilon certified per sequence (" << region->steps
       << " bisection steps): least " << lower_text(smallest_eps, 4) << " (every sequence's in the report)\n";

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "uatlab/limits.hpp"
+#include "uatlab/train/backward.hpp"
 #include "uatlab/verify/affine.hpp"
 #include "uatlab/verify/analyse.hpp"
 #include "uatlab/verify/evaluate.hpp"
@@ -61,6 +62,41 @@ Rational pow2(long e) {
   return q;
 }
 
+// Every output over the box B = x0 ± e by the mean-value form: y(x) ∈ y(x0) + J(B)·(x − x0), each
+// row of J(B) enclosing that output's gradient at every point of B (the training forward over B and
+// one backward pass per output, in intervals; backward_from). `cont` takes the input x0 is in
+// (embedded tokens for a token-id network: its embedding removed).
+Mat<Mpfi> mean_value_enclosure(const Network<Mpfi>& cont, const Mat<Mpfi>& x0, const Mat<Mpfi>& box,
+                               const Mpfi& e) {
+  const Eigen::Index n = x0.cols(), out = cont.arch.out_dim();
+  Batch<Mpfi> b;
+  b.x = box, b.start = {0, n}, b.target = Mat<Mpfi>::Zero(out, n),
+  b.mask.assign(static_cast<std::size_t>(n), 1);
+  Trace<Mpfi> trace;
+  forward_train(cont, b, Loss::mse, trace);
+  const Mat<Mpfi> y0 = forward(cont, x0);
+  const Mpfi step = hull(-upper(e), upper(e));  // x − x0 for every x in B
+  Network<Mpfi> grad = zero_like(cont);         // the weights' gradients: computed, not read
+  Mat<Mpfi> y(out, n), dx;
+  for (Eigen::Index k = 0; k < n; ++k)
+    for (Eigen::Index r = 0; r < out; ++r) {
+      Mat<Mpfi> dy = Mat<Mpfi>::Zero(out, n);
+      dy(r, k) = 1;
+      backward_from(cont, b, trace, std::move(dy), grad, &dx);
+      Mpfi acc = y0(r, k);
+      for (Eigen::Index j = 0; j < dx.size(); ++j)
+        acc += dx(j) * step;
+      y(r, k) = acc;
+    }
+  return y;
+}
+
+// Both enclose the same values: their intersection does too.
+Mpfi intersect(const Mpfi& a, const Mpfi& b) {
+  const Mpfr lo = std::max(lower(a), lower(b)), hi = std::min(upper(a), upper(b));
+  return hull(lo, hi);
+}
+
 }  // namespace
 
 LabelKind label_kind(const std::string& labels, const Dataset& ds, int outputs) {
@@ -75,7 +111,7 @@ LabelKind label_kind(const std::string& labels, const Dataset& ds, int outputs) 
 Predictions certify_predictions(const Network<Rational>& net, const Dataset& ds, LabelKind kind,
                                 const Rational& tolerance, unsigned bits, const OnProgress& progress,
                                 bool stop_at_failure, bool affine, const std::vector<std::size_t>& order,
-                                const std::vector<Rational>& epsilon) {
+                                const std::vector<Rational>& epsilon, RegionMethod method) {
   check_fit(net, ds, kind);
   if (!epsilon.empty() && epsilon.size() != ds.sequences.size())
     throw Error("certify_predictions: " + std::to_string(epsilon.size()) + " radii for " +
@@ -93,6 +129,18 @@ Predictions certify_predictions(const Network<Rational>& net, const Dataset& ds,
   std::optional<AffineForward> af;
   if (affine && !ds.token_input) af.emplace(net);
   const Network<Mpfi> ni = af ? Network<Mpfi>() : network_cast<Mpfi>(net);  // one of the two
+  const bool mean_value = !epsilon.empty() && method == RegionMethod::mean_value;
+  if (mean_value) try {
+      check_differentiable(net.arch);
+    } catch (const Error& e) {
+      throw Error(std::string("analyse: the mean-value region method needs the network's gradient: ") +
+                  e.what());
+    }
+  Network<Mpfi> cont;  // the mean-value form's network: continuous inputs (embedded tokens)
+  if (mean_value) {
+    cont = ni;
+    cont.arch.vocab = 0, cont.embed = Mat<Mpfi>();
+  }
   const Mpfi tol = Scalar<Mpfi>::from(tolerance);
   const long N = static_cast<long>(ds.sequences.size());
   std::vector<std::vector<PredictionFailure>> fails(static_cast<std::size_t>(N));
@@ -114,11 +162,22 @@ Predictions certify_predictions(const Network<Rational>& net, const Dataset& ds,
     bool evaluated = true;
     try {
       if (!epsilon.empty()) {  // every input in the box: each coordinate of each token's vector ± ε
-        Mat<Mpfi> x = ds.token_input ? embed_tokens(ni, s.tokens) : matrix_cast<Mpfi>(s.x);
+        const Mat<Mpfi> x0 = ds.token_input ? embed_tokens(ni, s.tokens) : matrix_cast<Mpfi>(s.x);
         const Mpfi e = Scalar<Mpfi>::from(epsilon[static_cast<std::size_t>(i)]);
+        Mat<Mpfi> x = x0;
         for (Eigen::Index j = 0; j < x.size(); ++j)
           x(j) = hull(lower(Mpfi(x(j) - e)), upper(Mpfi(x(j) + e)));
-        y = forward(ni, x);
+        if (mean_value) {
+          y = mean_value_enclosure(cont, x0, x, e);
+          try {
+            const Mat<Mpfi> plain = forward(ni, x);
+            for (Eigen::Index j = 0; j < y.size(); ++j)
+              y(j) = intersect(y(j), plain(j));
+          } catch (const Error&) {  // an unbounded enclosure: the mean-value form alone
+          }
+        } else {
+          y = forward(ni, x);
+        }
       } else {
         y = ds.token_input ? forward_tokens(ni, s.tokens)
             : af           ? (*af)(matrix_cast<Mpfi>(s.x))

@@ -69,6 +69,10 @@ struct Trace {
   bool part_of_batch = false;
 };
 
+// Throws Error unless the forward and backward passes below take the architecture: no hardmax
+// attention, no piecewise activation, no pooling.
+void check_differentiable(const Architecture& a);
+
 // Forward over the batch, filling the trace; returns the mean loss over counted tokens (mse: also
 // over the out_dim coordinates, as torch's mse_loss). Throws Error for hardmax (no gradient).
 template <class S>
@@ -78,6 +82,15 @@ S forward_train(const Network<S>& net, const Batch<S>& batch, Loss loss, Trace<S
 template <class S>
 void backward(const Network<S>& net, const Batch<S>& batch, Loss loss, const Trace<S>& trace,
               Network<S>& grad);
+
+// The same from a given dLoss/dy (out_dim×T; uncounted tokens are not zeroed here). With dinput,
+// also the gradient with respect to the input (the embedded tokens: d×T; the raw tokens before an
+// input projection: input×T). In intervals (Mpfi) every step encloses: a ReLU whose input
+// enclosure reaches 0 has the slope [0, 1]; the gradient at every point of the input box lies in
+// the result (analyse's mean-value region certificate).
+template <class S>
+void backward_from(const Network<S>& net, const Batch<S>& batch, const Trace<S>& trace, Mat<S> dY,
+                   Network<S>& grad, Mat<S>* dinput);
 
 template <class S>
 Network<S> zero_like(const Network<S>& net) {
@@ -99,13 +112,16 @@ S loss_and_gradient(const Network<S>& net, const Batch<S>& batch, Loss loss, Net
   PREFIX template S forward_train<S>(const Network<S>&, const Batch<S>&, Loss, Trace<S>&);       \
   PREFIX template S loss_and_gradient<S>(const Network<S>&, const Batch<S>&, Loss, Network<S>&); \
   PREFIX template Batch<S> make_batch<S>(const Dataset&, const std::vector<std::size_t>&, Loss, int);
-#define UATLAB_TRAIN_BACKWARD_INSTANCES(PREFIX, S) \
-  PREFIX template void backward<S>(const Network<S>&, const Batch<S>&, Loss, const Trace<S>&, Network<S>&);
+#define UATLAB_TRAIN_BACKWARD_INSTANCES(PREFIX, S)                                                          \
+  PREFIX template void backward<S>(const Network<S>&, const Batch<S>&, Loss, const Trace<S>&, Network<S>&); \
+  PREFIX template void backward_from<S>(const Network<S>&, const Batch<S>&, const Trace<S>&, Mat<S>,        \
+                                        Network<S>&, Mat<S>*);
 #define UATLAB_TRAIN_INSTANCES(PREFIX, S)   \
   UATLAB_TRAIN_FORWARD_INSTANCES(PREFIX, S) \
   UATLAB_TRAIN_BACKWARD_INSTANCES(PREFIX, S)
 UATLAB_TRAIN_INSTANCES(extern, float)
 UATLAB_TRAIN_INSTANCES(extern, double)
 UATLAB_TRAIN_INSTANCES(extern, Mpfr)
+UATLAB_TRAIN_INSTANCES(extern, Mpfi)
 
 }  // namespace uatlab

@@ -33,6 +33,11 @@ enum class LabelKind { classes, values };
 inline constexpr EnumNames<LabelKind::values> label_kind_names{"labels", {"classes", "values"}};
 static_assert(label_kind_names.complete());
 
+enum class RegionMethod { intervals, mean_value };
+inline constexpr EnumNames<RegionMethod::mean_value> region_method_names{"region method",
+                                                                         {"intervals", "mean-value"}};
+static_assert(region_method_names.complete());
+
 struct AnalyseOptions {
   std::string labels = "auto";          // "classes", "values"; auto: classes when every label is an
                                         // integer in [0, outputs) and there are >= 2 outputs
@@ -53,6 +58,10 @@ struct AnalyseOptions {
   // epsilon_steps bisection steps.
   std::string epsilon;
   int epsilon_steps = 16;
+  // How the box is propagated: intervals (each input coordinate an interval through the network)
+  // or the mean-value form, y(x) ∈ y(x0) + J(B)·(x − x0) with the Jacobian J enclosed over the box B
+  // by the training passes in intervals, intersected with the intervals' enclosure.
+  RegionMethod region_method = RegionMethod::intervals;
   std::uint64_t seed = 1;  // the random directions tried for the projection
   OnProgress progress;
 };
@@ -104,7 +113,8 @@ struct Region {
   std::string epsilon;                  // as asked (exact)
   Predictions predictions;              // certified over the boxes of radius epsilon
   std::vector<double> largest_epsilon;  // per sequence: the largest ε found certified (rounded down; 0: none)
-  int steps = 0;                        // bisection steps of that search
+  RegionMethod method = RegionMethod::intervals;
+  int steps = 0;  // bisection steps of that search
 };
 
 struct Analysis {
@@ -130,7 +140,8 @@ Predictions certify_predictions(const Network<Rational>& net, const Dataset& ds,
                                 const Rational& tolerance, unsigned bits, const OnProgress& progress = {},
                                 bool stop_at_failure = false, bool affine = false,
                                 const std::vector<std::size_t>& order = {},
-                                const std::vector<Rational>& epsilon = {});
+                                const std::vector<Rational>& epsilon = {},
+                                RegionMethod method = RegionMethod::intervals);
 
 // x rounded to nearest (ties to even) in a binary format with p significand bits and normal
 // exponents down to emin (subnormals below 2^emin), exactly; `overflow` set when |x| rounds

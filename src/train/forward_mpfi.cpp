@@ -1,0 +1,7 @@
+// The training forward pass in Mpfi (backward_impl.hpp), for analyse's mean-value region certificate:
+// one scalar and one pass per translation unit.
+#include "backward_impl.hpp"
+
+namespace uatlab {
+UATLAB_TRAIN_FORWARD_INSTANCES(, Mpfi)
+}  // namespace uatlab
