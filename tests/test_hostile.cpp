@@ -20,6 +20,7 @@
 #include "uatlab/io/safetensors.hpp"
 #include "uatlab/limits.hpp"
 #include "uatlab/model/init.hpp"
+#include "uatlab/verify/analyse.hpp"
 #include "uatlab/verify/evaluate.hpp"
 
 using namespace uatlab;
@@ -299,6 +300,17 @@ TEST(Hostile, MemoryIsEstimatedBeforeAPrecisionThatCannotFit) {
   ::setenv("UATLAB_MEMORY_GIB", "1", 1);
   refuses([&] { evaluate_file(model, ds, Precision::parse("interval:16777216")); },
           "over the budget of 1 GiB", "UATLAB_MEMORY_GIB=1");
+  // analyse estimates too, before it converts the network (it used to start at any precision).
+  std::string tokens, labels;  // 8 tokens: the weights and each thread's activations, ~2 GB at 2^20 bits
+  for (int k = 0; k < 8; ++k) {
+    tokens += std::string(k ? "," : "") + "[0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0]";
+    labels += std::string(k ? "," : "") + "[0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0]";
+  }
+  const Dataset labelled = parse_dataset("{\"x\": [" + tokens + "], \"y\": [" + labels + "]}", "d");
+  AnalyseOptions at_many_bits;
+  at_many_bits.bits = 1 << 20, at_many_bits.max_bits = 1 << 20, at_many_bits.separation = false;
+  refuses([&] { analyse(load_network<Rational>(model), labelled, at_many_bits); }, "over the budget of 1 GiB",
+          "analyse at 2^20 bits, UATLAB_MEMORY_GIB=1");
   ::setenv("UATLAB_MEMORY_GIB", "64", 1);
   EXPECT_NO_THROW(limits::check_memory(4360, 1 << 24, 2, "eval"));
   ::setenv("UATLAB_MEMORY_GIB", "8GB", 1);

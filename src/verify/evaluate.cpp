@@ -1,7 +1,9 @@
 #include "uatlab/verify/evaluate.hpp"
 
-#include <cmath>
+#include <omp.h>
 
+#include <algorithm>
+#include <cmath>
 #include <exception>
 
 #include "uatlab/io/model_file.hpp"
@@ -87,29 +89,38 @@ json matrix_json(const Mat<S>& y) {
   return line;
 }
 
+}  // namespace
+
+long long evaluation_numbers(const Architecture& arch, const Dataset& ds, bool capture) {
+  long long widest = arch.d, heads = 0, live = 0, kept = 0;
+  for (const LayerSpec& l : arch.layers) {
+    widest = std::max<long long>(widest, std::max(l.width, 3 * l.heads * l.head_size));
+    heads = std::max<long long>(heads, l.heads);
+  }
+  const auto stages = static_cast<long long>(arch.layers.size()) + 1;
+  for (const Sequence& s : ds.sequences) {
+    const long long n = static_cast<long long>(s.n());
+    live = std::max(live, limits::saturating_add(limits::saturating_mul(4 * n, widest), heads * n * n));
+    if (capture)
+      kept = limits::saturating_add(
+          kept, limits::saturating_mul(stages, limits::saturating_add(arch.d * n, heads * n * n)));
+  }
+  const long long threads =
+      std::min<long long>(omp_get_max_threads(), std::max<std::size_t>(ds.sequences.size(), 1));
+  return limits::saturating_add(arch.parameter_count(),
+                                limits::saturating_add(limits::saturating_mul(threads, live), kept));
+}
+
+namespace {
+
 template <class S>
 std::vector<json> run(const std::string& path, const Dataset& ds, const EvalOptions& opt,
                       const OnProgress& progress, bool capture) {
   Network<S> net;
   if constexpr (std::is_same_v<S, Mpfr> || std::is_same_v<S, Mpfi>) {
-    // The memory estimated first: weights, plus per sequence its activations and attention (all
-    // sequences' residual streams and patterns when they are captured).
-    // The architecture alone (no values read) for the estimate; then the file, straight into S.
-    const Architecture arch = read_architecture(path);
-    long long widest = arch.d, heads = 0, live = 0, kept = 0;
-    for (const LayerSpec& l : arch.layers) {
-      widest = std::max<long long>(widest, std::max(l.width, 3 * l.heads * l.head_size));
-      heads = std::max<long long>(heads, l.heads);
-    }
-    const auto stages = static_cast<long long>(arch.layers.size()) + 1;
-    for (const Sequence& s : ds.sequences) {
-      const long long n = static_cast<long long>(s.n());
-      live = std::max(live, 4 * n * widest + heads * n * n);
-      if (capture)
-        kept = limits::saturating_add(
-            kept, limits::saturating_mul(stages, limits::saturating_add(arch.d * n, heads * n * n)));
-    }
-    limits::check_memory(limits::saturating_add(arch.parameter_count() + live, kept), mpfr_bits(),
+    // The memory estimated first, from the architecture alone (no values read); then the file,
+    // straight into S.
+    limits::check_memory(evaluation_numbers(read_architecture(path), ds, capture), mpfr_bits(),
                          Scalar<S>::interval ? 2 : 1, "evaluating " + path);
   }
   net = load_network<S>(path);

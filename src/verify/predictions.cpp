@@ -1,5 +1,7 @@
 // The predictions of a network on labelled data, certified in MPFI, and the exact rounding of
 // weights to float32 / bfloat16 / float16 (analyse.hpp).
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 #include <sstream>
@@ -122,6 +124,19 @@ Predictions certify_predictions(const Network<Rational>& net, const Dataset& ds,
     throw Error(
         "analyse: --epsilon and --affine together are not supported (affine pieces need point inputs)");
   check_order(order, ds.sequences.size(), "certify_predictions");
+  // The memory estimated first: the network in MPFI and the passes' numbers (evaluation_numbers),
+  // and for the mean-value form a copy of the weights and, per thread, their gradients and the
+  // training trace (about the activations of every sub-layer).
+  {
+    long long numbers = evaluation_numbers(net.arch, ds, false);
+    if (!epsilon.empty() && method == RegionMethod::mean_value) {
+      const long long threads = omp_get_max_threads(), params = net.parameter_count();
+      numbers = limits::saturating_add(
+          numbers, limits::saturating_add(
+                       params, limits::saturating_mul(threads, limits::saturating_mul(2, numbers))));
+    }
+    limits::check_memory(numbers, bits, 2, "analyse at " + std::to_string(bits) + " bits");
+  }
   Predictions p;
   p.kind = kind;
   p.bits = bits;

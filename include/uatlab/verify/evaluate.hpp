@@ -21,6 +21,11 @@ std::vector<Mat<S>> forward_dataset(const Network<S>& net, const Dataset& ds, co
                                     const OnProgress& progress = {},
                                     std::vector<Activations<S>>* captures = nullptr);
 
+// The numbers an evaluation of ds holds at once, estimated before it starts: the weights, each
+// thread's activations and attention for the longest sequence, and with capture every sequence's
+// residual streams and patterns (saturating). limits::check_memory turns it into bytes.
+long long evaluation_numbers(const Architecture& arch, const Dataset& ds, bool capture);
+
 // One JSON object per sequence: {"y": n tokens × out_dim values}; doubles and floats as JSON
 // numbers, MPFR values and rationals as exact strings, intervals as "y" (midpoint), "lo", "hi"
 // (strings) and "width" (numbers). capture: also "resid" (the residual stream before the first
