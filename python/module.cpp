@@ -284,9 +284,7 @@ PYBIND11_MODULE(_core, m) {
       .def_static(
           "load",
           [](const std::string& path) {
-            // A safetensors file's values are doubles: held as such (the JSON format's are rationals).
-            if (format_for_path(path) == FileFormat::json) return PyNetwork{load_network<Rational>(path)};
-            return PyNetwork{load_network<double>(path)};
+            return with_exact_network(path, [](auto net) { return PyNetwork{std::move(net)}; });
           },
           py::arg("path"))
       .def_static(

@@ -85,6 +85,8 @@ def main():
             f.write(json.dumps({"tokens": [(7 * i + 3) % V for i in range(TOKENS)]}) + "\n")
         info = measured("info", ["info", folder])
         assert f"parameters  {n + V * D + V}" in info, info  # + the readout: a copy of wte, zero bias
+        measured("convert to uatlab's safetensors", ["convert", folder, os.path.join(tmp, "as-uatlab.safetensors")])
+        os.remove(os.path.join(tmp, "as-uatlab.safetensors"))
         out = measured("eval, float64", ["eval", folder, data])
         y = json.loads(out)["y"]
         assert len(y) == TOKENS and len(y[0]) == V, "per-token logits"
