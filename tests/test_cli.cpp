@@ -454,3 +454,38 @@ TEST(Cli, FailedTrainingLeavesTheMetricsFileAsItWas) {
   EXPECT_TRUE(fs::exists(metrics + ".partial"));
   EXPECT_FALSE(fs::exists(d + "huge.safetensors"));
 }
+
+// GMP cannot recover from a failed allocation and aborted the process (SIGABRT, its own message):
+// the CLI's allocation hooks end it as every error, "uatlab: error:" and status 1, with no output.
+// An address-space limit of 800 MB makes a 2^22-bit evaluation (within the memory estimate's
+// budget) run out.
+TEST(Cli, GmpOutOfMemoryIsAnErrorNotAnAbort) {
+#ifdef __SANITIZE_ADDRESS__
+  GTEST_SKIP() << "AddressSanitizer reserves more address space than the limit this test sets";
+#endif
+  const std::string d = dir(), model = d + "gmp_oom.safetensors", data = d + "gmp_oom.jsonl",
+                    out = d + "gmp_oom_out.jsonl";
+  ASSERT_EQ(
+      run("init --d 16 --layer attention:heads=4,head_size=4 --layer feedforward:width=64 -o " + model).code,
+      0);
+  std::string tokens;
+  for (int k = 0; k < 8; ++k)
+    tokens += std::string(k ? "," : "") + "[0,0.1,0.2,0.3,0.4,0.5,0.6,0.7,0.8,0.9,1,1.1,1.2,1.3,1.4,1.5]";
+  write(data, "{\"x\": [" + tokens + "]}\n");
+  fs::remove(out);
+  FILE* p = popen(("ulimit -v 800000; " + std::string(UATLAB_BIN) + " eval " + model + " " + data +
+                   " -p interval:4194304 -o " + out + " 2>&1")
+                      .c_str(),
+                  "r");
+  ASSERT_NE(p, nullptr);
+  std::string text;
+  char buf[4096];
+  while (std::size_t n = fread(buf, 1, sizeof buf, p))
+    text.append(buf, n);
+  const int status = pclose(p);
+  ASSERT_TRUE(WIFEXITED(status)) << "ended by a signal: " << text;
+  EXPECT_EQ(WEXITSTATUS(status), 1) << text;
+  EXPECT_NE(text.find("uatlab: error: out of memory: GMP/MPFR could not allocate"), std::string::npos)
+      << text;
+  EXPECT_FALSE(fs::exists(out));
+}

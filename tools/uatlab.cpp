@@ -2,7 +2,12 @@
 // an options struct of its own and calls the library; every failure is reported as
 // "uatlab: error: ..." on stderr with exit status 1 (2 for a malformed command line), and leaves no
 // partial output file (outputs are written atomically).
+#include <gmp.h>
+#include <unistd.h>
 #include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <memory>
@@ -30,9 +35,39 @@ class Formatter : public CLI::Formatter {
   }
 };
 
+// GMP, and MPFR and MPFI through it, cannot recover from a failed allocation (a handler may not
+// throw through them): by default the process aborts with GMP's own message. The CLI ends it as it
+// ends every error instead, "uatlab: error:" and status 1; outputs are written atomically at the end,
+// so none is left half-written. (The memory estimates refuse most such runs before they start.)
+[[noreturn]] void gmp_out_of_memory(std::size_t bytes) {
+  char text[200];
+  const int n =
+      std::snprintf(text, sizeof text,
+                    "uatlab: error: out of memory: GMP/MPFR could not allocate %zu bytes (fewer bits, a "
+                    "smaller model or data)\n",
+                    bytes);
+  if (n > 0 && ::write(2, text, static_cast<std::size_t>(n) < sizeof text ? n : sizeof text - 1) < 0) {
+  }
+  std::_Exit(1);
+}
+void* gmp_allocate(std::size_t n) {
+  void* p = std::malloc(n);
+  if (!p) gmp_out_of_memory(n);
+  return p;
+}
+void* gmp_reallocate(void* p, std::size_t, std::size_t n) {
+  void* q = std::realloc(p, n);
+  if (!q && n) gmp_out_of_memory(n);
+  return q;
+}
+void gmp_release(void* p, std::size_t) {
+  std::free(p);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  mp_set_memory_functions(gmp_allocate, gmp_reallocate, gmp_release);
   CLI::App app{"uatlab: construct, verify and train the Transformers of expressivity theory"};
   app.formatter(std::make_shared<Formatter>());
   app.require_subcommand(1);
