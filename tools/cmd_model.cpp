@@ -384,8 +384,8 @@ void add_model_commands(CLI::App& app, Commands& commands) {
   a->add_option(
        "--region-method", an->region_method,
        "With --epsilon, how the box goes through the network: intervals (default), or mean-value (y(x0) + "
-       "J(box)(x - x0), the Jacobian enclosed by the training passes in intervals: radii 1.6-1.8x larger on "
-       "trained models, 50-100x slower; docs/analyse.md)")
+       "J(box)(x - x0), the Jacobian enclosed by the training passes in intervals: radii 1.8x larger on "
+       "trained models, 30-80x slower; docs/analyse.md)")
       ->check(CLI::IsMember({"intervals", "mean-value"}));
   a->add_flag("--check", an->check, "Fail (exit 1) unless every prediction is certified");
   a->add_option("--report", an->report, "Write the report as JSON");

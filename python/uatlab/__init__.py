@@ -316,8 +316,8 @@ def analyse(net, X, Y=None, labels="auto", tolerance="1e-6", bits=64, max_bits=4
     box of that radius (exact: a number, Fraction or string) around each input vector (the
     embedding for token ids), with certified margins and each sequence's largest certified radius
     (report["region"]). region_method: "intervals" (the box through the network as intervals) or
-    "mean-value" (y(x0) + J(box)(x - x0), the Jacobian enclosed over the box: radii 1.6-1.8x larger
-    on trained models, 50-100x slower; needs softmax/linear attention and ReLU/GELU, as training
+    "mean-value" (y(x0) + J(box)(x - x0), the Jacobian enclosed over the box: radii 1.8x larger
+    on trained models, 30-80x slower; needs softmax/linear attention and ReLU/GELU, as training
     does)."""
     tokens = net.architecture.get("vocab", 0) > 0
     report, text = _core.analyse(net._core, _data(X, Y, tokens=tokens), labels, _exact(tolerance), bits, max_bits,

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <sstream>
 
 #include "uatlab/limits.hpp"
@@ -64,34 +65,42 @@ Rational pow2(long e) {
   return q;
 }
 
-// Every output over the box B = x0 ± e by the mean-value form: y(x) ∈ y(x0) + J(B)·(x − x0), each
-// row of J(B) enclosing that output's gradient at every point of B (the training forward over B and
-// one backward pass per output, in intervals; backward_from). `cont` takes the input x0 is in
-// (embedded tokens for a token-id network: its embedding removed).
-Mat<Mpfi> mean_value_enclosure(const Network<Mpfi>& cont, const Mat<Mpfi>& x0, const Mat<Mpfi>& box,
-                               const Mpfi& e) {
-  const Eigen::Index n = x0.cols(), out = cont.arch.out_dim();
-  Batch<Mpfi> b;
-  b.x = box, b.start = {0, n}, b.target = Mat<Mpfi>::Zero(out, n),
-  b.mask.assign(static_cast<std::size_t>(n), 1);
-  Trace<Mpfi> trace;
-  forward_train(cont, b, Loss::mse, trace);
-  const Mat<Mpfi> y0 = forward(cont, x0);
-  const Mpfi step = hull(-upper(e), upper(e));  // x − x0 for every x in B
-  Network<Mpfi> grad = zero_like(cont);         // the weights' gradients: computed, not read
-  Mat<Mpfi> y(out, n), dx;
-  for (Eigen::Index k = 0; k < n; ++k)
-    for (Eigen::Index r = 0; r < out; ++r) {
-      Mat<Mpfi> dy = Mat<Mpfi>::Zero(out, n);
-      dy(r, k) = 1;
-      backward_from(cont, b, trace, std::move(dy), grad, &dx);
-      Mpfi acc = y0(r, k);
-      for (Eigen::Index j = 0; j < dx.size(); ++j)
-        acc += dx(j) * step;
-      y(r, k) = acc;
-    }
-  return y;
-}
+// Linear functionals of the outputs over the box B = x0 ± e by the mean-value form: f(x) ∈ f(x0) +
+// ∇f(B)·(x − x0), ∇f(B) enclosing f's gradient at every point of B (the training forward over B
+// once, then one backward pass per functional, in intervals; backward_from). `cont` takes the
+// input x0 is in (embedded tokens for a token-id network: its embedding removed).
+class MeanValue {
+ public:
+  MeanValue(const Network<Mpfi>& cont, const Mat<Mpfi>& x0, const Mat<Mpfi>& box, const Mpfi& e)
+      : cont_(cont), y0_(forward(cont, x0)), step_(hull(-upper(e), upper(e))), grad_(zero_like(cont)) {
+    const Eigen::Index n = x0.cols();
+    batch_.x = box, batch_.start = {0, n}, batch_.target = Mat<Mpfi>::Zero(cont.arch.out_dim(), n);
+    batch_.mask.assign(static_cast<std::size_t>(n), 1);
+    forward_train(cont, batch_, Loss::mse, trace_);
+  }
+  const Mat<Mpfi>& at_x0() const { return y0_; }
+  // Output a of token k, less output b when b >= 0 (a class margin: its own gradient, tighter than
+  // the difference of two enclosures).
+  Mpfi operator()(Eigen::Index k, Eigen::Index a, Eigen::Index b = -1) {
+    Mat<Mpfi> dy = Mat<Mpfi>::Zero(y0_.rows(), y0_.cols());
+    dy(a, k) = 1;
+    Mpfi acc = y0_(a, k);
+    if (b >= 0) dy(b, k) = -1, acc -= y0_(b, k);
+    backward_from(cont_, batch_, trace_, std::move(dy), grad_, &dx_);  // the weights' gradients: not read
+    for (Eigen::Index j = 0; j < dx_.size(); ++j)
+      acc += dx_(j) * step_;
+    return acc;
+  }
+
+ private:
+  const Network<Mpfi>& cont_;
+  const Mat<Mpfi> y0_;
+  const Mpfi step_;  // x − x0 for every x in B
+  Network<Mpfi> grad_;
+  Batch<Mpfi> batch_;
+  Trace<Mpfi> trace_;
+  Mat<Mpfi> dx_;
+};
 
 // Both enclose the same values: their intersection does too.
 Mpfi intersect(const Mpfi& a, const Mpfi& b) {
@@ -174,6 +183,7 @@ Predictions certify_predictions(const Network<Rational>& net, const Dataset& ds,
     const Sequence& s = ds.sequences[static_cast<std::size_t>(i)];
     double spare = kInf;  // the least over the sequence's predictions
     Mat<Mpfi> y;
+    std::optional<Mat<Mpfi>> mv_margin;  // the mean-value form's class margins (row r: y_c − y_r)
     bool evaluated = true;
     try {
       if (!epsilon.empty()) {  // every input in the box: each coordinate of each token's vector ± ε
@@ -183,12 +193,27 @@ Predictions certify_predictions(const Network<Rational>& net, const Dataset& ds,
         for (Eigen::Index j = 0; j < x.size(); ++j)
           x(j) = hull(lower(Mpfi(x(j) - e)), upper(Mpfi(x(j) + e)));
         if (mean_value) {
-          y = mean_value_enclosure(cont, x0, x, e);
+          MeanValue mv(cont, x0, x, e);
+          std::optional<Mat<Mpfi>> plain;
           try {
-            const Mat<Mpfi> plain = forward(ni, x);
-            for (Eigen::Index j = 0; j < y.size(); ++j)
-              y(j) = intersect(y(j), plain(j));
+            plain = forward(ni, x);
           } catch (const Error&) {  // an unbounded enclosure: the mean-value form alone
+          }
+          // Classes: each margin y_c − y_r of a counted token; values: each output. Intersected with
+          // what the intervals give (both enclose the same values).
+          y = plain ? *plain : mv.at_x0();  // classes: the predicted label's text only
+          if (kind == LabelKind::classes) mv_margin = Mat<Mpfi>(y.rows(), y.cols());
+          for (Eigen::Index k = 0; k < y.cols(); ++k) {
+            if (!s.mask.empty() && !s.mask[static_cast<std::size_t>(k)]) continue;
+            const long c = kind == LabelKind::classes ? numerator(s.y(0, k)).convert_to<long>() : -1;
+            for (Eigen::Index r = 0; r < y.rows(); ++r) {
+              if (c < 0) {
+                y(r, k) = plain ? intersect(mv(k, r), (*plain)(r, k)) : mv(k, r);
+              } else if (r != c) {
+                const Mpfi m = mv(k, c, r);
+                (*mv_margin)(r, k) = plain ? intersect(m, Mpfi((*plain)(c, k) - (*plain)(r, k))) : m;
+              }
+            }
           }
         } else {
           y = forward(ni, x);
@@ -226,6 +251,13 @@ Predictions certify_predictions(const Network<Rational>& net, const Dataset& ds,
           for (Eigen::Index r = 0; r < y.rows(); ++r) {
             if (Scalar<Mpfi>::to_double(y(r, k)) > Scalar<Mpfi>::to_double(y(best, k))) best = r;
             if (r == c) continue;
+            if (mv_margin) {
+              const Mpfi& m = (*mv_margin)(r, k);
+              if (!(lower(m) > 0)) certified = false;
+              if (upper(m) < 0) wrong = true;
+              judge(lower(m), Mpfr(0), enclosure_width(m));
+              continue;
+            }
             if (!(lower(y(c, k)) > upper(y(r, k)))) certified = false;
             if (lower(y(r, k)) > upper(y(c, k))) wrong = true;
             judge(lower(y(c, k)), upper(y(r, k)), enclosure_width(y(c, k)) + enclosure_width(y(r, k)));
