@@ -225,6 +225,8 @@ Predictions certify_predictions(const Network<Rational>& net, const Dataset& ds,
       }
     } catch (const Error&) {  // shapes were checked: an undecided hardmax or an unbounded enclosure
       evaluated = false;
+    } catch (const mp::interval_error&) {  // a branch on an enclosure that spans both sides: undecided
+      evaluated = false;
     }
     for (Eigen::Index k = 0; k < static_cast<Eigen::Index>(s.n()); ++k) {
       if (!s.mask.empty() && !s.mask[static_cast<std::size_t>(k)]) continue;
