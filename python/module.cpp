@@ -216,11 +216,15 @@ template <class S>
 py::list evaluate_as(const PyNetwork& n, const Dataset& ds, const Precision& p, bool capture) {
   std::vector<Mat<S>> ys;
   std::vector<Activations<S>> acts;
-  {
+  const OnProgress stop_on_ctrl_c = progress_of(nullptr);
+  try {
     py::gil_scoped_release release;
     const auto scope = precision_scope(p);  // opened without the GIL: it may wait for another scope
-    ys = n.as<S>(
-        [&](const Network<S>& net) { return forward_dataset(net, ds, {}, {}, capture ? &acts : nullptr); });
+    ys = n.as<S>([&](const Network<S>& net) {
+      return forward_dataset(net, ds, {}, stop_on_ctrl_c, capture ? &acts : nullptr);
+    });
+  } catch (Interrupted& stop) {
+    throw stop.error;
   }
   py::list out;
   for (std::size_t i = 0; i < ys.size(); ++i) {

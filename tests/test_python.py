@@ -478,6 +478,18 @@ def test_ctrl_c_stops_memorize():
         check(False, "Ctrl-C stops uatlab.memorize")
     except KeyboardInterrupt:
         check(time.time() - start < 15, f"memorize: KeyboardInterrupt after {time.time() - start:.1f} s")
+    # eval: 400 sequences at interval:2048 take about 64 s here; it stops between chunks.
+    arch = {"d": 16, "readout": 3, "layers": [{"type": "attention", "heads": 2, "head_size": 8},
+                                              {"type": "layernorm"}, {"type": "feedforward", "width": 32}]}
+    net = uatlab.init(arch, seed=1)
+    X = [np.random.default_rng(0).uniform(-1, 1, (16, 16)) for _ in range(400)]
+    threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+    start = time.time()
+    try:
+        net.eval(X, precision="interval:2048")
+        check(False, "Ctrl-C stops net.eval")
+    except KeyboardInterrupt:
+        check(time.time() - start < 15, f"eval: KeyboardInterrupt after {time.time() - start:.1f} s")
 
 
 for test in (test_numbers_and_precisions, test_constructions, test_torch_both_ways, test_train_and_analyse,

@@ -14,7 +14,8 @@ namespace uatlab {
 
 // Forward every sequence (OpenMP over sequences). The first error thrown by any sequence is
 // rethrown, prefixed with its number (from 1); a float or double output that overflows to inf or
-// NaN is an error. `progress` hears each finished sequence. captures (when given) receives each
+// NaN is an error. `progress` hears each finished chunk of a few sequences per thread, outside the
+// parallel loop (a reporter may throw to stop the call). captures (when given) receives each
 // sequence's activations (network.hpp).
 template <class S>
 std::vector<Mat<S>> forward_dataset(const Network<S>& net, const Dataset& ds, const EvalOptions& opt = {},
