@@ -65,8 +65,8 @@ std::string lines_text(const std::vector<json>& lines) {
 int cmd_info(const std::string& model) {
   if (!model.empty()) {
     // Every tensor read and checked (GPT-2 124M: 1.7 GB, where exact rationals took more than 20).
-    const auto params = with_exact_network(model, [](const auto& net) { return net.parameter_count(); });
-    const Architecture a = read_architecture(model);
+    const auto [a, params] = with_exact_network(
+        model, [](const auto& net) { return std::make_pair(net.arch, net.parameter_count()); });
     std::cout << "model       " << model << "\n"
               << "input       "
               << (a.vocab > 0   ? "token ids, vocab " + std::to_string(a.vocab)

@@ -348,19 +348,19 @@ Opened<S> open_model(const std::string& path) {
 }  // namespace
 
 template <class S>
-Network<S> load_network(const std::string& path) {
+Network<S> load_network(const std::string& path, const std::function<void(const Architecture&)>& before) {
   const Opened<S> o = open_model<S>(path);
+  if (before) {
+    Architecture arch;
+    try {
+      arch = Architecture::from_json(o.arch);
+    } catch (const Error& e) {
+      throw Error(path + ": " + e.what());
+    }
+    before(arch);
+  }
   try {
     return assemble(o.arch, o.sources);
-  } catch (const Error& e) {
-    throw Error(path + ": " + e.what());
-  }
-}
-
-Architecture read_architecture(const std::string& path) {
-  const Opened<Rational> o = open_model<Rational>(path);  // a safetensors file's values are not read
-  try {
-    return Architecture::from_json(o.arch);
   } catch (const Error& e) {
     throw Error(path + ": " + e.what());
   }
@@ -474,10 +474,10 @@ template std::map<std::string, std::string> load_checkpoint<float>(const std::st
 template std::map<std::string, std::string> load_checkpoint<double>(const std::string&, Network<double>&,
                                                                     const NamedNetworks<double>&);
 
-#define UATLAB_INSTANTIATE_IO(S)                                                           \
-  template Network<S> load_network<S>(const std::string&);                                 \
-  template Network<S> parse_network<S>(const std::string&, FileFormat);                    \
-  template void save_network<S>(const Network<S>&, const std::string&, const std::string&, \
+#define UATLAB_INSTANTIATE_IO(S)                                                                            \
+  template Network<S> load_network<S>(const std::string&, const std::function<void(const Architecture&)>&); \
+  template Network<S> parse_network<S>(const std::string&, FileFormat);                                     \
+  template void save_network<S>(const Network<S>&, const std::string&, const std::string&,                  \
                                 const std::string&);
 UATLAB_INSTANTIATE_IO(float)
 UATLAB_INSTANTIATE_IO(double)

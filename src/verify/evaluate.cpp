@@ -121,14 +121,13 @@ namespace {
 template <class S>
 std::vector<json> run(const std::string& path, const Dataset& ds, const EvalOptions& opt,
                       const OnProgress& progress, bool capture) {
-  Network<S> net;
-  if constexpr (std::is_same_v<S, Mpfr> || std::is_same_v<S, Mpfi>) {
-    // The memory estimated first, from the architecture alone (no values read); then the file,
-    // straight into S.
-    limits::check_memory(evaluation_numbers(read_architecture(path), ds, capture), mpfr_bits(),
-                         Scalar<S>::interval ? 2 : 1, "evaluating " + path);
-  }
-  net = load_network<S>(path);
+  // MPFR and intervals: the memory estimated from the architecture, once the file is parsed and
+  // before the network is allocated.
+  const Network<S> net = load_network<S>(path, [&](const Architecture& arch) {
+    if constexpr (std::is_same_v<S, Mpfr> || std::is_same_v<S, Mpfi>)
+      limits::check_memory(evaluation_numbers(arch, ds, capture), mpfr_bits(), Scalar<S>::interval ? 2 : 1,
+                           "evaluating " + path);
+  });
   std::vector<Activations<S>> captures;
   std::vector<Mat<S>> ys = forward_dataset(net, ds, opt, progress, capture ? &captures : nullptr);
   std::vector<json> lines;

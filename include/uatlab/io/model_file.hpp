@@ -1,6 +1,7 @@
 // Model files: safetensors (F32/F64, for PyTorch) and uatlab's lossless JSON (exact rationals,
 // for MPFR and rational weights). Both carry the architecture; docs/formats.md describes them.
 #pragma once
+#include <functional>
 #include <map>
 #include <utility>
 #include <vector>
@@ -17,8 +18,10 @@ FileFormat format_for_path(const std::string& path);  // ".json" → json, anyth
 // Load either format into scalar S: each stored value is exact (a double, a float or a rational)
 // and is rounded once to S (enclosed, for intervals). Throws Error naming the file and problem.
 // Safetensors values go from the file's bytes (read once, one copy) straight into the network.
+// `before` (when given) sees the architecture once the file is parsed and before anything of the
+// model's size is allocated: a memory estimate may refuse there.
 template <class S>
-Network<S> load_network(const std::string& path);
+Network<S> load_network(const std::string& path, const std::function<void(const Architecture&)>& before = {});
 // f(the network of a model file, every value exact) in the narrowest scalar that holds them:
 // doubles for safetensors files and GPT-2 checkpoints (their values are doubles: GPT-2 124M takes
 // 1.3 GB so, 15 GB as rationals), rationals for the JSON format.
@@ -28,9 +31,6 @@ decltype(auto) with_exact_network(const std::string& path, F&& f) {
   return f(load_network<double>(path));
 }
 
-// The architecture of a model file (or of GPT-2's layout), its values not read: what a memory
-// estimate needs before anything of the model's size is allocated.
-Architecture read_architecture(const std::string& path);
 // The same from the bytes of a file in memory (errors do not name a file).
 template <class S>
 Network<S> parse_network(const std::string& bytes, FileFormat format);
