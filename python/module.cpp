@@ -361,10 +361,7 @@ PYBIND11_MODULE(_core, m) {
                 const double* p = a.data();
                 for_each_torch_element(m, l, [&](T& x) {
                   if (!std::isfinite(*p)) throw Error("tensor \"" + name + "\": a value is not finite");
-                  if constexpr (std::is_same_v<T, double>)
-                    x = *p++;
-                  else
-                    x = rational_of(*p++);  // exact
+                  x = scalar_cast<T>(*p++);  // exact: T holds every double
                 });
               });
             });

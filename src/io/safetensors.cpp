@@ -50,6 +50,10 @@ std::int64_t product(const std::vector<std::int64_t>& shape) {
   return n;
 }
 
+Error unsupported_dtype(const std::string& dtype) {
+  return Error("tensor dtype " + dtype + " is not supported by uatlab (F32 and F64 are)");
+}
+
 template <class T>
 Tensor packed(const char* dtype, std::vector<std::int64_t> shape, const std::vector<double>& values) {
   std::string bytes;
@@ -77,15 +81,13 @@ std::int64_t Tensor::numel() const {
 double Tensor::at(std::int64_t k) const {
   if (dtype == "F64") return read_le<double>(data() + 8 * k);
   if (dtype == "F32") return read_le<float>(data() + 4 * k);
-  throw Error("tensor dtype " + dtype + " is not supported by uatlab (F32 and F64 are)");
+  throw unsupported_dtype(dtype);
 }
 
 std::vector<double> Tensor::values() const {
+  if (dtype != "F64" && dtype != "F32") throw unsupported_dtype(dtype);
+  const auto n = static_cast<std::int64_t>(size / kDtypeSize.at(dtype));
   std::vector<double> out;
-  const std::int64_t n = dtype == "F64"   ? static_cast<std::int64_t>(size / 8)
-                         : dtype == "F32" ? static_cast<std::int64_t>(size / 4)
-                                          : 0;
-  if (n == 0 && size > 0) at(0);  // refuses the dtype
   out.reserve(static_cast<std::size_t>(n));
   for (std::int64_t k = 0; k < n; ++k)
     out.push_back(at(k));

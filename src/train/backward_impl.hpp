@@ -42,8 +42,8 @@ void times_activation_slope(const LayerSpec& s, const Mat<S>& h, Mat<S>& g) {  /
         g(i) = S(0);
         continue;
       }
-      const Mpfr lo = lower(g(i)), hi = upper(g(i)), zero(0);
-      g(i) = hull(lo < zero ? lo : zero, hi > zero ? hi : zero);
+      const Mpfr zero(0);
+      g(i) = hull(std::min(lower(g(i)), zero), std::max(upper(g(i)), zero));
     }
   } else {
     g = (h.array() > S(0)).select(g, S(0));
@@ -733,7 +733,7 @@ void backward_from(const Network<S>& net, const Batch<S>& batch, const Trace<S>&
     }
   if (dinput) {  // with respect to the input: the embedded tokens, or the raw ones before a projection
     if (a.input > 0)
-      *dinput = net.in_w.transpose() * dZ;
+      weights_times(*dinput, net.in_w.transpose(), dZ);
     else
       *dinput = std::move(dZ);
   }
