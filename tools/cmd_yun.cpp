@@ -11,6 +11,7 @@
 #include "uatlab/experiment/approximate.hpp"
 #include "uatlab/experiment/targets.hpp"
 #include "uatlab/io/lists.hpp"
+#include "uatlab/verify/bounds.hpp"
 
 namespace uatlab::cli {
 
@@ -56,6 +57,28 @@ std::string approximate_summary(const json& r) {
       s << line;
     }
     s << ", measured\n";
+  }
+  if (r.contains("certified_domain")) {  // upper bounds, printed rounded up (docs/yun.md)
+    auto up = [](const json& v) { return v.is_number() ? upper_text(v.get<double>()) : std::string("inf"); };
+    const char* head = "certified    ";
+    for (const char* form : {"modified", "standard"}) {
+      if (!r["certified_domain"].contains(form)) continue;
+      const json& c = r["certified_domain"][form];
+      s << head << form << ": ";
+      for (const char* p : {"d_1", "d_2"})
+        if (c.contains(p)) s << p << " <= " << up(c[p]) << ", ";
+      s << "ess sup |g - f| <= " << up(c["ess_sup_abs_error"]) << " over all of [0,1]^{" << r["d"] << " x "
+        << r["n"] << "} (MPFI; " << c["cells"] << " cells, " << c["boxes"] << " boxes)\n";
+      const json& flat = c["regular_cells"];
+      if (c["cells_regular"] != c["cells"]) {
+        s << "             " << form << ", its " << c["cells_regular"] << " regular cells: ";
+        for (const char* p : {"d_1", "d_2"})
+          if (flat.contains(p)) s << p << " <= " << up(flat[p]) << ", ";
+        s << "ess sup |g - f| <= " << up(flat["ess_sup_abs_error"])
+          << "; the other cells measure <= " << up(flat["excluded_measure"]) << "\n";
+      }
+      head = "             ";
+    }
   }
   return s.str();
 }
