@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # Fuzz every input reader with libFuzzer (clang, ASan + UBSan): bash scripts/fuzz.sh [SECONDS] [TARGET...]
+# (target "python": the Python entry points' arguments, tests/fuzz_python.py, on the normal build;
+# it is in the default list, run last)
 # Each target runs SECONDS (default 600) from its seed corpus (fuzz/corpus/<target>/) plus what
 # earlier runs found (build-fuzz/corpus/<target>/). A crash, leak, sanitizer report or timeout is
 # saved under build-fuzz/crashes/<target>/ and fails the run: copy it to tests/fuzz/<target>/, fix
@@ -9,16 +11,28 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 SECONDS_EACH="${1:-600}"
 shift || true
 TARGETS=("$@")
-((${#TARGETS[@]})) || TARGETS=(model dataset sweep_config expression)
+((${#TARGETS[@]})) || TARGETS=(model dataset sweep_config expression python)
 OUT="${FUZZ_DIR:-$ROOT/build-fuzz}"
 
-EXTRA_PACKAGES="clang libclang-rt-14-dev libomp-14-dev" BUILD_DIR="$OUT" \
-  CMAKE_EXTRA="-DCMAKE_CXX_COMPILER=clang++ -DUATLAB_FUZZ=ON -DUATLAB_PYTHON=OFF -DUATLAB_TESTS=OFF -DUATLAB_BENCH=OFF \
-               -DUATLAB_MPI=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo" \
-  bash "$ROOT/scripts/setup.sh"
+if [ "${TARGETS[*]}" != python ]; then
+  EXTRA_PACKAGES="clang libclang-rt-14-dev libomp-14-dev" BUILD_DIR="$OUT" \
+    CMAKE_EXTRA="-DCMAKE_CXX_COMPILER=clang++ -DUATLAB_FUZZ=ON -DUATLAB_PYTHON=OFF -DUATLAB_TESTS=OFF -DUATLAB_BENCH=OFF \
+                 -DUATLAB_MPI=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo" \
+    bash "$ROOT/scripts/setup.sh"
+fi
 
 status=0
 for t in "${TARGETS[@]}"; do
+  if [ "$t" = python ]; then  # the Python entry points' arguments (tests/fuzz_python.py), on the normal build
+    seed="${FUZZ_SEED:-$RANDOM}"  # a failure names its case: fuzz_python.py BUILD --seed S --case I
+    echo "fuzz: python for ${SECONDS_EACH} s (seed $seed)"
+    PY_BUILD="${PY_BUILD:-$ROOT/build}"
+    [ -d "$PY_BUILD/python" ] || bash "$ROOT/scripts/setup.sh"
+    mkdir -p "$OUT"
+    /usr/bin/python3 "$ROOT/tests/fuzz_python.py" "$PY_BUILD" --seconds "$SECONDS_EACH" --seed "$seed" \
+      | tee "$OUT/python.log" | tail -20 || status=1
+    continue
+  fi
   mkdir -p "$OUT/corpus/$t" "$OUT/crashes/$t"
   echo "fuzz: $t for ${SECONDS_EACH} s"
   # -rss_limit_mb and -timeout make runaway memory and hangs findings, like crashes.

@@ -490,6 +490,22 @@ def test_ctrl_c_stops_memorize():
         check(False, "Ctrl-C stops net.eval")
     except KeyboardInterrupt:
         check(time.time() - start < 15, f"eval: KeyboardInterrupt after {time.time() - start:.1f} s")
+    # analyse's certified pass over the same sequences (about 70 s here) and approximate's domain
+    # certificate (about 10 s) stop between chunks too (they reported inside their parallel loops
+    # before, where no exception may leave, and ran to the end of the pass).
+    Y = [[0] * 16 for _ in X]
+    calls = [("analyse", lambda: uatlab.analyse(net, X, Y, labels="classes", bits=2048, min_bits=False,
+                                                 rounding=False, separation=False)),
+             ("approximate --certify", lambda: uatlab.approximate("center", 1, 2, 16, construction="kajitsuka",
+                                                                  certify=True))]
+    for what, call in calls:
+        threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+        start = time.time()
+        try:
+            call()
+            check(False, f"Ctrl-C stops {what}")
+        except KeyboardInterrupt:
+            check(time.time() - start < 5, f"{what}: KeyboardInterrupt after {time.time() - start:.1f} s")
 
 
 for test in (test_numbers_and_precisions, test_constructions, test_torch_both_ways, test_train_and_analyse,

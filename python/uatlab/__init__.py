@@ -73,7 +73,7 @@ def _depth(a):
 
 def _sequences(X, tokens):
     """(list of sequences, whether X was a single one)."""
-    X = _tolist(X)
+    X = _rows(X, "X (the sequences)")
     if isinstance(X, (list, tuple)):
         X = [_tolist(x) for x in X]
     single = _depth(X) == (1 if tokens else 2)
@@ -88,22 +88,84 @@ def _rows(a, what):
     return a
 
 
-def _whole(v, what):
+def _shown(v):
+    text = repr(v)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _whole(v, what, lo=-2**63, hi=2**63 - 1):
+    """An integer argument within the C++ type it becomes (uatlab.Error, not pybind11's TypeError)."""
     if isinstance(v, (bool, _np.bool_)) or not isinstance(v, (int, _np.integer)):
-        raise Error(f"{what} must be an integer, got {v!r}")
+        raise Error(f"{what} must be an integer, got {_shown(v)}")
+    if not lo <= int(v) <= hi:
+        raise Error(f"{what} = {int(v)} is outside [{lo}, {hi}]")
     return int(v)
+
+
+def _seed(v):
+    return _whole(v, "seed", 0, 2**64 - 1)
+
+
+def _bits(v, what):
+    return _whole(v, what, 0, 2**32 - 1)
+
+
+def _small(v, what):  # a C++ int
+    return _whole(v, what, -2**31, 2**31 - 1)
+
+
+def _text(v, what):
+    if not isinstance(v, str):
+        raise Error(f"{what} must be a string, got {_shown(v)}")
+    return v
+
+
+def _flag(v, what):
+    if not isinstance(v, (bool, _np.bool_)):
+        raise Error(f"{what} must be True or False, got {_shown(v)}")
+    return bool(v)
+
+
+def _path(v, what="path"):
+    import os
+    p = os.fspath(v) if isinstance(v, (str, os.PathLike)) else None
+    if not isinstance(p, str):
+        raise Error(f"{what} must be a path (str or os.PathLike), got {_shown(v)}")
+    return p
+
+
+def _progress(v):
+    if v is not None and not callable(v):
+        raise Error(f"progress must be None or a callable, got {_shown(v)}")
+    return v
+
+
+def _options(options, what):
+    """Keyword options as the JSON the C++ side parses: anything JSON cannot hold is refused here."""
+    try:
+        return _json.dumps(options, allow_nan=False)
+    except (TypeError, ValueError) as e:
+        raise Error(f"{what}: {e}") from None
+
+
+def _mask_entry(m, what):
+    """A mask entry: a bool, or a number that is 0 or 1 (1.0 from a float array too)."""
+    if isinstance(m, (bool, _np.bool_, int, float, _np.integer, _np.floating)) and m in (0, 1):
+        return int(m)
+    raise Error(f"{what}: entries are 0/1 or booleans, got {_shown(m)}")
 
 
 def dataset(X, Y=None, mask=None, tokens=False):
     """A uatlab dataset from sequences X (each (n, d) numbers, or (n,) token ids with tokens=True),
     optional labels Y (per sequence: n labels, or (n, k) values; or one label for the sequence, its
     last token's: a number, or k != n numbers) and masks (n flags)."""
-    _rows(X, "X (the sequences)")
-    xs, single = _sequences(X, tokens)
-    ys = None if Y is None else [_tolist(Y)] if single else [_tolist(y) for y in Y]
+    xs, single = _sequences(X, _flag(tokens, "tokens"))
+    ys = None if Y is None else [_tolist(Y)] if single else [_tolist(y) for y in _rows(Y, "Y (the labels)")]
     if ys is not None and len(ys) != len(xs):
         raise Error(f"{len(xs)} sequences but {len(ys)} label sequences")
-    masks = [mask] if mask is not None and single else mask
+    masks = [mask] if mask is not None and single else None if mask is None else _rows(mask, "mask")
+    if masks is not None and len(masks) != len(xs):
+        raise Error(f"{len(xs)} sequences but {len(masks)} masks")
     lines = []
     for i, x in enumerate(xs):
         at = f"sequence {i + 1}"
@@ -116,7 +178,7 @@ def dataset(X, Y=None, mask=None, tokens=False):
             y = _rows(ys[i], f"{at}: labels")
             line["y"] = [[_exact(v) for v in _tolist(t)] if isinstance(_tolist(t), list) else _exact(t) for t in y]
         if masks is not None:
-            line["mask"] = [int(bool(m)) for m in _rows(masks[i], f"{at}: mask")]
+            line["mask"] = [_mask_entry(m, f"{at}: mask") for m in _rows(masks[i], f"{at}: mask")]
         lines.append(_json.dumps(line))
     return _core.Dataset.parse("\n".join(lines) + "\n")
 
@@ -128,7 +190,7 @@ def _data(X, Y=None, mask=None, tokens=False):
 def task(name, **options):
     """A built-in task's dataset (uatlab train --task NAME), e.g. task("memorize", N=32, n=8, d=4, V=16);
     the options are those of the CLI's --task-KEY flags (docs/training.md)."""
-    return _core.Dataset.task(name, _json.dumps(options))
+    return _core.Dataset.task(_text(name, "task name"), _options(options, f"task {name!r}"))
 
 
 class Network:
@@ -150,7 +212,7 @@ class Network:
 
     def exact_tensor(self, name):
         """One tensor's exact values as a numpy object array of Fractions."""
-        flat, shape = self._core.tensor(name, True)
+        flat, shape = self._core.tensor(_text(name, "tensor name"), True)
         return _np.array([_Fraction(v) for v in flat], dtype=object).reshape(shape)
 
     @property
@@ -159,7 +221,7 @@ class Network:
 
     def save(self, path, dtype="F64"):
         """Write a .json file (lossless) or safetensors (dtype F64 or F32), atomically."""
-        self._core.save(str(path), dtype)
+        self._core.save(_path(path), _text(dtype, "dtype"))
 
     def eval(self, X, precision="double"):
         """Evaluate sequences X in a precision: "float", "double" (numpy arrays), "BITS" (MPFR) or
@@ -170,7 +232,7 @@ class Network:
         if not isinstance(X, _core.Dataset):
             xs, single = _sequences(X, tokens)
             X = dataset(xs, tokens=tokens)
-        out = self._core.eval(X, precision)
+        out = self._core.eval(X, _text(precision, "precision"))
         p = precision.strip()
         if p.startswith("interval"):
             out = [tuple(t) for t in out]
@@ -189,7 +251,7 @@ class Network:
         if not isinstance(X, _core.Dataset):
             xs, single = _sequences(X, tokens)
             X = dataset(xs, tokens=tokens)
-        out = self._core.eval(X, precision, True)
+        out = self._core.eval(X, _text(precision, "precision"), True)
         p = precision.strip()
 
         def convert(m):
@@ -215,6 +277,8 @@ class Network:
             except ValueError as e:
                 raise Error(str(e)) from None
             return into
+        if dtype is not None and not isinstance(dtype, torch.dtype):
+            raise Error(f"dtype must be a torch.dtype, got {_shown(dtype)}")
         dtype = dtype or torch.float64
         net = pytorch.UatlabNet(pytorch.complete(self.architecture)).to(dtype)
         state = {pytorch._torch_name(k): torch.from_numpy(v).to(dtype) for k, v in self.tensors.items()}
@@ -228,7 +292,7 @@ class Network:
 
 def load(path):
     """A model file (safetensors, lossless .json, or a training checkpoint)."""
-    return Network(_core.Network.load(str(path)))
+    return Network(_core.Network.load(_path(path)))
 
 
 def init(architecture, seed=1, gain=1.0):
@@ -237,7 +301,7 @@ def init(architecture, seed=1, gain=1.0):
         raise Error(f"architecture must be a dict (docs/formats.md), got {type(architecture).__name__}")
     if isinstance(gain, (bool, _np.bool_)) or not isinstance(gain, (int, float, _Fraction, _np.number)):
         raise Error(f"gain must be a number, got {gain!r}")
-    return Network(_core.init_random(_json.dumps(architecture), _whole(seed, "seed"), float(gain)))
+    return Network(_core.init_random(_options(architecture, "architecture"), _seed(seed), float(gain)))
 
 
 def _pair(r):
@@ -247,7 +311,8 @@ def _pair(r):
 
 def contextual(X, mode="tuned", tied=False, seed=1, max_bits=1 << 16, progress=None):
     """Kajitsuka & Sato's contextual-mapping attention for the sequences X; (network, report)."""
-    return _pair(_core.contextual(_data(X), mode, tied, seed, max_bits, progress))
+    return _pair(_core.contextual(_data(X), _text(mode, "mode"), _flag(tied, "tied"), _seed(seed),
+                                  _bits(max_bits, "max_bits"), _progress(progress)))
 
 
 def memorize(X, Y, mode="tuned", tied=False, value_map=None, tolerance="1e-6", seed=1, max_bits=1 << 16,
@@ -262,21 +327,26 @@ def memorize(X, Y, mode="tuned", tied=False, value_map=None, tolerance="1e-6", s
     "seq-to-seq" (integer labels per token, positions; sqrt(nN)): the averaging attention and the deep
     value map (docs/theory/optimal-capacity.md); mode, tied and value_map other than "deep" are refused.
     """
-    if setting not in ("contextual", "next-token", "seq-to-seq"):
+    value_map = "zhang" if value_map is None and setting == "contextual" else value_map
+    value_map = value_map if value_map is None else _text(value_map, "value_map")
+    if _text(setting, "setting") not in ("contextual", "next-token", "seq-to-seq"):
         raise Error(f"setting must be contextual, next-token or seq-to-seq, got {setting!r}")
     if setting != "contextual":
-        if value_map not in (None, "deep") or mode != "tuned" or tied:
+        if value_map not in (None, "deep") or _text(mode, "mode") != "tuned" or _flag(tied, "tied"):
             raise Error(f"setting {setting!r} builds the averaging attention and the deep value map; "
                         "mode, tied and value_map choose the contextual setting's")
-        return _pair(_core.memorize_optimal(_data(X, Y), setting, _exact(tolerance), seed, max_bits, blocks,
-                                            progress))
-    return _pair(_core.memorize(_data(X, Y), mode, tied, value_map or "zhang", _exact(tolerance), seed, max_bits,
-                                blocks, progress))
+        return _pair(_core.memorize_optimal(_data(X, Y), setting, _exact(tolerance), _seed(seed),
+                                            _bits(max_bits, "max_bits"), _small(blocks, "blocks"), _progress(progress)))
+    return _pair(_core.memorize(_data(X, Y), _text(mode, "mode"), _flag(tied, "tied"),
+                                value_map, _exact(tolerance), _seed(seed),
+                                _bits(max_bits, "max_bits"), _small(blocks, "blocks"), _progress(progress)))
 
 
 def polynomial(expr, vars, box="1", variant="single-head", degree=0, seed=1):
     """Fang et al.'s blocks computing the polynomial exactly on [-box, box]^d; (network, proof)."""
-    return _pair(_core.polynomial(expr, list(vars), _exact(box), variant, degree, seed))
+    vars = [_text(v, "a variable name") for v in _rows(vars, "vars")]
+    return _pair(_core.polynomial(_text(expr, "expr"), vars, _exact(box), _text(variant, "variant"),
+                                  _small(degree, "degree"), _seed(seed)))
 
 
 def approximate(target, d, n, K, construction="yun", pe=False, value_map="", certify=False, samples=20000,
@@ -284,8 +354,13 @@ def approximate(target, d, n, K, construction="yun", pe=False, value_map="", cer
     """Yun et al.'s construction (or Kajitsuka's Proposition 1) for a target: a built-in name, an
     expression, or a Python callable mapping an (n, d) array to an (n, d) array.
     Returns (modified network, standard network, report)."""
-    mod, std, report = _core.approximate(target, d, n, K, construction, pe, value_map, certify, samples,
-                                         samples_standard, seed, progress)
+    if not isinstance(target, str) and not callable(target):
+        raise Error(f"target must be a name, an expression or a callable, got {_shown(target)}")
+    mod, std, report = _core.approximate(target, _small(d, "d"), _small(n, "n"), _small(K, "K"),
+                                         _text(construction, "construction"), _flag(pe, "pe"),
+                                         _text(value_map, "value_map"), _flag(certify, "certify"),
+                                         _whole(samples, "samples"), _whole(samples_standard, "samples_standard"),
+                                         _seed(seed), _progress(progress))
     return Network(mod), Network(std), _json.loads(report)
 
 
@@ -302,7 +377,11 @@ def train(model, X=None, Y=None, data=None, validation=None, mask=None, dtype="d
         model = init(model, config.pop("init_seed", 1), config.pop("gain", 1.0))
     tokens = model.architecture.get("vocab", 0) > 0
     data = data if data is not None else _data(X, Y, mask, tokens)
-    return _pair(_core.train(model._core, data, validation, _json.dumps(config), dtype, progress))
+    for name, d in (("data", data), ("validation", validation)):
+        if not isinstance(d, _core.Dataset) and not (name == "validation" and d is None):
+            raise Error(f"{name} must be a uatlab dataset (uatlab.dataset(...) or uatlab.task(...)), got {_shown(d)}")
+    return _pair(_core.train(model._core, data, validation, _options(config, "train options"),
+                             _text(dtype, "dtype"), _progress(progress)))
 
 
 def analyse(net, X, Y=None, labels="auto", tolerance="1e-6", bits=64, max_bits=4096, min_bits=True,
@@ -319,12 +398,17 @@ def analyse(net, X, Y=None, labels="auto", tolerance="1e-6", bits=64, max_bits=4
     "mean-value" (y(x0) + J(box)(x - x0), the Jacobian enclosed over the box: radii 1.8x larger
     on trained models, 30-80x slower; needs softmax/linear attention and ReLU/GELU, as training
     does)."""
+    if not isinstance(net, Network):
+        raise Error(f"analyse: net must be a uatlab.Network, got {_shown(net)}")
     tokens = net.architecture.get("vocab", 0) > 0
-    report, text = _core.analyse(net._core, _data(X, Y, tokens=tokens), labels, _exact(tolerance), bits, max_bits,
-                                 min_bits, rounding, separation, seed, str(plot or ""), affine, direct_rounding,
-                                 "" if epsilon is None else _exact(epsilon), _whole(epsilon_steps, "epsilon_steps"),
-                                 region_method, progress)
-    return (_json.loads(report), text) if summary else _json.loads(report)
+    report, text = _core.analyse(net._core, _data(X, Y, tokens=tokens), _text(labels, "labels"), _exact(tolerance),
+                                 _bits(bits, "bits"), _bits(max_bits, "max_bits"), _flag(min_bits, "min_bits"),
+                                 _flag(rounding, "rounding"), _flag(separation, "separation"), _seed(seed),
+                                 "" if plot is None else _path(plot, "plot"), _flag(affine, "affine"),
+                                 _flag(direct_rounding, "direct_rounding"), "" if epsilon is None else _exact(epsilon),
+                                 _small(epsilon_steps, "epsilon_steps"), _text(region_method, "region_method"),
+                                 _progress(progress))
+    return (_json.loads(report), text) if _flag(summary, "summary") else _json.loads(report)
 
 
 def from_torch(module, architecture=None, causal=False, embedding=None, positions=None, head=None):
@@ -340,15 +424,16 @@ def from_torch(module, architecture=None, causal=False, embedding=None, position
     that of encoder(x). uatlab.pytorch.name_map(...) lists which PyTorch tensor became which
     uatlab tensor (docs/python.md); each sub-layer keeps PyTorch's name as its "source"."""
     from . import pytorch
+    causal = _flag(causal, "causal")
     try:
         arch, state = pytorch.to_uatlab(module, architecture, embedding, positions, head, causal)
     except ValueError as e:  # what cannot be converted exactly is refused, as a uatlab.Error
         raise Error(str(e)) from None
     if causal:
-        for layer in arch.get("layers", []):
-            if layer.get("type") == "attention":
+        for layer in arch.get("layers", []) if isinstance(arch.get("layers"), list) else []:
+            if isinstance(layer, dict) and layer.get("type") == "attention":
                 layer["causal"] = True
-    net = Network(_core.Network.zeros(_json.dumps(arch)))
+    net = Network(_core.Network.zeros(_options(arch, "architecture")))
     names = set(net._core.tensor_names())
     if set(state) != names:
         raise Error(f"tensors differ from the architecture's: missing {sorted(names - set(state))}, "

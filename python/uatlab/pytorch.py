@@ -525,8 +525,12 @@ def to_uatlab(module, architecture=None, embedding=None, positions=None, head=No
         arch, bs = bindings(module, embedding, positions, head, causal)
         return arch, {b.name: b.read() for b in bs}
     if isinstance(module, dict) and not parts:
-        if architecture is None:
-            raise ValueError("a state_dict needs the architecture it belongs to")
+        if not isinstance(architecture, dict):
+            raise ValueError("a state_dict needs the architecture it belongs to, as a dict (docs/formats.md); got "
+                             f"{type(architecture).__name__}")
+        for k, v in module.items():
+            if not isinstance(k, str) or not isinstance(v, torch.Tensor):
+                raise ValueError(f"a state_dict maps names to tensors; {k!r} holds a {type(v).__name__}")
         return architecture, {_uatlab_name(k): v for k, v in module.items()}
     raise ValueError(f"cannot convert {type(module).__name__}" + (" with embedding/positions/head" if parts else "") +
                      ": give a UatlabNet, an nn.TransformerEncoderLayer or nn.TransformerEncoder (with optional "

@@ -581,6 +581,7 @@ Compiled compile(const std::string& expr, const std::vector<std::string>& vars, 
   Compiled c;
   c.vars = vars;
   c.variant = variant;
+  limits::check_count(degree, 0, limits::kPolynomialDegree, "degree (blocks N)");  // the CLI's and Python's
   c.p = parse_polynomial(expr, vars);
   if (degree != 0 && degree < fang::degree(c.p))
     throw Error("degree " + std::to_string(degree) + " is below the polynomial's degree " +

@@ -2,6 +2,7 @@
 
 #include "kajitsuka_parts.hpp"
 
+#include "../chunks.hpp"
 #include "uatlab/limits.hpp"
 
 #include <mpfr.h>
@@ -527,17 +528,15 @@ double certified_max_error(const Network<Rational>& net, const Dataset& ds, unsi
                    [&](const Sequence& s) { return !counted(s).empty(); }))
     throw Error("no token of the data has a label that counts (every mask is 0): nothing to certify");
   bool stop = false;
-  long long done = 0;
-#pragma omp parallel for schedule(dynamic)
-  for (long started = 0; started < N; ++started) {
+  auto one = [&](long started) {
     const auto i = static_cast<long>(started_item(order, static_cast<std::size_t>(started)));
     bool stopped;
 #pragma omp atomic read
     stopped = stop;
-    if (stopped) continue;
+    if (stopped) return;
     const Sequence& s = ds.sequences[i];
     const std::vector<Eigen::Index> cols = counted(s);
-    if (cols.empty()) continue;  // worst[i] stays 0: no label of it counts
+    if (cols.empty()) return;  // worst[i] stays 0: no label of it counts
     const Mat<Mpfi> x = matrix_cast<Mpfi>(s.x);
     const Mat<Mpfi> y = affine ? (*affine)(x, cols) : Mat<Mpfi>(forward(ni, x)(Eigen::all, cols));
     double w = 0, least = kInf;
@@ -550,13 +549,15 @@ double certified_max_error(const Network<Rational>& net, const Dataset& ds, unsi
       }
     worst[i] = w;
     if (spare) (*spare)[static_cast<std::size_t>(i)] = least;
-#pragma omp critical(uatlab_certify_progress)
-    report(progress, "certify", ++done, static_cast<long long>(ds.sequences.size()));
     if (w > stop_above) {
 #pragma omp atomic write
       stop = true;
     }
-  }
+  };
+  in_parallel_chunks(N, one, [&](long done) {
+    report(progress, "certify", done, N);
+    return !stop;
+  });
   return *std::max_element(worst.begin(), worst.end());
 }
 

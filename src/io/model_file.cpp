@@ -315,13 +315,14 @@ Opened<S> open_bytes(const std::shared_ptr<const std::string>& bytes, FileFormat
 template <class S>
 Opened<S> open_model(const std::string& path) {
   namespace fs = std::filesystem;
-  const bool folder = fs::is_directory(path);
+  std::error_code ec;  // a path the system refuses (too long, ...) is read_file's error to name
+  const bool folder = fs::is_directory(path, ec);
   const std::string file = folder ? (fs::path(path) / "model.safetensors").string() : path;
   const fs::path config = fs::path(file).parent_path() / "config.json";
   const auto bytes = std::make_shared<const std::string>(read_file(file));
   const FileFormat format = format_for_path(file);
   try {
-    if (format == FileFormat::safetensors && (folder || fs::exists(config))) {
+    if (format == FileFormat::safetensors && (folder || fs::exists(config, ec))) {
       auto st = std::make_shared<const Safetensors>(Safetensors::parse(bytes, "safetensors"));
       if (folder || !st->metadata.count("uatlab")) try {
           auto [arch, sources] = gpt2<S>(*st, parse_json(read_file(config.string()), "config.json"));

@@ -7,6 +7,7 @@
 #include <limits>
 #include <queue>
 
+#include "../chunks.hpp"
 #include "uatlab/limits.hpp"
 #include "uatlab/verify/affine.hpp"
 #include "uatlab/verify/bounds.hpp"
@@ -279,9 +280,7 @@ DomainBound certify_domain(const Network<Rational>& g, const yun::Target& f, int
       const MpfrPrecision precision(bits);
       const AffineForward gi(back);
       std::vector<char> again(pending.size(), 0);
-      long long done = 0;
-#pragma omp parallel for schedule(dynamic)
-      for (long k = 0; k < static_cast<long>(pending.size()); ++k) {
+      auto one = [&](long k) {
         Cell& c = cs[static_cast<std::size_t>(pending[static_cast<std::size_t>(k)])];
         c.finite = true;
         try {
@@ -300,11 +299,13 @@ DomainBound certify_domain(const Network<Rational>& g, const yun::Target& f, int
           c.finite = false;
         }
         if (!c.finite && c.constant) again[static_cast<std::size_t>(k)] = 1;
-#pragma omp critical(uatlab_domain_progress)
+      };
+      in_parallel_chunks(static_cast<long>(pending.size()), one, [&](long done) {
         report(o.progress,
-               "certify the domain: the network on every cell at " + std::to_string(bits) + " bits", ++done,
+               "certify the domain: the network on every cell at " + std::to_string(bits) + " bits", done,
                static_cast<long long>(pending.size()));
-      }
+        return true;
+      });
       std::vector<long> next;
       for (std::size_t k = 0; k < pending.size(); ++k)
         if (again[k]) next.push_back(pending[k]);
@@ -319,9 +320,7 @@ DomainBound certify_domain(const Network<Rational>& g, const yun::Target& f, int
   for (const Cell& c : cs)
     regular_cells += c.finite && c.regular;
   const long per_cell = std::max(1L, (o.max_boxes - (r.cells - regular_cells)) / std::max(1L, regular_cells));
-  long long done = 0;
-#pragma omp parallel for schedule(dynamic)
-  for (long cell = 0; cell < r.cells; ++cell) {
+  auto one = [&](long cell) {
     Cell& c = cs[static_cast<std::size_t>(cell)];
     c.distinct = c.constant && yun::distinct_columns(c.image_lo);
     if (!c.finite) {
@@ -341,9 +340,11 @@ DomainBound certify_domain(const Network<Rational>& g, const yun::Target& f, int
         c.upper.push_back(up(upper(x)));
       c.boxes = static_cast<long>(boxes.size());
     }
-#pragma omp critical(uatlab_domain_progress)
-    report(o.progress, "certify the domain: f against g on every cell", ++done, r.cells);
-  }
+  };
+  in_parallel_chunks(r.cells, one, [&](long done) {
+    report(o.progress, "certify the domain: f against g on every cell", done, r.cells);
+    return true;
+  });
   // Sums over the cells, rounded outward (an infinite cell makes its sum infinite).
   std::vector<Mpfi> all(o.ps.size(), Mpfi(0)), flat(o.ps.size(), Mpfi(0));
   std::vector<bool> all_finite(o.ps.size(), true), flat_finite(o.ps.size(), true);

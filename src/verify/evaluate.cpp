@@ -6,6 +6,7 @@
 #include <cmath>
 #include <exception>
 
+#include "../chunks.hpp"
 #include "uatlab/io/model_file.hpp"
 #include "uatlab/limits.hpp"
 #include "uatlab/verify/bounds.hpp"
@@ -27,33 +28,30 @@ std::vector<Mat<S>> forward_dataset(const Network<S>& net, const Dataset& ds, co
   if (captures) captures->assign(static_cast<std::size_t>(n), {});
   std::exception_ptr first;
   long first_at = n;
-  // In chunks of a few sequences per thread, each reported after its parallel loop: a reporter may
-  // stop the call there (Python's Ctrl-C does), where no exception may leave a loop. The first
-  // failing chunk ends the work; its lowest failing sequence is the one named.
-  const long chunk = 4L * std::max(1, omp_get_max_threads());
-  for (long c0 = 0; c0 < n && !first; c0 += chunk) {
-    const long c1 = std::min(n, c0 + chunk);
-#pragma omp parallel for schedule(dynamic)
-    for (long i = c0; i < c1; ++i) {
-      try {
-        const Sequence& s = ds.sequences[i];
-        Activations<S>* capture = captures ? &(*captures)[static_cast<std::size_t>(i)] : nullptr;
-        out[i] = ds.token_input ? forward_tokens(net, s.tokens, opt, capture)
-                                : forward(net, matrix_cast<S>(s.x), opt, capture);
-        if constexpr (std::is_floating_point_v<S>)
-          if (!out[i].allFinite())
-            throw Error(std::string("the output overflows ") + Scalar<S>::name +
-                        " (inf or NaN): use MPFR, interval or rational precision");
-      } catch (...) {
+  auto one = [&](long i) {
+    try {
+      const Sequence& s = ds.sequences[i];
+      Activations<S>* capture = captures ? &(*captures)[static_cast<std::size_t>(i)] : nullptr;
+      out[i] = ds.token_input ? forward_tokens(net, s.tokens, opt, capture)
+                              : forward(net, matrix_cast<S>(s.x), opt, capture);
+      if constexpr (std::is_floating_point_v<S>)
+        if (!out[i].allFinite())
+          throw Error(std::string("the output overflows ") + Scalar<S>::name +
+                      " (inf or NaN): use MPFR, interval or rational precision");
+    } catch (...) {
 #pragma omp critical
-        if (i < first_at) {
-          first_at = i;
-          first = std::current_exception();
-        }
+      if (i < first_at) {
+        first_at = i;
+        first = std::current_exception();
       }
     }
-    if (!first) report(progress, "eval", c1, n);
-  }
+  };
+  // Reported after each chunk, where Python's Ctrl-C may stop the call; the first failing chunk ends
+  // the work, its lowest failing sequence the one named.
+  in_parallel_chunks(n, one, [&](long done) {
+    if (!first) report(progress, "eval", done, n);
+    return !first;
+  });
   if (first) {
     try {
       std::rethrow_exception(first);

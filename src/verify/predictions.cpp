@@ -7,6 +7,7 @@
 #include <optional>
 #include <sstream>
 
+#include "../chunks.hpp"
 #include "uatlab/limits.hpp"
 #include "uatlab/train/backward.hpp"
 #include "uatlab/verify/affine.hpp"
@@ -171,15 +172,13 @@ Predictions certify_predictions(const Network<Rational>& net, const Dataset& ds,
   std::vector<long long> counted(static_cast<std::size_t>(N), 0), ok(static_cast<std::size_t>(N), 0);
   p.spare_bits.assign(static_cast<std::size_t>(N), std::nan(""));
   p.margin.assign(static_cast<std::size_t>(N), {});
-  long long done = 0;
   bool failed = false;
-#pragma omp parallel for schedule(dynamic)
-  for (long started = 0; started < N; ++started) {
+  auto one = [&](long started) {
     const auto i = static_cast<long>(started_item(order, static_cast<std::size_t>(started)));
     bool skip;
 #pragma omp atomic read
     skip = failed;
-    if (skip && stop_at_failure) continue;
+    if (skip && stop_at_failure) return;
     const Sequence& s = ds.sequences[static_cast<std::size_t>(i)];
     double spare = kInf;  // the least over the sequence's predictions
     Mat<Mpfi> y;
@@ -297,9 +296,11 @@ Predictions certify_predictions(const Network<Rational>& net, const Dataset& ds,
       }
     }
     p.spare_bits[static_cast<std::size_t>(i)] = spare;
-#pragma omp critical(uatlab_analyse_progress)
-    report(progress, "analyse: certify predictions at " + std::to_string(bits) + " bits", ++done, N);
-  }
+  };
+  in_parallel_chunks(N, one, [&](long done) {
+    report(progress, "analyse: certify predictions at " + std::to_string(bits) + " bits", done, N);
+    return !(failed && stop_at_failure);
+  });
   for (long i = 0; i < N; ++i) {
     p.tokens += counted[static_cast<std::size_t>(i)];
     p.certified += ok[static_cast<std::size_t>(i)];
