@@ -165,7 +165,8 @@ TEST(Cli, BadInputFailsClearlyAndLeavesNoOutput) {
     std::string args, message;
   } cases[] = {
       {"eval " + d + "soft.safetensors " + d + "nan.jsonl", "not a number: \"nan\""},
-      {"eval " + d + "soft.safetensors " + d + "wide.jsonl", "3 rows per token, the network expects d = 2"},
+      {"eval " + d + "soft.safetensors " + d + "wide.jsonl",
+       "the data's tokens have 3 numbers, the network takes d = 2"},
       {"eval " + d + "soft.safetensors " + d + "good.jsonl -p rational",
        "rational arithmetic cannot evaluate layer 0"},
       {"eval " + d + "soft.safetensors " + d + "good.jsonl -p interval:x",

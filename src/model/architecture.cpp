@@ -142,6 +142,19 @@ auto enum_of(const json& v, const EnumNames<Last>& names, const std::string& wha
 
 }  // namespace
 
+void Architecture::check_token_kind(bool token_ids) const {
+  auto kind = [](bool ids) { return ids ? "token ids" : "continuous tokens"; };
+  if (token_ids != (vocab > 0))
+    throw Error(std::string("the network takes ") + kind(vocab > 0) + ", the data has " + kind(token_ids));
+}
+
+void Architecture::check_width(long long numbers_per_token) const {
+  if (numbers_per_token != in_dim())
+    throw Error("the data's tokens have " + std::to_string(numbers_per_token) +
+                " numbers, the network takes " + (input > 0 ? "input = " : "d = ") +
+                std::to_string(in_dim()));
+}
+
 long long Architecture::parameter_count() const {
   const long long D = d;  // every size is <= 2^30 and every product of two <= 2^30 (validate)
   long long n =

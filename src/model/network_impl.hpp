@@ -538,9 +538,7 @@ template <class S>
 Mat<S> forward(const Network<S>& net, const Mat<S>& x, const EvalOptions& opt, Activations<S>* capture) {
   const Architecture& a = net.arch;
   check_evaluable<S>(a);
-  if (x.rows() != a.in_dim())
-    throw Error("input has " + std::to_string(x.rows()) + " rows per token, the network expects " +
-                (a.input > 0 ? "input = " : "d = ") + std::to_string(a.in_dim()));
+  a.check_width(x.rows());
   if (x.cols() < 1) throw Error("input sequence is empty");
   Mat<S> Z = project_input(net, x);
   if (a.max_len > 0) {

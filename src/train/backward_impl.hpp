@@ -545,9 +545,7 @@ S forward_train(const Network<S>& net, const Batch<S>& batch, Loss loss, Trace<S
   const Eigen::Index T = batch.tokens();
   Mat<S> Z;
   const bool ids = static_cast<Eigen::Index>(batch.ids.size()) == T && batch.x.size() == 0;
-  if (a.vocab > 0 ? !ids : !batch.ids.empty())
-    throw Error(std::string("the network takes ") + (a.vocab > 0 ? "token ids" : "continuous tokens") +
-                ", the data has " + (a.vocab > 0 ? "continuous tokens" : "token ids"));
+  a.check_token_kind(a.vocab > 0 ? ids : !batch.ids.empty());  // what the batch holds
   if (a.vocab > 0) {
     Z.resize(a.d, T);
     for (Eigen::Index c = 0; c < T; ++c) {
@@ -558,9 +556,7 @@ S forward_train(const Network<S>& net, const Batch<S>& batch, Loss loss, Trace<S
       Z.col(c) = net.embed.col(id);
     }
   } else {
-    if (batch.x.rows() != a.in_dim())
-      throw Error("batch tokens have " + std::to_string(batch.x.rows()) + " numbers, the network expects " +
-                  (a.input > 0 ? "input = " : "d = ") + std::to_string(a.in_dim()));
+    a.check_width(batch.x.rows());
     if (a.input > 0)
       weights_times(Z, net.in_w, batch.x, &net.in_b);  // the input projection: W_in x + b_in
     else

@@ -20,9 +20,7 @@ std::vector<Mat<S>> forward_dataset(const Network<S>& net, const Dataset& ds, co
                                     const OnProgress& progress, std::vector<Activations<S>>* captures) {
   check_evaluable<S>(net.arch);
   limits::check_real(opt.hardmax_tolerance, 0.0, 1e300, "the hardmax tie tolerance");
-  if (ds.token_input != (net.arch.vocab > 0))
-    throw Error(ds.token_input ? "the dataset has token ids but the network takes continuous inputs"
-                               : "the dataset has continuous inputs but the network takes token ids");
+  net.arch.check_token_kind(ds.token_input);
   const long n = static_cast<long>(ds.sequences.size());
   std::vector<Mat<S>> out(n);
   if (captures) captures->assign(static_cast<std::size_t>(n), {});

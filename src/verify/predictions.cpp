@@ -23,13 +23,8 @@ namespace {
 void check_fit(const Network<Rational>& net, const Dataset& ds, LabelKind kind) {
   const Architecture& a = net.arch;
   if (a.pool) throw Error("analyse: pooled networks (one output per sequence) are not supported");
-  if (ds.token_input != (a.vocab > 0))
-    throw Error(std::string("analyse: the network takes ") +
-                (a.vocab > 0 ? "token ids" : "continuous tokens") + ", the dataset has " +
-                (ds.token_input ? "token ids" : "continuous tokens"));
-  if (!ds.token_input && ds.d != a.in_dim())
-    throw Error("analyse: the dataset's tokens have " + std::to_string(ds.d) +
-                " numbers, the network takes " + std::to_string(a.in_dim()));
+  a.check_token_kind(ds.token_input);
+  if (!ds.token_input) a.check_width(ds.d);
   for (std::size_t i = 0; i < ds.sequences.size(); ++i)
     if (ds.sequences[i].y.size() == 0)
       throw Error("analyse: sequence " + std::to_string(i + 1) + " has no labels (\"y\")");

@@ -104,6 +104,10 @@ struct Architecture {
 
   int out_dim() const { return readout > 0 ? readout : d; }
   int in_dim() const { return input > 0 ? input : d; }  // numbers per continuous input token
+  // The data fits the input (one wording for every reader of data): token ids for a network with a
+  // vocabulary, continuous tokens otherwise; continuous tokens of in_dim() numbers. Throw Error.
+  void check_token_kind(bool token_ids) const;
+  void check_width(long long numbers_per_token) const;
   bool needs_transcendental() const;
   // Every invariant of an architecture, whoever built it (from_json, a construction, a test):
   // throws Error naming the first inconsistency. Network<S> validates before allocating.
