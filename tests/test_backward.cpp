@@ -72,6 +72,26 @@ void check(const std::string& arch_json, Loss loss, std::uint64_t seed, std::vec
     }
   }
 
+  {  // an input-only gradient (input_only_like) gives the same input gradient, and stays empty
+    Trace<Mpfr> tr;
+    forward_train(net, batch, loss, tr);
+    std::mt19937_64 r(seed + 1);
+    std::uniform_real_distribution<double> u(-1, 1);
+    Mat<Mpfr> dY(arch.out_dim(), batch.tokens());
+    for (Eigen::Index i = 0; i < dY.size(); ++i)
+      dY.data()[i] = Mpfr(u(r));
+    Network<Mpfr> full = zero_like(net), only = input_only_like(net);
+    Mat<Mpfr> dx_full, dx_only;
+    backward_from(net, batch, tr, dY, full, &dx_full);
+    backward_from(net, batch, tr, dY, only, &dx_only);
+    ASSERT_EQ(dx_full.rows(), dx_only.rows());
+    ASSERT_EQ(dx_full.cols(), dx_only.cols());
+    for (Eigen::Index i = 0; i < dx_full.size(); ++i)
+      EXPECT_TRUE(dx_full(i) == dx_only(i)) << "input gradient entry " << i;
+    only.for_each_tensor(
+        [](const std::string& name, Mat<Mpfr>& m, Layout) { EXPECT_EQ(m.size(), 0) << name; });
+  }
+
   std::vector<Mat<Mpfr>*> params, grads;
   net.for_each_tensor([&](const std::string&, Mat<Mpfr>& m, Layout) { params.push_back(&m); });
   grad.for_each_tensor([&](const std::string&, Mat<Mpfr>& m, Layout) { grads.push_back(&m); });

@@ -396,7 +396,7 @@ def analyse(net, X, Y=None, labels="auto", tolerance="1e-6", bits=64, max_bits=4
     embedding for token ids), with certified margins and each sequence's largest certified radius
     (report["region"]). region_method: "intervals" (the box through the network as intervals) or
     "mean-value" (y(x0) + J(box)(x - x0), the Jacobian enclosed over the box: radii 1.8x larger
-    on trained models, 30-80x slower; needs softmax/linear attention and ReLU/GELU, as training
+    on trained models, 19-41x slower; needs softmax/linear attention and ReLU/GELU, as training
     does)."""
     if not isinstance(net, Network):
         raise Error(f"analyse: net must be a uatlab.Network, got {_shown(net)}")

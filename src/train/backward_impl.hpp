@@ -456,7 +456,7 @@ Mat<S> attention_backward(const Layer<S>& L, Layer<S>& G, const Mat<S>& in,
         },
         [&](const Scratch& scratch) { drpe += scratch.my_rpe; });
   }
-  if (s.rpe != Rpe::none) G.rpe += drpe;
+  if (s.rpe != Rpe::none && G.rpe.size()) G.rpe += drpe;  // (empty: an input-only gradient)
   Mat<S> din;
   if (s.tied_qkv) {
     Mat<S> dP = dV;
@@ -513,6 +513,7 @@ Mat<S> mixer_backward(const Layer<S>& L, Layer<S>& G, const Mat<S>& in,
     const auto dMb = dM.middleCols(c0, n);
     if (s.kind == LayerKind::bproj) {
       din.middleCols(c0, n).noalias() = dMb * bproj_matrix(L, n).transpose();
+      if (G.wp.size() == 0) continue;  // an input-only gradient
       Mat<S> dP = X.transpose() * dMb;
       for (Eigen::Index k = 0; k < n && s.causal; ++k)
         for (Eigen::Index l = k + 1; l < n; ++l)
@@ -528,7 +529,7 @@ Mat<S> mixer_backward(const Layer<S>& L, Layer<S>& G, const Mat<S>& in,
       for (Eigen::Index c = 0; c < d; ++c) {
         const auto g = dMb.row(c).segment(t0, t1 - t0);
         din.row(c).segment(c0 + t0 + off, t1 - t0) += L.filter(c / per, j) * g;
-        G.filter(c / per, j) += g.dot(X.row(c).segment(t0 + off, t1 - t0));
+        if (G.filter.size()) G.filter(c / per, j) += g.dot(X.row(c).segment(t0 + off, t1 - t0));
       }
     }
   }
@@ -718,11 +719,11 @@ void backward_from(const Network<S>& net, const Batch<S>& batch, const Trace<S>&
     else
       dZ += din;
   }
-  if (a.vocab > 0)
+  if (a.vocab > 0 && grad.embed.size())
     for (Eigen::Index c = 0; c < T; ++c)
       grad.embed.col(batch.ids[c]) += dZ.col(c);
   if (a.input > 0) add_outer(grad.in_w, dZ, batch.x, &grad.in_b);
-  if (a.max_len > 0)
+  if (a.max_len > 0 && grad.pe.size())
     for (int b = 0; b < batch.sequences(); ++b) {
       const Eigen::Index n = batch.start[b + 1] - batch.start[b];
       grad.pe.leftCols(n) += dZ.middleCols(batch.start[b], n);

@@ -339,6 +339,7 @@ void add_weights_times(Mat<S>& dst, const W& w, const Mat<S>& x, const Mat<S>* b
 // rowwise().sum() walks a column-major matrix row by row and does not vectorise.
 template <class S, class M>
 void add_column_sum(Mat<S>& g, const M& m) {
+  if (g.size() == 0) return;  // an input-only gradient (input_only_like)
   g.col(0).noalias() += m * Vec<S>::Ones(m.cols());
 }
 
@@ -381,6 +382,7 @@ void outer_tokens(Mat<S>& g, const Mat<S>& a, const Mat<S>& b, Mat<S>* gb) {
 // runs as 32×8.
 template <class S>
 void add_outer(Mat<S>& g, const Mat<S>& dy, const Mat<S>& x, Mat<S>* gb = nullptr) {
+  if (g.size() == 0) return;  // an input-only gradient (input_only_like)
   eigen_assert(dy.cols() == x.cols() && g.rows() == dy.rows() && g.cols() == x.rows());
   eigen_assert(!gb || (gb->rows() == dy.rows() && gb->cols() == 1));
   const bool tall = g.rows() >= g.cols();

@@ -68,7 +68,7 @@ Rational pow2(long e) {
 class MeanValue {
  public:
   MeanValue(const Network<Mpfi>& cont, const Mat<Mpfi>& x0, const Mat<Mpfi>& box, const Mpfi& e)
-      : cont_(cont), y0_(forward(cont, x0)), step_(hull(-upper(e), upper(e))), grad_(zero_like(cont)) {
+      : cont_(cont), y0_(forward(cont, x0)), step_(hull(-upper(e), upper(e))), grad_(input_only_like(cont)) {
     const Eigen::Index n = x0.cols();
     batch_.x = box, batch_.start = {0, n}, batch_.target = Mat<Mpfi>::Zero(cont.arch.out_dim(), n);
     batch_.mask.assign(static_cast<std::size_t>(n), 1);
@@ -82,7 +82,7 @@ class MeanValue {
     dy(a, k) = 1;
     Mpfi acc = y0_(a, k);
     if (b >= 0) dy(b, k) = -1, acc -= y0_(b, k);
-    backward_from(cont_, batch_, trace_, std::move(dy), grad_, &dx_);  // the weights' gradients: not read
+    backward_from(cont_, batch_, trace_, std::move(dy), grad_, &dx_);  // the input's gradient only
     for (Eigen::Index j = 0; j < dx_.size(); ++j)
       acc += dx_(j) * step_;
     return acc;

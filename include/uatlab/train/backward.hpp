@@ -99,6 +99,16 @@ Network<S> zero_like(const Network<S>& net) {
   return g;
 }
 
+// A gradient that receives nothing: every matrix empty. backward_from into it computes only the
+// gradient with respect to the input (dinput), skipping the weights' products (analyse's mean-value
+// form needs no more).
+template <class S>
+Network<S> input_only_like(const Network<S>& net) {
+  Network<S> g(net.arch);
+  g.for_each_tensor([](const std::string&, Mat<S>& m, Layout) { m.resize(0, 0); });
+  return g;
+}
+
 // loss and gradient in one call
 template <class S>
 S loss_and_gradient(const Network<S>& net, const Batch<S>& batch, Loss loss, Network<S>& grad);
