@@ -5,6 +5,7 @@
 #include "uatlab/construct/kajitsuka.hpp"
 #include "uatlab/experiment/contextual.hpp"
 #include "uatlab/train/tasks.hpp"
+#include "uatlab/verify/affine.hpp"
 #include "uatlab/verify/evaluate.hpp"
 
 using namespace uatlab;
@@ -158,10 +159,66 @@ TEST(Kajitsuka, MemorizesEveryLabelCheckedIndependentlyIn1000Bits) {
     for (Eigen::Index k = 0; k < y.cols(); ++k)
       EXPECT_LT(mp::abs(y(0, k) - Scalar<Mpfr>::from(s.y(0, k))), Mpfr(1e-6));
   }
-  // At half the certified minimum the certificate fails.
-  EXPECT_GT(ks::certified_max_error(m.net, ds, m.min_bits / 2), 1e-6);
-  EXPECT_LE(ks::certified_max_error(m.net, ds, m.min_bits), 1e-6);
+  // At half the certified minimum the certificate fails (memorize certifies through AffineForward).
+  EXPECT_GT(ks::certified_max_error(m.net, ds, m.min_bits / 2, kInf, {}, true), 1e-6);
+  EXPECT_LE(ks::certified_max_error(m.net, ds, m.min_bits, kInf, {}, true), 1e-6);
   EXPECT_EQ(mpfr_carried_bits(m.min_bits), m.min_bits);  // the minimum is a precision MPFR carries exactly
+}
+
+// Zhang's and the bounded value map read one direction: AffineForward sums their units by exact
+// prefix sums (affine.hpp). Against the plain MPFI forward, on points and on boxes around them
+// (whose t straddles units): the enclosure holds every value (1000-bit MPFR at the box's centre
+// and corners along ±1), is no wider beyond a few roundings (0.0026 to 1 times Zhang's plain width,
+// down to 3e-7 times the bounded map's), and certifies whatever the plain one certifies.
+TEST(Kajitsuka, OneDirectionValueMapsEncloseByPrefixSums) {
+  const Dataset ds = demo_dataset(40, 4, 3, 10, 1);
+  for (ks::ValueMap vm : {ks::ValueMap::zhang, ks::ValueMap::bounded}) {
+    ks::MemorizeOptions opt;
+    opt.value_map = vm;
+    const ks::Memorized m = ks::memorize(ds, opt);
+    Network<Mpfr> exact;
+    {
+      const MpfrPrecision reference(1000);
+      exact = network_cast<Mpfr>(m.net);
+    }
+    long straddled = 0, tighter = 0;
+    for (unsigned bits : {40u, 64u, 128u})
+      for (const char* radius : {"0", "1e-9", "1e-4"}) {
+        const MpfrPrecision precision(bits);
+        const AffineForward affine(m.net);
+        const Network<Mpfi> plain = network_cast<Mpfi>(m.net);
+        const Mpfi e = Scalar<Mpfi>::from(parse_rational(radius));
+        for (const Sequence& s : ds.sequences) {
+          Mat<Mpfi> x = matrix_cast<Mpfi>(s.x);
+          for (Eigen::Index j = 0; j < x.size(); ++j)
+            x(j) = hull(lower(Mpfi(x(j) - e)), upper(Mpfi(x(j) + e)));
+          const Mat<Mpfi> fast = affine(x), slow = forward(plain, x);
+          for (int sign : {0, 1, -1}) {  // points of the box, in 1000 bits
+            const MpfrPrecision reference(1000);
+            const Mat<Mpfr> y = forward(exact, Mat<Mpfr>(matrix_cast<Mpfr>(s.x).array() +
+                                                         sign * Scalar<Mpfr>::from(parse_rational(radius))));
+            for (Eigen::Index i = 0; i < y.size(); ++i)
+              ASSERT_TRUE(lower(fast(i)) <= y(i) && y(i) <= upper(fast(i)))
+                  << bits << " bits, radius " << radius;
+          }
+          for (Eigen::Index i = 0; i < fast.size(); ++i) {
+            const Mpfr wf = upper(fast(i)) - lower(fast(i)), ws = upper(slow(i)) - lower(slow(i));
+            // 0.0026 to 1 times (3e-7 for the bounded map), beyond a few roundings of the value
+            const Mpfr ulps = Mpfr(std::ldexp(1.0, 16 - static_cast<int>(bits))) * mp::abs(upper(slow(i)));
+            EXPECT_LE(wf, ws + ulps) << bits << " bits, radius " << radius;
+            tighter += wf < ws;
+            const Mpfi tol = Scalar<Mpfi>::from(parse_rational("1e-6"));
+            const Mpfi label = Scalar<Mpfi>::from(s.y(i));
+            if (upper(Mpfi(mp::abs(Mpfi(slow(i) - label)))) <= lower(tol)) {
+              EXPECT_LE(upper(Mpfi(mp::abs(Mpfi(fast(i) - label)))), lower(tol));
+            }
+          }
+          straddled += std::string(radius) != "0" && upper(fast(0)) - lower(fast(0)) > 0;
+        }
+      }
+    EXPECT_GT(tighter, 0);
+    EXPECT_GT(straddled, 0);
+  }
 }
 
 TEST(Kajitsuka, TheBoundedValueMapStaysWithinItsTargetsWhereZhangsDoesNot) {

@@ -823,7 +823,7 @@ Memorized memorize(const Dataset& ds, const MemorizeOptions& opt) {
               [&](const std::string&, long long i, long long n) {
                 report(opt.contextual.progress, "memorize: certify every sequence" + at, i, n);
               },
-              deep, {}, &spare, tol);
+              true, {}, &spare, tol);  // AffineForward: deep steps exact, one-direction maps by prefix sums
           if (m.max_error <= tol) {
             m.net = std::move(net);
             m.bits_used = bits;
@@ -847,7 +847,7 @@ Memorized memorize(const Dataset& ds, const MemorizeOptions& opt) {
       [&](unsigned b) {
         report(opt.contextual.progress,
                "memorize: smallest certified precision, trying " + std::to_string(b) + " bits", 0, 0);
-        return certified_max_error(m.net, ds, b, tol, {}, deep, order) <= tol;
+        return certified_max_error(m.net, ds, b, tol, {}, true, order) <= tol;
       },
       guess_fewest_bits(spare, m.bits_used));
   m.seconds_min_bits = since(t1);

@@ -13,7 +13,7 @@ void activation_pieces(const Layer<Rational>& L, std::vector<Rational>& c,
   }
 }
 
-AffineForward::AffineForward(const Network<Rational>& net) {
+AffineForward::AffineForward(const Network<Rational>& net, bool patterns) {
   Network<Rational> bare = net;  // no sub-layers: positions, pooling, readout
   bare.arch.layers.clear(), bare.layers.clear();
   Network<Rational> head = bare;
@@ -34,6 +34,11 @@ AffineForward::AffineForward(const Network<Rational>& net) {
     if (si.kind == LayerKind::feedforward && !si.pre_norm && !si.gelu) {
       const Layer<Rational>& L = net.layers[i];
       if (L.pieces.size() > 255) {  // patterns are kept as one byte per unit
+        subs_.push_back(std::move(s));
+        continue;
+      }
+      s.direction = direction_of(L);
+      if (!s.direction && !patterns) {
         subs_.push_back(std::move(s));
         continue;
       }
@@ -60,6 +65,66 @@ AffineForward::AffineForward(const Network<Rational>& net) {
     if (k != LayerKind::feedforward && k != LayerKind::layernorm) break;
     --tokenwise_from_;
   }
+}
+
+std::unique_ptr<AffineForward::Direction> AffineForward::direction_of(const Layer<Rational>& L) {
+  if (L.spec.piecewise || L.w1.rows() < 2) return nullptr;  // ReLU only; one unit gains nothing
+  for (Eigen::Index u = 1; u < L.w1.rows(); ++u)
+    if (L.w1.row(u) != L.w1.row(0)) return nullptr;
+  const Eigen::Index q = L.w1.rows();
+  std::vector<Eigen::Index> order(static_cast<std::size_t>(q));
+  for (Eigen::Index u = 0; u < q; ++u)
+    order[static_cast<std::size_t>(u)] = u;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](Eigen::Index x, Eigen::Index y) { return L.b1(x, 0) > L.b1(y, 0); });
+  auto f = std::make_unique<Direction>();
+  for (Eigen::Index k = 0; k < L.w1.cols(); ++k)
+    if (L.w1(0, k) != 0) f->a.push_back({k, Scalar<Mpfi>::from(L.w1(0, k))});
+  for (Eigen::Index u : order)
+    f->c.push_back(Scalar<Mpfi>::from(Rational(-L.b1(u, 0))));
+  for (Eigen::Index r = 0; r < L.w2.rows(); ++r) {
+    if (L.w2.row(r).isZero() && L.b2(r, 0) == 0) continue;
+    f->rows.push_back(r);
+    f->b2.push_back(Scalar<Mpfi>::from(L.b2(r, 0)));
+    std::vector<Mpfi> w, sw{Mpfi(0)}, sq{Mpfi(0)};
+    Rational s(0), p(0);  // S_m and Σ_{j<m} w_j c_j exactly; Q_m = c_{m−1} S_m − that, enclosed once
+    for (Eigen::Index u : order) {
+      w.push_back(Scalar<Mpfi>::from(L.w2(r, u)));
+      s += L.w2(r, u), p -= L.w2(r, u) * L.b1(u, 0);
+      sw.push_back(Scalar<Mpfi>::from(s)), sq.push_back(Scalar<Mpfi>::from(Rational(-L.b1(u, 0) * s - p)));
+    }
+    f->w.push_back(std::move(w)), f->sw.push_back(std::move(sw)), f->sq.push_back(std::move(sq));
+  }
+  return f;
+}
+
+Mat<Mpfi> AffineForward::one_direction(const Direction& f, const Mat<Mpfi>& Z) {
+  Mat<Mpfi> out = Z;
+  const auto upper_of = [](const Mpfr& x, const Mpfi& c) { return x < upper(c); };
+  const auto below = [](const Mpfi& c, const Mpfr& x) { return lower(c) < x; };
+  for (Eigen::Index col = 0; col < Z.cols(); ++col) {
+    Mpfi t(0);
+    for (const auto& [k, a] : f.a)
+      t += a * Z(k, col);
+    // Units [0, m0): c_j ≤ t on all of t's enclosure (ReLU is the identity there); [m1, q): c_j ≥ t
+    // (zero); in between, evaluated one by one.
+    const auto m0 =
+        static_cast<std::size_t>(std::upper_bound(f.c.begin(), f.c.end(), lower(t), upper_of) - f.c.begin());
+    const auto m1 = std::max(
+        m0,
+        static_cast<std::size_t>(std::lower_bound(f.c.begin(), f.c.end(), upper(t), below) - f.c.begin()));
+    const Mpfi from_pivot = m0 ? Mpfi(t - f.c[m0 - 1]) : Mpfi(0);
+    for (std::size_t i = 0; i < f.rows.size(); ++i) {
+      Mpfi v = Z(f.rows[i], col) + f.b2[i] + Mpfi(f.sw[i][m0] * from_pivot) + f.sq[i][m0];
+      for (std::size_t j = m0; j < m1; ++j) {
+        const Mpfi pre = t - f.c[j];
+        const Mpfr zero(0);
+        v += f.w[i][j] * hull(std::max(zero, lower(pre)), std::max(zero, upper(pre)));
+      }
+      out(f.rows[i], col) = v;
+    }
+  }
+  return out;
 }
 
 const AffineForward::Affine& AffineForward::affine(const Sub& s,
@@ -97,6 +162,7 @@ const AffineForward::Affine& AffineForward::affine(const Sub& s,
 }
 
 Mat<Mpfi> AffineForward::feedforward(const Sub& s, const Mat<Mpfi>& Z) const {
+  if (s.direction) return one_direction(*s.direction, Z);
   Mat<Mpfi> out = Z;
   std::vector<unsigned char> pattern(s.units.size());
   for (Eigen::Index t = 0; t < Z.cols(); ++t) {

@@ -146,8 +146,8 @@ Predictions certify_predictions(const Network<Rational>& net, const Dataset& ds,
   p.kind = kind;
   p.bits = bits;
   const MpfrPrecision precision(bits);
-  std::optional<AffineForward> af;
-  if (affine && !ds.token_input) af.emplace(net);
+  std::optional<AffineForward> af;  // at points: one-direction sub-layers always, patterns with affine
+  if (!ds.token_input && epsilon.empty()) af.emplace(net, affine);
   const Network<Mpfi> ni = af ? Network<Mpfi>() : network_cast<Mpfi>(net);  // one of the two
   const bool mean_value = !epsilon.empty() && method == RegionMethod::mean_value;
   if (mean_value) try {

@@ -8,6 +8,15 @@
 // affine map z ↦ A z + b with A = I + W2 S W1 and b = W2 (S b1 + κ) + b2 (S: the pieces' slopes,
 // κ: their intercepts), formed exactly in rationals (slopes that cancel cancel exactly) and
 // applied once. The enclosure stays sound: every z in the input box goes through the same pieces.
+//
+// A ReLU sub-layer whose units all read one direction a (every row of W1 equal, as Zhang's value
+// map and the bounded one are built) is h_j = ReLU(t − c_j) of t = aᵀz: with the units sorted by
+// c_j, those with c_j ≤ t over the whole enclosure of t are a prefix [0, m) and contribute
+// Σ_{j<m} w_j (t − c_j) = S_m·(t − c_{m−1}) + Q_m, S_m = Σ_{j<m} w_j and Q_m = Σ_{j<m} w_j (c_{m−1} − c_j)
+// exact prefix sums (the pivot c_{m−1} keeps the product small and Q_m near the value, so the
+// rounding stays near one ulp of the output), those with c_j ≥ t contribute nothing, and only the
+// units whose c_j the enclosure straddles are evaluated one by one: O(log q) per token instead of
+// O(q), and on boxes no wider than the unit-by-unit sum beyond rounding (|Σ w_j| ≤ Σ |w_j|).
 #pragma once
 
 #include <map>
@@ -33,7 +42,10 @@ void activation_pieces(const Layer<Rational>& L, std::vector<Rational>& c,
 // keeps pointers into `net`, which must outlive it.
 class AffineForward {
  public:
-  explicit AffineForward(const Network<Rational>& net);
+  // patterns = false: only one-direction sub-layers get their own path; other feed-forward
+  // sub-layers run through the plain MPFI forward (no affine map per activation pattern, whose
+  // exact products cost more than they save on a trained network). analyse does so by default.
+  explicit AffineForward(const Network<Rational>& net, bool patterns = true);
   // keep (when not empty): the output columns wanted, in the order given. From the first sub-layer
   // after which every sub-layer is token-wise (feed-forward or layer norm), only they are carried
   // through (a next-token certificate needs the last token alone); refused with pooling.
@@ -60,7 +72,17 @@ class AffineForward {
     std::vector<std::pair<Eigen::Index, Mpfi>> in;
     Mpfi bias;
   };
+  struct Direction {  // a one-direction ReLU sub-layer (above), units sorted by c_j
+    std::vector<std::pair<Eigen::Index, Mpfi>> a;
+    std::vector<Mpfi> c;                // c_j, ascending
+    std::vector<Eigen::Index> rows;     // the output rows some unit writes
+    std::vector<std::vector<Mpfi>> w;   // per row: w_j in the sorted order
+    std::vector<std::vector<Mpfi>> sw;  // per row: S_m, m = 0 … q (exact sums, enclosed)
+    std::vector<std::vector<Mpfi>> sq;  // per row: Q_m
+    std::vector<Mpfi> b2;               // per row
+  };
   struct Sub {
+    std::unique_ptr<Direction> direction;
     const Layer<Rational>* ff = nullptr;  // the rational layer if a plain feed-forward sub-layer
     std::vector<Unit> units;
     std::vector<Mpfi> breaks;
@@ -69,6 +91,8 @@ class AffineForward {
     std::unique_ptr<std::map<std::vector<unsigned char>, Affine>> cache;
   };
   Mat<Mpfi> feedforward(const Sub& s, const Mat<Mpfi>& Z) const;
+  static Mat<Mpfi> one_direction(const Direction& f, const Mat<Mpfi>& Z);
+  static std::unique_ptr<Direction> direction_of(const Layer<Rational>& L);
   const Affine& affine(const Sub& s, const std::vector<unsigned char>& pattern) const;
 
   Network<Mpfi> head_, tail_;  // positions; pooling and readout
