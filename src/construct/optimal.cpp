@@ -182,7 +182,7 @@ Drawn draw(const Prepared& p, Setting setting, std::uint64_t seed) {
       for (Eigen::Index i = 0; i < x.size(); ++i)
         scale = std::max(scale, std::abs(Scalar<Rational>::to_double(x(i))));
     if (scale == 0) scale = 1;
-    b.positions([&](Mat<Rational>& pe) {
+    b.positions([&rng, scale](Mat<Rational>& pe) {  // called by build(), after this block: scale by value
       for (Eigen::Index k = 0; k < pe.cols(); ++k)
         for (Eigen::Index i = 0; i < pe.rows(); ++i)
           pe(i, k) = rational_of(scale * rng.gauss());

@@ -263,12 +263,11 @@ std::vector<json> run_sweep(const std::vector<json>& cells, const std::function<
   all_ranks_agree(failure);
   std::size_t done = 0;
   const int threads = o.threads > 0 ? o.threads : omp_get_max_threads();
-#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
-  for (std::size_t k = 0; k < mine.size(); ++k) {
+  auto one = [&](std::size_t k) {
     bool stop;
 #pragma omp critical(uatlab_sweep)
     stop = !failure.empty();
-    if (stop) continue;
+    if (stop) return;
     const std::size_t at = static_cast<std::size_t>(mine[k]);
     const json& cell = cells[at];
     json line;
@@ -277,7 +276,7 @@ std::vector<json> run_sweep(const std::vector<json>& cells, const std::function<
     } catch (const std::exception& e) {
 #pragma omp critical(uatlab_sweep)
       if (failure.empty()) failure = "cell " + cell.dump() + ": " + e.what();
-      continue;
+      return;
     }
     const std::string text = line.dump();
 #pragma omp critical(uatlab_sweep)
@@ -290,6 +289,17 @@ std::vector<json> run_sweep(const std::vector<json>& cells, const std::function<
         if (failure.empty()) failure = e.what();
       }
     }
+  };
+  // One cell at a time runs outside any parallel region: inside a team of one thread, every
+  // parallel loop of the cell would start a nested team whose threads end with it (libgomp), each
+  // time, losing the MPFR caches those threads built (LeakSanitizer found it).
+  if (threads > 1) {
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+    for (std::size_t k = 0; k < mine.size(); ++k)
+      one(k);
+  } else {
+    for (std::size_t k = 0; k < mine.size(); ++k)
+      one(k);
   }
   sink->finish();
   all_ranks_agree(failure.empty()

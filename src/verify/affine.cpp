@@ -100,19 +100,19 @@ std::unique_ptr<AffineForward::Direction> AffineForward::direction_of(const Laye
 
 Mat<Mpfi> AffineForward::one_direction(const Direction& f, const Mat<Mpfi>& Z) {
   Mat<Mpfi> out = Z;
-  const auto upper_of = [](const Mpfr& x, const Mpfi& c) { return x < upper(c); };
-  const auto below = [](const Mpfi& c, const Mpfr& x) { return lower(c) < x; };
+  const auto under_upper = [](const Mpfr& x, const Mpfi& c) { return x < upper(c); };
+  const auto lower_under = [](const Mpfi& c, const Mpfr& x) { return lower(c) < x; };
   for (Eigen::Index col = 0; col < Z.cols(); ++col) {
     Mpfi t(0);
     for (const auto& [k, a] : f.a)
       t += a * Z(k, col);
     // Units [0, m0): c_j ≤ t on all of t's enclosure (ReLU is the identity there); [m1, q): c_j ≥ t
     // (zero); in between, evaluated one by one.
-    const auto m0 =
-        static_cast<std::size_t>(std::upper_bound(f.c.begin(), f.c.end(), lower(t), upper_of) - f.c.begin());
-    const auto m1 = std::max(
-        m0,
-        static_cast<std::size_t>(std::lower_bound(f.c.begin(), f.c.end(), upper(t), below) - f.c.begin()));
+    const auto m0 = static_cast<std::size_t>(std::upper_bound(f.c.begin(), f.c.end(), lower(t), under_upper) -
+                                             f.c.begin());
+    const auto m1 =
+        std::max(m0, static_cast<std::size_t>(
+                         std::lower_bound(f.c.begin(), f.c.end(), upper(t), lower_under) - f.c.begin()));
     const Mpfi from_pivot = m0 ? Mpfi(t - f.c[m0 - 1]) : Mpfi(0);
     for (std::size_t i = 0; i < f.rows.size(); ++i) {
       Mpfi v = Z(f.rows[i], col) + f.b2[i] + Mpfi(f.sw[i][m0] * from_pivot) + f.sq[i][m0];
