@@ -196,7 +196,9 @@ LayerSeparation separation(const Network<Rational>& net, const Dataset& ds, std:
   std::exception_ptr failure;
 #pragma omp parallel
   {
-    auto& [my_same, my_cross] = parts[static_cast<std::size_t>(omp_get_thread_num())];
+    auto& mine = parts[static_cast<std::size_t>(omp_get_thread_num())];
+    MinDistance &my_same = mine.first,
+                &my_cross = mine.second;  // (clang: no structured binding in an omp region)
     const Rounding down(FE_DOWNWARD);
 #pragma omp for schedule(dynamic, 16)
     for (long ia = 0; ia < count; ++ia) {
