@@ -301,7 +301,11 @@ def init(architecture, seed=1, gain=1.0):
         raise Error(f"architecture must be a dict (docs/formats.md), got {type(architecture).__name__}")
     if isinstance(gain, (bool, _np.bool_)) or not isinstance(gain, (int, float, _Fraction, _np.number)):
         raise Error(f"gain must be a number, got {gain!r}")
-    return Network(_core.init_random(_options(architecture, "architecture"), _seed(seed), float(gain)))
+    try:
+        gain = float(gain)
+    except OverflowError:
+        raise Error(f"gain {_shown(gain)} is beyond double's range") from None
+    return Network(_core.init_random(_options(architecture, "architecture"), _seed(seed), gain))
 
 
 def _pair(r):
@@ -327,10 +331,10 @@ def memorize(X, Y, mode="tuned", tied=False, value_map=None, tolerance="1e-6", s
     "seq-to-seq" (integer labels per token, positions; sqrt(nN)): the averaging attention and the deep
     value map (docs/theory/optimal-capacity.md); mode, tied and value_map other than "deep" are refused.
     """
-    value_map = "zhang" if value_map is None and setting == "contextual" else value_map
-    value_map = value_map if value_map is None else _text(value_map, "value_map")
     if _text(setting, "setting") not in ("contextual", "next-token", "seq-to-seq"):
         raise Error(f"setting must be contextual, next-token or seq-to-seq, got {setting!r}")
+    value_map = "zhang" if value_map is None and setting == "contextual" else value_map
+    value_map = value_map if value_map is None else _text(value_map, "value_map")
     if setting != "contextual":
         if value_map not in (None, "deep") or _text(mode, "mode") != "tuned" or _flag(tied, "tied"):
             raise Error(f"setting {setting!r} builds the averaging attention and the deep value map; "
@@ -429,11 +433,12 @@ def from_torch(module, architecture=None, causal=False, embedding=None, position
         arch, state = pytorch.to_uatlab(module, architecture, embedding, positions, head, causal)
     except ValueError as e:  # what cannot be converted exactly is refused, as a uatlab.Error
         raise Error(str(e)) from None
+    arch = _json.loads(_options(arch, "architecture"))  # a copy: the caller's dict stays as it was
     if causal:
         for layer in arch.get("layers", []) if isinstance(arch.get("layers"), list) else []:
             if isinstance(layer, dict) and layer.get("type") == "attention":
                 layer["causal"] = True
-    net = Network(_core.Network.zeros(_options(arch, "architecture")))
+    net = Network(_core.Network.zeros(_json.dumps(arch)))
     names = set(net._core.tensor_names())
     if set(state) != names:
         raise Error(f"tensors differ from the architecture's: missing {sorted(names - set(state))}, "
