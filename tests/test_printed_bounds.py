@@ -214,13 +214,16 @@ def check_separation(name, sep, seqs, rows):
     check(exact(sep["delta_certified"]) ** 2 <= same, "%s: δ >= %r is false" % (name, sep["delta_certified"]))
     check(below_root_of(sep["log10_cross_token_certified"], cross), "%s: different tokens >= 10^%r is false" % (name, sep["log10_cross_token_certified"]))
     v = [Fraction(c) for c in sep["projection"]]
-    gap_hi = min(abs_hi(sum(vi * (a if vi >= 0 else b) for vi, a, b in zip(v, ea.hi, ea.lo)) -
-                        sum(vi * (b if vi >= 0 else a) for vi, a, b in zip(v, eb.hi, eb.lo)),
-                        sum(vi * (b if vi >= 0 else a) for vi, a, b in zip(v, ea.hi, ea.lo)) -
-                        sum(vi * (a if vi >= 0 else b) for vi, a, b in zip(v, eb.hi, eb.lo)))
-                 for ea, eb in pairs)
+
+    def along(e):  # vᵀx over the enclosure e: (least, greatest)
+        return (sum(vi * (l if vi >= 0 else h) for vi, l, h in zip(v, e.lo, e.hi)),
+                sum(vi * (h if vi >= 0 else l) for vi, l, h in zip(v, e.lo, e.hi)))
+
+    def largest_gap(ea, eb):  # vᵀ(a − b) lies in [a_lo − b_hi, a_hi − b_lo]
+        (alo, ahi), (blo, bhi) = along(ea), along(eb)
+        return abs_hi(alo - bhi, ahi - blo)
+    gap_hi = min(largest_gap(ea, eb) for ea, eb in pairs)
     check(exact(sep["projection_gap_certified"]) <= gap_hi, "%s: the gap along v >= %r is false" % (name, sep["projection_gap_certified"]))
-    return same, cross
 
 
 def check_eval_interval(name, text, seqs):

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "../model/network_impl.hpp"  // relu, the library's own enclosure of it
+
 namespace uatlab {
 
 void activation_pieces(const Layer<Rational>& L, std::vector<Rational>& c,
@@ -116,11 +118,8 @@ Mat<Mpfi> AffineForward::one_direction(const Direction& f, const Mat<Mpfi>& Z) {
     const Mpfi from_pivot = m0 ? Mpfi(t - f.c[m0 - 1]) : Mpfi(0);
     for (std::size_t i = 0; i < f.rows.size(); ++i) {
       Mpfi v = Z(f.rows[i], col) + f.b2[i] + Mpfi(f.sw[i][m0] * from_pivot) + f.sq[i][m0];
-      for (std::size_t j = m0; j < m1; ++j) {
-        const Mpfi pre = t - f.c[j];
-        const Mpfr zero(0);
-        v += f.w[i][j] * hull(std::max(zero, lower(pre)), std::max(zero, upper(pre)));
-      }
+      for (std::size_t j = m0; j < m1; ++j)
+        v += f.w[i][j] * relu(Mpfi(t - f.c[j]));
       out(f.rows[i], col) = v;
     }
   }
