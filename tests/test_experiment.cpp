@@ -382,6 +382,37 @@ TEST(Experiment, DomainCertificateBoundsTheMonteCarloEstimateAndCatchesABrokenNe
   EXPECT_THROW(certify_domain(m.net, yun_target("x + 1", 1, 2), 1, 2, o), Error);  // no interval form
 }
 
+// Yun's standard network over its whole domain, ramps included: the ramp cells' enclosure (each
+// Φ unit's ReLUs as one function, softmax outputs within their values) does not depend on η, their
+// measure falls with it, and at η = δ·2^-400 the whole-domain bound is the regular cells' one. The
+// units' own enclosures gave 1e209 or inf on the ramps (docs/yun.md).
+TEST(Experiment, StandardNetworkIsCertifiedOverItsWholeDomainWhateverEta) {
+  const yun::Target f = yun::builtin_target("tokenwise-sin");
+  const yun::Modified m = yun::build_modified(f, 1, 2, 4, false);
+  DomainOptions o;
+  o.max_boxes = 20000;
+  o.reference = &m.net;
+  std::vector<DomainBound> b;
+  for (int e : {40, 80, 400}) {
+    Rational eta(1, 4);
+    for (int k = 0; k < e; ++k)
+      eta /= 2;
+    const Network<Rational> g = yun::standardize(m.net, yun::default_lambda(m.plan), eta);
+    o.bits = 128 + static_cast<unsigned>(e);
+    b.push_back(certify_domain(g, f, 1, 2, o));
+    EXPECT_TRUE(b.back().finite) << e;
+    EXPECT_GT(b.back().cells, b.back().cells_regular);
+    EXPECT_LT(b.back().sup_excluded, 1e8) << e;
+  }
+  EXPECT_NEAR(b[1].sup_excluded, b[0].sup_excluded, 1e-6 * b[0].sup_excluded);  // whatever η
+  EXPECT_NEAR(b[0].excluded_measure / b[1].excluded_measure, std::ldexp(1.0, 40), 1e6);
+  EXPECT_GT(b[0].dp[1], b[0].dp_flat[1] * 1.5);  // at 2^-40 the ramps still show in d_2
+  for (std::size_t k = 0; k < 2; ++k) {
+    EXPECT_LT(b[2].dp[k], b[2].dp_flat[k] * (1 + 1e-12));  // at 2^-400 they add nothing visible
+    EXPECT_GE(b[2].dp[k], b[2].dp_flat[k]);
+  }
+}
+
 TEST(Experiment, RunExperimentWritesTablesAndResumesWithoutRunning) {
   const std::string dir = fresh_dir("fang-fit");
   Context c;

@@ -432,3 +432,40 @@ TEST(Model, HardmaxToleranceMeansTheSameInEveryArithmetic) {
   EXPECT_LE(Scalar<Mpfr>::to_rational(lower(exact_max(0, 0))), 2 + e);
   EXPECT_GE(Scalar<Mpfr>::to_rational(upper(exact_max(0, 0))), 2 + e);
 }
+
+// Softmax and hardmax weights are ≥ 0 and sum to 1: an attention output lies between its keys'
+// values, whatever the scale of the scores. Interval weights that straddle (each [0, 1] at a steep
+// scale) used to add up to twice the values' spread; the enclosure is now clipped to their hull,
+// and it still holds the outputs of points in the box (in 300-bit MPFR).
+TEST(Model, IntervalAttentionStaysWithinItsValues) {
+  for (const char* score : {"softmax", "hardmax"}) {
+    Network<Rational> net(Architecture::from_json(json::parse(std::string(R"({"d": 1, "layers": [
+      {"type": "attention", "heads": 1, "head_size": 1, "score": ")") +
+                                                              score + R"(", "scale": "1000000"}]})")));
+    net.layers[0].wq(0, 0) = net.layers[0].wk(0, 0) = net.layers[0].wv(0, 0) = net.layers[0].wo(0, 0) = 1;
+    const MpfrPrecision precision(128);
+    const Network<Mpfi> ni = network_cast<Mpfi>(net);
+    Mat<Mpfi> x(1, 2);
+    x(0, 0) = hull(Mpfr(-1), Mpfr(1));  // straddles the other token: either may win
+    x(0, 1) = Mpfi(Mpfr(0.5));
+    Mat<Mpfi> y;
+    if (std::string(score) == "hardmax") {
+      EXPECT_THROW(forward(ni, x), Error);  // an undecided argmax stays an error
+      x(0, 0) = hull(Mpfr(0.75), Mpfr(1));  // decided: token 0 wins both queries
+    }
+    y = forward(ni, x);
+    // query 1: 0.5 + a value in [min, max] of the keys' values
+    const double lo = std::string(score) == "hardmax" ? 1.25 : -0.5, hi = 1.5;
+    EXPECT_GE(lower(y(0, 1)), Mpfr(lo) - Mpfr(1e-30)) << score;
+    EXPECT_LE(upper(y(0, 1)), Mpfr(hi) + Mpfr(1e-30)) << score;
+    const MpfrPrecision reference(300);
+    const Network<Mpfr> nm = network_cast<Mpfr>(net);
+    for (const Mpfr& t : {lower(x(0, 0)), Mpfr((lower(x(0, 0)) + upper(x(0, 0))) / 2), upper(x(0, 0))}) {
+      Mat<Mpfr> p(1, 2);
+      p(0, 0) = t, p(0, 1) = Mpfr(0.5);
+      const Mat<Mpfr> yp = forward(nm, p);
+      for (Eigen::Index k = 0; k < 2; ++k)
+        EXPECT_TRUE(lower(y(0, k)) <= yp(0, k) && yp(0, k) <= upper(y(0, k))) << score << " at " << t;
+    }
+  }
+}

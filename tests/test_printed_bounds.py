@@ -89,9 +89,9 @@ RULES = [
       ("upper", lambda r, m: r["certified_domain"][m.group(1)]["d_2"]),
       ("upper", lambda r, m: r["certified_domain"][m.group(1)]["ess_sup_abs_error"])]),
     (r"(modified|standard), its \d+ regular cells: d_1 <= " + NUM + ", d_2 <= " + NUM +
-     r", ess sup \|g - f\| <= " + NUM + "; the other cells measure <= " + NUM,
+     r", ess sup \|g - f\| <= " + NUM + "; the other cells measure <= " + NUM + r", ess sup \|g - f\| <= " + NUM,
      [("form", None)] + [("upper", (lambda key: lambda r, m: r["certified_domain"][m.group(1)]["regular_cells"][key])(k))
-                         for k in ["d_1", "d_2", "ess_sup_abs_error", "excluded_measure"]]),
+                         for k in ["d_1", "d_2", "ess_sup_abs_error", "excluded_measure", "excluded_ess_sup_abs_error"]]),
 ]
 
 

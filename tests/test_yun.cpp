@@ -9,6 +9,7 @@
 #include "uatlab/construct/yun.hpp"
 #include "uatlab/experiment/targets.hpp"
 #include "uatlab/model/init.hpp"
+#include "uatlab/verify/affine.hpp"
 
 using namespace uatlab;
 namespace fs = std::filesystem;
@@ -102,28 +103,37 @@ TEST(Yun, BrokenConstantsAreCaught) {
   EXPECT_FALSE(yun::check_lemma6(m, f, 100000, 1).ok());
 }
 
+namespace {
+// One feed-forward sub-layer of one unit with a random Φ (three pieces, the constant one at
+// `constant`, breakpoints c1 < c2 on a 1/4 grid) that reads entry 0 and writes entry `row` of d.
+Network<Rational> random_phi(Rng& rng, int constant, int d, int row, Rational& c1, Rational& c2) {
+  c1 = Rational(static_cast<long>(rng.uniform() * 20) - 10, 4);
+  c2 = c1 + Rational(1 + static_cast<long>(rng.uniform() * 8), 4);
+  auto r = [&] { return Rational(static_cast<long>(rng.uniform() * 21) - 10, 3); };
+  std::vector<std::pair<std::string, std::string>> pieces = {
+      {r().str(), r().str()}, {r().str(), r().str()}, {r().str(), r().str()}};
+  pieces[static_cast<std::size_t>(constant)].first = "0";
+  Architecture a;
+  a.d = d;
+  LayerSpec s;
+  s.kind = LayerKind::feedforward;
+  s.width = 1;
+  s.piecewise = true;
+  s.activation.breakpoints = {c1.str(), c2.str()};
+  s.activation.pieces = pieces;
+  a.layers = {s};
+  Network<Rational> net(a);
+  net.layers[0].w1(0, 0) = 1;
+  net.layers[0].w2(row, 0) = 1;
+  return net;
+}
+}  // namespace
+
 TEST(Yun, FourReluReplacementEqualsPhiOutsideItsRamps) {
   Rng rng(3);
   for (int trial = 0; trial < 200; ++trial) {
-    // A random Φ: three pieces, the constant one at a random place.
-    const Rational c1(static_cast<long>(rng.uniform() * 20) - 10, 4),
-        c2 = c1 + Rational(1 + static_cast<long>(rng.uniform() * 8), 4);
-    auto r = [&] { return Rational(static_cast<long>(rng.uniform() * 21) - 10, 3); };
-    std::vector<std::pair<std::string, std::string>> pieces = {
-        {r().str(), r().str()}, {r().str(), r().str()}, {r().str(), r().str()}};
-    pieces[static_cast<std::size_t>(trial % 3)].first = "0";
-    Architecture a;
-    a.d = 1;
-    LayerSpec s;
-    s.kind = LayerKind::feedforward;
-    s.width = 1;
-    s.piecewise = true;
-    s.activation.breakpoints = {c1.str(), c2.str()};
-    s.activation.pieces = pieces;
-    a.layers = {s};
-    Network<Rational> net(a);
-    net.layers[0].w1(0, 0) = 1;
-    net.layers[0].w2(0, 0) = 1;
+    Rational c1, c2;
+    const Network<Rational> net = random_phi(rng, trial % 3, 1, 0, c1, c2);
     const Rational eta(1, 64);
     const Network<Rational> g = yun::standardize(net, Rational(1), eta);
     EXPECT_LE(g.arch.layers[0].width, 4);
@@ -137,6 +147,56 @@ TEST(Yun, FourReluReplacementEqualsPhiOutsideItsRamps) {
       }
     }
   }
+}
+
+// The standardization's ReLUs of one Φ unit are enclosed together (AffineForward's groups and its
+// one-direction path): over an interval that holds a ramp, the enclosure is the exact range of the
+// function up to rounding, whatever η is; the units' own enclosures summed would be 1/η wide. The
+// input reads entry 0 and writes entry 1 (a group), or reads and writes entry 0 (the residual
+// folded in); random Φ as above, η = 1/64 and 2^-200, at 128 bits.
+TEST(Yun, StandardizedRampsAreEnclosedByTheirRangeWhateverEta) {
+  Rng rng(5);
+  long direction = 0, grouped = 0;
+  for (int trial = 0; trial < 60; ++trial) {
+    const bool fold = trial % 2 == 0;
+    Rational c1, c2;
+    const Network<Rational> net = random_phi(rng, trial % 3, 2, fold ? 0 : 1, c1, c2);
+    const Rational lo = c1 - 1, hi = c2 + Rational(1, 3);  // holds both ramps
+    Rational tiny(1);
+    for (int k = 0; k < 200; ++k)
+      tiny /= 2;
+    for (const Rational& eta : {Rational(1, 64), tiny}) {
+      const Network<Rational> g = yun::standardize(net, Rational(1), eta);
+      // The exact range of the output entry over t ∈ [lo, hi]: at the ends and at every breakpoint.
+      const int row = fold ? 0 : 1;
+      Rational ylo, yhi;
+      bool first = true;
+      for (const Rational& t : {lo, hi, c1 - eta, c1, c2 - eta, c2}) {
+        Mat<Rational> x(2, 1);
+        x(0, 0) = t, x(1, 0) = 0;
+        const Rational y = forward(g, x)(row, 0);
+        if (first || y < ylo) ylo = y;
+        if (first || y > yhi) yhi = y;
+        first = false;
+      }
+      const MpfrPrecision precision(128);
+      const AffineForward affine(g);
+      Mat<Mpfi> x(2, 1);
+      x(0, 0) = hull(lower(Scalar<Mpfi>::from(lo)), upper(Scalar<Mpfi>::from(hi)));
+      x(1, 0) = Mpfi(0);
+      const Mpfi y = affine(x)(row, 0);
+      EXPECT_LE(lower(y), lower(Scalar<Mpfi>::from(ylo))) << trial;
+      EXPECT_GE(upper(y), upper(Scalar<Mpfi>::from(yhi))) << trial;
+      const Mpfr slack = Mpfr(1e-30) * (1 + mp::abs(Mpfr(lower(y))) + mp::abs(Mpfr(upper(y))));
+      EXPECT_LE(Mpfr(upper(y) - lower(y)), Scalar<Mpfr>::from(Rational(yhi - ylo)) + slack)
+          << "trial " << trial << ", eta " << eta << ": [" << lower(y) << ", " << upper(y) << "] against ["
+          << Scalar<Rational>::to_double(ylo) << ", " << Scalar<Rational>::to_double(yhi) << "]";
+      const int units = g.arch.layers[0].width;
+      (trial % 3 == 0 && units > 1 ? direction : grouped) += 1;
+    }
+  }
+  EXPECT_GT(direction, 0);  // the constant piece first: every ReLU reads +t, the one-direction path
+  EXPECT_GT(grouped, 0);
 }
 
 TEST(Yun, KajitsukaPropositionOneIsThreeSubLayersAndHitsTheGrid) {

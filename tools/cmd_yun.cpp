@@ -75,7 +75,8 @@ std::string approximate_summary(const json& r) {
         for (const char* p : {"d_1", "d_2"})
           if (flat.contains(p)) s << p << " <= " << up(flat[p]) << ", ";
         s << "ess sup |g - f| <= " << up(flat["ess_sup_abs_error"])
-          << "; the other cells measure <= " << up(flat["excluded_measure"]) << "\n";
+          << "; the other cells measure <= " << up(flat["excluded_measure"])
+          << ", ess sup |g - f| <= " << up(flat["excluded_ess_sup_abs_error"]) << " there\n";
       }
       head = "             ";
     }

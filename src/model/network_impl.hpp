@@ -114,22 +114,22 @@ S relu(const S& x) {
   }
 }
 
-// φ(x) = slope_i·x + intercept_i on the piece [c_i, c_{i+1}) that holds x.
+// φ(x) = slope_i·x + intercept_i on the piece [c_{i−1}, c_i) that holds x (c ascending, one
+// more piece than breakpoints). On an interval: the hull of the images of every piece the interval
+// touches, each clipped to the interval (the pieces may jump, so both sides of a breakpoint count).
 template <class S>
-S piecewise(const Layer<S>& l, const S& x) {
-  const auto& c = l.breakpoints;
+S piecewise(const std::vector<S>& c, const std::vector<std::pair<S, S>>& pieces, const S& x) {
   if constexpr (Scalar<S>::interval) {
-    // Hull of the images of every piece the interval touches (the pieces may jump).
     Mpfr lo = lower(x), hi = upper(x), rlo, rhi;
     bool any = false;
-    for (std::size_t i = 0; i < l.pieces.size(); ++i) {
+    for (std::size_t i = 0; i < pieces.size(); ++i) {
       bool has_left = i > 0, has_right = i < c.size();
       if (has_left && hi < lower(c[i - 1])) continue;
       if (has_right && lo >= upper(c[i])) continue;
       Mpfr a = has_left ? std::max(lo, Mpfr(lower(c[i - 1]))) : lo;
       Mpfr b = has_right ? std::min(hi, Mpfr(upper(c[i]))) : hi;
       if (a > b) std::swap(a, b);
-      S img = l.pieces[i].first * hull(a, b) + l.pieces[i].second;
+      S img = pieces[i].first * hull(a, b) + pieces[i].second;
       if (!any || lower(img) < rlo) rlo = lower(img);
       if (!any || upper(img) > rhi) rhi = upper(img);
       any = true;
@@ -137,8 +137,12 @@ S piecewise(const Layer<S>& l, const S& x) {
     return hull(rlo, rhi);
   } else {
     std::size_t i = std::upper_bound(c.begin(), c.end(), x) - c.begin();  // #breakpoints <= x
-    return l.pieces[i].first * x + l.pieces[i].second;
+    return pieces[i].first * x + pieces[i].second;
   }
+}
+template <class S>
+S piecewise(const Layer<S>& l, const S& x) {
+  return piecewise(l.breakpoints, l.pieces, x);
 }
 
 // ---- attention ----------------------------------------------------------------------------------
@@ -339,6 +343,24 @@ Mat<S> layer_norm(const Mat<S>& Z, const Mat<S>& w, const Mat<S>& b, const S& ep
   return out;
 }
 
+// Softmax and hardmax weights are ≥ 0 and sum to 1, so a query's output VA(:, k) lies, entry by
+// entry, between the smallest and largest value of the keys it attends to. Interval weights do not
+// know that they sum to 1 (each may span [0, 1] where steep scores straddle), so the enclosure
+// V·A is clipped to that hull: no wider than the values, whatever the scale of the scores.
+inline void within_values(Mat<Mpfi>& VA, const Mat<Mpfi>& V, const LayerSpec& spec, Eigen::Index first) {
+  const Eigen::Index n = V.cols();
+  for (Eigen::Index k = 0; k < VA.cols(); ++k) {
+    const KeyRange r = attended_keys(spec, first + k, n);
+    if (r.end <= r.first) continue;
+    for (Eigen::Index i = 0; i < V.rows(); ++i) {
+      Mpfr lo = lower(V(i, r.first)), hi = upper(V(i, r.first));
+      for (Eigen::Index l = r.first + 1; l < r.end; ++l)
+        lo = std::min(lo, lower(V(i, l))), hi = std::max(hi, upper(V(i, l)));
+      VA(i, k) = intersect(VA(i, k), hull(lo, hi));
+    }
+  }
+}
+
 template <class S>
 void attention(const Layer<S>& L, const Mat<S>& X, Mat<S>& Z, const EvalOptions& opt,
                std::vector<Mat<S>>* patterns = nullptr) {
@@ -371,7 +393,13 @@ void attention(const Layer<S>& L, const Mat<S>& X, Mat<S>& Z, const EvalOptions&
     if (s.rpe != Rpe::none) A += position_bias(L, h, n).rightCols(m);
     normalise_columns(A, s, opt, first);
     if (patterns) patterns->push_back(A.transpose());  // A(key, query): a query's weights are a column
-    out.noalias() += L.wo.middleCols(h * hs, hs) * (V.middleRows(h * hs, hs) * A);
+    if constexpr (Scalar<S>::interval) {
+      Mat<S> VA = V.middleRows(h * hs, hs) * A;
+      if (s.score != Score::linear) within_values(VA, V.middleRows(h * hs, hs), s, first);
+      out.noalias() += L.wo.middleCols(h * hs, hs) * VA;
+    } else {
+      out.noalias() += L.wo.middleCols(h * hs, hs) * (V.middleRows(h * hs, hs) * A);
+    }
   }
   if (s.bias) out.colwise() += L.bo.col(0);
 }

@@ -314,6 +314,13 @@ Mpfi hull(const Mpfr& lo, const Mpfr& hi) {
   mpfi_interv_fr(r.backend().data(), lo.backend().data(), hi.backend().data());
   return r;
 }
+Mpfi intersect(const Mpfi& a, const Mpfi& b) {
+  if (mpfi_nan_p(a.backend().data())) return b;  // NaN: no information
+  if (mpfi_nan_p(b.backend().data())) return a;
+  const Mpfr lo = std::max(lower(a), lower(b)), hi = std::min(upper(a), upper(b));
+  if (!(lo <= hi)) throw Error("two enclosures of one value do not meet (an internal error)");
+  return hull(lo, hi);
+}
 Rational Scalar<Mpfi>::to_rational(const Mpfi& x) {
   return Scalar<Mpfr>::to_rational(mp::median(x));
 }

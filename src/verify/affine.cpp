@@ -56,6 +56,9 @@ AffineForward::AffineForward(const Network<Rational>& net, bool patterns) {
         unit.bias = Scalar<Mpfi>::from(L.b1(u, 0));
         s.units.push_back(std::move(unit));
       }
+      for (const auto& [slope, intercept] : s.pieces)
+        s.act.push_back({Scalar<Mpfi>::from(slope), Scalar<Mpfi>::from(intercept)});
+      group(s, L, c);
       s.cache = std::make_unique<std::map<std::vector<unsigned char>, Affine>>();
     }
     subs_.push_back(std::move(s));
@@ -88,8 +91,11 @@ std::unique_ptr<AffineForward::Direction> AffineForward::direction_of(const Laye
     if (L.w2.row(r).isZero() && L.b2(r, 0) == 0) continue;
     f->rows.push_back(r);
     f->b2.push_back(Scalar<Mpfi>::from(L.b2(r, 0)));
-    std::vector<Mpfi> w, sw{Mpfi(0)}, sq{Mpfi(0)};
-    Rational s(0), p(0);  // S_m and Σ_{j<m} w_j c_j exactly; Q_m = c_{m−1} S_m − that, enclosed once
+    // The row the direction reads alone: its residual z_r = t / a_r joins F (S_0 = 1/a_r).
+    const bool fold = f->a.size() == 1 && f->a[0].first == r;
+    f->fold.push_back(fold);
+    Rational s(fold ? Rational(1 / L.w1(0, r)) : Rational(0)), p(0);  // S_m, Σ_{j<m} w_j c_j exactly;
+    std::vector<Mpfi> w, sw{Scalar<Mpfi>::from(s)}, sq{Mpfi(0)};      // Q_m = c_{m−1} S_m − that
     for (Eigen::Index u : order) {
       w.push_back(Scalar<Mpfi>::from(L.w2(r, u)));
       s += L.w2(r, u), p -= L.w2(r, u) * L.b1(u, 0);
@@ -100,27 +106,192 @@ std::unique_ptr<AffineForward::Direction> AffineForward::direction_of(const Laye
   return f;
 }
 
+void AffineForward::group(Sub& s, const Layer<Rational>& L, const std::vector<Rational>& c) {
+  const Eigen::Index q = L.w1.rows(), d = L.w2.rows(), in = L.w1.cols();
+  constexpr Eigen::Index kMaxGroup = 64;  // ψ's pieces cost (units · breakpoints · rows) to form
+  s.folded.assign(static_cast<std::size_t>(d), 0);
+  for (Eigen::Index u0 = 0; u0 < q;) {
+    Eigen::Index f = 0;  // the first entry row u0 reads
+    while (f < in && L.w1(u0, f) == 0)
+      ++f;
+    std::vector<Rational> a = {Rational(1)};  // row u0 + k = a_k · row u0
+    Eigen::Index u1 = u0 + 1;
+    for (; f < in && u1 < q && u1 - u0 < kMaxGroup && L.w1(u1, f) != 0; ++u1) {
+      const Rational r = L.w1(u1, f) / L.w1(u0, f);
+      bool same = true;
+      for (Eigen::Index k = f; k < in && same; ++k)
+        same = L.w1(u1, k) == r * L.w1(u0, k);
+      if (!same) break;
+      a.push_back(r);
+    }
+    Group g;
+    for (Eigen::Index k = f; k < in; ++k)
+      if (L.w1(u0, k) != 0) g.w.push_back({k, Scalar<Mpfi>::from(L.w1(u0, k))});
+    std::vector<Eigen::Index> rows;
+    for (Eigen::Index r = 0; r < d; ++r)
+      for (Eigen::Index u = u0; u < u1 && (rows.empty() || rows.back() != r); ++u)
+        if (L.w2(r, u) != 0) rows.push_back(r);
+    const bool fold = g.w.size() == 1 && std::find(rows.begin(), rows.end(), f) != rows.end() &&
+                      !s.folded[static_cast<std::size_t>(f)];
+    if (u1 - u0 == 1 && !fold) {
+      g.unit = u0;
+      s.groups.push_back(std::move(g));
+      u0 = u1;
+      continue;
+    }
+    if (fold) s.folded[static_cast<std::size_t>(f)] = 1;
+    // ψ's breakpoints: unit u0 + k changes piece where a_k s + b_k crosses a breakpoint of φ.
+    std::vector<Rational> beta;
+    for (Eigen::Index u = u0; u < u1; ++u)
+      for (const Rational& ci : c)
+        beta.push_back((ci - L.b1(u, 0)) / a[static_cast<std::size_t>(u - u0)]);
+    std::sort(beta.begin(), beta.end());
+    beta.erase(std::unique(beta.begin(), beta.end()), beta.end());
+    for (const Rational& b : beta)
+      g.breaks.push_back(Scalar<Mpfi>::from(b));
+    g.rows = rows;
+    g.pieces.assign(rows.size(), {});
+    for (std::size_t j = 0; j <= beta.size(); ++j) {  // one point inside each piece of ψ
+      const Rational x = beta.empty()       ? Rational(0)
+                         : j == 0           ? Rational(beta[0] - 1)
+                         : j == beta.size() ? Rational(beta.back() + 1)
+                                            : Rational((beta[j - 1] + beta[j]) / 2);
+      for (std::size_t i = 0; i < rows.size(); ++i) {
+        const Eigen::Index r = rows[i];
+        Rational slope(r == f && fold ? Rational(1 / L.w1(u0, f)) : Rational(0)), intercept(0);
+        for (Eigen::Index u = u0; u < u1; ++u) {
+          if (L.w2(r, u) == 0) continue;
+          const Rational& ak = a[static_cast<std::size_t>(u - u0)];
+          const auto& [m, kappa] = s.pieces[static_cast<std::size_t>(
+              std::upper_bound(c.begin(), c.end(), Rational(ak * x + L.b1(u, 0))) - c.begin())];
+          slope += L.w2(r, u) * m * ak;
+          intercept += L.w2(r, u) * (m * L.b1(u, 0) + kappa);
+        }
+        const auto at = [&](std::size_t k) {  // ψ at breakpoint k, from this piece's side
+          return k < beta.size() ? Scalar<Mpfi>::from(Rational(slope * beta[k] + intercept)) : Mpfi(0);
+        };
+        g.pieces[i].push_back(
+            {Scalar<Mpfi>::from(slope), Scalar<Mpfi>::from(intercept), j ? at(j - 1) : Mpfi(0), at(j)});
+      }
+    }
+    s.groups.push_back(std::move(g));
+    u0 = u1;
+  }
+}
+
+void AffineForward::undecided(const Sub& s, const Mat<Mpfi>& Z, Eigen::Index t, Mat<Mpfi>& out) const {
+  const Layer<Mpfi>& L = s.alone.layers[0];
+  for (Eigen::Index r = 0; r < Z.rows(); ++r)
+    out(r, t) = s.folded[static_cast<std::size_t>(r)] ? L.b2(r, 0) : Mpfi(Z(r, t) + L.b2(r, 0));
+  for (const Group& g : s.groups) {
+    if (g.unit >= 0) {
+      const Unit& unit = s.units[static_cast<std::size_t>(g.unit)];
+      Mpfi pre = unit.bias;
+      for (const auto& [k, w] : unit.in)
+        pre += w * Z(k, t);
+      const Mpfi h = piecewise(s.breaks, s.act, pre);
+      for (Eigen::Index r = 0; r < L.w2.rows(); ++r)
+        if (!mpfi_is_zero(L.w2(r, g.unit).backend().data())) out(r, t) += L.w2(r, g.unit) * h;
+      continue;
+    }
+    Mpfi x(0);
+    for (const auto& [k, w] : g.w)
+      x += w * Z(k, t);
+    for (std::size_t i = 0; i < g.rows.size(); ++i)
+      out(g.rows[i], t) += Group::image(g.breaks, g.pieces[i], x);
+  }
+}
+
+Mpfi AffineForward::Group::image(const std::vector<Mpfi>& c, const std::vector<Piece>& pieces,
+                                 const Mpfi& x) {
+  const Mpfr lo = lower(x), hi = upper(x);
+  Mpfr rlo, rhi;
+  bool any = false;
+  for (std::size_t i = 0; i < pieces.size(); ++i) {  // piece i on [c_{i−1}, c_i]
+    const bool has_left = i > 0, has_right = i < c.size();
+    if (has_left && hi < lower(c[i - 1])) continue;
+    if (has_right && lo > upper(c[i])) continue;
+    Mpfr a = has_left ? std::max(lo, Mpfr(lower(c[i - 1]))) : lo;
+    Mpfr b = has_right ? std::min(hi, Mpfr(upper(c[i]))) : hi;
+    if (a > b) std::swap(a, b);
+    const Piece& p = pieces[i];
+    const Mpfi img = p.slope * hull(a, b) + p.intercept;
+    Mpfr ilo = lower(img), ihi = upper(img);
+    if (has_left && has_right) {
+      ilo = std::max(ilo, std::min(lower(p.left), lower(p.right)));
+      ihi = std::min(ihi, std::max(upper(p.left), upper(p.right)));
+      // Empty: [a, b] met only the breakpoints' enclosures, not the piece itself.
+      if (ilo > ihi) continue;
+    }
+    if (!any || ilo < rlo) rlo = ilo;
+    if (!any || ihi > rhi) rhi = ihi;
+    any = true;
+  }
+  if (!any)
+    throw Error("AffineForward: an enclosure met no piece of a feed-forward group (an internal error)");
+  return hull(rlo, rhi);
+}
+
 Mat<Mpfi> AffineForward::one_direction(const Direction& f, const Mat<Mpfi>& Z) {
   Mat<Mpfi> out = Z;
-  const auto under_upper = [](const Mpfr& x, const Mpfi& c) { return x < upper(c); };
-  const auto lower_under = [](const Mpfi& c, const Mpfr& x) { return lower(c) < x; };
+  const std::size_t q = f.c.size();
+  // Units [0, m0) have c_j ≤ x on all of x's enclosure (ReLU is the identity there), [m1, q) have
+  // c_j ≥ x (zero); those in between straddle it.
+  const auto split = [&](const Mpfi& x) {
+    const auto m0 =
+        static_cast<std::size_t>(std::upper_bound(f.c.begin(), f.c.end(), lower(x),
+                                                  [](const Mpfr& v, const Mpfi& c) { return v < upper(c); }) -
+                                 f.c.begin());
+    const auto m1 =
+        static_cast<std::size_t>(std::lower_bound(f.c.begin(), f.c.end(), upper(x),
+                                                  [](const Mpfi& c, const Mpfr& v) { return lower(c) < v; }) -
+                                 f.c.begin());
+    return std::make_pair(m0, std::max(m0, m1));
+  };
+  // Row i's F(x) = S_m0·(x − c_{m0−1}) + Q_m0 (pivot 0 when m0 = 0) + the straddled units one by one.
+  const auto sum = [&](std::size_t i, const Mpfi& x, std::size_t m0, std::size_t m1) {
+    Mpfi v = f.sq[i][m0];
+    if (!mpfi_is_zero(f.sw[i][m0].backend().data())) v += f.sw[i][m0] * (m0 ? Mpfi(x - f.c[m0 - 1]) : x);
+    for (std::size_t j = m0; j < m1; ++j)
+      v += f.w[i][j] * relu(Mpfi(x - f.c[j]));
+    return v;
+  };
+  // On [c_{m0−1}, c_{m1}], F lies between its values at the breakpoints there, F(c_j) = Q_{j+1}
+  // (exact): this bounds x on a steep ramp (slope 1/η), where the sum above loses log2(1/η) bits.
+  const auto between = [&](std::size_t i, std::size_t m0, std::size_t m1, const Mpfi& v) {
+    if (m0 == 0 || m1 >= q) return v;
+    Mpfr lo = lower(f.sq[i][m0]), hi = upper(f.sq[i][m0]);
+    for (std::size_t j = m0; j <= m1; ++j)
+      lo = std::min(lo, lower(f.sq[i][j + 1])), hi = std::max(hi, upper(f.sq[i][j + 1]));
+    return intersect(v, hull(lo, hi));
+  };
   for (Eigen::Index col = 0; col < Z.cols(); ++col) {
     Mpfi t(0);
     for (const auto& [k, a] : f.a)
       t += a * Z(k, col);
-    // Units [0, m0): c_j ≤ t on all of t's enclosure (ReLU is the identity there); [m1, q): c_j ≥ t
-    // (zero); in between, evaluated one by one.
-    const auto m0 = static_cast<std::size_t>(std::upper_bound(f.c.begin(), f.c.end(), lower(t), under_upper) -
-                                             f.c.begin());
-    const auto m1 =
-        std::max(m0, static_cast<std::size_t>(
-                         std::lower_bound(f.c.begin(), f.c.end(), upper(t), lower_under) - f.c.begin()));
-    const Mpfi from_pivot = m0 ? Mpfi(t - f.c[m0 - 1]) : Mpfi(0);
+    const auto [m0, m1] = split(t);
     for (std::size_t i = 0; i < f.rows.size(); ++i) {
-      Mpfi v = Z(f.rows[i], col) + f.b2[i] + Mpfi(f.sw[i][m0] * from_pivot) + f.sq[i][m0];
+      const Mpfi base = f.fold[i] ? f.b2[i] : Mpfi(Z(f.rows[i], col) + f.b2[i]);
+      if (m1 == m0) {  // affine on all of t's enclosure
+        out(f.rows[i], col) = base + between(i, m0, m1, sum(i, t, m0, m1));
+        continue;
+      }
+      // F is piecewise linear: its range on t's enclosure is the hull of its values at the two ends
+      // and at the breakpoints between. Summing the straddled units' own enclosures instead would
+      // add |w_j|·width for each, which grows with the slopes (a steep ramp is two units of slope
+      // ±1/η) and with their number.
+      Mpfr lo, hi;
+      bool any = false;
+      for (const Mpfr& x : {lower(t), upper(t)}) {
+        const Mpfi p = hull(x, x);
+        const auto [a0, a1] = split(p);
+        const Mpfi v = between(i, a0, a1, sum(i, p, a0, a1));
+        lo = any ? std::min(lo, lower(v)) : lower(v), hi = any ? std::max(hi, upper(v)) : upper(v);
+        any = true;
+      }
       for (std::size_t j = m0; j < m1; ++j)
-        v += f.w[i][j] * relu(Mpfi(t - f.c[j]));
-      out(f.rows[i], col) = v;
+        lo = std::min(lo, lower(f.sq[i][j + 1])), hi = std::max(hi, upper(f.sq[i][j + 1]));
+      out(f.rows[i], col) = base + between(i, m0, m1, hull(lo, hi));
     }
   }
   return out;
@@ -176,8 +347,8 @@ Mat<Mpfi> AffineForward::feedforward(const Sub& s, const Mat<Mpfi>& Z) const {
       decided = k == s.breaks.size() || upper(pre) < lower(s.breaks[k]);
       pattern[u] = static_cast<unsigned char>(k);
     }
-    if (!decided) {  // the plain enclosure: the library's own forward of this sub-layer
-      out.col(t) = forward(s.alone, Mat<Mpfi>(Z.col(t)));
+    if (!decided) {
+      undecided(s, Z, t, out);
       continue;
     }
     for (const Affine::Row& row : affine(s, pattern).rows) {

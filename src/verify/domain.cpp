@@ -357,6 +357,7 @@ DomainBound certify_domain(const Network<Rational>& g, const yun::Target& f, int
     r.finite = r.finite && std::isfinite(c.sup);
     if (c.distinct && c.regular) r.sup_distinct = std::max(r.sup_distinct, c.sup);
     if (c.regular) r.sup_flat = std::max(r.sup_flat, c.sup);
+    if (!c.regular) r.sup_excluded = std::max(r.sup_excluded, c.sup);
     for (std::size_t k = 0; k < o.ps.size(); ++k) {
       const bool fin = std::isfinite(c.upper[k]);
       all_finite[k] = all_finite[k] && fin;
@@ -387,15 +388,17 @@ DomainBound certify_domain(const Network<Rational>& g, const yun::Target& f, int
 
 json DomainBound::report(const std::vector<int>& ps) const {
   auto num = [](double x) { return std::isfinite(x) ? json(x) : json("inf"); };
-  json j = {
-      {"front_layers_composed_exactly", front_layers},
-      {"cells", cells},
-      {"cells_regular", cells_regular},
-      {"boxes", boxes},
-      {"all_finite", finite},
-      {"ess_sup_abs_error", num(sup)},
-      {"ess_sup_abs_error_distinct_columns_regular", num(sup_distinct)},
-      {"regular_cells", {{"ess_sup_abs_error", num(sup_flat)}, {"excluded_measure", excluded_measure}}}};
+  json j = {{"front_layers_composed_exactly", front_layers},
+            {"cells", cells},
+            {"cells_regular", cells_regular},
+            {"boxes", boxes},
+            {"all_finite", finite},
+            {"ess_sup_abs_error", num(sup)},
+            {"ess_sup_abs_error_distinct_columns_regular", num(sup_distinct)},
+            {"regular_cells",
+             {{"ess_sup_abs_error", num(sup_flat)},
+              {"excluded_measure", excluded_measure},
+              {"excluded_ess_sup_abs_error", num(sup_excluded)}}}};
   for (std::size_t k = 0; k < ps.size(); ++k) {
     j["d_" + std::to_string(ps[k])] = num(dp[k]);
     j["regular_cells"]["d_" + std::to_string(ps[k])] = num(dp_flat[k]);

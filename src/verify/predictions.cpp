@@ -98,12 +98,6 @@ class MeanValue {
   Mat<Mpfi> dx_;
 };
 
-// Both enclose the same values: their intersection does too.
-Mpfi intersect(const Mpfi& a, const Mpfi& b) {
-  const Mpfr lo = std::max(lower(a), lower(b)), hi = std::min(upper(a), upper(b));
-  return hull(lo, hi);
-}
-
 }  // namespace
 
 LabelKind label_kind(const std::string& labels, const Dataset& ds, int outputs) {

@@ -155,6 +155,9 @@ struct Scalar<Rational> {
 Mpfr lower(const Mpfi& x);
 Mpfr upper(const Mpfi& x);
 Mpfi hull(const Mpfr& lo, const Mpfr& hi);
+// The intersection of two enclosures of the same value; one with a NaN end gives the other. Throws
+// Error if they do not meet (one of them was not an enclosure).
+Mpfi intersect(const Mpfi& a, const Mpfi& b);
 
 // GELU(x) = x·Φ(x) = x/2·(1 + erf(x/√2)) (PyTorch's exact, erf form) and its derivative
 // Φ(x) + x·φ(x). The interval form encloses GELU over the whole interval, tightly: GELU falls on

@@ -14,9 +14,13 @@
 // c_j, those with c_j ≤ t over the whole enclosure of t are a prefix [0, m) and contribute
 // Σ_{j<m} w_j (t − c_j) = S_m·(t − c_{m−1}) + Q_m, S_m = Σ_{j<m} w_j and Q_m = Σ_{j<m} w_j (c_{m−1} − c_j)
 // exact prefix sums (the pivot c_{m−1} keeps the product small and Q_m near the value, so the
-// rounding stays near one ulp of the output), those with c_j ≥ t contribute nothing, and only the
-// units whose c_j the enclosure straddles are evaluated one by one: O(log q) per token instead of
-// O(q), and on boxes no wider than the unit-by-unit sum beyond rounding (|Σ w_j| ≤ Σ |w_j|).
+// rounding stays near one ulp of the output), those with c_j ≥ t contribute nothing: O(log q) per
+// token instead of O(q). When the enclosure straddles some c_j, the row's F(t) = Σ_j w_j ReLU(t − c_j)
+// is enclosed by its range there, the hull of F at the enclosure's two ends and at the c_j between
+// (F(c_j) = Q_{j+1}, exact), and within F's values at the breakpoints around it: no wider than the
+// unit-by-unit sum beyond rounding, and independent of the slopes (a steep ramp of width η is two
+// units of slope ±1/η, whose own enclosures would add 1/η times the width). When a reads one entry
+// that the sub-layer also writes, that entry's residual t/a is part of F (S_0 = 1/a).
 #pragma once
 
 #include <map>
@@ -80,6 +84,29 @@ class AffineForward {
     std::vector<std::vector<Mpfi>> sw;  // per row: S_m, m = 0 … q (exact sums, enclosed)
     std::vector<std::vector<Mpfi>> sq;  // per row: Q_m
     std::vector<Mpfi> b2;               // per row
+    std::vector<char> fold;             // per row: its residual is part of F (t reads it alone)
+  };
+  // Columns whose pattern is undecided (an enclosure meets a breakpoint) are enclosed group by
+  // group. A group is a run of consecutive units whose rows of W1 are multiples a_k·w of one row w
+  // (a standardized Φ unit is such a run: ReLUs of ±(wᵀz + b) − t_k, with slopes of order 1/η):
+  // together they add ψ_r(s) to row r, s = wᵀz, ψ_r piecewise linear with the units' breakpoints,
+  // and the enclosure is ψ_r's image over the interval of s, the hull of its pieces there, which
+  // does not grow with the pieces' slopes as the sum of the units' own enclosures does. When w
+  // reads one entry z_f that the group also writes, the residual z_f = s / w_f is folded into ψ_f.
+  // A piece between two breakpoints also keeps ψ's values at its ends (exact, enclosed): its image
+  // lies between them, which bounds a steep piece (slope 1/η) whatever the precision, where
+  // slope × interval + intercept at 128 bits would lose log2(1/η) bits to cancellation. A unit alone
+  // (no fold) is enclosed as the plain forward does: φ of its pre-activation times W2.
+  struct Piece {
+    Mpfi slope, intercept, left, right;  // ψ = slope·s + intercept; ψ at the piece's ends
+  };
+  struct Group {
+    std::vector<std::pair<Eigen::Index, Mpfi>> w;
+    std::vector<Mpfi> breaks;                // ψ's breakpoints in s, ascending
+    std::vector<Eigen::Index> rows;          // the rows ψ writes
+    std::vector<std::vector<Piece>> pieces;  // per row: ψ_r on each piece
+    Eigen::Index unit = -1;                  // a unit alone: its index, no pieces
+    static Mpfi image(const std::vector<Mpfi>& breaks, const std::vector<Piece>& pieces, const Mpfi& x);
   };
   struct Sub {
     std::unique_ptr<Direction> direction;
@@ -87,12 +114,17 @@ class AffineForward {
     std::vector<Unit> units;
     std::vector<Mpfi> breaks;
     std::vector<std::pair<Rational, Rational>> pieces;
-    Network<Mpfi> alone;  // the sub-layer alone, for the plain MPFI forward
+    std::vector<std::pair<Mpfi, Mpfi>> act;  // the activation's pieces, enclosed
+    std::vector<Group> groups;
+    std::vector<char> folded;  // per row: its residual is folded into a group's ψ
+    Network<Mpfi> alone;       // the sub-layer alone, for the plain MPFI forward
     std::unique_ptr<std::map<std::vector<unsigned char>, Affine>> cache;
   };
   Mat<Mpfi> feedforward(const Sub& s, const Mat<Mpfi>& Z) const;
   static Mat<Mpfi> one_direction(const Direction& f, const Mat<Mpfi>& Z);
   static std::unique_ptr<Direction> direction_of(const Layer<Rational>& L);
+  static void group(Sub& s, const Layer<Rational>& L, const std::vector<Rational>& c);
+  void undecided(const Sub& s, const Mat<Mpfi>& Z, Eigen::Index t, Mat<Mpfi>& out) const;
   const Affine& affine(const Sub& s, const std::vector<unsigned char>& pattern) const;
 
   Network<Mpfi> head_, tail_;  // positions; pooling and readout

@@ -10,7 +10,10 @@
 //   2. The domain splits into cells, one product of pieces each. On a cell where every α is 0
 //      (the quantization is constant there), the rest of the network runs once in MPFI on that
 //      point; elsewhere (the ramps of a standardized network) on the interval image, which
-//      encloses every output of the cell.
+//      encloses every output of the cell. AffineForward encloses each standardized Φ unit's ReLUs
+//      as one function (its range) and each softmax output within its values, so that this
+//      enclosure depends neither on the ramps' width η nor on the softmax scale λ: the ramps' share
+//      of d_p^p is at most their measure (∝ η) times this supremum^p, and vanishes with η.
 //   3. On each cell, f is enclosed in MPFI over boxes, bisected where the bound is loosest
 //      (branch and bound) within a budget of boxes; |g − f| ≤ max(ḡ − f_lo, f̄ − g_lo) per
 //      entry, and d_p^p ≤ Σ_boxes vol · Σ_entries bound^p.
@@ -48,6 +51,7 @@ struct DomainBound {
   std::vector<double> dp_flat;  // (∫ over the regular cells only)^{1/p} ...
   double excluded_measure = 0;  // ... which leave out this much of the domain (upper bound)
   double sup_flat = 0;          // ess sup over the regular cells
+  double sup_excluded = 0;      // ess sup over the others (a standardized network's ramps)
   nlohmann::json report(const std::vector<int>& ps) const;
 };
 
