@@ -84,14 +84,16 @@ RULES = [
     (r"least margin " + NUM, [("lower", lambda r, m: least(r, ["region", "margin_certified"]))]),
     (r"bisection steps\): least " + NUM, [("lower", lambda r, m: least(r, ["region", "largest_epsilon_certified"]))]),
     # approximate --certify (docs/yun.md)
-    (r"(modified|standard): d_1 <= " + NUM + ", d_2 <= " + NUM + r", ess sup \|g - f\| <= " + NUM,
-     [("form", None), ("upper", lambda r, m: r["certified_domain"][m.group(1)]["d_1"]),
-      ("upper", lambda r, m: r["certified_domain"][m.group(1)]["d_2"]),
+    (r"(modified|standard): (d_\d+) <= " + NUM + ", (d_\d+) <= " + NUM + r", ess sup \|g - f\| <= " + NUM,
+     [("form", None), ("form", None), ("upper", lambda r, m: r["certified_domain"][m.group(1)][m.group(2)]),
+      ("form", None), ("upper", lambda r, m: r["certified_domain"][m.group(1)][m.group(4)]),
       ("upper", lambda r, m: r["certified_domain"][m.group(1)]["ess_sup_abs_error"])]),
-    (r"(modified|standard), its \d+ regular cells: d_1 <= " + NUM + ", d_2 <= " + NUM +
+    (r"(modified|standard), its \d+ regular cells: (d_\d+) <= " + NUM + ", (d_\d+) <= " + NUM +
      r", ess sup \|g - f\| <= " + NUM + "; the other cells measure <= " + NUM + r", ess sup \|g - f\| <= " + NUM,
-     [("form", None)] + [("upper", (lambda key: lambda r, m: r["certified_domain"][m.group(1)]["regular_cells"][key])(k))
-                         for k in ["d_1", "d_2", "ess_sup_abs_error", "excluded_measure", "excluded_ess_sup_abs_error"]]),
+     [("form", None), ("form", None), ("upper", lambda r, m: r["certified_domain"][m.group(1)]["regular_cells"][m.group(2)]),
+      ("form", None), ("upper", lambda r, m: r["certified_domain"][m.group(1)]["regular_cells"][m.group(4)])] +
+     [("upper", (lambda key: lambda r, m: r["certified_domain"][m.group(1)]["regular_cells"][key])(k))
+      for k in ["ess_sup_abs_error", "excluded_measure", "excluded_ess_sup_abs_error"]]),
 ]
 
 
@@ -311,13 +313,15 @@ def checks(tmp):
         check_text(args[0], run(*args, cwd=tmp), {})
 
     # approximate --certify: text against report; the certified d_p at least the Monte Carlo CI's low end
-    _, r = report("approximate", "center", "--construction", "kajitsuka", "--K", "4", "--certify", "--certify-boxes",
-                  "20000", name="approximate")
-    for form in ["modified", "standard"]:
-        for p in ["d_1", "d_2"]:
-            checked["truth"] += 1
-            check(exact(r["certified_domain"][form][p]) >= exact(r[p][form]["ci95"][0]),
-                  "approximate: certified %s of %s below the Monte Carlo interval" % (p, form))
+    # (and every exponent asked is printed: --p 2,4 on n = 3)
+    for extra, ps in [([], ["d_1", "d_2"]), (["--n", "3", "--p", "2,4", "--samples", "2000"], ["d_2", "d_4"])]:
+        _, r = report("approximate", "center", "--construction", "kajitsuka", "--K", "4", "--certify", "--certify-boxes",
+                      "20000", *extra, name="approximate")
+        for form in ["modified", "standard"]:
+            for p in ps:
+                checked["truth"] += 1
+                check(exact(r["certified_domain"][form][p]) >= exact(r[p][form]["ci95"][0]),
+                      "approximate: certified %s of %s below the Monte Carlo interval" % (p, form))
 
 
 main()

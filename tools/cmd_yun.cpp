@@ -6,6 +6,7 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "commands.hpp"
 #include "uatlab/experiment/approximate.hpp"
@@ -44,9 +45,11 @@ std::string approximate_summary(const json& r) {
       << ", checked exactly\n";
   if (r.contains("grid_max_error"))
     s << "grid         max error " << r["grid_max_error"] << " at the grid points\n";
-  for (const char* p : {"d_1", "d_2"}) {
-    if (!r.contains(p)) continue;
-    s << p << "          ";
+  std::vector<std::string> ps;  // the exponents asked (--p), as the report names them
+  for (int p = 1; p <= 16; ++p)
+    if (r.contains("d_" + std::to_string(p))) ps.push_back("d_" + std::to_string(p));
+  for (const std::string& p : ps) {
+    s << p << std::string(p.size() < 13 ? 13 - p.size() : 1, ' ');
     for (const char* form : {"modified", "standard"}) {
       if (!r[p].contains(form)) continue;
       const json& e = r[p][form];
@@ -65,14 +68,14 @@ std::string approximate_summary(const json& r) {
       if (!r["certified_domain"].contains(form)) continue;
       const json& c = r["certified_domain"][form];
       s << head << form << ": ";
-      for (const char* p : {"d_1", "d_2"})
+      for (const std::string& p : ps)
         if (c.contains(p)) s << p << " <= " << up(c[p]) << ", ";
       s << "ess sup |g - f| <= " << up(c["ess_sup_abs_error"]) << " over all of [0,1]^{" << r["d"] << " x "
         << r["n"] << "} (MPFI; " << c["cells"] << " cells, " << c["boxes"] << " boxes)\n";
       const json& flat = c["regular_cells"];
       if (c["cells_regular"] != c["cells"]) {
         s << "             " << form << ", its " << c["cells_regular"] << " regular cells: ";
-        for (const char* p : {"d_1", "d_2"})
+        for (const std::string& p : ps)
           if (flat.contains(p)) s << p << " <= " << up(flat[p]) << ", ";
         s << "ess sup |g - f| <= " << up(flat["ess_sup_abs_error"])
           << "; the other cells measure <= " << up(flat["excluded_measure"])
