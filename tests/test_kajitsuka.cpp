@@ -295,3 +295,40 @@ TEST(Kajitsuka, HardmaxCannotSeparateWhatSoftmaxDoes) {
   EXPECT_EQ(f.vocab.size(), 6u);
   EXPECT_EQ(f.eps_sq, Rational(1));  // neighbours 1 apart along the unit u
 }
+
+// Below the precision that resolves the contexts (10^-7156 apart here: tokens of norms 1 to 8), the
+// separation certificate must fail, whatever the threads computed first. It used to certify at
+// 8, 114 or 151 bits now and then: an interval's x·x has a negative lower end, and −1 marked "no
+// pair yet", so a token whose least lower end was below 0 handed the minimum to the next token.
+TEST(Kajitsuka, SeparationIsNotCertifiedBelowThePrecisionThatResolvesIt) {
+  Dataset ds;
+  ds.d = 2;
+  const long v[4][2] = {{1, 0}, {0, 2}, {4, 0}, {0, 8}};
+  for (int skip = 0; skip < 4; ++skip)
+    for (int reverse = 0; reverse < 2; ++reverse) {
+      Sequence s;
+      s.x = Mat<Rational>(2, 3);
+      int k = 0;
+      for (int t = 0; t < 4; ++t)
+        if (t != skip) {
+          const int col = reverse ? 2 - k : k;
+          s.x(0, col) = v[t][0], s.x(1, col) = v[t][1];
+          ++k;
+        }
+      ds.sequences.push_back(s);
+    }
+  const ks::Facts f = ks::analyse(ds);
+  ks::ContextualOptions opt;
+  opt.mode = ks::Mode::faithful;
+  opt.search_min_bits = false;
+  const ks::Contextual c = ks::build_contextual(f, opt);
+  EXPECT_TRUE(c.separation.certified);
+  EXPECT_LT(c.separation.log10_delta_lo, -7000);
+  for (int rep = 0; rep < 20; ++rep)
+    for (unsigned bits : {8u, 114u, 151u, 1000u, 20000u})
+      for (bool decide_only : {false, true}) {
+        const ks::Separation s = ks::certify_separation(c.net, f, bits, decide_only);
+        ASSERT_FALSE(s.certified) << bits << " bits, decide_only " << decide_only << ", repetition " << rep;
+      }
+  EXPECT_TRUE(ks::certify_separation(c.net, f, c.bits_used, true).certified);
+}

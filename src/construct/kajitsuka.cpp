@@ -213,7 +213,7 @@ bool lemma3_holds(const Facts& f, const Vec<Rational>& v) {
     for (std::size_t j = i + 1; j < pts.size(); ++j) {
       const Vec<Mpfi> diff = pts[i] - pts[j];
       const Mpfi dot = vi.dot(diff);
-      if (!(lower(Mpfi(dot * dot)) >= upper(Mpfi(k2v * diff.squaredNorm())))) return false;
+      if (!(lower(square(dot)) >= upper(Mpfi(k2v * diff.squaredNorm())))) return false;
     }
   return true;
 }
@@ -265,7 +265,7 @@ Separation certify_separation(const Network<Rational>& attention, const Facts& f
       Mpfi sq(0), nz(0);
       for (int i = 0; i < f.d; ++i) {
         Mpfi diff = z[s](i, k) - Scalar<Mpfi>::from(f.vocab[t](i));
-        sq += diff * diff;
+        sq += square(diff);
         nz += z[s](i, k) * z[s](i, k);
       }
       t_max = std::max(t_max, upper(mp::sqrt(sq)));
@@ -281,7 +281,10 @@ Separation certify_separation(const Network<Rational>& attention, const Facts& f
   const Mpfr cross = lower(cross_enclosure);
   sep.cross_lower = to_double_down(cross);
   // Every pair of contexts of the same token.
-  std::vector<Mpfr> best_mid(by.size(), Mpfr(-1)), best_lo(by.size(), Mpfr(-1));
+  // Per token, over its pairs computed (seen): the least midpoint and the least lower end. No
+  // value marks "none": a lower end may be 0, or below 0 for an enclosure that is not a square.
+  std::vector<Mpfr> best_mid(by.size()), best_lo(by.size());
+  std::vector<char> seen(by.size(), 0);
   std::vector<double> spare(by.size(), kInf);
   bool undecided = decide_only && !(cross > 0);  // decide_only: stop at the first failure
   // About 500,000 pairs at N = 1000: the same interval operations as sq += diff·diff, into numbers
@@ -303,13 +306,14 @@ Separation certify_separation(const Network<Rational>& attention, const Facts& f
           for (int i = 0; i < f.d; ++i) {
             mpfi_sub(diff.backend().data(), z[g[a].first](i, g[a].second).backend().data(),
                      z[g[b].first](i, g[b].second).backend().data());
-            mpfi_mul(term.backend().data(), diff.backend().data(), diff.backend().data());
+            mpfi_sqr(term.backend().data(), diff.backend().data());  // ≥ 0, unlike diff·diff
             mpfi_add(sq.backend().data(), sq.backend().data(), term.backend().data());
           }
           mpfi_mid(mid.backend().data(), sq.backend().data());
           mpfi_get_left(lo.backend().data(), sq.backend().data());
-          if (best_mid[t] < 0 || mid < best_mid[t]) best_mid[t] = mid;
-          if (best_lo[t] < 0 || lo < best_lo[t]) best_lo[t] = lo;
+          if (!seen[t] || mid < best_mid[t]) best_mid[t] = mid;
+          if (!seen[t] || lo < best_lo[t]) best_lo[t] = lo;
+          seen[t] = 1;
           mpfi_diam_abs(width.backend().data(), sq.backend().data());
           spare[t] = std::min(spare[t], spare_bits(lo, Scalar<Mpfr>::to_double(width)));
           if (decide_only && !(lo > 0)) {
@@ -319,22 +323,30 @@ Separation certify_separation(const Network<Rational>& attention, const Facts& f
         }
     }
   }
-  Mpfr mid(-1), lo(-1);
+  Mpfr mid, lo;
+  bool any = false;
   for (std::size_t t = 0; t < by.size(); ++t)
-    if (best_mid[t] >= 0) {
-      if (mid < 0 || best_mid[t] < mid) mid = best_mid[t];
-      if (lo < 0 || best_lo[t] < lo) lo = best_lo[t];
+    if (seen[t]) {
+      if (!any || best_mid[t] < mid) mid = best_mid[t];
+      if (!any || best_lo[t] < lo) lo = best_lo[t];
+      any = true;
     }
   // δ over every pair of different contexts: same-token pairs as computed, different-token pairs
   // by their certified lower bound.
   // The certified fields are rounded down (verify/bounds.hpp), the measured ones to nearest.
   const double log10_cross = cross > 0 ? log10_of(cross) : -kInf,
                log10_cross_lo = cross > 0 ? log10_down(cross) : -kInf;
-  if (mid < 0) {  // no token occurs in two vocabulary sets: only the cross bound matters
+  bool pairs = false;  // some token occurs in two vocabulary sets
+  for (const auto& g : by)
+    pairs = pairs || g.size() > 1;
+  if (!pairs) {  // only the cross bound matters
     sep.log10_delta_same_token = kInf;
     sep.log10_delta = log10_cross;
     sep.log10_delta_lo = log10_cross_lo;
     sep.certified = cross > 0;
+  } else if (!any) {  // decide_only stopped before any pair: the cross bound failed
+    sep.log10_delta_same_token = sep.log10_delta = sep.log10_delta_lo = -kInf;
+    sep.certified = false;
   } else {
     sep.log10_delta_same_token = log10_of(mid) / 2;
     sep.log10_delta = std::min(sep.log10_delta_same_token, log10_cross);

@@ -331,7 +331,9 @@ Mat<S> layer_norm(const Mat<S>& Z, const Mat<S>& w, const Mat<S>& b, const S& ep
     for (Eigen::Index k = 0; k < Z.cols(); ++k) {
       S mean = Z.col(k).sum() / d;
       Vec<S> c = Z.col(k).array() - mean;
-      const S ss = c.squaredNorm();
+      S ss(0);  // Σ c_i², each a square (an interval's c_i·c_i would reach below 0)
+      for (Eigen::Index i = 0; i < c.size(); ++i)
+        ss += square(c(i));
       if constexpr (std::is_floating_point_v<S>)  // past the range the token would normalise to 0
         if (!std::isfinite(ss))
           throw Error(std::string("layer norm: a token's variance is beyond ") + Scalar<S>::name +

@@ -314,6 +314,11 @@ Mpfi hull(const Mpfr& lo, const Mpfr& hi) {
   mpfi_interv_fr(r.backend().data(), lo.backend().data(), hi.backend().data());
   return r;
 }
+Mpfi square(const Mpfi& x) {
+  Mpfi r;
+  mpfi_sqr(r.backend().data(), x.backend().data());
+  return r;
+}
 Mpfi intersect(const Mpfi& a, const Mpfi& b) {
   if (mpfi_nan_p(a.backend().data())) return b;  // NaN: no information
   if (mpfi_nan_p(b.backend().data())) return a;

@@ -155,6 +155,13 @@ struct Scalar<Rational> {
 Mpfr lower(const Mpfi& x);
 Mpfr upper(const Mpfi& x);
 Mpfi hull(const Mpfr& lo, const Mpfr& hi);
+// x², enclosed as a square: MPFI's product x·x of an interval that straddles 0 has a negative
+// lower end (−lo·hi), which a sum of squares or its square root must not inherit.
+Mpfi square(const Mpfi& x);
+template <class S>
+S square(const S& x) {
+  return x * x;
+}
 // The intersection of two enclosures of the same value; one with a NaN end gives the other. Throws
 // Error if they do not meet (one of them was not an enclosure).
 Mpfi intersect(const Mpfi& a, const Mpfi& b);
