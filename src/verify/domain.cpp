@@ -345,9 +345,30 @@ DomainBound certify_domain(const Network<Rational>& g, const yun::Target& f, int
     report(o.progress, "certify the domain: f against g on every cell", done, r.cells);
     return true;
   });
-  // Sums over the cells, rounded outward (an infinite cell makes its sum infinite).
-  std::vector<Mpfi> all(o.ps.size(), Mpfi(0)), flat(o.ps.size(), Mpfi(0));
-  std::vector<bool> all_finite(o.ps.size(), true), flat_finite(o.ps.size(), true);
+  // Sums of the cells' d_p^p bounds, rounded outward (an infinite cell makes its sum infinite):
+  // over all cells, the regular ones, and the regular ones with distinct columns.
+  struct Sum {
+    std::vector<Mpfi> s;
+    std::vector<bool> finite;
+    void add(const std::vector<double>& u) {
+      for (std::size_t k = 0; k < u.size(); ++k) {
+        finite[k] = finite[k] && std::isfinite(u[k]);
+        if (finite[k]) s[k] += Mpfi(u[k]);
+      }
+    }
+    std::vector<double> roots(const std::vector<int>& ps) const {  // (Σ)^{1/p}, rounded up
+      std::vector<double> out;
+      for (std::size_t k = 0; k < ps.size(); ++k) {
+        const Mpfr hi = upper(s[k]);
+        out.push_back(finite[k] && mpfr_number_p(hi.backend().data())
+                          ? up(upper(Mpfi(mp::pow(hull(hi, hi), Mpfi(1) / Mpfi(static_cast<long>(ps[k]))))))
+                          : kInf);
+      }
+      return out;
+    }
+  };
+  Sum all{std::vector<Mpfi>(o.ps.size(), Mpfi(0)), std::vector<bool>(o.ps.size(), true)}, flat = all,
+                                                                                          distinct = all;
   Rational excluded(0);
   r.finite = true;
   for (const Cell& c : cs) {
@@ -355,34 +376,26 @@ DomainBound certify_domain(const Network<Rational>& g, const yun::Target& f, int
     r.cells_regular += c.regular;
     r.sup = std::max(r.sup, c.sup);
     r.finite = r.finite && std::isfinite(c.sup);
-    if (c.distinct && c.regular) r.sup_distinct = std::max(r.sup_distinct, c.sup);
-    if (c.regular) r.sup_flat = std::max(r.sup_flat, c.sup);
-    if (!c.regular) r.sup_excluded = std::max(r.sup_excluded, c.sup);
-    for (std::size_t k = 0; k < o.ps.size(); ++k) {
-      const bool fin = std::isfinite(c.upper[k]);
-      all_finite[k] = all_finite[k] && fin;
-      if (fin) all[k] += Mpfi(c.upper[k]);
-      if (c.regular) {
-        flat_finite[k] = flat_finite[k] && fin;
-        if (fin) flat[k] += Mpfi(c.upper[k]);
-      }
+    all.add(c.upper);
+    if (c.regular) {
+      r.sup_flat = std::max(r.sup_flat, c.sup);
+      flat.add(c.upper);
+    } else {
+      r.sup_excluded = std::max(r.sup_excluded, c.sup);
+      excluded += c.measure;
     }
-    if (!c.regular) excluded += c.measure;
+    if (c.distinct && c.regular) {
+      r.sup_distinct = std::max(r.sup_distinct, c.sup);
+      distinct.add(c.upper);
+    }
   }
   {
     const MpfrPrecision p(64);
     r.excluded_measure = excluded == 0 ? 0.0 : up(upper(Scalar<Mpfi>::from(excluded)));
   }
-  for (std::size_t k = 0; k < o.ps.size(); ++k) {
-    const double p = o.ps[k];
-    auto root = [&](const Mpfi& s) {
-      const Mpfr hi = upper(s);
-      return mpfr_number_p(hi.backend().data()) ? up(upper(Mpfi(mp::pow(hull(hi, hi), Mpfi(1) / Mpfi(p)))))
-                                                : kInf;
-    };
-    r.dp.push_back(all_finite[k] ? root(all[k]) : kInf);
-    r.dp_flat.push_back(flat_finite[k] ? root(flat[k]) : kInf);
-  }
+  r.dp = all.roots(o.ps);
+  r.dp_flat = flat.roots(o.ps);
+  r.dp_distinct = distinct.roots(o.ps);
   return r;
 }
 
@@ -402,6 +415,7 @@ json DomainBound::report(const std::vector<int>& ps) const {
   for (std::size_t k = 0; k < ps.size(); ++k) {
     j["d_" + std::to_string(ps[k])] = num(dp[k]);
     j["regular_cells"]["d_" + std::to_string(ps[k])] = num(dp_flat[k]);
+    j["distinct_columns_regular"]["d_" + std::to_string(ps[k])] = num(dp_distinct[k]);
   }
   return j;
 }

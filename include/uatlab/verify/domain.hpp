@@ -44,14 +44,16 @@ struct DomainOptions {
 struct DomainBound {
   int front_layers = 0;  // the leading coordinatewise sub-layers composed exactly
   long cells = 0, cells_regular = 0, boxes = 0;
-  bool finite = false;          // every cell's bound is finite
-  double sup = 0;               // ess sup over the domain of max_entries |g − f| (upper bound)
-  double sup_distinct = 0;      // the same over regular cells whose quantized columns are distinct
-  std::vector<double> dp;       // upper bounds on d_p(f, g), one per p
-  std::vector<double> dp_flat;  // (∫ over the regular cells only)^{1/p} ...
-  double excluded_measure = 0;  // ... which leave out this much of the domain (upper bound)
-  double sup_flat = 0;          // ess sup over the regular cells
-  double sup_excluded = 0;      // ess sup over the others (a standardized network's ramps)
+  bool finite = false;              // every cell's bound is finite
+  double sup = 0;                   // ess sup over the domain of max_entries |g − f| (upper bound)
+  double sup_distinct = 0;          // the same over regular cells whose quantized columns are distinct
+  std::vector<double> dp;           // upper bounds on d_p(f, g), one per p
+  std::vector<double> dp_flat;      // (∫ over the regular cells only)^{1/p} ...
+  double excluded_measure = 0;      // ... which leave out this much of the domain (upper bound)
+  double sup_flat = 0;              // ess sup over the regular cells
+  double sup_excluded = 0;          // ess sup over the others (a standardized network's ramps)
+  std::vector<double> dp_distinct;  // (∫ over the regular cells with distinct columns)^{1/p}: the
+                                    // rest of d_p^p comes from repeated columns (and ramps)
   nlohmann::json report(const std::vector<int>& ps) const;
 };
 
