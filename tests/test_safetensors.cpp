@@ -1,5 +1,9 @@
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <filesystem>
+
+#include "uatlab/io/json.hpp"
 #include "uatlab/io/safetensors.hpp"
 #include "uatlab/model/scalar.hpp"
 
@@ -142,4 +146,39 @@ TEST(Safetensors, ShapeWhoseProductOverflowsIsRefused) {
                "overflows");
   expect_error(file(R"({"w":{"dtype":"F64","shape":[2305843009213693952],"data_offsets":[0,0]}})", 0),
                "overflows");
+}
+
+// The streaming writer (a model of gigabytes is written one tensor at a time) writes the bytes the
+// in-memory serializer would, in the reference order whatever order the tensors come in; a tensor
+// that fails leaves no file and the previous one as it was.
+TEST(Safetensors, StreamedFileEqualsTheSerializedOne) {
+  const std::string path = std::string(UATLAB_TEST_TMP) + "/streamed.safetensors";
+  std::remove(path.c_str());
+  Safetensors st;
+  st.metadata = {{"format", "pt"}, {"k", "v"}};
+  st.tensors["b.weight"] = Tensor::f64({2, 3}, {1, -2, 0.1, 4e300, -0.0, 6});
+  st.tensors["a.bias"] = Tensor::f32({3}, {0.1, 1e-40, -3});
+  st.tensors["c"] = Tensor::f64({0}, {});
+  std::vector<TensorWriter> w;
+  for (const char* name : {"c", "b.weight", "a.bias"}) {  // not in the file's order
+    const Tensor& t = st.tensors.at(name);
+    w.push_back({name, t.dtype, t.shape, [&t](std::string& out) { out.append(t.data(), t.size); }});
+  }
+  write_safetensors(path, st.metadata, w);
+  EXPECT_EQ(read_file(path), st.serialize());
+  const std::string before = read_file(path);
+  std::vector<TensorWriter> bad = w;
+  bad[1].bytes = [](std::string&) { throw Error("no value"); };
+  EXPECT_THROW(write_safetensors(path, st.metadata, bad), Error);
+  bad[1].bytes = [](std::string& out) { out += "short"; };
+  EXPECT_THROW(write_safetensors(path, st.metadata, bad), Error);
+  bad = w;
+  bad[0].name = "a.bias";  // twice
+  EXPECT_THROW(write_safetensors(path, st.metadata, bad), Error);
+  bad = w;
+  bad[0].dtype = "BF16";
+  EXPECT_THROW(write_safetensors(path, st.metadata, bad), Error);
+  EXPECT_EQ(read_file(path), before);
+  for (const auto& e : std::filesystem::directory_iterator(UATLAB_TEST_TMP))  // no temporary left
+    EXPECT_EQ(e.path().string().find("streamed.safetensors.tmp"), std::string::npos) << e.path();
 }

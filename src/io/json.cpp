@@ -173,17 +173,23 @@ std::string read_file(const std::string& path) {
 }
 
 void write_file_atomic(const std::string& path, const std::string& content) {
+  write_file_atomic(path, [&](std::ostream& out) {
+    out.write(content.data(), static_cast<std::streamsize>(content.size()));
+  });
+}
+
+void write_file_atomic(const std::string& path, const std::function<void(std::ostream&)>& write) {
   check_regular_file(path, true);
   std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  {
+  try {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     if (!out) throw Error("cannot write " + path);
-    out.write(content.data(), static_cast<std::streamsize>(content.size()));
+    write(out);
     out.flush();
-    if (!out) {
-      std::remove(tmp.c_str());
-      throw Error("cannot write " + path);
-    }
+    if (!out) throw Error("cannot write " + path);
+  } catch (...) {
+    std::remove(tmp.c_str());
+    throw;
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     std::remove(tmp.c_str());

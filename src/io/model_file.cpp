@@ -373,6 +373,25 @@ Network<S> parse_network(const std::string& bytes, FileFormat format) {
   return assemble(o.arch, o.sources);
 }
 
+// One tensor of the network (referred to, not copied) for write_safetensors: each exact value
+// rounded once, straight to the dtype; a value beyond its range is an Error naming the tensor.
+template <class S>
+TensorWriter tensor_writer(const std::string& name, const Mat<S>& m, Layout l, const std::string& dtype) {
+  return {name, dtype, torch_shape(m, l), [name, dtype, mp = &m, l](std::string& out) {
+            out.reserve(static_cast<std::size_t>(mp->size()) * (dtype == "F64" ? 8 : 4));
+            for_each_torch_element(*mp, l, [&](const S& x) {
+              double v = kInf;
+              try {
+                v = dtype == "F64" ? Scalar<S>::to_double(x) : static_cast<double>(scalar_cast<float>(x));
+              } catch (const Error&) {  // beyond the range of float: v stays inf
+              }
+              if (!std::isfinite(v))
+                throw Error("tensor \"" + name + "\" has a value that does not fit " + dtype);
+              append_value(out, dtype, v);
+            });
+          }};
+}
+
 template <class S>
 void save_network(const Network<S>& net, const std::string& path, const std::string& dtype,
                   const std::string& source) {
@@ -391,47 +410,36 @@ void save_network(const Network<S>& net, const std::string& path, const std::str
     return;
   }
   if (dtype != "F64" && dtype != "F32") throw Error("dtype must be F64 or F32, got " + dtype);
-  Safetensors st;
-  st.metadata = {{"format", "pt"}, {"uatlab", net.arch.to_json().dump()}, {"uatlab_source", source}};
+  // Streamed: one tensor's bytes at a time beside the network (a 124M-parameter model is not built
+  // a second and third time in memory).
+  std::vector<TensorWriter> tensors;
   net.for_each_tensor([&](const std::string& name, const Mat<S>& m, Layout l) {
-    // Each exact value is rounded once, straight to the dtype.
-    std::vector<double> v;
-    for_each_torch_element(m, l, [&](const S& x) {
-      try {
-        v.push_back(dtype == "F64" ? Scalar<S>::to_double(x) : static_cast<double>(scalar_cast<float>(x)));
-      } catch (const Error&) {  // beyond the range of float
-        throw Error("tensor \"" + name + "\" has a value that does not fit " + dtype);
-      }
-    });
-    for (double x : v)
-      if (!std::isfinite(x)) throw Error("tensor \"" + name + "\" has a value that does not fit " + dtype);
-    st.tensors[name] = dtype == "F64" ? Tensor::f64(torch_shape(m, l), v) : Tensor::f32(torch_shape(m, l), v);
+    tensors.push_back(tensor_writer(name, m, l, dtype));
   });
-  write_file_atomic(path, st.serialize());
+  write_safetensors(
+      path, {{"format", "pt"}, {"uatlab", net.arch.to_json().dump()}, {"uatlab_source", source}}, tensors);
 }
 
 template <class S>
 void save_checkpoint(const std::string& path, const Network<S>& net, const NamedNetworks<S>& extras,
                      const std::map<std::string, std::string>& metadata) {
-  Safetensors st;
-  st.metadata = metadata;
-  st.metadata["format"] = "pt";
-  st.metadata["uatlab"] = net.arch.to_json().dump();
+  std::map<std::string, std::string> meta = metadata;
+  meta["format"] = "pt";
+  meta["uatlab"] = net.arch.to_json().dump();
   std::vector<std::string> prefixes;
   for (auto& [prefix, n] : extras)
     prefixes.push_back(prefix);
-  if (!prefixes.empty()) st.metadata[kCheckpointExtras] = join_list(prefixes);
+  if (!prefixes.empty()) meta[kCheckpointExtras] = join_list(prefixes);
+  std::vector<TensorWriter> tensors;
   auto put = [&](const std::string& prefix, const Network<S>& n) {
     n.for_each_tensor([&](const std::string& name, const Mat<S>& m, Layout l) {
-      std::vector<double> v;
-      for_each_torch_element(m, l, [&](const S& x) { v.push_back(static_cast<double>(x)); });
-      st.tensors[prefix + name] = Tensor::f64(torch_shape(m, l), v);
+      tensors.push_back(tensor_writer(prefix + name, m, l, "F64"));
     });
   };
   put("", net);
   for (auto& [prefix, n] : extras)
     put(prefix, *n);
-  write_file_atomic(path, st.serialize());
+  write_safetensors(path, meta, tensors);
 }
 
 template <class S>

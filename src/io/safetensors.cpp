@@ -54,24 +54,32 @@ Error unsupported_dtype(const std::string& dtype) {
   return Error("tensor dtype " + dtype + " is not supported by uatlab (F32 and F64 are)");
 }
 
-template <class T>
 Tensor packed(const char* dtype, std::vector<std::int64_t> shape, const std::vector<double>& values) {
   std::string bytes;
-  bytes.reserve(values.size() * sizeof(T));
+  bytes.reserve(values.size() * static_cast<std::size_t>(kDtypeSize.at(dtype)));
   for (double v : values)
-    append_le(bytes, static_cast<T>(v));
+    append_value(bytes, dtype, v);
   const std::size_t size = bytes.size();
   return Tensor{dtype, std::move(shape), std::make_shared<const std::string>(std::move(bytes)), 0, size};
 }
 
 }  // namespace
 
+void append_value(std::string& out, const std::string& dtype, double v) {
+  if (dtype == "F64")
+    append_le(out, v);
+  else if (dtype == "F32")
+    append_le(out, static_cast<float>(v));
+  else
+    throw unsupported_dtype(dtype);
+}
+
 Tensor Tensor::f64(std::vector<std::int64_t> shape, const std::vector<double>& values) {
-  return packed<double>("F64", std::move(shape), values);
+  return packed("F64", std::move(shape), values);
 }
 
 Tensor Tensor::f32(std::vector<std::int64_t> shape, const std::vector<double>& values) {
-  return packed<float>("F32", std::move(shape), values);
+  return packed("F32", std::move(shape), values);
 }
 
 std::int64_t Tensor::numel() const {
@@ -94,34 +102,85 @@ std::vector<double> Tensor::values() const {
   return out;
 }
 
-std::string Safetensors::serialize() const {
-  // Reference order: descending alignment (element size), then name.
-  std::vector<const std::pair<const std::string, Tensor>*> order;
-  for (auto& e : tensors)
-    order.push_back(&e);
-  std::stable_sort(order.begin(), order.end(), [](auto* a, auto* b) {
-    return kDtypeSize.at(a->second.dtype) > kDtypeSize.at(b->second.dtype);
+namespace {
+
+struct Entry {  // what the header says of one tensor
+  const std::string* name;
+  const std::string* dtype;
+  const std::vector<std::int64_t>* shape;
+};
+
+// The 8-byte size and the header, with the entries in the reference order (descending element
+// size, then name; the order of `entries` breaks no tie it has not sorted already), which is also
+// the order of the bytes that follow. Returns the order.
+std::vector<std::size_t> header_of(const std::map<std::string, std::string>& metadata,
+                                   const std::vector<Entry>& entries, std::string& out) {
+  std::vector<std::size_t> order(entries.size());
+  for (std::size_t k = 0; k < order.size(); ++k)
+    order[k] = k;
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return kDtypeSize.at(*entries[a].dtype) > kDtypeSize.at(*entries[b].dtype);
   });
   std::string header = "{";
   if (!metadata.empty()) header += "\"__metadata__\":" + json(metadata).dump();
   std::size_t offset = 0;
-  for (auto* e : order) {
-    const Tensor& t = e->second;
-    if (static_cast<std::int64_t>(t.size) != t.numel() * kDtypeSize.at(t.dtype))
-      throw Error("tensor " + e->first + ": byte size does not match its shape");
+  for (std::size_t k : order) {
+    const Entry& e = entries[k];
+    const std::size_t size = static_cast<std::size_t>(product(*e.shape) * kDtypeSize.at(*e.dtype));
     if (header.size() > 1) header += ",";
-    header += json(e->first).dump() + ":{\"dtype\":\"" + t.dtype + "\",\"shape\":" + json(t.shape).dump() +
-              ",\"data_offsets\":[" + std::to_string(offset) + "," + std::to_string(offset + t.size) + "]}";
-    offset += t.size;
+    header += json(*e.name).dump() + ":{\"dtype\":\"" + *e.dtype + "\",\"shape\":" + json(*e.shape).dump() +
+              ",\"data_offsets\":[" + std::to_string(offset) + "," + std::to_string(offset + size) + "]}";
+    offset += size;
   }
   header += "}";
   header.append((8 - header.size() % 8) % 8, ' ');
+  append_le<std::uint64_t>(out, header.size());
+  out += header;
+  return order;
+}
+
+}  // namespace
+
+std::string Safetensors::serialize() const {
+  std::vector<Entry> entries;
+  std::vector<const Tensor*> ts;
+  for (auto& [name, t] : tensors) {
+    if (static_cast<std::int64_t>(t.size) != t.numel() * kDtypeSize.at(t.dtype))
+      throw Error("tensor " + name + ": byte size does not match its shape");
+    entries.push_back({&name, &t.dtype, &t.shape});
+    ts.push_back(&t);
+  }
   std::string s;
-  append_le<std::uint64_t>(s, header.size());
-  s += header;
-  for (auto* e : order)
-    s.append(e->second.data(), e->second.size);
+  for (std::size_t k : header_of(metadata, entries, s))
+    s.append(ts[k]->data(), ts[k]->size);
   return s;
+}
+
+void write_safetensors(const std::string& path, const std::map<std::string, std::string>& metadata,
+                       const std::vector<TensorWriter>& tensors) {
+  std::vector<const TensorWriter*> sorted;  // by name, as a Safetensors map holds them
+  for (const TensorWriter& t : tensors)
+    sorted.push_back(&t);
+  std::sort(sorted.begin(), sorted.end(), [](auto* a, auto* b) { return a->name < b->name; });
+  std::vector<Entry> entries;
+  for (std::size_t k = 0; k < sorted.size(); ++k) {
+    if (k > 0 && sorted[k]->name == sorted[k - 1]->name) throw Error("tensor " + sorted[k]->name + " twice");
+    if (sorted[k]->dtype != "F64" && sorted[k]->dtype != "F32") throw unsupported_dtype(sorted[k]->dtype);
+    entries.push_back({&sorted[k]->name, &sorted[k]->dtype, &sorted[k]->shape});
+  }
+  write_file_atomic(path, [&](std::ostream& out) {
+    std::string buffer;
+    const std::vector<std::size_t> order = header_of(metadata, entries, buffer);
+    out.write(buffer.data(), static_cast<std::streamsize>(buffer.size()));
+    for (std::size_t k : order) {
+      const TensorWriter& t = *sorted[k];
+      buffer.clear();
+      t.bytes(buffer);
+      if (static_cast<std::int64_t>(buffer.size()) != product(t.shape) * kDtypeSize.at(t.dtype))
+        throw Error("tensor " + t.name + ": byte size does not match its shape");
+      out.write(buffer.data(), static_cast<std::streamsize>(buffer.size()));
+    }
+  });
 }
 
 Safetensors Safetensors::parse(std::shared_ptr<const std::string> buffer, const std::string& what) try {

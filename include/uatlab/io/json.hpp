@@ -1,7 +1,9 @@
 // JSON parsing that keeps what nlohmann's default parser loses.
 #pragma once
 
+#include <functional>
 #include <nlohmann/json.hpp>
+#include <ostream>
 #include <string>
 
 namespace uatlab {
@@ -25,6 +27,10 @@ void make_dirs(const std::string& dir);
 // Write a file atomically: a temporary beside it, renamed into place. On any failure nothing is
 // left at `path` (a previous file there is kept).
 void write_file_atomic(const std::string& path, const std::string& content);
+// The same, with the content written by `write` into the stream of the temporary file (a file
+// too large to hold twice in memory, streamed piece by piece); an exception from write leaves no
+// file behind and path as it was.
+void write_file_atomic(const std::string& path, const std::function<void(std::ostream&)>& write);
 // Throws Error unless `path` is absent or a regular file: uatlab reads and writes regular files
 // only (a device, FIFO, folder or symbolic link is never read to the end nor replaced).
 void check_regular_file(const std::string& path, bool for_writing);

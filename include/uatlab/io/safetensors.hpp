@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -39,5 +40,20 @@ struct Safetensors {
     return parse(std::make_shared<const std::string>(bytes), what);
   }
 };
+
+// Appends v as one element of dtype: F64 (exact), or F32 (rounded to nearest); little-endian.
+void append_value(std::string& out, const std::string& dtype, double v);
+
+// One tensor of a file written piece by piece: its name, dtype and shape up front, and `bytes`,
+// which appends its bytes (little-endian, row-major) to a buffer when its turn comes.
+struct TensorWriter {
+  std::string name, dtype;
+  std::vector<std::int64_t> shape;
+  std::function<void(std::string&)> bytes;
+};
+// The file Safetensors{metadata, tensors}.serialize() would hold, written atomically while holding
+// one tensor's bytes at a time (a model of gigabytes is not built a second time in memory).
+void write_safetensors(const std::string& path, const std::map<std::string, std::string>& metadata,
+                       const std::vector<TensorWriter>& tensors);
 
 }  // namespace uatlab
