@@ -58,7 +58,7 @@ AffineForward::AffineForward(const Network<Rational>& net, bool patterns) {
       }
       for (const auto& [slope, intercept] : s.pieces)
         s.act.push_back({Scalar<Mpfi>::from(slope), Scalar<Mpfi>::from(intercept)});
-      group(s, L, c);
+      if (!s.direction) group(s, L, c);  // the one-direction path has its own range
       s.cache = std::make_unique<std::map<std::vector<unsigned char>, Affine>>();
     }
     subs_.push_back(std::move(s));
