@@ -324,7 +324,7 @@ TEST(Kajitsuka, SeparationIsNotCertifiedBelowThePrecisionThatResolvesIt) {
   const ks::Contextual c = ks::build_contextual(f, opt);
   EXPECT_TRUE(c.separation.certified);
   EXPECT_LT(c.separation.log10_delta_lo, -7000);
-  for (int rep = 0; rep < 20; ++rep)
+  for (int rep = 0; rep < 8; ++rep)
     for (unsigned bits : {8u, 114u, 151u, 1000u, 20000u})
       for (bool decide_only : {false, true}) {
         const ks::Separation s = ks::certify_separation(c.net, f, bits, decide_only);
