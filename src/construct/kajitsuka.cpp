@@ -266,7 +266,7 @@ Separation certify_separation(const Network<Rational>& attention, const Facts& f
       for (int i = 0; i < f.d; ++i) {
         Mpfi diff = z[s](i, k) - Scalar<Mpfi>::from(f.vocab[t](i));
         sq += square(diff);
-        nz += z[s](i, k) * z[s](i, k);
+        nz += square(z[s](i, k));
       }
       t_max = std::max(t_max, upper(mp::sqrt(sq)));
       nz_max = std::max(nz_max, upper(nz));

@@ -378,7 +378,6 @@ Network<S> parse_network(const std::string& bytes, FileFormat format) {
 template <class S>
 TensorWriter tensor_writer(const std::string& name, const Mat<S>& m, Layout l, const std::string& dtype) {
   return {name, dtype, torch_shape(m, l), [name, dtype, mp = &m, l](std::string& out) {
-            out.reserve(static_cast<std::size_t>(mp->size()) * (dtype == "F64" ? 8 : 4));
             for_each_torch_element(*mp, l, [&](const S& x) {
               double v = kInf;
               try {

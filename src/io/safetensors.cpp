@@ -174,9 +174,11 @@ void write_safetensors(const std::string& path, const std::map<std::string, std:
     out.write(buffer.data(), static_cast<std::streamsize>(buffer.size()));
     for (std::size_t k : order) {
       const TensorWriter& t = *sorted[k];
+      const std::int64_t size = product(t.shape) * kDtypeSize.at(t.dtype);
       buffer.clear();
+      buffer.reserve(static_cast<std::size_t>(size));
       t.bytes(buffer);
-      if (static_cast<std::int64_t>(buffer.size()) != product(t.shape) * kDtypeSize.at(t.dtype))
+      if (static_cast<std::int64_t>(buffer.size()) != size)
         throw Error("tensor " + t.name + ": byte size does not match its shape");
       out.write(buffer.data(), static_cast<std::streamsize>(buffer.size()));
     }

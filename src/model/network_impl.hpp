@@ -114,27 +114,43 @@ S relu(const S& x) {
   }
 }
 
-// φ(x) = slope_i·x + intercept_i on the piece [c_{i−1}, c_i) that holds x (c ascending, one
-// more piece than breakpoints). On an interval: the hull of the images of every piece the interval
-// touches, each clipped to the interval (the pieces may jump, so both sides of a breakpoint count).
+// The hull of a piecewise-linear function's images over the interval x: breakpoints c ascending,
+// piece i on [c_{i−1}, c_i) (one more piece than breakpoints), and image(i, a, b, lo, hi) sets
+// [lo, hi] ⊇ piece i's image over [a, b] (x clipped to the piece, widened by the breakpoints'
+// enclosures), returning false when that image is empty. Every piece x touches counts, both
+// sides of a breakpoint included: the pieces may jump.
+template <class Image>
+Mpfi hull_of_pieces(const std::vector<Mpfi>& c, std::size_t pieces, const Mpfi& x, Image&& image) {
+  const Mpfr lo = lower(x), hi = upper(x);
+  Mpfr rlo, rhi, ilo, ihi;
+  bool any = false;
+  for (std::size_t i = 0; i < pieces; ++i) {
+    const bool has_left = i > 0, has_right = i < c.size();
+    if (has_left && hi < lower(c[i - 1])) continue;
+    if (has_right && lo >= upper(c[i])) continue;
+    Mpfr a = has_left ? std::max(lo, Mpfr(lower(c[i - 1]))) : lo;
+    Mpfr b = has_right ? std::min(hi, Mpfr(upper(c[i]))) : hi;
+    if (a > b) std::swap(a, b);
+    if (!image(i, a, b, ilo, ihi)) continue;
+    if (!any || ilo < rlo) rlo = ilo;
+    if (!any || ihi > rhi) rhi = ihi;
+    any = true;
+  }
+  if (!any) throw Error("an enclosure met no piece of a piecewise-linear function (an internal error)");
+  return hull(rlo, rhi);
+}
+
+// φ(x) = slope_i·x + intercept_i on the piece [c_{i−1}, c_i) that holds x; on an interval, the
+// hull of the touched pieces' images.
 template <class S>
 S piecewise(const std::vector<S>& c, const std::vector<std::pair<S, S>>& pieces, const S& x) {
   if constexpr (Scalar<S>::interval) {
-    Mpfr lo = lower(x), hi = upper(x), rlo, rhi;
-    bool any = false;
-    for (std::size_t i = 0; i < pieces.size(); ++i) {
-      bool has_left = i > 0, has_right = i < c.size();
-      if (has_left && hi < lower(c[i - 1])) continue;
-      if (has_right && lo >= upper(c[i])) continue;
-      Mpfr a = has_left ? std::max(lo, Mpfr(lower(c[i - 1]))) : lo;
-      Mpfr b = has_right ? std::min(hi, Mpfr(upper(c[i]))) : hi;
-      if (a > b) std::swap(a, b);
-      S img = pieces[i].first * hull(a, b) + pieces[i].second;
-      if (!any || lower(img) < rlo) rlo = lower(img);
-      if (!any || upper(img) > rhi) rhi = upper(img);
-      any = true;
-    }
-    return hull(rlo, rhi);
+    return hull_of_pieces(c, pieces.size(), x,
+                          [&](std::size_t i, const Mpfr& a, const Mpfr& b, Mpfr& lo, Mpfr& hi) {
+                            const S img = pieces[i].first * hull(a, b) + pieces[i].second;
+                            lo = lower(img), hi = upper(img);
+                            return true;
+                          });
   } else {
     std::size_t i = std::upper_bound(c.begin(), c.end(), x) - c.begin();  // #breakpoints <= x
     return pieces[i].first * x + pieces[i].second;

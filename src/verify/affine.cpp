@@ -204,32 +204,16 @@ void AffineForward::undecided(const Sub& s, const Mat<Mpfi>& Z, Eigen::Index t, 
 
 Mpfi AffineForward::Group::image(const std::vector<Mpfi>& c, const std::vector<Piece>& pieces,
                                  const Mpfi& x) {
-  const Mpfr lo = lower(x), hi = upper(x);
-  Mpfr rlo, rhi;
-  bool any = false;
-  for (std::size_t i = 0; i < pieces.size(); ++i) {  // piece i on [c_{i−1}, c_i]
-    const bool has_left = i > 0, has_right = i < c.size();
-    if (has_left && hi < lower(c[i - 1])) continue;
-    if (has_right && lo > upper(c[i])) continue;
-    Mpfr a = has_left ? std::max(lo, Mpfr(lower(c[i - 1]))) : lo;
-    Mpfr b = has_right ? std::min(hi, Mpfr(upper(c[i]))) : hi;
-    if (a > b) std::swap(a, b);
-    const Piece& p = pieces[i];
-    const Mpfi img = p.slope * hull(a, b) + p.intercept;
-    Mpfr ilo = lower(img), ihi = upper(img);
-    if (has_left && has_right) {
-      ilo = std::max(ilo, std::min(lower(p.left), lower(p.right)));
-      ihi = std::min(ihi, std::max(upper(p.left), upper(p.right)));
-      // Empty: [a, b] met only the breakpoints' enclosures, not the piece itself.
-      if (ilo > ihi) continue;
-    }
-    if (!any || ilo < rlo) rlo = ilo;
-    if (!any || ihi > rhi) rhi = ihi;
-    any = true;
-  }
-  if (!any)
-    throw Error("AffineForward: an enclosure met no piece of a feed-forward group (an internal error)");
-  return hull(rlo, rhi);
+  return hull_of_pieces(
+      c, pieces.size(), x, [&](std::size_t i, const Mpfr& a, const Mpfr& b, Mpfr& lo, Mpfr& hi) {
+        const Piece& p = pieces[i];
+        const Mpfi img = p.slope * hull(a, b) + p.intercept;
+        lo = lower(img), hi = upper(img);
+        if (i == 0 || i == c.size()) return true;  // unbounded: no end values
+        lo = std::max(lo, std::min(lower(p.left), lower(p.right)));
+        hi = std::min(hi, std::max(upper(p.left), upper(p.right)));
+        return lo <= hi;  // empty: [a, b] met only the breakpoints' enclosures, not the piece itself
+      });
 }
 
 Mat<Mpfi> AffineForward::one_direction(const Direction& f, const Mat<Mpfi>& Z) {
