@@ -110,13 +110,21 @@ void AffineForward::group(Sub& s, const Layer<Rational>& L, const std::vector<Ra
   const Eigen::Index q = L.w1.rows(), d = L.w2.rows(), in = L.w1.cols();
   constexpr Eigen::Index kMaxGroup = 64;  // ψ's pieces cost (units · breakpoints · rows) to form
   s.folded.assign(static_cast<std::size_t>(d), 0);
+  // Units join a group only when φ is continuous: at a breakpoint of ψ, units that read s with
+  // opposite signs take opposite sides of their jumps, and ψ there may lie outside both of its
+  // pieces' limits, which the hull covers. One unit (folded or not) takes one side: covered.
+  bool continuous = true;
+  for (std::size_t i = 0; i < c.size(); ++i)
+    continuous = continuous && s.pieces[i].first * c[i] + s.pieces[i].second ==
+                                   s.pieces[i + 1].first * c[i] + s.pieces[i + 1].second;
+  const Eigen::Index max_group = continuous ? kMaxGroup : 1;
   for (Eigen::Index u0 = 0; u0 < q;) {
     Eigen::Index f = 0;  // the first entry row u0 reads
     while (f < in && L.w1(u0, f) == 0)
       ++f;
     std::vector<Rational> a = {Rational(1)};  // row u0 + k = a_k · row u0
     Eigen::Index u1 = u0 + 1;
-    for (; f < in && u1 < q && u1 - u0 < kMaxGroup && L.w1(u1, f) != 0; ++u1) {
+    for (; f < in && u1 < q && u1 - u0 < max_group && L.w1(u1, f) != 0; ++u1) {
       const Rational r = L.w1(u1, f) / L.w1(u0, f);
       bool same = true;
       for (Eigen::Index k = f; k < in && same; ++k)
