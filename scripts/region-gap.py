@@ -138,10 +138,10 @@ def main():
             with torch.no_grad():
                 assert (forward(z0).argmax(-1) == labels).all(), "every prediction right at the points"
             certified = {}
-            for method in ("intervals", "mean-value"):
+            for method in ("intervals", "mean-value", "zonotope"):
                 t0 = time.time()
                 rep = uatlab.analyse(net, seqs, labels.tolist(), min_bits=False, rounding=False, separation=False,
-                                     epsilon="1/10000000000", epsilon_steps=12, region_method=method)["region"]
+                                     epsilon="1/10000000", epsilon_steps=12, region_method=method)["region"]
                 certified[method] = (np.array(rep["largest_epsilon_certified"], dtype=float), time.time() - t0)
             atk = pgd_radius(forward, z0, labels, torch.tensor(certified["intervals"][0], dtype=torch.float64)).numpy()
             print(name)

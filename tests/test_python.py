@@ -316,6 +316,16 @@ def test_whole_models():
                                                                        region["largest_epsilon_certified"])),
           f"region_method='mean-value': radii {mv['largest_epsilon_certified']} (intervals: "
           f"{region['largest_epsilon_certified'][:2]})")
+    # The network's own predictions as labels, so that the points are certified and the radii positive.
+    own = [[int(c) for c in np.argmax(y, axis=-1)] for y in net.eval(seqs[:2])]
+    radii = {m: uatlab.analyse(net, seqs[:2], own, min_bits=False, rounding=False, separation=False,
+                               epsilon=Fraction(1, 10**9), epsilon_steps=4, region_method=m)["region"]
+             for m in ("intervals", "zonotope")}
+    check(radii["zonotope"]["method"] == "zonotope" and
+          all(z > p > 0 for z, p in zip(radii["zonotope"]["largest_epsilon_certified"],
+                                        radii["intervals"]["largest_epsilon_certified"])),
+          f"region_method='zonotope': radii {radii['zonotope']['largest_epsilon_certified']} (intervals: "
+          f"{radii['intervals']['largest_epsilon_certified']})")
     # Back into fresh modules of the same composition: the same numbers.
     enc2, emb2, pos2, head2 = encoder(), nn.Embedding(V, d).double(), nn.Embedding(L, d).double(), \
         nn.Linear(d, 3).double()

@@ -14,6 +14,7 @@
 #include "uatlab/verify/analyse.hpp"
 #include "uatlab/verify/evaluate.hpp"
 #include "uatlab/verify/precision.hpp"
+#include "uatlab/verify/zonotope.hpp"
 
 namespace uatlab {
 
@@ -144,6 +145,8 @@ Predictions certify_predictions(const Network<Rational>& net, const Dataset& ds,
   if (!ds.token_input && epsilon.empty()) af.emplace(net, affine);
   const Network<Mpfi> ni = af ? Network<Mpfi>() : network_cast<Mpfi>(net);  // one of the two
   const bool mean_value = !epsilon.empty() && method == RegionMethod::mean_value;
+  const bool zonotope = !epsilon.empty() && method == RegionMethod::zonotope;
+  if (zonotope) check_zonotope_supported(net.arch);
   if (mean_value) try {
       check_differentiable(net.arch);
     } catch (const Error& e) {
@@ -171,7 +174,7 @@ Predictions certify_predictions(const Network<Rational>& net, const Dataset& ds,
     const Sequence& s = ds.sequences[static_cast<std::size_t>(i)];
     double spare = kInf;  // the least over the sequence's predictions
     Mat<Mpfi> y;
-    std::optional<Mat<Mpfi>> mv_margin;  // the mean-value form's class margins (row r: y_c − y_r)
+    std::optional<Mat<Mpfi>> mv_margin;  // the region method's class margins (row r: y_c − y_r)
     bool evaluated = true;
     try {
       if (!epsilon.empty()) {  // every input in the box: each coordinate of each token's vector ± ε
@@ -180,25 +183,44 @@ Predictions certify_predictions(const Network<Rational>& net, const Dataset& ds,
         Mat<Mpfi> x = x0;
         for (Eigen::Index j = 0; j < x.size(); ++j)
           x(j) = hull(lower(Mpfi(x(j) - e)), upper(Mpfi(x(j) + e)));
-        if (mean_value) {
-          MeanValue mv(cont, x0, x, e);
+        if (mean_value || zonotope) {
+          // The outputs' linear functionals over the box: output a of token k, less output b when
+          // b >= 0 (a class margin), by the method asked for.
+          std::optional<MeanValue> mv;
+          std::optional<Zonotope> z;
+          if (mean_value)
+            mv.emplace(cont, x0, x, e);
+          else
+            z = zonotope_forward(ni, x0, epsilon[static_cast<std::size_t>(i)]);
+          auto functional = [&](Eigen::Index k, Eigen::Index a, Eigen::Index b = -1) {
+            return mv ? (*mv)(k, a, b) : z->enclose(a, k, b);
+          };
           std::optional<Mat<Mpfi>> plain;
           try {
             plain = forward(ni, x);
-          } catch (const Error&) {  // an unbounded enclosure: the mean-value form alone
+          } catch (const Error&) {  // an unbounded enclosure: the method's alone
           }
           // Classes: each margin y_c − y_r of a counted token; values: each output. Intersected with
           // what the intervals give (both enclose the same values).
-          y = plain ? *plain : mv.at_x0();  // classes: the predicted label's text only
+          if (plain) {
+            y = *plain;
+          } else if (mv) {
+            y = mv->at_x0();  // classes: the predicted label's text only
+          } else {
+            y = Mat<Mpfi>(z->rows(), z->cols());
+            for (Eigen::Index k = 0; k < y.cols(); ++k)
+              for (Eigen::Index r = 0; r < y.rows(); ++r)
+                y(r, k) = z->enclose(r, k);
+          }
           if (kind == LabelKind::classes) mv_margin = Mat<Mpfi>(y.rows(), y.cols());
           for (Eigen::Index k = 0; k < y.cols(); ++k) {
             if (!s.mask.empty() && !s.mask[static_cast<std::size_t>(k)]) continue;
             const long c = kind == LabelKind::classes ? numerator(s.y(0, k)).convert_to<long>() : -1;
             for (Eigen::Index r = 0; r < y.rows(); ++r) {
               if (c < 0) {
-                y(r, k) = plain ? intersect(mv(k, r), (*plain)(r, k)) : mv(k, r);
+                y(r, k) = plain ? intersect(functional(k, r), (*plain)(r, k)) : functional(k, r);
               } else if (r != c) {
-                const Mpfi m = mv(k, c, r);
+                const Mpfi m = functional(k, c, r);
                 (*mv_margin)(r, k) = plain ? intersect(m, Mpfi((*plain)(c, k) - (*plain)(r, k))) : m;
               }
             }

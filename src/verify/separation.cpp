@@ -14,6 +14,7 @@
 #include <queue>
 #include <tuple>
 
+#include "rounding.hpp"
 #include "uatlab/model/init.hpp"
 #include "uatlab/verify/analyse.hpp"
 #include "uatlab/verify/bounds.hpp"
@@ -28,16 +29,6 @@ struct Occurrence {
   double err_norm = 0;           // ‖err‖₂, rounded up
   int token = 0, context = 0;
   std::size_t sequence = 0, position = 0;
-};
-
-// The floating-point rounding mode of this thread, for a scope: the bounds below are computed in
-// double with directed rounding (this file is compiled with -frounding-math).
-struct Rounding {
-  int saved;
-  explicit Rounding(int mode) : saved(std::fegetround()) { std::fesetround(mode); }
-  ~Rounding() { std::fesetround(saved); }
-  Rounding(const Rounding&) = delete;
-  Rounding& operator=(const Rounding&) = delete;
 };
 
 // A lower bound on ‖a − b‖₂ for the values the occurrences enclose: ‖m_a − m_b‖ rounded down,

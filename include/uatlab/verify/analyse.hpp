@@ -33,9 +33,9 @@ enum class LabelKind { classes, values };
 inline constexpr EnumNames<LabelKind::values> label_kind_names{"labels", {"classes", "values"}};
 static_assert(label_kind_names.complete());
 
-enum class RegionMethod { intervals, mean_value };
-inline constexpr EnumNames<RegionMethod::mean_value> region_method_names{"region method",
-                                                                         {"intervals", "mean-value"}};
+enum class RegionMethod { intervals, mean_value, zonotope };
+inline constexpr EnumNames<RegionMethod::zonotope> region_method_names{
+    "region method", {"intervals", "mean-value", "zonotope"}};
 static_assert(region_method_names.complete());
 
 struct AnalyseOptions {
