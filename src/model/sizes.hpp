@@ -24,5 +24,8 @@ constexpr bool contains(Sizes<N...>, int v) {
 // Sequence lengths whose attention has fixed-size kernels when every query is computed (the
 // training benchmark's tiny and small configurations).
 using FixedLengths = Sizes<16, 32>;
+// Lengths whose softmax runs on a fixed-size matrix (softmax_columns): those and 8 (the sweeps' and
+// the memorization experiments' sequences).
+using SoftmaxLengths = Sizes<8, 16, 32>;
 
 }  // namespace uatlab
