@@ -544,12 +544,17 @@ TEST(Analyse, ZonotopeEnclosesTheNetworkAtSampledPointsOfTheBox) {
         for (Eigen::Index k = 0; k < y.cols(); ++k)
           for (Eigen::Index r = 0; r < y.rows(); ++r) {
             // The invariant itself, at this point's symbols: |y − (c + G·e)| ≤ r (the input's
-            // generators are e·I, its centers x0, so e_j = u_j).
-            Mpfr form(z.c(r, k));
-            for (Eigen::Index j = 0; j < z.G.cols(); ++j)
-              form += Mpfr(z.G(r + z.rows() * k, j)) * Mpfr(noise[static_cast<std::size_t>(j)]);
-            EXPECT_LE(Mpfr(abs(Mpfr(y(r, k) - form))), Mpfr(z.r(r, k)))
-                << "form of output " << r << ", token " << k;
+            // generators are e·I, its centers x0, so e_j = u_j; the symbols added along the way
+            // take unknown values in [−1, 1], so their coefficients count as remainders here).
+            Mpfr form(z.c(r, k)), rest(z.r(r, k));
+            for (Eigen::Index j = 0; j < z.G.cols(); ++j) {
+              const Mpfr g(z.G(r + z.rows() * k, j));
+              if (j < x0.size())
+                form += g * Mpfr(noise[static_cast<std::size_t>(j)]);
+              else
+                rest += abs(g);
+            }
+            EXPECT_LE(Mpfr(abs(Mpfr(y(r, k) - form))), rest) << "form of output " << r << ", token " << k;
             const Mpfi box = z.enclose(r, k);
             EXPECT_TRUE(lower(box) <= y(r, k) && y(r, k) <= upper(box))
                 << "output " << r << " of token " << k;
@@ -568,4 +573,28 @@ TEST(Analyse, ZonotopeEnclosesTheNetworkAtSampledPointsOfTheBox) {
     ++arch_index;
   }
   EXPECT_GT(narrower, entries / 2) << narrower << " of " << entries << " enclosures narrower than intervals'";
+}
+
+// The forms take n·d doubles per value: a box too large for the memory budget is refused, named,
+// before the generators are allocated; hardmax and the mixers are refused by name.
+TEST(Analyse, ZonotopeRefusesWhatItCannotHoldOrFollow) {
+  const MpfrPrecision p(64);
+  const Network<Mpfi> wide(Architecture::from_json(
+      nlohmann::json::parse(R"({"d":64,"layers":[{"type":"feedforward","width":64}]})")));
+  const Mat<Mpfi> x0 = Mat<Mpfi>::Zero(64, 2000);  // 128,000 symbols × 128,000 values
+  try {
+    zonotope_forward(wide, x0, Rational(1, 100));
+    ADD_FAILURE() << "a box of 128,000 coordinates is refused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("memory budget"), std::string::npos) << e.what();
+  }
+  for (const char* text : {R"({"d":2,"layers":[{"type":"attention","score":"hardmax"}]})",
+                           R"({"d":2,"layers":[{"type":"sepconv","heads":1,"kernel":3}]})"}) {
+    try {
+      check_zonotope_supported(Architecture::from_json(nlohmann::json::parse(text)));
+      ADD_FAILURE() << text << " is refused";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("sub-layer 0"), std::string::npos) << e.what();
+    }
+  }
 }

@@ -385,8 +385,10 @@ void add_model_commands(CLI::App& app, Commands& commands) {
        "--region-method", an->region_method,
        "With --epsilon, how the box goes through the network: intervals (default), mean-value (y(x0) + "
        "J(box)(x - x0), the Jacobian enclosed by the training passes in intervals: radii 1.8x larger on "
-       "trained models, 18-44x slower) or zonotope (affine forms over the box's coordinates, rounding-safe: "
-       "radii 100-330x larger than the intervals', 3-6x slower; no hardmax or mixers); docs/analyse.md")
+       "trained models, 18-42x slower) or zonotope (affine forms over the box's coordinates, rounding-safe: "
+       "radii 680-2,700x larger than the intervals', a median 8-9x below an attack's, 5-9x slower; no "
+       "hardmax or "
+       "mixers); docs/analyse.md")
       ->check(CLI::IsMember({"intervals", "mean-value", "zonotope"}));
   a->add_flag("--check", an->check, "Fail (exit 1) unless every prediction is certified");
   a->add_option("--report", an->report, "Write the report as JSON");

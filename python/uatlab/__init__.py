@@ -400,9 +400,10 @@ def analyse(net, X, Y=None, labels="auto", tolerance="1e-6", bits=64, max_bits=4
     embedding for token ids), with certified margins and each sequence's largest certified radius
     (report["region"]). region_method: "intervals" (the box through the network as intervals),
     "mean-value" (y(x0) + J(box)(x - x0), the Jacobian enclosed over the box: radii 1.8x larger
-    on trained models, 18-44x slower; needs softmax/linear attention and ReLU/GELU, as training
+    on trained models, 18-42x slower; needs softmax/linear attention and ReLU/GELU, as training
     does) or "zonotope" (affine forms over the box's coordinates, every rounding bounded: radii
-    100-330x larger than the intervals' on trained models, 3-6x slower; no hardmax or mixers)."""
+    680-2,700x larger than the intervals' on trained models, a median 8-9x below an attack's, 5-9x
+    slower; no hardmax or mixers)."""
     if not isinstance(net, Network):
         raise Error(f"analyse: net must be a uatlab.Network, got {_shown(net)}")
     tokens = net.architecture.get("vocab", 0) > 0

@@ -274,10 +274,10 @@ Separation certify_separation(const Network<Rational>& attention, const Facts& f
   // The theorem's norm condition r ≤ r_max + ε/4, and contexts of different tokens at least
   // ε − 2·max‖z − x‖ apart (triangle inequality), both in intervals.
   const Mpfi eps = mp::sqrt(Scalar<Mpfi>::from(f.eps_sq));
-  const Mpfr r = upper(mp::sqrt(Mpfi(nz_max)));
+  const Mpfr r = upper(mp::sqrt(point(nz_max)));
   sep.r = to_double_up(r);
   sep.r_within_bound = r <= lower(Mpfi(mp::sqrt(Scalar<Mpfi>::from(f.r_max_sq)) + eps / 4));
-  const Mpfi cross_enclosure = eps - 2 * Mpfi(t_max);
+  const Mpfi cross_enclosure = eps - 2 * point(t_max);
   const Mpfr cross = lower(cross_enclosure);
   sep.cross_lower = to_double_down(cross);
   // Every pair of contexts of the same token.

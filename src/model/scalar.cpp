@@ -314,6 +314,11 @@ Mpfi hull(const Mpfr& lo, const Mpfr& hi) {
   mpfi_interv_fr(r.backend().data(), lo.backend().data(), hi.backend().data());
   return r;
 }
+Mpfi point(const Mpfr& x) {
+  Mpfi r;
+  mpfi_set_fr(r.backend().data(), x.backend().data());
+  return r;
+}
 Mpfi square(const Mpfi& x) {
   Mpfi r;
   mpfi_sqr(r.backend().data(), x.backend().data());
@@ -441,7 +446,7 @@ Mpfi gelu_tanh(const Mpfi& x) {
   // u(x) = c(x + κx³) is increasing, and so is tanh: 1 + tanh(u) over x is enclosed by its values
   // at the ends, each computed as an interval (c and κ are enclosures) and the outer ends kept.
   auto one_plus_tanh = [](const Mpfr& p) {
-    const Mpfi xp(p), u = sqrt_two_over_pi<Mpfi>() * (xp + kappa<Mpfi>() * xp * xp * xp);
+    const Mpfi xp = point(p), u = sqrt_two_over_pi<Mpfi>() * (xp + kappa<Mpfi>() * xp * xp * xp);
     return Mpfi(1) + mp::tanh(u);
   };
   const Mpfi g = hull(lower(one_plus_tanh(lower(x))), upper(one_plus_tanh(upper(x))));
@@ -460,13 +465,13 @@ Mpfi gelu(const Mpfi& x) {
   // The bracket of the minimiser x*: GELU' < 0 at −0.76 and > 0 at −0.74 (certified by
   // Scalar.GeluBracketsItsMinimiser), and GELU'' = φ·(2 − x²) > 0 on [−√2, √2] makes the root unique.
   const Mpfr left(-0.76), right(-0.74), lo = lower(x), hi = upper(x);
-  auto at = [](const Mpfr& p) { return gelu_natural(Mpfi(p)); };
+  auto at = [](const Mpfr& p) { return gelu_natural(point(p)); };
   if (hi <= left) return hull(lower(at(hi)), upper(at(lo)));   // falling
   if (lo >= right) return hull(lower(at(lo)), upper(at(hi)));  // rising
   // x meets [left, right]: the maximum is at an endpoint (GELU falls, then rises); the minimum is
   // at least the least value over x ∩ [left, right], bounded below by the mean-value form there.
   const Mpfr a = std::max(lo, left), b = std::min(hi, right), m = (a + b) / 2;
-  const Mpfi part = hull(a, b), mvf = at(m) + gelu_derivative(part) * (part - Mpfi(m));
+  const Mpfi part = hull(a, b), mvf = at(m) + gelu_derivative(part) * (part - point(m));
   return hull(lower(mvf), std::max(upper(at(lo)), upper(at(hi))));
 }
 

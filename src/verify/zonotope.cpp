@@ -96,6 +96,11 @@ void put(Zonotope& z, Index i, Index k, const Form& f) {
 Zonotope zeros(Index rows, Index cols, Index m) {
   return {MatrixXd::Zero(rows, cols), MatrixXd::Zero(rows * cols, m), MatrixXd::Zero(rows, cols)};
 }
+// Forms meet only at one width (every symbol there is): Eigen does not check sizes in a release
+// build, so a mismatch would read past a vector.
+void check_width(const Form& f, Index m) {
+  if (f.g.size() != m) throw Error("zonotope: forms over different symbols (an internal error)");
+}
 // Σ_j |g_j| and Σ_j |g_j| + r, under FE_UPWARD.
 double generators_abs(const Form& f) {
   return f.g.cwiseAbs().sum();
@@ -121,7 +126,7 @@ Form combine(const std::vector<std::pair<double, const Form*>>& terms, double b,
   Form y(m);
   y.c = b;
   for (const auto& [a, x] : terms)
-    y.c += a * x->c, y.g += a * x->g;
+    check_width(*x, m), y.c += a * x->c, y.g += a * x->g;
   const Rounding up(FE_UPWARD);
   double pc = std::abs(b), pg = 0, r = 0;
   for (const auto& [a, x] : terms)
@@ -137,6 +142,7 @@ class Dot {
  public:
   explicit Dot(Index m) : f_(m) {}
   void add(const Form& x, const Form& y) {
+    check_width(x, f_.g.size()), check_width(y, f_.g.size());
     f_.c += x.c * y.c;
     f_.g += x.c * y.g + y.c * x.g;
     const Rounding up(FE_UPWARD);
@@ -187,7 +193,7 @@ Linear linear_of(double alpha, const Mpfi& rest) {
 template <class F, class D>
 double chord_slope(F&& f, D&& derivative, const Mpfr& lo, const Mpfr& hi) {
   if (hi > lo) {
-    const double s = Scalar<Mpfi>::to_double((f(Mpfi(hi)) - f(Mpfi(lo))) / (Mpfi(hi) - Mpfi(lo)));
+    const double s = Scalar<Mpfi>::to_double((f(point(hi)) - f(point(lo))) / (point(hi) - point(lo)));
     if (std::isfinite(s)) return s;
   }
   return Scalar<Mpfi>::to_double(derivative(hull(lo, hi)));
@@ -203,7 +209,7 @@ Linear convex(const Mpfr& lo, const Mpfr& hi, F&& f, D&& derivative, W&& where) 
   if (!std::isfinite(mid)) mid = Scalar<Mpfi>::to_double(hull(lo, hi));
   Mpfr m(mid);
   m = std::min(std::max(m, lo), hi);
-  const Mpfi a(alpha), M(m), L(lo), H(hi);
+  const Mpfi a(alpha), M = point(m), L = point(lo), H = point(hi);
   auto g = [&](const Mpfi& x) { return Mpfi(f(x) - a * x); };
   const Mpfi glo = g(L), ghi = g(H);
   const Mpfr top = std::max(upper(glo), upper(ghi));
@@ -229,7 +235,7 @@ Linear piecewise_linear(const Mpfr& lo, const Mpfr& hi, const std::vector<Mpfi>&
   auto phi = [&](const Mpfi& x) { return piecewise(c, pieces, x); };
   // Any slope is sound; at a point (lo = hi) the range is a point whatever it is.
   const double alpha =
-      hi > lo ? Scalar<Mpfi>::to_double((phi(Mpfi(hi)) - phi(Mpfi(lo))) / (Mpfi(hi) - Mpfi(lo))) : 0.0;
+      hi > lo ? Scalar<Mpfi>::to_double((phi(point(hi)) - phi(point(lo))) / (point(hi) - point(lo))) : 0.0;
   const Mpfi a(std::isfinite(alpha) ? alpha : 0.0);
   const Mpfi rest = hull_of_pieces(c, pieces.size(), hull(lo, hi),
                                    [&](std::size_t i, const Mpfr& x0, const Mpfr& x1, Mpfr& l, Mpfr& h) {
@@ -278,7 +284,7 @@ class Forward {
  public:
   Forward(const Network<Mpfi>& net, Index m) : net_(net), m_(m) {}
 
-  Zonotope operator()(Zonotope Z) const {
+  Zonotope operator()(Zonotope Z) {
     const Architecture& a = net_.arch;
     if (a.input > 0) Z = linear(net_.in_w, &net_.in_b, Z);
     if (a.max_len > 0 && Z.cols() > a.max_len)
@@ -291,10 +297,14 @@ class Forward {
       if (L.spec.kind == LayerKind::layernorm) {
         Z = layer_norm(Z, L);
       } else {
-        const Zonotope in = L.spec.pre_norm ? layer_norm(Z, L) : Z;
-        Z = sum(Z, L.spec.kind == LayerKind::attention ? attention(L, in) : feedforward(L, in));
+        Zonotope in = L.spec.pre_norm ? layer_norm(Z, L) : Z;
+        if (L.spec.pre_norm) fresh_symbols(in);
+        Zonotope out = L.spec.kind == LayerKind::attention ? attention(L, in) : feedforward(L, in);
+        grow(Z), grow(out);
+        Z = sum(Z, out);
       }
       check(Z, "sub-layer " + std::to_string(i) + " (" + L.spec.describe() + ")");
+      fresh_symbols(Z);
     }
     if (a.readout > 0) Z = linear(net_.readout_w, &net_.readout_b, Z);
     return Z;
@@ -302,7 +312,31 @@ class Forward {
 
  private:
   const Network<Mpfi>& net_;
-  const Index m_;
+  Index m_;
+
+  // Z's generators widened to the symbols there are now (the new ones have coefficient 0 in Z).
+  void grow(Zonotope& Z) const {
+    const Index m = Z.G.cols();
+    if (m == m_) return;
+    Z.G.conservativeResize(Eigen::NoChange, m_);
+    Z.G.rightCols(m_ - m).setZero();
+  }
+  // Every remainder of Z becomes the coefficient of a symbol of its own: the value is then linear in
+  // it, so the maps that follow keep what it shares between their outputs (a linear map of two
+  // entries that share a symbol can cancel it; of two remainders, only add their sizes). The
+  // matrices a step passes on after something nonlinear get them: the residual stream after each
+  // sub-layer, layer norm's output before the projections that read it, the activations before W2,
+  // the attention weights before they meet the values.
+  void fresh_symbols(Zonotope& Z) {
+    grow(Z);
+    Index added = 0;
+    for (Index j = 0; j < Z.r.size(); ++j)
+      added += Z.r(j) > 0;
+    Z.G.conservativeResize(Eigen::NoChange, m_ + added);
+    Z.G.rightCols(added).setZero();
+    for (Index j = 0; j < Z.r.size(); ++j)
+      if (Z.r(j) > 0) Z.G(j, m_++) = Z.r(j), Z.r(j) = 0;
+  }
 
   static void check(const Zonotope& z, const std::string& where) {
     if (!z.c.allFinite() || !z.G.allFinite() || !z.r.allFinite())
@@ -313,7 +347,8 @@ class Forward {
   Zonotope linear(const Mat<Mpfi>& w, const Mat<Mpfi>* b, const Zonotope& X) const {
     const Constants W = constants_of(w);
     const Index p = W.v.rows(), q = W.v.cols(), n = X.cols();
-    Zonotope Y = zeros(p, n, m_);
+    if (q != X.rows()) throw Error("zonotope: a weight of the wrong width (an internal error)");
+    Zonotope Y = zeros(p, n, X.G.cols());
     Y.c.noalias() = W.v * X.c;
     for (Index k = 0; k < n; ++k)
       Y.G.middleRows(p * k, p).noalias() = W.v * X.G.middleRows(q * k, q);
@@ -331,13 +366,15 @@ class Forward {
     Y.r = absW.lazyProduct(X.r);
     if (!W.exact) Y.r += W.rad.lazyProduct(MatrixXd(absc + gx + X.r));
     if (b) Y.r.colwise() += B.rad.col(0);
-    const double K = static_cast<double>(q) + 1, m = static_cast<double>(m_);
+    const double K = static_cast<double>(q) + 1, m = static_cast<double>(X.G.cols());
     Y.r += (2 * K * kU) * pc + (2 * K * kU) * pg;
     Y.r.array() += K * (m + 1) * kEta;
     return Y;
   }
 
   static Zonotope sum(const Zonotope& A, const Zonotope& B) {
+    if (A.G.cols() != B.G.cols() || A.c.rows() != B.c.rows() || A.c.cols() != B.c.cols())
+      throw Error("zonotope: a sum over different symbols or shapes (an internal error)");
     Zonotope Y{A.c + B.c, A.G + B.G, MatrixXd()};
     const Rounding up(FE_UPWARD);
     Y.r = A.r + B.r;
@@ -395,7 +432,7 @@ class Forward {
     return Y;
   }
 
-  Zonotope feedforward(const Layer<Mpfi>& L, const Zonotope& X) const {
+  Zonotope feedforward(const Layer<Mpfi>& L, const Zonotope& X) {
     Zonotope H = linear(L.w1, &L.b1, X);
     const LayerSpec& s = L.spec;
     std::vector<Mpfi> c;
@@ -415,10 +452,11 @@ class Forward {
                   [&](const Mpfi& x) { return gelu_slope_of(s, x); });
             }));
       }
+    fresh_symbols(H);
     return linear(L.w2, &L.b2, H);
   }
 
-  Zonotope attention(const Layer<Mpfi>& L, const Zonotope& X) const {
+  Zonotope attention(const Layer<Mpfi>& L, const Zonotope& X) {
     const LayerSpec& s = L.spec;
     const Index n = X.cols(), hs = s.head_size;
     const Mat<Mpfi>& wk = s.tied_qkv ? L.wq : L.wk;
@@ -426,34 +464,50 @@ class Forward {
     const Mat<Mpfi>* bq = s.bias ? &L.bq : nullptr;
     const Mat<Mpfi>* bk = s.bias ? (s.tied_qkv ? &L.bq : &L.bk) : nullptr;
     const Mat<Mpfi>* bv = s.bias ? (s.tied_qkv ? &L.bq : &L.bv) : nullptr;
-    const Zonotope V = linear(wv, bv, X);
+    Zonotope V = linear(wv, bv, X);
     Zonotope Q, K;
     if (!s.dp_free) Q = linear(L.wq, bq, X), K = linear(wk, bk, X);
     const Constant scale = constant_of(L.score_scale);
     Zonotope out;
     for (int h = 0; h < s.heads; ++h) {
       const Constants bias = s.rpe != Rpe::none ? constants_of(position_bias(L, h, n)) : Constants{};
-      Zonotope VA = zeros(hs, n, m_);
+      if (!s.dp_free) grow(Q), grow(K);  // the heads before added symbols
+      Zonotope S = zeros(n, n, m_);      // S(l, k): key l's score for query k (0 where masked)
       for (Index k = 0; k < n; ++k) {
         const KeyRange r = attended_keys(s, k, n);
-        std::vector<Form> score;
         for (Index l = r.first; l < r.end; ++l) {
           Dot qk(m_);
           if (!s.dp_free)
             for (Index t = 0; t < hs; ++t)
               qk.add(get(K, h * hs + t, l), get(Q, h * hs + t, k));
           const Constant b = s.rpe != Rpe::none ? Constant{bias.v(l, k), bias.rad(l, k)} : Constant{};
-          score.push_back(affine(qk.done(), scale.v, scale.rad, b.v, b.rad));
+          put(S, l, k, affine(qk.done(), scale.v, scale.rad, b.v, b.rad));
         }
-        std::vector<Form> weight = s.score == Score::softmax ? softmax(score) : score;
+      }
+      Zonotope A = zeros(n, n, m_);  // A(l, k): key l's weight for query k (0 where masked)
+      for (Index k = 0; k < n; ++k) {
+        const KeyRange r = attended_keys(s, k, n);
+        std::vector<Form> score;
+        for (Index l = r.first; l < r.end; ++l)
+          score.push_back(get(S, l, k));
+        const std::vector<Form> weight = s.score == Score::softmax ? softmax(score) : score;
+        for (Index l = r.first; l < r.end; ++l)
+          put(A, l, k, weight[static_cast<std::size_t>(l - r.first)]);
+      }
+      fresh_symbols(A);
+      grow(V);
+      Zonotope VA = zeros(hs, n, m_);
+      for (Index k = 0; k < n; ++k) {
+        const KeyRange r = attended_keys(s, k, n);
         for (Index i = 0; i < hs; ++i) {
           Dot va(m_);
           for (Index l = r.first; l < r.end; ++l)
-            va.add(get(V, h * hs + i, l), weight[static_cast<std::size_t>(l - r.first)]);
+            va.add(get(V, h * hs + i, l), get(A, l, k));
           put(VA, i, k, va.done());
         }
       }
       Zonotope part = linear(L.wo.middleCols(h * hs, hs), nullptr, VA);
+      if (h > 0) grow(out);
       out = h == 0 ? std::move(part) : sum(out, part);
     }
     if (s.bias) add_constant(out, constants_of(L.bo.replicate(1, n)));
@@ -526,13 +580,22 @@ Zonotope zonotope_forward(const Network<Mpfi>& net, const Mat<Mpfi>& x0, const R
   check_zonotope_supported(a);
   if (e < 0) throw Error("zonotope: the radius must be >= 0, got " + e.str());
   const Index n = x0.cols(), m = x0.size();
-  // The largest generator matrix (rows per token times tokens times symbols), a few copies alive.
-  long long rows = std::max(a.d, a.in_dim());
-  rows = std::max<long long>(rows, a.readout);
-  for (const LayerSpec& s : a.layers)
-    rows = std::max<long long>(rows, std::max(s.width, 3 * s.heads * s.head_size));
-  const long long doubles =
-      limits::saturating_mul(limits::saturating_mul(rows, n), limits::saturating_mul(m, 4));
+  // The largest generator matrix, a few copies alive: its rows per token (the widest matrix, the
+  // attention weights n per token) times the tokens times the symbols, the input's m and at most
+  // one per entry of each matrix given fresh symbols (Forward::fresh_symbols).
+  using limits::saturating_add, limits::saturating_mul;
+  const long long d = a.d, tokens = n;
+  long long rows = std::max<long long>({d, a.in_dim(), a.readout, tokens}), symbols = m;
+  for (const LayerSpec& s : a.layers) {
+    rows = std::max<long long>({rows, s.width, 3LL * s.heads * s.head_size});
+    const long long stream = saturating_mul(d, tokens);
+    long long added = s.pre_norm ? saturating_mul(2, stream) : stream;  // the residual stream, the norm
+    if (s.kind == LayerKind::attention)
+      added = saturating_add(added, saturating_mul(s.heads, saturating_mul(tokens, tokens)));
+    if (s.kind == LayerKind::feedforward) added = saturating_add(added, saturating_mul(s.width, tokens));
+    symbols = saturating_add(symbols, added);
+  }
+  const long long doubles = saturating_mul(saturating_mul(rows, tokens), saturating_mul(symbols, 4));
   if (static_cast<double>(doubles) * 8 > static_cast<double>(limits::memory_budget()))
     throw Error("zonotope: " + std::to_string(n) + " tokens of " + std::to_string(x0.rows()) +
                 " numbers need about " + std::to_string(doubles / (1LL << 27)) +

@@ -155,6 +155,10 @@ struct Scalar<Rational> {
 Mpfr lower(const Mpfi& x);
 Mpfr upper(const Mpfi& x);
 Mpfi hull(const Mpfr& lo, const Mpfr& hi);
+// x as an interval (outward if the working precision cannot hold it). Boost 1.74's Mpfi(x) from an
+// Mpfr is NaN for some values (every one tried in [2^61, 2^62), Scalar.MpfrBecomesAnIntervalAtAnyValue):
+// convert through here.
+Mpfi point(const Mpfr& x);
 // x², enclosed as a square: MPFI's product x·x of an interval that straddles 0 has a negative
 // lower end (−lo·hi), which a sum of squares or its square root must not inherit.
 Mpfi square(const Mpfi& x);

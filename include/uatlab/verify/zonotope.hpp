@@ -1,9 +1,9 @@
 // Affine forms (a zonotope) through a network: analyse's third region method (--region-method
 // zonotope, docs/analyse.md). Interval propagation forgets that the entries of a layer depend on the
 // same inputs, so every layer widens what the one before it left (the wrapping effect); affine forms
-// keep each value's dependence on the input box as a linear function of shared noise symbols and
-// leave only what is not linear (the curvature of exp, GELU, 1/√v, the products of attention) and
-// the rounding to an independent remainder.
+// keep each value's dependence on the input box as a linear function of shared noise symbols; what
+// is not linear (the curvature of exp, GELU, 1/√v, the products of attention) and the rounding go to
+// a remainder per value, which becomes a symbol of its own where a matrix is passed on.
 #pragma once
 
 #include "uatlab/model/network.hpp"
@@ -12,8 +12,9 @@ namespace uatlab {
 
 // The values of a rows×cols matrix over a box, in m shared noise symbols e ∈ [−1, 1]^m: entry
 // (i, k) is c(i, k) + G.row(i + rows·k)·e + t with |t| ≤ r(i, k). For every input of the box there
-// is one e (the same for every entry) with which every entry holds. Plain binary64; the bounds that
-// make it sound are explained in zonotope.cpp.
+// is one e (the same for every entry) with which every entry holds. The first symbols are the box's
+// coordinates (x0's entries, column-major); those after them were remainders once. Plain binary64; the bounds
+// that make it sound are explained in zonotope.cpp.
 struct Zonotope {
   Eigen::MatrixXd c, G, r;
   Eigen::Index rows() const { return c.rows(); }
