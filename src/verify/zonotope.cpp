@@ -19,6 +19,7 @@
 
 #include <mpfi.h>
 #include <mpfr.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -595,7 +596,9 @@ Zonotope zonotope_forward(const Network<Mpfi>& net, const Mat<Mpfi>& x0, const R
     if (s.kind == LayerKind::feedforward) added = saturating_add(added, saturating_mul(s.width, tokens));
     symbols = saturating_add(symbols, added);
   }
-  const long long doubles = saturating_mul(saturating_mul(rows, tokens), saturating_mul(symbols, 4));
+  // ... per thread of the team that runs this (analyse's passes run one sequence per thread).
+  const long long copies = saturating_mul(4, omp_get_num_threads());
+  const long long doubles = saturating_mul(saturating_mul(rows, tokens), saturating_mul(symbols, copies));
   if (static_cast<double>(doubles) * 8 > static_cast<double>(limits::memory_budget()))
     throw Error("zonotope: " + std::to_string(n) + " tokens of " + std::to_string(x0.rows()) +
                 " numbers need about " + std::to_string(doubles / (1LL << 27)) +
