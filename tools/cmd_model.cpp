@@ -386,9 +386,8 @@ void add_model_commands(CLI::App& app, Commands& commands) {
        "With --epsilon, how the box goes through the network: intervals (default), mean-value (y(x0) + "
        "J(box)(x - x0), the Jacobian enclosed by the training passes in intervals: radii 1.8x larger on "
        "trained models, 18-42x slower) or zonotope (affine forms over the box's coordinates, rounding-safe: "
-       "radii 680-2,700x larger than the intervals', a median 8-9x below an attack's, 5-9x slower; no "
-       "hardmax or "
-       "mixers); docs/analyse.md")
+       "radii 740-3,000x larger than the intervals', a median 7.5-8x below an attack's, 5-9x slower; no "
+       "hardmax or mixers); docs/analyse.md")
       ->check(CLI::IsMember({"intervals", "mean-value", "zonotope"}));
   a->add_flag("--check", an->check, "Fail (exit 1) unless every prediction is certified");
   a->add_option("--report", an->report, "Write the report as JSON");

@@ -402,7 +402,7 @@ def analyse(net, X, Y=None, labels="auto", tolerance="1e-6", bits=64, max_bits=4
     "mean-value" (y(x0) + J(box)(x - x0), the Jacobian enclosed over the box: radii 1.8x larger
     on trained models, 18-42x slower; needs softmax/linear attention and ReLU/GELU, as training
     does) or "zonotope" (affine forms over the box's coordinates, every rounding bounded: radii
-    680-2,700x larger than the intervals' on trained models, a median 8-9x below an attack's, 5-9x
+    740-3,000x larger than the intervals' on trained models, a median 7.5-8x below an attack's, 5-9x
     slower; no hardmax or mixers)."""
     if not isinstance(net, Network):
         raise Error(f"analyse: net must be a uatlab.Network, got {_shown(net)}")

@@ -327,7 +327,7 @@ class Forward {
   // entries that share a symbol can cancel it; of two remainders, only add their sizes). The
   // matrices a step passes on after something nonlinear get them: the residual stream after each
   // sub-layer, layer norm's output before the projections that read it, the activations before W2,
-  // the attention weights before they meet the values.
+  // the attention weights before they meet the values, the weighted values before W_O.
   void fresh_symbols(Zonotope& Z) {
     grow(Z);
     Index added = 0;
@@ -507,6 +507,7 @@ class Forward {
           put(VA, i, k, va.done());
         }
       }
+      fresh_symbols(VA);
       Zonotope part = linear(L.wo.middleCols(h * hs, hs), nullptr, VA);
       if (h > 0) grow(out);
       out = h == 0 ? std::move(part) : sum(out, part);
@@ -591,8 +592,8 @@ Zonotope zonotope_forward(const Network<Mpfi>& net, const Mat<Mpfi>& x0, const R
     rows = std::max<long long>({rows, s.width, 3LL * s.heads * s.head_size});
     const long long stream = saturating_mul(d, tokens);
     long long added = s.pre_norm ? saturating_mul(2, stream) : stream;  // the residual stream, the norm
-    if (s.kind == LayerKind::attention)
-      added = saturating_add(added, saturating_mul(s.heads, saturating_mul(tokens, tokens)));
+    if (s.kind == LayerKind::attention)  // the weights and the weighted values, per head
+      added = saturating_add(added, saturating_mul(s.heads, saturating_mul(tokens, tokens + s.head_size)));
     if (s.kind == LayerKind::feedforward) added = saturating_add(added, saturating_mul(s.width, tokens));
     symbols = saturating_add(symbols, added);
   }
