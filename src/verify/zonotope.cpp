@@ -234,17 +234,17 @@ Linear smooth(const Mpfr& lo, const Mpfr& hi, F&& f, D&& derivative) {
 Linear piecewise_linear(const Mpfr& lo, const Mpfr& hi, const std::vector<Mpfi>& c,
                         const std::vector<std::pair<Mpfi, Mpfi>>& pieces) {
   auto phi = [&](const Mpfi& x) { return piecewise(c, pieces, x); };
-  // Any slope is sound; at a point (lo = hi) the range is a point whatever it is.
-  const double alpha =
-      hi > lo ? Scalar<Mpfi>::to_double((phi(point(hi)) - phi(point(lo))) / (point(hi) - point(lo))) : 0.0;
-  const Mpfi a(std::isfinite(alpha) ? alpha : 0.0);
+  // Any slope is sound; at a point (lo = hi) the range is a point whatever it is, so 0 there.
+  const double alpha = chord_slope(
+      phi, [](const Mpfi&) { return Mpfi(0); }, lo, hi);
+  const Mpfi a(alpha);
   const Mpfi rest = hull_of_pieces(c, pieces.size(), hull(lo, hi),
                                    [&](std::size_t i, const Mpfr& x0, const Mpfr& x1, Mpfr& l, Mpfr& h) {
                                      const Mpfi img = (pieces[i].first - a) * hull(x0, x1) + pieces[i].second;
                                      l = lower(img), h = upper(img);
                                      return true;
                                    });
-  return linear_of(Scalar<Mpfi>::to_double(a), rest);
+  return linear_of(alpha, rest);
 }
 
 // f(x) as a form: the argument's enclosure [c − R, c + R], raised to `floor` where the true value
