@@ -6,15 +6,6 @@
 
 namespace uatlab {
 
-void activation_pieces(const Layer<Rational>& L, std::vector<Rational>& c,
-                       std::vector<std::pair<Rational, Rational>>& pieces) {
-  if (L.spec.piecewise) {
-    c = L.breakpoints, pieces = L.pieces;
-  } else {
-    c = {Rational(0)}, pieces = {{Rational(0), Rational(0)}, {Rational(1), Rational(0)}};
-  }
-}
-
 AffineForward::AffineForward(const Network<Rational>& net, bool patterns) {
   Network<Rational> bare = net;  // no sub-layers: positions, pooling, readout
   bare.arch.layers.clear(), bare.layers.clear();

@@ -29,6 +29,7 @@
 #include "../model/network_impl.hpp"  // hull_of_pieces, position_bias
 #include "rounding.hpp"
 #include "uatlab/limits.hpp"
+#include "uatlab/verify/affine.hpp"  // activation_pieces
 #include "uatlab/verify/bounds.hpp"
 
 namespace uatlab {
@@ -438,11 +439,7 @@ class Forward {
     const LayerSpec& s = L.spec;
     std::vector<Mpfi> c;
     std::vector<std::pair<Mpfi, Mpfi>> pieces;
-    if (s.piecewise) {
-      c = L.breakpoints, pieces = L.pieces;
-    } else {
-      c = {Mpfi(0)}, pieces = {{Mpfi(0), Mpfi(0)}, {Mpfi(1), Mpfi(0)}};
-    }
+    if (!s.gelu) activation_pieces(L, c, pieces);
     for (Index k = 0; k < H.cols(); ++k)
       for (Index i = 0; i < H.rows(); ++i) {
         const Form h = get(H, i, k);

@@ -34,9 +34,15 @@
 namespace uatlab {
 
 // φ of a feed-forward sub-layer as breakpoints c and pieces (slope, intercept), piece k on
-// [c_{k−1}, c_k): its piecewise-linear activation, or ReLU's two pieces.
-void activation_pieces(const Layer<Rational>& L, std::vector<Rational>& c,
-                       std::vector<std::pair<Rational, Rational>>& pieces);
+// [c_{k−1}, c_k): its piecewise-linear activation, or ReLU's two pieces (not for GELU).
+template <class S>
+void activation_pieces(const Layer<S>& L, std::vector<S>& c, std::vector<std::pair<S, S>>& pieces) {
+  if (L.spec.piecewise) {
+    c = L.breakpoints, pieces = L.pieces;
+  } else {
+    c = {S(0)}, pieces = {{S(0), S(0)}, {S(1), S(0)}};
+  }
+}
 
 // A continuous-input network evaluated on interval inputs: positional encoding, then every plain
 // feed-forward sub-layer (ReLU or piecewise linear, no layer norm) as above, other sub-layers and
