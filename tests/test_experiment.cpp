@@ -691,6 +691,11 @@ TEST(Experiment, KernelCapacityFindsInClassKernelsAndInterpolatesWithWHeads) {
     sum += r;
   EXPECT_NEAR(std::pow(10.0, one.log10_gains[0]), sum, 1e-13);
   EXPECT_GT(wang_e::kernel_capacity(heavy, false, rates, 1, 256).errors[0], 1e-3);  // lin misses it
+  // 4a's long memory, s^-1.125: its rate is on the grid, so one log-type head holds it too.
+  const wang_e::Capacity heavier =
+      wang_e::kernel_capacity(wang_e::capacity_kernel("heavier", 64), true, rates, 3, 256, 1e-28);
+  ASSERT_EQ(heavier.errors.size(), 1u);
+  EXPECT_EQ(heavier.rates[0], 1 + wang_e::kHeavierBeta);
 
   std::vector<double> two(8);  // 2 w_{1/4} − 3 w_2, w_p = e^{−p s} / Σ_s e^{−p s}
   for (double p : {0.25, 2.0}) {

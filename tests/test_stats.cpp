@@ -191,6 +191,7 @@ std::string canned_report(const std::string& name, const std::function<double(co
                      {"result",
                       {{"val_loss", l},
                        {"val_nmse", l},
+                       {"tail_nmse", l},
                        {"train_loss", l},
                        {"val_accuracy", 1.0},
                        {"parameters", 1000},
@@ -274,16 +275,28 @@ TEST(Stats, Report2bHoldsACrossEntropyToAFivePercentMargin) {
 }
 
 TEST(Stats, Report4aAnd3bJudgeEachClaimOnItsOwnColumn) {
-  std::string md = canned_report("wang-e-4a", [](const json& c) {
-    const std::string tail = c.at("tail"), rpe = c.at("rpe");
-    if (tail == "heavy") return rpe == "log" ? 1e-4 : 1e-2;
-    if (tail == "light") return rpe == "lin" ? 1e-4 : 1e-2;
-    return 1e-3 / c.at("H").get<double>();
-  });
+  // lin_gain: how much lin-type heads gain from H = 1 to 16 on the long memory.
+  auto loss = [](double lin_gain) {
+    return [lin_gain](const json& c) {
+      const std::string tail = c.at("tail"), rpe = c.at("rpe");
+      if (tail == "heavy") return rpe == "log" ? 1e-4 : 1e-2;
+      if (tail == "light") return rpe == "lin" ? 1e-4 : 1e-2;
+      if (tail == "heavier") return rpe == "log" ? 1e-6 : c.at("H") == 16 ? 1e-3 / lin_gain : 1e-3;
+      return 1e-3 / c.at("H").get<double>();
+    };
+  };
+  std::string md = canned_report("wang-e-4a", loss(2));
   EXPECT_EQ(verdict_of(md, "log vs lin, heavy-tailed, H=1"), "holds") << md;
   EXPECT_EQ(verdict_of(md, "lin vs log, light-tailed, H=8"), "holds") << md;
   EXPECT_EQ(verdict_of(md, "tempered, log-type, H=8 vs H=1"), "holds") << md;
   EXPECT_EQ(verdict_of(md, "log vs lin, tempered, H=8"), "inconclusive") << md;
+  // The long memory: its own control (one log-type head) and "lin improves little" as an
+  // equivalence within one decade, contradicted when lin-type heads gain 30x.
+  EXPECT_EQ(verdict_of(md, "log vs lin, heavier-tailed (s^-1.125), T = 512, H=1"), "holds") << md;
+  EXPECT_EQ(verdict_of(md, "lin, heavier-tailed (s^-1.125), T = 512, H=16 vs H=1"), "equivalent within ±1")
+      << md;
+  md = canned_report("wang-e-4a", loss(30));
+  EXPECT_EQ(verdict_of(md, "lin, heavier-tailed (s^-1.125), T = 512, H=16 vs H=1"), "contradicted") << md;
   // 3b: DP helps on the adaptive memory (the control) and not on text.
   md = canned_report("wang-e-3b", [](const json& c) {
     return c.contains("task") ? (c.at("dp").get<bool>() ? 1e-5 : 0.2) : 1.8;

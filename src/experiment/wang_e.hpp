@@ -16,14 +16,19 @@ LayerSpec feedforward(int width, bool pre_norm = false);
 void spread_rates(Network<double>& net, double lo, double hi);
 long steps(const Context& c);  // 60 / 3,000 / 10,000 (or --steps)
 TrainConfig config(const Context& c, double lr, Loss loss, std::uint64_t seed);
-// A single-layer FFN-free DP-free model with H heads on a heavy-, light-tailed or tempered kernel of
-// T lags.
-json train_kernel(const std::string& tail, const std::string& rpe, int H, int T, int seed, const Context& c);
+// The heavier tail's β: ρ(s) ∝ s^-(1+β) = s^-1.125, a log-type head's weights at a rate on the
+// capacity cells' grid (k/16), so that one log-type head holds it exactly.
+inline constexpr double kHeavierBeta = 0.125;
+// A single-layer FFN-free DP-free model with H heads on a heavy-, light-tailed, tempered or heavier-
+// tailed (s^-1.125) kernel of T lags: sequences of 2T tokens, or of T + scored when scored > 0.
+json train_kernel(const std::string& tail, const std::string& rpe, int H, int T, int seed, const Context& c,
+                  int scored = 0);
 // The memory kernel a trained FFN-free DP-free kernel model has learned: ρ̂(s), s = 0 … T (ρ̂(0) = 0),
 // the response at the last of n positions to a unit impulse s positions earlier, with every bias
 // set to zero, in double.
 std::vector<double> learned_kernel(const Network<float>& net, int n, int T);
-// A kernel's row label: "heavy-tailed", "light-tailed", "tempered" (a power law cut off).
+// A kernel's row label: "heavy-tailed", "light-tailed", "tempered" (a power law cut off),
+// "heavier-tailed".
 std::string tail_label(const std::string& tail);
 // One attention layer (H heads of size 4, lin-type RPE, DP-free unless dp) + an FFN of width m on a
 // task with fixed lags (sparse-boolean: majority; complex-readout: frequency omega), the heads

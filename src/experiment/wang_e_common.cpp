@@ -117,15 +117,18 @@ std::vector<double> learned_kernel(const Network<float>& net, int n, int T) {
 }
 
 // One single-layer, FFN-free, DP-free model with H heads on a memory kernel (heavy, light or
-// tempered tail) over a window of T lags: sequences of n = 2T, positions t < T not scored, so that
-// every scored position sees exactly the T lags of its target (docs/theory/wang-e.md, kernels).
-json train_kernel(const std::string& tail, const std::string& rpe, int H, int T, int seed, const Context& c) {
+// tempered tail, β = 0.5; heavier: the power law at β = kHeavierBeta) over a window of T lags: sequences of
+// n = 2T (or T + scored), positions t < T not scored, so that every scored position sees exactly
+// the T lags of its target (docs/theory/wang-e.md, kernels).
+json train_kernel(const std::string& tail, const std::string& rpe, int H, int T, int seed, const Context& c,
+                  int scored) {
   TaskTraining t;
-  t.task = "kernel-" + tail;
-  t.data.n = 2 * T;
+  const bool heavier = tail == "heavier";
+  t.task = "kernel-" + (heavier ? std::string("heavy") : tail);
+  t.data.n = scored > 0 ? T + scored : 2 * T;
   t.data.N = c.pick(256, 2000, 4000);
   t.data.seed = seed;
-  t.data.beta = 0.5;
+  t.data.beta = heavier ? kHeavierBeta : 0.5;
   t.data.window = T;
   t.data.mask_before = T;
   t.val_N = c.pick(64, 256, 512);
@@ -137,8 +140,11 @@ json train_kernel(const std::string& tail, const std::string& rpe, int H, int T,
   t.arch.layers[0].window = T;
   t.cfg = config(c, 1e-2, Loss::mse, seed);
   t.init_seed = seed;
-  t.adjust = [log](Network<double>& net) {
-    log ? spread_rates(net, 0.25, 4.0) : spread_rates(net, 0.02, 2.0);
+  // Lin-type rates start over [0.02, 2]; on the long memories (scored > 0) over [1/T, 2], so that
+  // some head starts at the memory's own length scale.
+  const double lin_low = scored > 0 ? 1.0 / T : 0.02;
+  t.adjust = [log, lin_low](Network<double>& net) {
+    log ? spread_rates(net, 0.25, 4.0) : spread_rates(net, lin_low, 2.0);
   };
   // The learned kernel, and the error on the far half of the memory (T/2 < s ≤ T) relative to the
   // kernel's own size there: Σ (ρ̂ − ρ)² / Σ ρ², the MSE/Var of that half's contribution for
