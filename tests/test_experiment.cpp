@@ -676,6 +676,34 @@ TEST(Experiment, MemoryKernelsAreTheTasksPowerLawExponentialAndLags) {
   EXPECT_THROW(memory_kernel("chars", o), Error);
 }
 
+// The fewest significand bits that keep every argmax certified: a readout whose two rows differ by
+// 2^-10 separates the classes with 11 bits; at 10 the weight rounds (ties to even) to 1, the logits
+// tie and the argmax is no longer certified.
+TEST(Experiment, FewestWeightBitsKeepTheArgmaxAndCountTheRoundedWeights) {
+  Dataset data;
+  data.d = 1, data.label_dim = 1;
+  for (int label : {0, 1}) {
+    Sequence s;
+    s.x = Mat<Rational>::Constant(1, 1, Rational(label == 0 ? 1 : -1));
+    s.y = Mat<Rational>::Constant(1, 1, Rational(label));
+    data.sequences.push_back(s);
+  }
+  Architecture a;
+  a.d = 1, a.readout = 2;
+  Network<float> net(a);
+  net.readout_w << 1 + std::ldexp(1.0f, -10), 1;
+  net.readout_b.setZero();
+  ASSERT_TRUE(argmax_certified(net, data));
+  const RoundedWeights w = fewest_weight_bits(net, data);
+  EXPECT_EQ(w.bits, 11);
+  EXPECT_EQ(w.max_bits, 11);
+  EXPECT_EQ(w.total_bits, 12);  // 11 + 1; the zero biases hold none
+  net.readout_w(0, 0) = 1 + std::ldexp(1.0f, -20);
+  EXPECT_EQ(fewest_weight_bits(net, data).bits, 21);
+  net.readout_w << 3, -5;  // 2 and 3 bits; 1 bit rounds 3 to 4 and −5 to −4: still apart
+  EXPECT_EQ(fewest_weight_bits(net, data).bits, 1);
+}
+
 // The class's reach without training: an in-class kernel takes one head (its gain the kernel's
 // sum), a kernel of two heads takes two (gains 2 and −3), W heads interpolate any kernel on W lags,
 // and the error never rises with a head more.

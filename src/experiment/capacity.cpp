@@ -113,6 +113,9 @@ json run_trained(const json& cell) {
     if (certified) {  // float32 weights: 24 significand bits at most, evaluated exactly
       r["criterion"] = "argmax, float32 weights";
       add_bits(r, count_stored_bits(network_cast<Rational>(net)), 24);
+      const RoundedWeights w = fewest_weight_bits(net, data);  // the same criterion at fewer bits
+      r["rounded_bits"] = w.bits;
+      r["rounded_total_bits"] = w.total_bits;
       best = mid, best_run = r, hi = mid;
     } else
       lo = mid + 1;
@@ -122,9 +125,10 @@ json run_trained(const json& cell) {
     out["parameters"] = best_run.at("parameters");
     out["width"] = widths[best];
     out["steps"] = best_run.at("steps");
-    for (const char* key : {"criterion", "max_weight_bits", "total_weight_bits", "non_dyadic_weights",
-                            "certifying_bits", "certifying_bits_x_parameters"})
-      out[key] = best_run.at(key);
+    for (const char* key :
+         {"criterion", "max_weight_bits", "total_weight_bits", "non_dyadic_weights", "certifying_bits",
+          "certifying_bits_x_parameters", "rounded_bits", "rounded_total_bits"})
+      if (best_run.contains(key)) out[key] = best_run.at(key);
   }
   return out;
 }
@@ -198,6 +202,20 @@ std::string capacity_report(const std::vector<json>& lines, const Outputs& out, 
         {"fewest bits per weight that certify × parameters", "certifying_bits_x_parameters"}})
     md += "\n" + std::string(title) + ":\n\n" +
           grouped_markdown(group(counted, curve, column, number(key)), "curve", 4);
+  // The trained models at the constructions' side of one criterion: the right class decoded (a
+  // construction's output is its label), at the fewest significand bits per weight that keep it.
+  std::vector<json> rounded;
+  for (const json& l : done)
+    if (l.at("result").contains("rounded_total_bits")) rounded.push_back(l);
+  if (!rounded.empty())
+    for (const auto& [title, key] :
+         {std::pair{"trained: fewest significand bits whose rounded weights keep every argmax certified",
+                    "rounded_bits"},
+          {"trained: total bits stored by those rounded weights (constructions: their stored bits above "
+           "bound theirs under this criterion)",
+           "rounded_total_bits"}})
+      md += "\n" + std::string(title) + ":\n\n" +
+            grouped_markdown(group(rounded, curve, column, number(key)), "curve", 4);
   // How many seeds memorized, per cell (trained families within their grid of widths), and how
   // many of those at the grid's floor: 1/0 per run, through the one aggregation.
   auto flag = [](const char* key) {

@@ -5,6 +5,7 @@
 
 #include "uatlab/limits.hpp"
 #include "uatlab/verify/analyse.hpp"
+#include "uatlab/verify/precision.hpp"
 
 #include <omp.h>
 #include <algorithm>
@@ -142,6 +143,31 @@ bool argmax_certified(const Network<float>& net, const Dataset& data) {
       return false;  // a prediction is wrong: more bits cannot change that
   }
   return false;
+}
+
+RoundedWeights fewest_weight_bits(const Network<float>& net, const Dataset& data) {
+  // x rounded to nearest (ties to even) at b significand bits: exact in float for b ≤ 24.
+  const auto rounded = [](int b, const Network<float>& from) {
+    Network<float> to = from;
+    to.for_each_tensor([b](Mat<float>& m) {
+      m = m.unaryExpr([b](float x) {
+        int e = 0;
+        const float f = std::frexp(x, &e);  // x = f·2^e, |f| in [1/2, 1)
+        return std::ldexp(std::nearbyint(std::ldexp(f, b)), e - b);
+      });
+    });
+    return to;
+  };
+  int lo = 1, hi = 24;  // hi certifies (the network given); find the least b that does
+  while (lo < hi) {
+    const int mid = (lo + hi) / 2;
+    if (argmax_certified(rounded(mid, net), data))
+      hi = mid;
+    else
+      lo = mid + 1;
+  }
+  const StoredBits b = count_stored_bits(network_cast<Rational>(rounded(hi, net)));
+  return {hi, b.max_bits, b.total_bits};
 }
 
 json train_memorization(const json& cell, Network<float>* trained, Dataset* trained_on) {

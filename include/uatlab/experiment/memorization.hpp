@@ -22,6 +22,17 @@ json train_memorization(const json& cell, Network<float>* trained = nullptr, Dat
 // compare trained models with constructions (memorization-capacity, memorization-optimal).
 bool argmax_certified(const Network<float>& net, const Dataset& data);
 
+// The same criterion at fewer bits of storage: the fewest significand bits b ≤ 24 such that the
+// network with every weight rounded to nearest at b bits still has every argmax certified
+// (bisection over b, taking "certified" as monotone in b), and the bits that rounded network
+// stores (each weight counted by the bits a binary float needs to hold it exactly). The network
+// given must itself be certified (b = 24 is the float32 network unchanged).
+struct RoundedWeights {
+  int bits = 24;
+  long long max_bits = 0, total_bits = 0;
+};
+RoundedWeights fewest_weight_bits(const Network<float>& net, const Dataset& data);
+
 // The presets (name, JSON text) and a config from a preset name, JSON text or a file.
 const std::vector<std::pair<std::string, std::string>>& sweep_presets();
 json sweep_config(const std::string& text);
