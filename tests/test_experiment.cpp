@@ -469,6 +469,12 @@ TEST(Experiment, OnlyKeepsTheCellsWithEveryValueAndRefusesWhatMatchesNothing) {
   EXPECT_EQ(cap8.size(), 6u);  // the spike and both kernels, lin and log
   for (const json& x : cap8)
     EXPECT_TRUE(x.at("part") == "capacity" && x.at("T") == 8) << x.dump();
+  // A repeated key keeps any of its values; different keys must all match.
+  const std::vector<json> cap8_16 = select_cells(e, c, {"part=capacity", "T=8", "T=16"});
+  EXPECT_EQ(cap8_16.size(), 12u);
+  for (const json& x : cap8_16)
+    EXPECT_TRUE(x.at("part") == "capacity" && (x.at("T") == 8 || x.at("T") == 16)) << x.dump();
+  EXPECT_EQ(select_cells(e, c, {"T=8", "part=capacity", "T=999"}).size(), 6u);
   EXPECT_THROW(select_cells(e, c, {"T"}), Error);
   EXPECT_THROW(select_cells(e, c, {"=8"}), Error);
   EXPECT_THROW(select_cells(e, c, {"T=999"}), Error);

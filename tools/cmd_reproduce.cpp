@@ -109,7 +109,7 @@ void add_reproduce_commands(CLI::App& app, Commands& commands) {
                 "Output folder (default results/NAME-MODE); runs.jsonl there makes a rerun resume");
   r->add_option("--only", o->only,
                 "KEY=VALUE (repeatable): run and report only the cells with these values, as runs.jsonl "
-                "spells them (part=capacity, T=64)");
+                "spells them (part=capacity, T=64); a repeated key keeps any of its values (N=1000 N=3162)");
   commands.push_back({r, [o] { return cmd_reproduce(*o); }});
 
   auto s = std::make_shared<SweepOpts>();

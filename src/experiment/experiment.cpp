@@ -1,5 +1,6 @@
 #include "uatlab/experiment/experiment.hpp"
 
+#include <algorithm>
 #include <array>
 
 #include "registry.hpp"
@@ -42,18 +43,27 @@ const Experiment& find_experiment(const std::string& name) {
 }
 
 std::vector<json> select_cells(const Experiment& e, const Context& c, const std::vector<std::string>& only) {
-  std::vector<json> cells = e.cells(c);
+  // KEY=VALUE filters: a cell is kept when it matches every key, and one of the values given for
+  // a key that is repeated (--only N=1000 --only N=3162: both).
+  std::vector<std::pair<std::string, std::vector<std::string>>> filters;
   for (const std::string& f : only) {
     const std::size_t eq = f.find('=');
     if (eq == std::string::npos || eq == 0)
       throw Error("--only \"" + f + "\": expected KEY=VALUE, as a cell of runs.jsonl spells it");
-    const std::string key = f.substr(0, eq), value = f.substr(eq + 1);
+    const std::string key = f.substr(0, eq);
+    auto it = std::find_if(filters.begin(), filters.end(), [&](const auto& k) { return k.first == key; });
+    if (it == filters.end()) it = filters.insert(filters.end(), {key, {}});
+    it->second.push_back(f.substr(eq + 1));
+  }
+  std::vector<json> cells = e.cells(c);
+  for (const auto& [key, values] : filters) {
     std::vector<json> kept;
     for (json& cell : cells)
-      if (cell.contains(key) && label(cell.at(key)) == value) kept.push_back(std::move(cell));
+      if (cell.contains(key) && std::find(values.begin(), values.end(), label(cell.at(key))) != values.end())
+        kept.push_back(std::move(cell));
     if (kept.empty())
-      throw Error("--only \"" + f + "\": no cell of " + e.name + " (" + mode_names(c.mode) +
-                  " mode) matches it and the filters before it");
+      throw Error("--only " + key + "=" + join_list(values) + ": no cell of " + e.name + " (" +
+                  mode_names(c.mode) + " mode) matches it and the filters before it");
     cells = std::move(kept);
   }
   return cells;
