@@ -675,7 +675,7 @@ Experiment rates() {
     for (const std::string memory : {"spike", "heavy", "light", "heavier"})
       for (const char* rpe : {"lin", "log"})
         for (int T : memory == "spike"     ? c.pick({2, 4}, {2, 4, 8, 16, 32}, {2, 4, 8, 16, 32, 64})
-                     : memory == "heavier" ? c.pick({4, 8}, {64, 256, 1024}, {64, 128, 256, 512, 1024})
+                     : memory == "heavier" ? c.pick({8}, {64, 256, 1024}, {64, 128, 256, 512, 1024})
                                            : c.pick({4, 8}, {8, 16, 32}, {8, 16, 32, 64, 128}))
           cells.push_back({{"part", "capacity"}, {"memory", memory}, {"rpe", rpe}, {"T", T}});
     return cells;
