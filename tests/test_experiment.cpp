@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "../src/experiment/wang_e.hpp"
+#include "sign_classes.hpp"
 #include "uatlab/experiment/approximate.hpp"
 #include "uatlab/experiment/experiment.hpp"
 #include "uatlab/experiment/fang.hpp"
@@ -686,17 +687,8 @@ TEST(Experiment, MemoryKernelsAreTheTasksPowerLawExponentialAndLags) {
 // 2^-10 separates the classes with 11 bits; at 10 the weight rounds (ties to even) to 1, the logits
 // tie and the argmax is no longer certified.
 TEST(Experiment, FewestWeightBitsKeepTheArgmaxAndCountTheRoundedWeights) {
-  Dataset data;
-  data.d = 1, data.label_dim = 1;
-  for (int label : {0, 1}) {
-    Sequence s;
-    s.x = Mat<Rational>::Constant(1, 1, Rational(label == 0 ? 1 : -1));
-    s.y = Mat<Rational>::Constant(1, 1, Rational(label));
-    data.sequences.push_back(s);
-  }
-  Architecture a;
-  a.d = 1, a.readout = 2;
-  Network<float> net(a);
+  const Dataset data = sign_classes();
+  Network<float> net = sign_classifier();
   net.readout_w << 1 + std::ldexp(1.0f, -10), 1;
   net.readout_b.setZero();
   ASSERT_TRUE(argmax_certified(net, data));

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "sign_classes.hpp"
 #include "uatlab/model/init.hpp"
 #include "uatlab/train/tasks.hpp"
 #include "uatlab/train/trainer.hpp"
@@ -447,17 +448,8 @@ TEST(Train, ATaskIsSizedBeforeItIsDrawn) {  // random-labels, N = 10^8, n = 10^5
 // is log(1 + e^-30) ≈ 9.36e-14, which log(Σ exp) rounded to 0 (the sum is 1 in float), and a
 // validation loss of 0 cannot be placed on the log scale the verdicts use.
 TEST(Train, ConfidentCrossEntropyIsNotRoundedToZero) {
-  Dataset data;
-  data.d = 1, data.label_dim = 1;
-  for (int label : {0, 1}) {
-    Sequence s;
-    s.x = Mat<Rational>::Constant(1, 1, Rational(label == 0 ? 1 : -1));
-    s.y = Mat<Rational>::Constant(1, 1, Rational(label));
-    data.sequences.push_back(s);
-  }
-  Architecture a;
-  a.d = 1, a.readout = 2;
-  Network<float> net(a);
+  const Dataset data = sign_classes();
+  Network<float> net = sign_classifier();
   net.readout_w << 15, -15;  // logits (15x, −15x): a gap of 30 toward the label
   net.readout_b.setZero();
   const double want = std::log1p(std::exp(-30.0));
