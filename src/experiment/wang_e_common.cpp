@@ -117,9 +117,9 @@ std::vector<double> learned_kernel(const Network<float>& net, int n, int T) {
 }
 
 // One single-layer, FFN-free, DP-free model with H heads on a memory kernel (heavy, light or
-// tempered tail, β = 0.5; heavier: the power law at β = kHeavierBeta) over a window of T lags: sequences of
-// n = 2T (or T + scored), positions t < T not scored, so that every scored position sees exactly
-// the T lags of its target (docs/theory/wang-e.md, kernels).
+// tempered tail, β = 0.5; heavier: the power law at β = kHeavierBeta) over a window of T lags:
+// sequences of n = 2T (or T + scored), positions t < T not scored, so that every scored position
+// sees exactly the T lags of its target (docs/theory/wang-e.md, kernels).
 json train_kernel(const std::string& tail, const std::string& rpe, int H, int T, int seed, const Context& c,
                   int scored) {
   TaskTraining t;
