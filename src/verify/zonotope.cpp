@@ -470,24 +470,18 @@ class Forward {
     for (int h = 0; h < s.heads; ++h) {
       const Constants bias = s.rpe != Rpe::none ? constants_of(position_bias(L, h, n)) : Constants{};
       if (!s.dp_free) grow(Q), grow(K);  // the heads before added symbols
-      Zonotope S = zeros(n, n, m_);      // S(l, k): key l's score for query k (0 where masked)
+      Zonotope A = zeros(n, n, m_);      // A(l, k): key l's weight for query k (0 where masked)
       for (Index k = 0; k < n; ++k) {
         const KeyRange r = attended_keys(s, k, n);
+        std::vector<Form> score;
         for (Index l = r.first; l < r.end; ++l) {
           Dot qk(m_);
           if (!s.dp_free)
             for (Index t = 0; t < hs; ++t)
               qk.add(get(K, h * hs + t, l), get(Q, h * hs + t, k));
           const Constant b = s.rpe != Rpe::none ? Constant{bias.v(l, k), bias.rad(l, k)} : Constant{};
-          put(S, l, k, affine(qk.done(), scale.v, scale.rad, b.v, b.rad));
+          score.push_back(affine(qk.done(), scale.v, scale.rad, b.v, b.rad));
         }
-      }
-      Zonotope A = zeros(n, n, m_);  // A(l, k): key l's weight for query k (0 where masked)
-      for (Index k = 0; k < n; ++k) {
-        const KeyRange r = attended_keys(s, k, n);
-        std::vector<Form> score;
-        for (Index l = r.first; l < r.end; ++l)
-          score.push_back(get(S, l, k));
         const std::vector<Form> weight = s.score == Score::softmax ? softmax(score) : score;
         for (Index l = r.first; l < r.end; ++l)
           put(A, l, k, weight[static_cast<std::size_t>(l - r.first)]);
