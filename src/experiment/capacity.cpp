@@ -88,6 +88,8 @@ json run_trained(const json& cell) {
   json probes = json::array();
   long best = -1;
   json best_run;
+  Network<float> best_net;  // the smallest memorizing model, and its data
+  Dataset best_data;
   for (long lo = 0, hi = static_cast<long>(widths.size()); lo < hi;) {
     const long mid = (lo + hi) / 2;
     const json train_cell = {{"task", "memorize"},
@@ -113,10 +115,8 @@ json run_trained(const json& cell) {
     if (certified) {  // float32 weights: 24 significand bits at most, evaluated exactly
       r["criterion"] = "argmax, float32 weights";
       add_bits(r, count_stored_bits(network_cast<Rational>(net)), 24);
-      const RoundedWeights w = fewest_weight_bits(net, data);  // the same criterion at fewer bits
-      r["rounded_bits"] = w.bits;
-      r["rounded_total_bits"] = w.total_bits;
       best = mid, best_run = r, hi = mid;
+      best_net = std::move(net), best_data = std::move(data);
     } else
       lo = mid + 1;
   }
@@ -125,10 +125,12 @@ json run_trained(const json& cell) {
     out["parameters"] = best_run.at("parameters");
     out["width"] = widths[best];
     out["steps"] = best_run.at("steps");
-    for (const char* key :
-         {"criterion", "max_weight_bits", "total_weight_bits", "non_dyadic_weights", "certifying_bits",
-          "certifying_bits_x_parameters", "rounded_bits", "rounded_total_bits"})
-      if (best_run.contains(key)) out[key] = best_run.at(key);
+    for (const char* key : {"criterion", "max_weight_bits", "total_weight_bits", "non_dyadic_weights",
+                            "certifying_bits", "certifying_bits_x_parameters"})
+      out[key] = best_run.at(key);
+    const RoundedWeights w = fewest_weight_bits(best_net, best_data);  // the same criterion at fewer bits
+    out["rounded_bits"] = w.bits;
+    out["rounded_total_bits"] = w.total_bits;
   }
   return out;
 }

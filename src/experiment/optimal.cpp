@@ -68,6 +68,7 @@ json train_next_token(const json& cell) {
   const std::vector<int> widths = cell.at("widths");
   json best;
   long found = -1;
+  Network<float> best_net;  // the smallest memorizing model
   for (long lo = 0, hi = static_cast<long>(widths.size()); lo < hi;) {
     const long mid = (lo + hi) / 2;
     Architecture a;
@@ -94,14 +95,7 @@ json train_next_token(const json& cell) {
     const bool certified = r.train_accuracy == 1.0 && argmax_certified(net, data);
     if (certified) {
       const StoredBits b = count_stored_bits(network_cast<Rational>(net));
-      // The constructions' outputs are the labels themselves, so they also decode to the right
-      // label: the trained model's storage at the fewest bits that keep its argmax is the
-      // comparison at one criterion (the constructions' stored bits bound theirs from above).
-      const RoundedWeights w = fewest_weight_bits(net, data);
       best = {{"q", data.sequences.size()},
-              {"rounded_bits", w.bits},
-              {"rounded_max_weight_bits", w.max_bits},
-              {"rounded_total_bits", w.total_bits},
               {"parameters", b.parameters},
               {"nonzero", b.nonzero},
               {"width", widths[mid]},
@@ -114,9 +108,19 @@ json train_next_token(const json& cell) {
               {"criterion", "argmax, float32 weights"},
               {"seconds", r.seconds}};
       found = mid, hi = mid;
+      best_net = std::move(net);
     } else {
       lo = mid + 1;
     }
+  }
+  if (found >= 0) {
+    // The constructions' outputs are the labels themselves, so they also decode to the right
+    // label: the trained model's storage at the fewest bits that keep its argmax is the
+    // comparison at one criterion (the constructions' stored bits bound theirs from above).
+    const RoundedWeights w = fewest_weight_bits(best_net, data);
+    best.update({{"rounded_bits", w.bits},
+                 {"rounded_max_weight_bits", w.max_bits},
+                 {"rounded_total_bits", w.total_bits}});
   }
   json out = best.is_null() ? json{{"q", cell.at("N")}} : best;
   out["certified"] = found >= 0;
