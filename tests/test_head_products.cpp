@@ -61,8 +61,8 @@ int check_head_products(double tol) {
 }
 
 TEST(Kernels, HeadProductsEqualEigensProducts) {
-  EXPECT_EQ(check_head_products<float>(1e-4), 4);  // head sizes 4 and 8 at n = 16 and 32, every query
-  EXPECT_EQ(check_head_products<double>(1e-12), 4);
+  EXPECT_EQ(check_head_products<float>(1e-4), 9);  // head sizes 1, 4 and 8 at n = 8, 16 and 32, every query
+  EXPECT_EQ(check_head_products<double>(1e-12), 9);
   // Other scalars take the general products (their results are checked by the MPFR finite
   // differences of test_backward.cpp): no view with both sizes fixed.
   const Mat<Rational> M(16, 16);

@@ -446,7 +446,7 @@ TEST(Train, ATaskIsSizedBeforeItIsDrawn) {  // random-labels, N = 10^8, n = 10^5
 
 // A confident prediction's cross-entropy keeps its digits in float: with logits (30, 0) the loss
 // is log(1 + e^-30) ≈ 9.36e-14, which log(Σ exp) rounded to 0 (the sum is 1 in float), and a
-// validation loss of 0 cannot be placed on the log scale the verdicts use.
+// validation loss of 0 cannot be placed on the log scale the verdicts use. Tied logits lose log 2.
 TEST(Train, ConfidentCrossEntropyIsNotRoundedToZero) {
   const Dataset data = sign_classes();
   Network<float> net = sign_classifier();
@@ -456,4 +456,6 @@ TEST(Train, ConfidentCrossEntropyIsNotRoundedToZero) {
   EXPECT_NEAR(evaluate_loss(net, data, Loss::cross_entropy).first / want, 1, 1e-5);
   Network<double> nd = network_cast<double>(net);
   EXPECT_NEAR(evaluate_loss(nd, data, Loss::cross_entropy).first / want, 1, 1e-12);
+  net.readout_w.setZero();  // tied logits: two terms are 1, one of them counts as the maximum
+  EXPECT_NEAR(evaluate_loss(net, data, Loss::cross_entropy).first, std::log(2.0), 1e-6);
 }

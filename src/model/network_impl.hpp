@@ -210,7 +210,7 @@ void normalise_columns(Mat<S>& A, const LayerSpec& spec, const EvalOptions& opt,
       }
       // Every query of a sequence of 8, 16 or 32 tokens: fixed sizes, faster than the whole-matrix
       // form (docs/benchmarks.md, "The kernels' design figures").
-      const bool fixed = A.cols() == n && with_size(SoftmaxLengths{}, n, [&](auto length) {
+      const bool fixed = A.cols() == n && with_size(FixedLengths{}, n, [&](auto length) {
                            softmax_columns<decltype(length)::value>(A.data());
                          });
       if (!fixed) {

@@ -21,11 +21,10 @@ constexpr bool contains(Sizes<N...>, int v) {
   return ((v == N) || ...);
 }
 
-// Sequence lengths whose attention has fixed-size kernels when every query is computed (the
-// training benchmark's tiny and small configurations).
-using FixedLengths = Sizes<16, 32>;
-// Lengths whose softmax runs on a fixed-size matrix (softmax_columns): those and 8 (the sweeps' and
-// the memorization experiments' sequences).
-using SoftmaxLengths = Sizes<8, 16, 32>;
+// Sequence lengths with fixed-size kernels: the softmax of every column (softmax_columns) and,
+// when every query is computed, the products of one attention head (src/train/head_product.hpp):
+// the sweeps' and the memorization experiments' sequences (8) and the training benchmark's tiny
+// and small configurations (16, 32).
+using FixedLengths = Sizes<8, 16, 32>;
 
 }  // namespace uatlab

@@ -287,9 +287,10 @@ void for_each_sequence(int B, Init&& init, Body&& body, Done&& done) {
 // The products of one head and one sequence: dst = a·b·scale, or dst += a·b·scale. When a is a
 // head view (one dimension fixed at compile time) and every size is at most 8, as a
 // coefficient-wise product, which Eigen unrolls and vectorises instead of packing the operands for
-// its GEMM (faster at n = 8, slower from n = 32 on: docs/benchmarks.md). A single row (head size 1) stays a
-// matrix-vector product, which is faster still. Each branch is compiled only for the operands it
-// can serve (fixed-size blocks go to head_product.hpp alone).
+// its GEMM (faster at n = 8, slower from n = 32 on: docs/benchmarks.md). A single row (head size 1)
+// at a length without fixed-size kernels stays a matrix-vector product, which is faster still. Each
+// branch is compiled only for the operands it can serve (fixed-size blocks go to head_product.hpp
+// alone).
 template <bool Add, class D, class A, class B, class S>
 void head_product(D&& dst, const A& a, const B& b, const S& scale) {
   if constexpr (fixed_head_operands<A, B>) {
@@ -606,45 +607,51 @@ S forward_train(const Network<S>& net, const Batch<S>& batch, Loss loss, Trace<S
   } else {
     trace.y = trace.z;
   }
-  // Loss over counted tokens. Cross-entropy works on the whole output at once: with y shifted by
-  // each column's maximum, a token's loss is log Σ exp(y) − y_label; exp(y) over the column sums
-  // is the softmax the backward pass needs.
+  // Loss over counted tokens. Cross-entropy works on yᵀ (T×C), one class per column, so that every
+  // pass (the maximum, exp, the sum, the division) runs along T contiguous numbers however few the
+  // classes are (three for memorize: over y's own 3-number columns each pass was scalar, a tenth of
+  // the kajitsuka sweep's time). With y shifted by each token's maximum, its loss is
+  // log Σ exp(y) − y_label; exp(y) over the sums is the softmax the backward pass needs (trace.p,
+  // C×T as y).
   S total(0);
   if (loss == Loss::cross_entropy) {
-    Mat<S>& p = trace.p;
-    p = trace.y;
-    p.rowwise() -= Eigen::Matrix<S, 1, Eigen::Dynamic>(p.colwise().maxCoeff());
+    thread_local Mat<S> pt;  // (thread_local: MPFR numbers keep their memory too)
+    pt = trace.y.transpose();
+    const Eigen::Index C = pt.cols();
+    Vec<S> high = pt.col(0);  // per token: the maximum over the classes
+    for (Eigen::Index j = 1; j < C; ++j)
+      high = high.cwiseMax(pt.col(j));
+    pt.colwise() -= high;
     for (Eigen::Index c = 0; c < T; ++c)
-      if (batch.mask[c]) total -= p(batch.label[c], c);
+      if (batch.mask[c]) total -= pt(c, batch.label[c]);
     if constexpr (std::is_floating_point_v<S>)
-      p = p.array().exp();  // Eigen's packet exp
+      pt = pt.array().exp();  // Eigen's packet exp
     else
-      p = p.unaryExpr([](const S& v) { return S(Scalar<S>::exp(v)); });
-    const Eigen::Matrix<S, 1, Eigen::Dynamic> sums = p.colwise().sum();
+      pt = pt.unaryExpr([](const S& v) { return S(Scalar<S>::exp(v)); });
+    Vec<S> sums = pt.rowwise().sum();
     if constexpr (std::is_floating_point_v<S>) {
       // log Σ exp = log1p(the sum without one maximal term, which is exactly 1): a confident
-      // token's loss keeps its digits instead of rounding to 0 with the sum. Eigen's packet log1p
-      // over the counted tokens at once (one scalar call per token was a tenth of a tiny step).
-      thread_local Eigen::Array<S, 1, Eigen::Dynamic> rest;
-      rest.resize(T);
-      Eigen::Index counted = 0;
-      for (Eigen::Index c = 0; c < T; ++c) {
-        if (!batch.mask[c]) continue;
-        S r(0);
-        bool skipped = false;
-        for (Eigen::Index j = 0; j < p.rows(); ++j)
-          if (!skipped && p(j, c) == S(1))
-            skipped = true;
-          else
-            r += p(j, c);
-        rest(counted++) = r;
+      // token's loss keeps its digits instead of rounding to 0 with the sum. The terms that are not
+      // 1, plus the 1s beyond the first (exp rounds to 1 near the maximum too); Eigen's packet
+      // log1p over the counted tokens at once.
+      thread_local Eigen::Array<S, Eigen::Dynamic, 1> others, ones;
+      others.setZero(T);
+      ones.setZero(T);
+      for (Eigen::Index j = 0; j < C; ++j) {
+        const auto one = (pt.col(j).array() == S(1)).template cast<S>();
+        others += pt.col(j).array() * (S(1) - one);
+        ones += one;
       }
-      total += rest.head(counted).log1p().sum();
+      Eigen::Index counted = 0;
+      for (Eigen::Index c = 0; c < T; ++c)
+        if (batch.mask[c]) others(counted++) = others(c) + (ones(c) - S(1));
+      total += others.head(counted).log1p().sum();
     } else {
       for (Eigen::Index c = 0; c < T; ++c)
         if (batch.mask[c]) total += Scalar<S>::log(sums(c));
     }
-    p.array().rowwise() /= sums.array();
+    pt.array().colwise() /= sums.array();
+    trace.p = pt.transpose();
   }
   trace.counted = std::count_if(batch.mask.begin(), batch.mask.end(), [](char m) { return m != 0; });
   if (loss == Loss::mse && trace.counted == T)

@@ -13,7 +13,7 @@
 
 namespace uatlab::train_detail {
 
-using HeadRows = Sizes<4, 8>;  // and lengths N in FixedLengths (model/sizes.hpp)
+using HeadRows = Sizes<1, 4, 8>;  // and lengths N in FixedLengths (model/sizes.hpp)
 
 template <class T>
 struct IsTranspose : std::false_type {};

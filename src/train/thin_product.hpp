@@ -21,8 +21,8 @@
 
 namespace uatlab::train_detail {
 
-using ThinRows = Sizes<2, 4, 8, 16, 32>;
-using ThinCols = Sizes<2, 4, 8, 16>;
+using ThinRows = Sizes<1, 2, 3, 4, 8, 16, 32>;
+using ThinCols = Sizes<1, 2, 3, 4, 8, 16>;
 // Y = W·X for r = 4, 8, 16 and these k, eight tokens at a time: each column of W loaded serves
 // eight tokens, and the eight sums are independent, so the multiply-adds do not wait on each
 // other's latency (one token at a time is one chain of k of them). Float, one core, 1,024 tokens
