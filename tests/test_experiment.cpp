@@ -550,23 +550,30 @@ TEST(Experiment, WelchMatchesStudentsTable) {
 }
 
 // The mixers experiment's cells: every model trains, the control has no mixing layer (and so no
-// separation), the others report one certified δ per mixing layer.
+// separation), the others report one certified δ per mixing layer; the models' parameters match
+// all-attention's (the feed-forward width makes up the difference) within 1%.
 TEST(Experiment, YunMixersCellsReportLossSeparationAndThroughput) {
   const Experiment& e = find_experiment("yun-mixers");
   Context c;
   c.mode = Mode::smoke;
   const std::vector<json> cells = e.cells(c);
   EXPECT_EQ(cells.size(), 12u);  // 2 tasks × 6 models × 1 seed
+  std::map<std::string, double> parameters;
   for (const json& cell : cells) {
-    if (cell.at("task") != "memorize") continue;
+    if (cell.at("task") != "recall") continue;
     const json r = e.run(cell, c);
     SCOPED_TRACE(cell.dump());
     EXPECT_GT(r.at("tokens_per_second").get<double>(), 0);
     EXPECT_GE(r.at("certified_correct").get<double>(), 0);
     EXPECT_LE(r.at("certified_correct").get<double>(), 1);
+    EXPECT_TRUE(std::isfinite(r.at("val_loss").get<double>()));
     const bool control = cell.at("model") == "control";
     EXPECT_EQ(r.at("log10_delta").size(), control ? 0u : 4u);
+    parameters[cell.at("model")] = r.at("parameters").get<double>();
   }
+  ASSERT_EQ(parameters.size(), 6u);
+  for (const auto& [model, p] : parameters)
+    EXPECT_NEAR(p / parameters.at("attention"), 1, 0.01) << model;
 }
 
 TEST(Experiment, SlopeAndMeanIntervalMatchStudentsTable) {

@@ -311,7 +311,7 @@ TEST(Stats, ReportMixersPairsEachModelWithAttention) {
     return m == "control" ? 3.0 : m == "bproj" || m == "sepconv" ? 2.0 : 1.5;
   });
   EXPECT_EQ(verdict_of(md, "attention vs control, language modelling"), "holds") << md;
-  EXPECT_EQ(verdict_of(md, "attention vs bproj, memorization"), "holds") << md;
+  EXPECT_EQ(verdict_of(md, "attention vs bproj, recall"), "holds") << md;
   for (const std::string hybrid : {"hybrid-1", "hybrid-2"})
     EXPECT_EQ(verdict_of(md, hybrid + " vs attention, language modelling"), "holds") << md;
 }

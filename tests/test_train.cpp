@@ -4,6 +4,8 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <set>
 
 #include "sign_classes.hpp"
 #include "uatlab/model/init.hpp"
@@ -144,6 +146,35 @@ TEST(Train, TasksAreSeededAndWellFormed) {
   EXPECT_THROW(make_task("no-such-task", o), Error);
 }
 
+// Associative recall: n − 1 pairs with distinct keys, then a query for one of their keys; the label
+// (the last token only) is the value of that pair. Too few keys for the pairs is refused.
+TEST(Train, RecallAsksForTheValueOfAKeyOfTheSequence) {
+  TaskOptions o;
+  o.N = 200, o.n = 9, o.V = 8, o.classes = 5, o.seed = 3;
+  const Dataset ds = make_task("recall", o);
+  std::set<int> asked_at;
+  for (const Sequence& s : ds.sequences) {
+    ASSERT_EQ(s.tokens.size(), 9u);
+    std::map<int, int> value;  // key -> value
+    for (int t = 0; t < 8; ++t) {
+      ASSERT_LT(s.tokens[t], 8 * 5);
+      EXPECT_TRUE(value.emplace(s.tokens[t] / 5, s.tokens[t] % 5).second) << "a key twice";
+      EXPECT_EQ(s.mask[t], 0);
+    }
+    const int key = s.tokens[8] - 8 * 5;
+    ASSERT_TRUE(key >= 0 && key < 8);
+    ASSERT_EQ(value.count(key), 1u);
+    EXPECT_EQ(s.y(0, 8), Rational(value.at(key)));
+    EXPECT_EQ(s.mask[8], 1);
+    for (int t = 0; t < 8; ++t)
+      if (s.tokens[t] / 5 == key) asked_at.insert(t);
+  }
+  EXPECT_EQ(asked_at.size(), 8u);  // the asked pair sits anywhere before the query
+  EXPECT_EQ(task("recall").shape(o).vocab, 8 * 6);
+  o.V = 7;
+  EXPECT_THROW(make_task("recall", o), Error);
+}
+
 TEST(Train, AdaptiveMemoryTasksFollowTheirLagRules) {
   TaskOptions o;
   o.N = 20;
@@ -265,7 +296,7 @@ TEST(Train, EveryTaskOfTheTableMatchesItsShape) {
   for (int i = 0; i < 600; ++i)
     text += "abc ";
   { std::ofstream(path) << text; }
-  ASSERT_EQ(tasks().size(), 11u);
+  ASSERT_EQ(tasks().size(), 12u);
   for (const TaskSpec& t : tasks()) {
     SCOPED_TRACE(t.name);
     TaskOptions o;

@@ -5,6 +5,7 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <unordered_set>
 
 #include "uatlab/io/json.hpp"
 #include "uatlab/io/lists.hpp"
@@ -114,6 +115,53 @@ Dataset random_labels(const TaskOptions& o) {
     s.y(0, 0) = std::min(o.classes - 1, static_cast<int>(rng.uniform() * o.classes));
     s.mask.assign(o.n, 0);
     s.mask[0] = 1;
+    ds.sequences.push_back(std::move(s));
+  }
+  return ds;
+}
+
+// Associative recall, a task that needs long-range, content-based token mixing: n − 1 pair tokens
+// (key k, value v), id k·C + v, with n − 1 distinct keys out of V and values out of C = o.classes,
+// then a query token, id V·C + k, for the key of one of the pairs; the label at the query (the last
+// token, the only one scored) is that pair's value. The pair sits anywhere before the query and is
+// found by its key alone, so a mixer must select tokens by content over the whole sequence.
+Dataset recall(const TaskOptions& o) {
+  if (o.n < 2 || o.classes < 2 || o.V < o.n - 1)
+    throw Error("recall needs n >= 2, at least 2 classes (values) and V >= n - 1 keys, got n = " +
+                std::to_string(o.n) + ", classes = " + std::to_string(o.classes) +
+                ", V = " + std::to_string(o.V));
+  limits::check_count(limits::saturating_mul(o.V, o.classes + 1), 1, limits::kSize,
+                      "recall vocabulary V * (classes + 1)");
+  Rng rng(o.seed);
+  auto below = [&](int m) { return static_cast<int>(rng.next() % static_cast<std::uint64_t>(m)); };
+  Dataset ds;
+  ds.token_input = true;
+  ds.label_dim = 1;
+  const int P = o.n - 1;  // pairs
+  std::vector<int> keys;
+  std::unordered_set<int> drawn;
+  for (int i = 0; i < o.N; ++i) {
+    // P distinct keys out of V (Floyd's sampling: memory for P, not V), then in random order.
+    keys.clear(), drawn.clear();
+    for (int j = o.V - P; j < o.V; ++j) {
+      const int t = below(j + 1);
+      keys.push_back(drawn.insert(t).second ? t : j);
+      if (keys.back() == j) drawn.insert(j);
+    }
+    for (int t = P - 1; t > 0; --t)
+      std::swap(keys[t], keys[below(t + 1)]);
+    Sequence s;
+    std::vector<int> values;
+    for (int t = 0; t < P; ++t) {
+      values.push_back(below(o.classes));
+      s.tokens.push_back(keys[t] * o.classes + values.back());
+    }
+    const int asked = below(P);
+    s.tokens.push_back(o.V * o.classes + keys[asked]);
+    s.y = Mat<Rational>::Zero(1, o.n);
+    s.y(0, o.n - 1) = values[asked];
+    s.mask.assign(o.n, 0);
+    s.mask[o.n - 1] = 1;
     ds.sequences.push_back(std::move(s));
   }
   return ds;
@@ -377,6 +425,12 @@ const std::vector<TaskSpec>& tasks() {
       {"random-labels", Loss::cross_entropy, random_labels,
        [](O o) {
          return TaskShape{0, o.d, o.classes};
+       }},
+      {"recall", Loss::cross_entropy, recall,
+       [](O o) {
+         // (clamped: make_task refuses a vocabulary past the limit before anything is built)
+         const long long vocab = std::min(limits::saturating_mul(o.V, o.classes + 1), limits::kSize);
+         return TaskShape{static_cast<int>(vocab), 0, o.classes};
        }},
       {"sparse-boolean", Loss::cross_entropy, sparse_boolean,
        [](O) {

@@ -38,12 +38,12 @@ namespace uatlab {
 
 struct TaskOptions {
   int N = 1000, n = 32, d = 4, V = 64;  // sequences, length; memorize, random-labels, complex-readout,
-                                        // kernels: dimension; memorize: vocabulary
+                                        // kernels: dimension; memorize: vocabulary; recall: keys
   std::vector<int> lags = {1, 4, 9};    // sparse-boolean, complex-readout, adaptive-*, kernel-lags
   std::string boolean = "parity";
   double beta = 0.5;        // kernels: tail exponent / rate
   double cutoff = 8;        // kernel-tempered: the cutoff length λ
-  int classes = 2;          // random-labels
+  int classes = 2;          // random-labels; recall: values
   int mask_before = 0;      // any task: positions t < this are not scored
   int window = 0;           // kernels: > 0 truncates the sum at s ≤ window
   double omega = 2;         // complex-readout: frequency
@@ -58,13 +58,13 @@ struct TaskOptions {
     f("N", o.N, "Sequences");
     f("n", o.n, "Sequence length");
     f("d", o.d, "Tasks memorize, random-labels, complex-readout, kernel-*: token dimension");
-    f("V", o.V, "Task memorize: vocabulary size");
+    f("V", o.V, "Task memorize: vocabulary size; recall: keys");
     f("lags", o.lags,
       "Tasks sparse-boolean, complex-readout, kernel-lags: lags; adaptive-*: the lag table, e.g. 1,4,9");
     f("boolean", o.boolean, "Task sparse-boolean: parity, majority, and, product, table");
     f("beta", o.beta, "Task kernels: tail exponent / decay rate");
     f("cutoff", o.cutoff, "Task kernel-tempered: cutoff length lambda");
-    f("classes", o.classes, "Task random-labels: classes");
+    f("classes", o.classes, "Tasks random-labels: classes; recall: values");
     f("mask_before", o.mask_before, "Any task: do not score positions t < K");
     f("window", o.window, "Task kernels: truncate the memory at s <= T (0: the whole past)");
     f("omega", o.omega, "Task complex-readout: frequency");
