@@ -615,8 +615,7 @@ S forward_train(const Network<S>& net, const Batch<S>& batch, Loss loss, Trace<S
   // C×T as y).
   S total(0);
   if (loss == Loss::cross_entropy) {
-    thread_local Mat<S> pt;  // (thread_local: MPFR numbers keep their memory too)
-    pt = trace.y.transpose();
+    Mat<S> pt = trace.y.transpose();
     const Eigen::Index C = pt.cols();
     Vec<S> high = pt.col(0);  // per token: the maximum over the classes
     for (Eigen::Index j = 1; j < C; ++j)
@@ -628,7 +627,7 @@ S forward_train(const Network<S>& net, const Batch<S>& batch, Loss loss, Trace<S
       pt = pt.array().exp();  // Eigen's packet exp
     else
       pt = pt.unaryExpr([](const S& v) { return S(Scalar<S>::exp(v)); });
-    Vec<S> sums = pt.rowwise().sum();
+    const Vec<S> sums = pt.rowwise().sum();
     if constexpr (std::is_floating_point_v<S>) {
       // log Σ exp = log1p(the sum without one maximal term, which is exactly 1): a confident
       // token's loss keeps its digits instead of rounding to 0 with the sum. The terms that are not
