@@ -178,16 +178,16 @@ void AffineForward::group(Sub& s, const Layer<Rational>& L, const std::vector<Ra
   }
 }
 
-void AffineForward::undecided(const Sub& s, const Mat<Mpfi>& Z, Eigen::Index t, Mat<Mpfi>& out) const {
+void AffineForward::undecided(const Sub& s, const Mat<Mpfi>& z, Mat<Mpfi>& out, Eigen::Index t) const {
   const Layer<Mpfi>& L = s.alone.layers[0];
-  for (Eigen::Index r = 0; r < Z.rows(); ++r)
-    out(r, t) = s.folded[static_cast<std::size_t>(r)] ? L.b2(r, 0) : Mpfi(Z(r, t) + L.b2(r, 0));
+  for (Eigen::Index r = 0; r < z.rows(); ++r)
+    out(r, t) = s.folded[static_cast<std::size_t>(r)] ? L.b2(r, 0) : Mpfi(z(r, 0) + L.b2(r, 0));
   for (const Group& g : s.groups) {
     if (g.unit >= 0) {
       const Unit& unit = s.units[static_cast<std::size_t>(g.unit)];
       Mpfi pre = unit.bias;
       for (const auto& [k, w] : unit.in)
-        pre += w * Z(k, t);
+        pre += w * z(k, 0);
       const Mpfi h = piecewise(s.breaks, s.act, pre);
       for (Eigen::Index r = 0; r < L.w2.rows(); ++r)
         if (!mpfi_is_zero(L.w2(r, g.unit).backend().data())) out(r, t) += L.w2(r, g.unit) * h;
@@ -195,7 +195,7 @@ void AffineForward::undecided(const Sub& s, const Mat<Mpfi>& Z, Eigen::Index t, 
     }
     Mpfi x(0);
     for (const auto& [k, w] : g.w)
-      x += w * Z(k, t);
+      x += w * z(k, 0);
     for (std::size_t i = 0; i < g.rows.size(); ++i)
       out(g.rows[i], t) += Group::image(g.breaks, g.pieces[i], x);
   }
@@ -215,69 +215,121 @@ Mpfi AffineForward::Group::image(const std::vector<Mpfi>& c, const std::vector<P
       });
 }
 
-Mat<Mpfi> AffineForward::one_direction(const Direction& f, const Mat<Mpfi>& Z) {
-  Mat<Mpfi> out = Z;
+namespace {
+
+// An enclosure's ends in place (lower() and upper() return new numbers).
+const __mpfr_struct* lo(const Mpfi& x) {
+  return &x.backend().data()->left;
+}
+const __mpfr_struct* hi(const Mpfi& x) {
+  return &x.backend().data()->right;
+}
+mpfi_ptr raw(Mpfi& x) {
+  return x.backend().data();
+}
+mpfi_srcptr raw(const Mpfi& x) {
+  return x.backend().data();
+}
+
+}  // namespace
+
+void AffineForward::one_direction(const Direction& f, Mat<Mpfi>& Z, Scratch& w) {
   const std::size_t q = f.c.size();
   // Units [0, m0) have c_j ≤ x on all of x's enclosure (ReLU is the identity there), [m1, q) have
   // c_j ≥ x (zero); those in between straddle it.
   const auto split = [&](const Mpfi& x) {
-    const auto m0 =
-        static_cast<std::size_t>(std::upper_bound(f.c.begin(), f.c.end(), lower(x),
-                                                  [](const Mpfr& v, const Mpfi& c) { return v < upper(c); }) -
-                                 f.c.begin());
-    const auto m1 =
-        static_cast<std::size_t>(std::lower_bound(f.c.begin(), f.c.end(), upper(x),
-                                                  [](const Mpfi& c, const Mpfr& v) { return lower(c) < v; }) -
-                                 f.c.begin());
+    const auto m0 = static_cast<std::size_t>(
+        std::partition_point(f.c.begin(), f.c.end(),
+                             [&](const Mpfi& c) { return !mpfr_less_p(lo(x), hi(c)); }) -
+        f.c.begin());
+    const auto m1 = static_cast<std::size_t>(
+        std::partition_point(f.c.begin(), f.c.end(),
+                             [&](const Mpfi& c) { return mpfr_less_p(lo(c), hi(x)); }) -
+        f.c.begin());
     return std::make_pair(m0, std::max(m0, m1));
   };
-  // Row i's F(x) = S_m0·(x − c_{m0−1}) + Q_m0 (pivot 0 when m0 = 0) + the straddled units one by one.
-  const auto sum = [&](std::size_t i, const Mpfi& x, std::size_t m0, std::size_t m1) {
-    Mpfi v = f.sq[i][m0];
-    if (!mpfi_is_zero(f.sw[i][m0].backend().data())) v += f.sw[i][m0] * (m0 ? Mpfi(x - f.c[m0 - 1]) : x);
+  // v = row i's F(x) = S_m0·(x − c_{m0−1}) + Q_m0 (pivot 0 when m0 = 0) + the straddled units one by one.
+  const auto sum = [&](std::size_t i, const Mpfi& x, std::size_t m0, std::size_t m1, Mpfi& v) {
+    mpfi_set(raw(v), raw(f.sq[i][m0]));
+    if (!mpfi_is_zero(raw(f.sw[i][m0]))) {
+      if (m0) {
+        mpfi_sub(raw(w.p), raw(x), raw(f.c[m0 - 1]));
+        mpfi_mul(raw(w.r), raw(f.sw[i][m0]), raw(w.p));
+      } else {
+        mpfi_mul(raw(w.r), raw(f.sw[i][m0]), raw(x));
+      }
+      mpfi_add(raw(v), raw(v), raw(w.r));
+    }
     for (std::size_t j = m0; j < m1; ++j)
       v += f.w[i][j] * relu(Mpfi(x - f.c[j]));
-    return v;
   };
   // On [c_{m0−1}, c_{m1}], F lies between its values at the breakpoints there, F(c_j) = Q_{j+1}
   // (exact): this bounds x on a steep ramp (slope 1/η), where the sum above loses log2(1/η) bits.
-  const auto between = [&](std::size_t i, std::size_t m0, std::size_t m1, const Mpfi& v) {
-    if (m0 == 0 || m1 >= q) return v;
-    Mpfr lo = lower(f.sq[i][m0]), hi = upper(f.sq[i][m0]);
-    for (std::size_t j = m0; j <= m1; ++j)
-      lo = std::min(lo, lower(f.sq[i][j + 1])), hi = std::max(hi, upper(f.sq[i][j + 1]));
-    return intersect(v, hull(lo, hi));
+  // v is narrowed in place.
+  const auto between = [&](std::size_t i, std::size_t m0, std::size_t m1, Mpfi& v) {
+    if (m0 == 0 || m1 >= q) return;
+    const __mpfr_struct *l = lo(f.sq[i][m0]), *h = hi(f.sq[i][m0]);
+    for (std::size_t j = m0; j <= m1; ++j) {
+      if (mpfr_less_p(lo(f.sq[i][j + 1]), l)) l = lo(f.sq[i][j + 1]);
+      if (mpfr_greater_p(hi(f.sq[i][j + 1]), h)) h = hi(f.sq[i][j + 1]);
+    }
+    mpfi_ptr r = raw(v);
+    if (mpfi_nan_p(r)) {  // no information: the breakpoints' values alone
+      mpfi_interv_fr(r, l, h);
+      return;
+    }
+    if (mpfr_less_p(&r->left, l)) mpfr_set(&r->left, l, MPFR_RNDD);  // one precision: exact
+    if (mpfr_greater_p(&r->right, h)) mpfr_set(&r->right, h, MPFR_RNDU);
+    if (!mpfr_lessequal_p(&r->left, &r->right))
+      throw Error("two enclosures of one value do not meet (an internal error)");
+  };
+  // Row i's new value: its residual (unless folded into F) + its bias + F's enclosure in w.v.
+  const auto write = [&](std::size_t i, Eigen::Index col) {
+    Mpfi& z = Z(f.rows[i], col);
+    if (f.fold[i]) {
+      mpfi_add(raw(z), raw(f.b2[i]), raw(w.v));
+    } else {
+      mpfi_add(raw(w.p), raw(z), raw(f.b2[i]));
+      mpfi_add(raw(z), raw(w.p), raw(w.v));
+    }
   };
   for (Eigen::Index col = 0; col < Z.cols(); ++col) {
-    Mpfi t(0);
-    for (const auto& [k, a] : f.a)
-      t += a * Z(k, col);
+    mpfi_set_ui(raw(w.t), 0);
+    for (const auto& [k, a] : f.a) {
+      mpfi_mul(raw(w.p), raw(a), raw(Z(k, col)));
+      mpfi_add(raw(w.t), raw(w.t), raw(w.p));
+    }
+    const Mpfi& t = w.t;  // read before any row is written (rows read only themselves after)
     const auto [m0, m1] = split(t);
     for (std::size_t i = 0; i < f.rows.size(); ++i) {
-      const Mpfi base = f.fold[i] ? f.b2[i] : Mpfi(Z(f.rows[i], col) + f.b2[i]);
       if (m1 == m0) {  // affine on all of t's enclosure
-        out(f.rows[i], col) = base + between(i, m0, m1, sum(i, t, m0, m1));
+        sum(i, t, m0, m1, w.v);
+        between(i, m0, m1, w.v);
+        write(i, col);
         continue;
       }
       // F is piecewise linear: its range on t's enclosure is the hull of its values at the two ends
       // and at the breakpoints between. Summing the straddled units' own enclosures instead would
       // add |w_j|·width for each, which grows with the slopes (a steep ramp is two units of slope
       // ±1/η) and with their number.
-      Mpfr lo, hi;
+      Mpfr l, h;
       bool any = false;
-      for (const Mpfr& x : {lower(t), upper(t)}) {
-        const Mpfi p = hull(x, x);
+      for (const __mpfr_struct* x : {lo(t), hi(t)}) {
+        Mpfi p;
+        mpfi_set_fr(raw(p), x);  // one precision: exact
         const auto [a0, a1] = split(p);
-        const Mpfi v = between(i, a0, a1, sum(i, p, a0, a1));
-        lo = any ? std::min(lo, lower(v)) : lower(v), hi = any ? std::max(hi, upper(v)) : upper(v);
+        sum(i, p, a0, a1, w.v);
+        between(i, a0, a1, w.v);
+        l = any ? std::min(l, lower(w.v)) : lower(w.v), h = any ? std::max(h, upper(w.v)) : upper(w.v);
         any = true;
       }
       for (std::size_t j = m0; j < m1; ++j)
-        lo = std::min(lo, lower(f.sq[i][j + 1])), hi = std::max(hi, upper(f.sq[i][j + 1]));
-      out(f.rows[i], col) = base + between(i, m0, m1, hull(lo, hi));
+        l = std::min(l, lower(f.sq[i][j + 1])), h = std::max(h, upper(f.sq[i][j + 1]));
+      w.v = hull(l, h);
+      between(i, m0, m1, w.v);
+      write(i, col);
     }
   }
-  return out;
 }
 
 const AffineForward::Affine& AffineForward::affine(const Sub& s,
@@ -314,34 +366,46 @@ const AffineForward::Affine& AffineForward::affine(const Sub& s,
   return s.cache->emplace(pattern, std::move(f)).first->second;
 }
 
-Mat<Mpfi> AffineForward::feedforward(const Sub& s, const Mat<Mpfi>& Z) const {
-  if (s.direction) return one_direction(*s.direction, Z);
-  Mat<Mpfi> out = Z;
-  std::vector<unsigned char> pattern(s.units.size());
+void AffineForward::feedforward(const Sub& s, Mat<Mpfi>& Z, Scratch& w) const {
+  if (s.direction) return one_direction(*s.direction, Z, w);
+  w.pattern.resize(s.units.size());
   for (Eigen::Index t = 0; t < Z.cols(); ++t) {
     bool decided = true;
     for (std::size_t u = 0; u < s.units.size() && decided; ++u) {
-      Mpfi pre = s.units[u].bias;
-      for (const auto& [k, w] : s.units[u].in)
-        pre += w * Z(k, t);
+      mpfi_set(raw(w.t), raw(s.units[u].bias));
+      for (const auto& [k, a] : s.units[u].in) {
+        mpfi_mul(raw(w.p), raw(a), raw(Z(k, t)));
+        mpfi_add(raw(w.t), raw(w.t), raw(w.p));
+      }
       std::size_t k = 0;  // the piece holding the whole enclosure: c_{k−1} ≤ pre < c_k
-      while (k < s.breaks.size() && lower(pre) >= upper(s.breaks[k]))
+      while (k < s.breaks.size() && mpfr_greaterequal_p(lo(w.t), hi(s.breaks[k])))
         ++k;
-      decided = k == s.breaks.size() || upper(pre) < lower(s.breaks[k]);
-      pattern[u] = static_cast<unsigned char>(k);
+      decided = k == s.breaks.size() || mpfr_less_p(hi(w.t), lo(s.breaks[k]));
+      w.pattern[u] = static_cast<unsigned char>(k);
     }
     if (!decided) {
-      undecided(s, Z, t, out);
+      const Mat<Mpfi> z = Z.col(t);
+      undecided(s, z, Z, t);
       continue;
     }
-    for (const Affine::Row& row : affine(s, pattern).rows) {
-      Mpfi v = row.b;
-      for (const Affine::Term& term : row.terms)
-        v += term.one ? Z(term.k, t) : Mpfi(term.a * Z(term.k, t));
-      out(row.r, t) = v;
+    // Every new row from the old column, then swapped in.
+    const Affine& f = affine(s, w.pattern);
+    if (w.rows.size() < f.rows.size()) w.rows.resize(f.rows.size());
+    for (std::size_t i = 0; i < f.rows.size(); ++i) {
+      Mpfi& v = w.rows[i];
+      mpfi_set(raw(v), raw(f.rows[i].b));
+      for (const Affine::Term& term : f.rows[i].terms) {
+        if (term.one) {
+          mpfi_add(raw(v), raw(v), raw(Z(term.k, t)));
+        } else {
+          mpfi_mul(raw(w.p), raw(term.a), raw(Z(term.k, t)));
+          mpfi_add(raw(v), raw(v), raw(w.p));
+        }
+      }
     }
+    for (std::size_t i = 0; i < f.rows.size(); ++i)
+      Z(f.rows[i].r, t).swap(w.rows[i]);
   }
-  return out;
 }
 
 Mat<Mpfi> AffineForward::operator()(const Mat<Mpfi>& X, const std::vector<Eigen::Index>& keep) const {
@@ -352,11 +416,14 @@ Mat<Mpfi> AffineForward::operator()(const Mat<Mpfi>& X, const std::vector<Eigen:
   Mat<Mpfi> Z = forward(head_, X);
   EvalOptions last;  // the last token-mixing sub-layer: only the queries from the first kept one on
   if (!keep.empty()) last.first_query = *std::min_element(keep.begin(), keep.end());
+  Scratch w;
   for (std::size_t i = 0; i <= subs_.size(); ++i) {
     if (!keep.empty() && i == tokenwise_from_) Z = Mat<Mpfi>(Z(Eigen::all, keep));
-    if (i < subs_.size())
-      Z = subs_[i].ff ? feedforward(subs_[i], Z)
-                      : forward(subs_[i].alone, Z, i + 1 == tokenwise_from_ ? last : EvalOptions{});
+    if (i == subs_.size()) break;
+    if (subs_[i].ff)
+      feedforward(subs_[i], Z, w);
+    else
+      Z = forward(subs_[i].alone, Z, i + 1 == tokenwise_from_ ? last : EvalOptions{});
   }
   return forward(tail_, Z);
 }

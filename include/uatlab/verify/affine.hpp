@@ -126,11 +126,21 @@ class AffineForward {
     Network<Mpfi> alone;       // the sub-layer alone, for the plain MPFI forward
     std::unique_ptr<std::map<std::vector<unsigned char>, Affine>> cache;
   };
-  Mat<Mpfi> feedforward(const Sub& s, const Mat<Mpfi>& Z) const;
-  static Mat<Mpfi> one_direction(const Direction& f, const Mat<Mpfi>& Z);
+  // One sequence's working numbers, made once at the precision in force and reused by every
+  // sub-layer: a deep value map is thousands of sub-layers of two units on a column of four, and
+  // a temporary per operation made memory allocation a third of the certificate's time.
+  struct Scratch {
+    Mpfi t, v, p, r;
+    std::vector<Mpfi> rows;
+    std::vector<unsigned char> pattern;
+  };
+  // Both replace Z's rows that the sub-layer writes, in place.
+  void feedforward(const Sub& s, Mat<Mpfi>& Z, Scratch& w) const;
+  static void one_direction(const Direction& f, Mat<Mpfi>& Z, Scratch& w);
   static std::unique_ptr<Direction> direction_of(const Layer<Rational>& L);
   static void group(Sub& s, const Layer<Rational>& L, const std::vector<Rational>& c);
-  void undecided(const Sub& s, const Mat<Mpfi>& Z, Eigen::Index t, Mat<Mpfi>& out) const;
+  // Column t of out from z (that column before the sub-layer), unit group by unit group.
+  void undecided(const Sub& s, const Mat<Mpfi>& z, Mat<Mpfi>& out, Eigen::Index t) const;
   const Affine& affine(const Sub& s, const std::vector<unsigned char>& pattern) const;
 
   Network<Mpfi> head_, tail_;  // positions; pooling and readout
