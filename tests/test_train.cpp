@@ -74,6 +74,41 @@ TEST(Train, MemorizesASmallTaskAndIsReproducible) {
   EXPECT_GT(evaluate_loss(a, data, Loss::cross_entropy).second, 0.95) << "loss " << ra.loss;
 }
 
+TEST(Train, AValidationPlateauStopsTheRun) {
+  // The criterion on canned losses: the best of the last k against the best before them.
+  const std::vector<double> h = {3, 2, 1.9, 1.899, 1.8985};
+  EXPECT_TRUE(validation_plateaued(h, 2, 0.002));      // 1.8985 is 0.08% below 1.9
+  EXPECT_FALSE(validation_plateaued(h, 2, 0.0005));    // ... which counts at 0.05%
+  EXPECT_FALSE(validation_plateaued(h, 3, 0.002));     // 1.899 against 2: 5% lower
+  EXPECT_FALSE(validation_plateaued(h, 5, 0.002));     // nothing before the last 5
+  EXPECT_FALSE(validation_plateaued(h, 0, 0.002));     // off
+  EXPECT_TRUE(validation_plateaued({1, 2, 3}, 2, 0));  // worse is no improvement
+  EXPECT_TRUE(validation_plateaued({1, std::nan("")}, 1, 0));
+  // A run: evaluations every 5 steps, and a tolerance no positive loss can beat (100%): it stops
+  // at its third evaluation, step 15 of 400, and says why.
+  const Dataset data = make_task("memorize", memo());
+  TrainConfig c;
+  c.loss = Loss::cross_entropy;
+  c.steps = 400;
+  c.batch = 6;
+  c.lr = 1e-2;
+  c.eval_every = 5;
+  c.plateau_evals = 2;
+  c.plateau_tolerance = 1;
+  Network<double> net = small_net(1);
+  const TrainReport r = train(net, data, &data, c);
+  EXPECT_EQ(r.steps, 15);
+  EXPECT_TRUE(r.plateaued);
+  EXPECT_TRUE(r.stopped_early);
+  EXPECT_EQ(training_summary(net, data, &data, c.loss, r).at("plateaued"), true);
+  // At 0.2% the same run goes on (its loss falls fast at first) and stops later or at the cap.
+  c.plateau_tolerance = 0.002;
+  Network<double> again = small_net(1);
+  EXPECT_GT(train(again, data, &data, c).steps, 15);
+  c.eval_every = 0;  // a plateau of nothing
+  EXPECT_THROW(train(again, data, &data, c), Error);
+}
+
 TEST(Train, ResumeContinuesExactly) {
   const Dataset data = make_task("memorize", memo());
   const std::string ck = (std::filesystem::temp_directory_path() / "uatlab_resume_test.safetensors").string();

@@ -352,6 +352,19 @@ void TrainConfig::validate() const {
   check_real(beta2, 0.0, 1 - 1e-12, "beta2");
   check_real(clip, 0.0, 1e300, "clip");
   check_real(adam_eps, 1e-300, 1.0, "adam_eps");
+  check_count(plateau_evals, 0, 1LL << 31, "plateau_evals");
+  check_real(plateau_tolerance, 0.0, 1.0, "plateau_tolerance");
+  if (plateau_evals > 0 && eval_every == 0)
+    throw Error("plateau_evals needs eval_every > 0 (the plateau is one of the validation loss)");
+}
+
+bool validation_plateaued(const std::vector<double>& val_losses, long evals, double tolerance) {
+  const auto k = static_cast<std::size_t>(std::max(evals, 0L));
+  if (k == 0 || val_losses.size() <= k) return false;
+  const auto split = val_losses.end() - static_cast<std::ptrdiff_t>(k);
+  const double before = *std::min_element(val_losses.begin(), split);
+  const double recent = *std::min_element(split, val_losses.end());
+  return !(recent < before - tolerance * std::abs(before));  // a NaN counts as no improvement
 }
 
 template <class S>
@@ -407,6 +420,7 @@ TrainReport train(Network<S>& net, const Dataset& data, const Dataset* validatio
                               [&](const std::vector<std::size_t>& idx) { return gather(all, idx); });
   };
   TrainReport rep;
+  std::vector<double> val_losses;  // this run's validations, for the plateau criterion
   const auto t0 = std::chrono::steady_clock::now();
   try {
     Network<S> grad = zero_like(net);
@@ -454,7 +468,10 @@ TrainReport train(Network<S>& net, const Dataset& data, const Dataset* validatio
           on_log({t + 1, config.steps, loss, lr, gnorm, rate,
                   static_cast<double>(config.steps - t - 1) / std::max(rate, 1e-9)});
         }
-        if (classify && config.stop_at_full_accuracy && on_training_set().second == 1.0) {
+        if (eval) val_losses.push_back(rep.val_loss);
+        rep.plateaued =
+            eval && validation_plateaued(val_losses, config.plateau_evals, config.plateau_tolerance);
+        if (rep.plateaued || (classify && config.stop_at_full_accuracy && on_training_set().second == 1.0)) {
           rep.stopped_early = true;
           ++t;
           break;
@@ -528,7 +545,8 @@ json training_summary(const Network<S>& net, const Dataset& data, const Dataset*
   json out = {{"parameters", net.parameter_count()},
               {"steps", r.steps},
               {"seconds", r.seconds},
-              {"stopped_early", r.stopped_early}};
+              {"stopped_early", r.stopped_early},
+              {"plateaued", r.plateaued}};
   if (r.steps > 0) out["loss"] = r.loss;  // the last step's; no step ran, no such loss
   if (r.accuracy >= 0) out["accuracy"] = r.accuracy;
   const auto [train_loss, train_accuracy] =

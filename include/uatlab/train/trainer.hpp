@@ -38,6 +38,8 @@ struct TrainConfig {
   long log_every = 10;
   long eval_every = 0;                 // > 0: loss/accuracy on the validation set
   bool stop_at_full_accuracy = false;  // cross-entropy: stop when every training token is right
+  long plateau_evals = 0;              // > 0 (with eval_every): stop at a plateau (validation_plateaued)
+  double plateau_tolerance = 0.002;    // relative improvement that counts
   bool evaluate_training_set = false;  // after the last step: TrainReport::train_loss/_accuracy
   std::string metrics;                 // CSV path
   std::string checkpoint;              // path; written every checkpoint_every steps and at the end
@@ -64,6 +66,9 @@ struct TrainConfig {
     f("log_every", c.log_every, "Progress and metrics every K steps");
     f("eval_every", c.eval_every, "Validation every K steps");
     f("stop_at_full_accuracy", c.stop_at_full_accuracy, "ce: stop once every training token is right");
+    f("plateau_evals", c.plateau_evals,
+      "Stop once the last K validations have not lowered the best validation loss by plateau_tolerance");
+    f("plateau_tolerance", c.plateau_tolerance, "Relative improvement of the validation loss that counts");
     f("evaluate_training_set", c.evaluate_training_set,
       "After the last step: loss and accuracy over every training sequence");
     f("metrics", c.metrics, "Metrics CSV");
@@ -116,8 +121,14 @@ struct TrainReport {
   // (config.evaluate_training_set; NaN and -1 otherwise; accuracy -1 for mse as well).
   double train_loss = std::numeric_limits<double>::quiet_NaN(), train_accuracy = -1;
   double seconds = 0;
-  bool stopped_early = false;
+  bool stopped_early = false;  // a criterion stopped it: full accuracy or a plateau
+  bool plateaued = false;      // the validation loss reached a plateau (config.plateau_evals)
 };
+
+// The plateau criterion on the validation losses of a run so far, in order: true when there are
+// more than `evals` of them and the best of the last `evals` is not below the best before them by
+// more than `tolerance` times that best (relative; losses are positive). `evals` = 0: never.
+bool validation_plateaued(const std::vector<double>& val_losses, long evals, double tolerance);
 
 struct Progress {
   long step, steps;
