@@ -105,7 +105,8 @@ TEST(Train, AValidationPlateauStopsTheRun) {
   c.plateau_tolerance = 0.002;
   Network<double> again = small_net(1);
   EXPECT_GT(train(again, data, &data, c).steps, 15);
-  c.eval_every = 0;  // a plateau of nothing
+  EXPECT_THROW(train(again, data, nullptr, c), Error);  // a plateau of nothing
+  c.eval_every = 0;
   EXPECT_THROW(train(again, data, &data, c), Error);
 }
 

@@ -354,8 +354,6 @@ void TrainConfig::validate() const {
   check_real(adam_eps, 1e-300, 1.0, "adam_eps");
   check_count(plateau_evals, 0, 1LL << 31, "plateau_evals");
   check_real(plateau_tolerance, 0.0, 1.0, "plateau_tolerance");
-  if (plateau_evals > 0 && eval_every == 0)
-    throw Error("plateau_evals needs eval_every > 0 (the plateau is one of the validation loss)");
 }
 
 bool validation_plateaued(const std::vector<double>& val_losses, long evals, double tolerance) {
@@ -372,6 +370,10 @@ TrainReport train(Network<S>& net, const Dataset& data, const Dataset* validatio
                   const std::string& resume, const std::function<void(const Progress&)>& on_log) {
   config.validate();
   if (data.sequences.empty()) throw Error("no training sequences");
+  if (config.plateau_evals > 0 && (config.eval_every == 0 || !validation))
+    throw Error(
+        "plateau_evals needs eval_every > 0 and a validation set (the plateau is one of the "
+        "validation loss)");
   for (const auto& p : config.freeze) {
     bool any = false;
     net.for_each_tensor([&](const std::string& name, const Mat<S>&, Layout) { any |= frozen({p}, name); });
