@@ -240,13 +240,30 @@ void normalise_columns(Mat<S>& A, const LayerSpec& spec, const EvalOptions& opt,
       case Score::softmax:
         if constexpr (Scalar<S>::interval) {
           // w_l = 1 / (1 + Σ_{j≠l} exp(a_j − a_l)): an enclosure without the max-subtraction's
-          // dependency on a shared interval.
-          Vec<S> w(cnt);
-          for (Eigen::Index l = 0; l < cnt; ++l) {
-            S den(1);
-            for (Eigen::Index j = 0; j < cnt; ++j)
-              if (j != l) den += Scalar<S>::exp(col(j) - col(l));
-            w(l) = S(1) / den;
+          // dependency on a shared interval. With e_j = exp(a_j − M), M the largest upper end (a
+          // point, exact), the sum is (Σ_{j≠l} e_j) / e_l: for positive intervals its ends are the
+          // same reals, e^{lo_j − hi_l} summed below and e^{hi_j − lo_l} above, so the enclosure
+          // differs from the pairwise one by rounding only, with one exponential per key instead
+          // of one per pair (n³ per sequence was nearly all of a long sequence's certificate).
+          // Σ_{j≠l} is a prefix plus a suffix sum.
+          if (cnt == 1) {  // one key: all of the weight, exactly
+            col(0) = S(1);
+            break;
+          }
+          Mpfr top = upper(col(0));
+          for (Eigen::Index l = 1; l < cnt; ++l)
+            top = std::max(top, upper(col(l)));
+          const S m = point(top);
+          Vec<S> e(cnt), before(cnt), w(cnt);
+          for (Eigen::Index l = 0; l < cnt; ++l)
+            e(l) = Scalar<S>::exp(col(l) - m);
+          S run(0);
+          for (Eigen::Index l = 0; l < cnt; ++l)
+            before(l) = run, run += e(l);
+          run = S(0);
+          for (Eigen::Index l = cnt - 1; l >= 0; --l) {
+            w(l) = S(1) / (S(1) + (before(l) + run) / e(l));
+            run += e(l);
           }
           col = w;
         } else if constexpr (Scalar<S>::transcendental) {
