@@ -149,7 +149,7 @@ json run_cell(const json& cell, const Context& c) {
   probe.sequences.resize(
       std::min<std::size_t>(probe.sequences.size(), static_cast<std::size_t>(c.pick(2, 6, 8))));
   if (lm)
-    for (Sequence& q : probe.sequences) {  // 32 tokens: the interval softmax is cubic in n
+    for (Sequence& q : probe.sequences) {  // 32 tokens (the recorded runs were analysed so)
       const std::size_t keep = std::min<std::size_t>(q.tokens.size(), 32);
       q.tokens.resize(keep), q.y.conservativeResize(q.y.rows(), static_cast<Eigen::Index>(keep));
       if (!q.mask.empty()) q.mask.resize(keep);

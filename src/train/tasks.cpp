@@ -144,9 +144,8 @@ Dataset recall(const TaskOptions& o) {
     // P distinct keys out of V (Floyd's sampling: memory for P, not V), then in random order.
     keys.clear(), drawn.clear();
     for (int j = o.V - P; j < o.V; ++j) {
-      const int t = below(j + 1);
-      keys.push_back(drawn.insert(t).second ? t : j);
-      if (keys.back() == j) drawn.insert(j);
+      const int t = below(j + 1), key = drawn.count(t) ? j : t;
+      drawn.insert(key), keys.push_back(key);
     }
     for (int t = P - 1; t > 0; --t)
       std::swap(keys[t], keys[below(t + 1)]);
