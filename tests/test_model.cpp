@@ -437,6 +437,44 @@ TEST(Model, HardmaxToleranceMeansTheSameInEveryArithmetic) {
 // values, whatever the scale of the scores. Interval weights that straddle (each [0, 1] at a steep
 // scale) used to add up to twice the values' spread; the enclosure is now clipped to their hull,
 // and it still holds the outputs of points in the box (in 300-bit MPFR).
+// Over a box of independent scores a_j ∈ [lo_j, hi_j], w_l = 1 / (1 + Σ_{j≠l} exp(a_j − a_l)) falls
+// in a_j and rises in a_l, so its exact range is [1/(1 + Σ_{j≠l} e^{hi_j − lo_l}), 1/(1 + Σ_{j≠l}
+// e^{lo_j − hi_l})]. The interval softmax must give that range up to rounding: no dependency loss
+// (e_l/Σ e_j with e_l in both would be wider) and no loss from long sequences (48 keys).
+TEST(Model, IntervalSoftmaxIsTheExactRangeOverABoxOfScores) {
+  Network<Rational> net(Architecture::from_json(json::parse(R"({"d": 1, "layers": [
+    {"type": "attention", "heads": 1, "head_size": 1, "bias": true}]})")));
+  Layer<Rational>& L = net.layers[0];
+  L.wq(0, 0) = 0, L.bq(0, 0) = 1, L.wk(0, 0) = 1, L.bk(0, 0) = 0;  // score of key j: x_j, every query
+  L.wv(0, 0) = L.wo(0, 0) = 1, L.bv(0, 0) = L.bo(0, 0) = 0;
+  const Eigen::Index n = 48;
+  const MpfrPrecision precision(200);
+  const Network<Mpfi> ni = network_cast<Mpfi>(net);
+  Mat<Mpfi> x(1, n);
+  std::vector<Mpfr> lo(n), hi(n);
+  for (Eigen::Index j = 0; j < n; ++j) {  // centres spread over 30 nats, radii up to 0.5
+    const Mpfr c(static_cast<double>((j * 37) % n) * 0.625 - 15), r(static_cast<double>(j % 5) * 0.125);
+    lo[j] = c - r, hi[j] = c + r, x(0, j) = hull(lo[j], hi[j]);
+  }
+  Activations<Mpfi> acts;
+  forward(ni, x, {}, &acts);
+  const Mat<Mpfi>& w = acts.pattern[0][0];  // row: query, column: key
+  const MpfrPrecision reference(400);
+  for (Eigen::Index l = 0; l < n; ++l) {
+    Mpfr below(1), above(1);  // the exact range's denominators
+    for (Eigen::Index j = 0; j < n; ++j)
+      if (j != l) below += mp::exp(Mpfr(hi[j] - lo[l])), above += mp::exp(Mpfr(lo[j] - hi[l]));
+    const Mpfr least = 1 / below, most = 1 / above;
+    for (Eigen::Index q : {Eigen::Index(0), n - 1}) {
+      const Mpfr a = lower(w(q, l)), b = upper(w(q, l));
+      EXPECT_LE(a, least) << "key " << l;  // an enclosure of the range ...
+      EXPECT_GE(b, most) << "key " << l;
+      EXPECT_LE(Mpfr(least - a), least * Mpfr(1e-55)) << "key " << l;  // ... equal to it up to rounding
+      EXPECT_LE(Mpfr(b - most), most * Mpfr(1e-55)) << "key " << l;
+    }
+  }
+}
+
 TEST(Model, IntervalAttentionStaysWithinItsValues) {
   for (const char* score : {"softmax", "hardmax"}) {
     Network<Rational> net(Architecture::from_json(json::parse(std::string(R"({"d": 1, "layers": [
