@@ -35,6 +35,14 @@ TaskOptions memo() {
   return o;
 }
 
+// Cross-entropy training of the memorization task: the settings every test below varies.
+TrainConfig classifier(long steps, int batch, double lr) {
+  TrainConfig c;
+  c.loss = Loss::cross_entropy;
+  c.steps = steps, c.batch = batch, c.lr = lr;
+  return c;
+}
+
 std::vector<double> flat(const Network<double>& n) {
   std::vector<double> v;
   n.for_each_tensor([&](const std::string&, const Mat<double>& m, Layout) {
@@ -60,11 +68,7 @@ TEST(Train, WarmupThenCosine) {
 
 TEST(Train, MemorizesASmallTaskAndIsReproducible) {
   const Dataset data = make_task("memorize", memo());
-  TrainConfig c;
-  c.loss = Loss::cross_entropy;
-  c.steps = 3000;
-  c.batch = 6;
-  c.lr = 2e-2;
+  TrainConfig c = classifier(3000, 6, 2e-2);
   c.warmup = 50;
   c.seed = 5;
   Network<double> a = small_net(1), b = small_net(1);
@@ -87,11 +91,7 @@ TEST(Train, AValidationPlateauStopsTheRun) {
   // A run: evaluations every 5 steps, and a tolerance no positive loss can beat (100%): it stops
   // at its third evaluation, step 15 of 400, and says why.
   const Dataset data = make_task("memorize", memo());
-  TrainConfig c;
-  c.loss = Loss::cross_entropy;
-  c.steps = 400;
-  c.batch = 6;
-  c.lr = 1e-2;
+  TrainConfig c = classifier(400, 6, 1e-2);
   c.eval_every = 5;
   c.plateau_evals = 2;
   c.plateau_tolerance = 1;
@@ -113,11 +113,7 @@ TEST(Train, AValidationPlateauStopsTheRun) {
 TEST(Train, ResumeContinuesExactly) {
   const Dataset data = make_task("memorize", memo());
   const std::string ck = (std::filesystem::temp_directory_path() / "uatlab_resume_test.safetensors").string();
-  TrainConfig c;
-  c.loss = Loss::cross_entropy;
-  c.steps = 40;
-  c.batch = 5;
-  c.lr = 1e-2;
+  TrainConfig c = classifier(40, 5, 1e-2);
   c.warmup = 3;
   c.weight_decay = 0.01;
   c.clip = 1;
@@ -143,10 +139,7 @@ TEST(Train, ResumeContinuesExactly) {
 
 TEST(Train, FrozenTensorsDoNotMove) {
   const Dataset data = make_task("memorize", memo());
-  TrainConfig c;
-  c.loss = Loss::cross_entropy;
-  c.steps = 20;
-  c.batch = 4;
+  TrainConfig c = classifier(20, 4, TrainConfig{}.lr);
   c.freeze = {"layers.0.*"};
   Network<double> net = small_net(4);
   const Mat<double> qkv = net.layers[0].wq, wk = net.layers[0].wk, wo = net.layers[0].wo,
