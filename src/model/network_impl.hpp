@@ -187,6 +187,15 @@ void softmax_columns(S* data) {
   a = t.transpose();
 }
 
+// Where the largest of a column of interval scores lies: [largest lower end, largest upper end].
+template <class Col>
+std::pair<Mpfr, Mpfr> max_enclosure(const Col& col) {
+  Mpfr best = lower(col(0)), top = upper(col(0));
+  for (Eigen::Index l = 1; l < col.size(); ++l)
+    best = std::max(best, lower(col(l))), top = std::max(top, upper(col(l)));
+  return {best, top};
+}
+
 // Normalise column k of the scores A over the keys it attends to (attended_keys: the one masking
 // rule); masked entries become 0, and so does a column with no key at all. Column k is query
 // first_query + k (training computes only the queries whose outputs count).
@@ -250,10 +259,7 @@ void normalise_columns(Mat<S>& A, const LayerSpec& spec, const EvalOptions& opt,
             col(0) = S(1);
             break;
           }
-          Mpfr top = upper(col(0));
-          for (Eigen::Index l = 1; l < cnt; ++l)
-            top = std::max(top, upper(col(l)));
-          const S m = point(top);
+          const S m = point(max_enclosure(col).second);
           Vec<S> e(cnt), before(cnt), w(cnt);
           for (Eigen::Index l = 0; l < cnt; ++l)
             e(l) = Scalar<S>::exp(col(l) - m);
@@ -276,9 +282,7 @@ void normalise_columns(Mat<S>& A, const LayerSpec& spec, const EvalOptions& opt,
       case Score::hardmax: {
         std::vector<Eigen::Index> arg;
         if constexpr (Scalar<S>::interval) {
-          Mpfr best = lower(col(0)), top = upper(col(0));  // the maximum lies in [best, top]
-          for (Eigen::Index l = 1; l < cnt; ++l)
-            best = std::max(best, lower(col(l))), top = std::max(top, upper(col(l)));
+          const auto [best, top] = max_enclosure(col);  // the maximum lies in [best, top]
           if (opt.hardmax_tolerance > 0) {
             // Key l shares the weight iff its score ≥ max − tol: surely when lower(l) ≥ top − tol
             // (rounded up), surely not when upper(l) < best − tol (rounded down); else undecided.
