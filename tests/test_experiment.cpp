@@ -666,6 +666,39 @@ TEST(Experiment, LearnedKernelIsTheImpulseResponseOfTheBiasFreeModel) {
   EXPECT_NEAR(forward(free, x)(0, n - 1), want, 1e-12);
 }
 
+// head_kernel reads the kernel from the weights (rates and gains), learned_kernel runs the model: the
+// two agree for both RPE types; a head's gain scales its share; a two-layer model is refused.
+TEST(Experiment, HeadKernelFromTheWeightsIsTheLearnedKernel) {
+  for (Rpe rpe : {Rpe::lin, Rpe::log}) {
+    Architecture a;
+    a.d = 2;
+    a.readout = 1;
+    a.layers = {wang_e::attention(3, 1, true, rpe)};
+    a.layers[0].window = 8;
+    Network<double> nd(a);
+    init_random(nd, 7);
+    wang_e::spread_rates(nd, 0.1, 2.0);
+    Network<float> net = network_cast<float>(nd);
+    const std::vector<double> run = wang_e::learned_kernel(net, 20, 8);
+    const wang_e::HeadKernel k = wang_e::head_kernel(net);
+    ASSERT_EQ(k.kernel.size(), 8u);
+    ASSERT_EQ(k.gains.size(), 3u);
+    for (int s = 1; s <= 8; ++s)
+      EXPECT_NEAR(k.kernel[s - 1], run[s], 1e-12) << "lag " << s;
+    net.layers[0].wv(1, 0) *= 2;  // head 1's gain doubles, the others stay
+    const wang_e::HeadKernel twice = wang_e::head_kernel(net);
+    EXPECT_NEAR(twice.gains[1], 2 * k.gains[1], 1e-12);
+    EXPECT_EQ(twice.gains[0], k.gains[0]);
+  }
+  Architecture two;
+  two.d = 2;
+  two.readout = 1;
+  two.layers = {wang_e::attention(1, 1, true, Rpe::lin), wang_e::attention(1, 1, true, Rpe::lin)};
+  two.layers[0].window = two.layers[1].window = 4;
+  Network<double> nd(two);
+  EXPECT_THROW(wang_e::head_kernel(network_cast<float>(nd)), Error);
+}
+
 TEST(Experiment, MemoryKernelsAreTheTasksPowerLawExponentialAndLags) {
   TaskOptions o;
   o.n = 32;

@@ -274,6 +274,49 @@ TEST(Stats, Report2bHoldsACrossEntropyToAFivePercentMargin) {
   EXPECT_EQ(verdict_of(md, "m=128 vs m=8 at H=8"), "contradicted") << md;
 }
 
+// wang-e-rates' sparse memories: log-type against lin-type at each T by the learned kernel's error
+// (paired by seed, Holm over the T and the control), from the quick cells of that part alone.
+TEST(Stats, ReportSparseMemoriesJudgesLogAgainstLinAtEachLag) {
+  const Experiment& e = find_experiment("wang-e-rates");
+  Context c;
+  c.mode = Mode::quick;
+  auto report = [&](double log_over_lin) {
+    std::vector<json> lines;
+    std::size_t k = 0;
+    for (const json& cell : select_cells(e, c, {"part=sparse"})) {
+      const double jitter = 1 + 0.002 * static_cast<double>(++k % 7);
+      json r;
+      if (!cell.contains("seed")) {
+        r["bounded"] = json::array();
+        for (double b : {1, 10, 100, 1000})
+          r["bounded"].push_back({{"budget", b}, {"error", 0.99}, {"lower", 0.98}});
+      } else if (cell.at("memory") == "heavy") {  // the control: one log-type head holds the power law
+        r = {{"val_nmse", (cell.at("rpe") == "log" ? 1e-12 : 2e-2) * jitter}};
+      } else {
+        // The verdict reads the learned kernel's error; the validation sample's is noise here.
+        const double l = 0.98 * jitter * (cell.at("rpe") == "log" ? log_over_lin : 1.0);
+        r = {{"val_nmse", 0.98 / jitter},
+             {"window_nmse", l},
+             {"read", 0.01},
+             {"gains_l1", 3.0},
+             {"own_budget", {{"error", 0.97}, {"lower", 0.96}}}};
+      }
+      lines.push_back({{"cell", cell}, {"result", r}});
+    }
+    const std::string dir = std::string(UATLAB_TEST_TMP) + "/canned-sparse";
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+    return e.report(lines, Outputs{dir, "wang-e-rates"}, c);
+  };
+  std::string md = report(0.5);
+  for (const char* T : {"T=64", "T=128", "T=256"})
+    EXPECT_EQ(verdict_of(md, std::string("log vs lin, ") + T), "holds") << md;
+  EXPECT_EQ(verdict_of(md, "log vs lin, T=64 (power law, one head)"), "holds") << md;
+  EXPECT_NE(md.find("window 2T, lin-type | 1024 |"), std::string::npos) << md;  // the floors reach 1,024
+  md = report(1.01);  // log-type a little worse in every seed: the claim is contradicted
+  EXPECT_EQ(verdict_of(md, "log vs lin, T=256"), "contradicted") << md;
+}
+
 TEST(Stats, Report4aAnd3bJudgeEachClaimOnItsOwnColumn) {
   // lin_gain: how much lin-type heads gain from H = 1 to 16 on the long memory.
   auto loss = [](double lin_gain) {

@@ -20,13 +20,23 @@ TrainConfig config(const Context& c, double lr, Loss loss, std::uint64_t seed);
 // capacity cells' grid (k/16), so that one log-type head holds it exactly.
 inline constexpr double kHeavierBeta = 0.125;
 // A single-layer FFN-free DP-free model with H heads on a heavy-, light-tailed, tempered or heavier-
-// tailed (s^-1.125) kernel of T lags: sequences of 2T tokens, or of T + scored when scored > 0.
+// tailed (s^-1.125) kernel of T lags: sequences of 2T tokens, or of T + scored when scored > 0. The
+// "spike" is the sparse memory x_{t−T} read through a window of W = 2T lags (task kernel-lags):
+// sequences of 2W tokens, or W + scored.
 json train_kernel(const std::string& tail, const std::string& rpe, int H, int T, int seed, const Context& c,
                   int scored = 0);
 // The memory kernel a trained FFN-free DP-free kernel model has learned: ρ̂(s), s = 0 … T (ρ̂(0) = 0),
 // the response at the last of n positions to a unit impulse s positions earlier, with every bias
 // set to zero, in double.
 std::vector<double> learned_kernel(const Network<float>& net, int n, int T);
+// The kernel such a model holds over its window of W lags, from its weights, without running it:
+// kernel[s − 1] = ρ̂(s) = Σ_h c_h w_h(s), s = 1 … W, with each head's weights w_h over the window
+// (head_weights) and its gain c_h = readout · wo_h · wv_h,0 (biases left out, as learned_kernel
+// does). Equals learned_kernel on sequences longer than W.
+struct HeadKernel {
+  std::vector<double> kernel, gains;
+};
+HeadKernel head_kernel(const Network<float>& net);
 // A kernel's row label: "heavy-tailed", "light-tailed", "tempered" (a power law cut off),
 // "heavier-tailed".
 std::string tail_label(const std::string& tail);

@@ -123,34 +123,52 @@ std::vector<double> learned_kernel(const Network<float>& net, int n, int T) {
 json train_kernel(const std::string& tail, const std::string& rpe, int H, int T, int seed, const Context& c,
                   int scored) {
   TaskTraining t;
-  const bool heavier = tail == "heavier";
-  t.task = "kernel-" + (heavier ? std::string("heavy") : tail);
-  t.data.n = scored > 0 ? T + scored : 2 * T;
+  const bool heavier = tail == "heavier", spike = tail == "spike";
+  const int W = spike ? 2 * T : T;  // the window the heads read
+  t.task = spike ? std::string("kernel-lags") : "kernel-" + (heavier ? std::string("heavy") : tail);
+  if (spike) t.data.lags = {T};
+  t.data.n = scored > 0 ? W + scored : 2 * W;
   t.data.N = c.pick(256, 2000, 4000);
   t.data.seed = seed;
   t.data.beta = heavier ? kHeavierBeta : 0.5;
-  t.data.window = T;
-  t.data.mask_before = T;
+  t.data.window = W;
+  t.data.mask_before = W;
   t.val_N = c.pick(64, 256, 512);
   t.data.d = 2;  // row 0 carries x_t, row 1 is free for the heads' output, which the readout reads
   t.arch.d = 2;
   t.arch.readout = 1;
   const bool log = rpe == "log";
   t.arch.layers = {attention(H, 1, true, log ? Rpe::log : Rpe::lin)};
-  t.arch.layers[0].window = T;
+  t.arch.layers[0].window = W;
   t.cfg = config(c, 1e-2, Loss::mse, seed);
   t.init_seed = seed;
-  // Lin-type rates start over [0.02, 2]; on the long memories (scored > 0) over [1/T, 2], so that
+  // Lin-type rates start over [0.02, 2]; on the long memories (scored > 0) over [1/W, 2], so that
   // some head starts at the memory's own length scale.
-  const double lin_low = scored > 0 ? 1.0 / T : 0.02;
+  const double lin_low = scored > 0 ? 1.0 / W : 0.02;
   t.adjust = [log, lin_low](Network<double>& net) {
     log ? spread_rates(net, 0.25, 4.0) : spread_rates(net, lin_low, 2.0);
   };
   // The learned kernel, and the error on the far half of the memory (T/2 < s ≤ T) relative to the
   // kernel's own size there: Σ (ρ̂ − ρ)² / Σ ρ², the MSE/Var of that half's contribution for
-  // unit Gaussian inputs. MSE/Var over the whole memory is dominated by the first lags.
-  t.inspect = [&t, T](const Network<float>& net, json& r) {
-    const std::vector<double> rho = memory_kernel(t.task, t.data), got = learned_kernel(net, t.data.n, T);
+  // unit Gaussian inputs. MSE/Var over the whole memory is dominated by the first lags. A spike has
+  // nothing on its far half: its cells report the kernel's error over the window and the part of
+  // x_{t−T} it reads, ρ̂(T), from the heads' rates and gains (head_kernel; running the model once
+  // per lag, as learned_kernel does, costs W forward passes of 2W tokens).
+  t.inspect = [&t, T, W, spike](const Network<float>& net, json& r) {
+    const std::vector<double> rho = memory_kernel(t.task, t.data);
+    if (spike) {
+      const HeadKernel k = head_kernel(net);
+      double err = 0, l1 = 0;
+      for (int s = 1; s <= W; ++s)
+        err += (k.kernel[s - 1] - rho[s]) * (k.kernel[s - 1] - rho[s]);
+      for (double g : k.gains)
+        l1 += std::abs(g);
+      r["window_nmse"] = err;  // Σ ρ² = 1
+      r["read"] = k.kernel[T - 1];
+      r["gains_l1"] = l1;
+      return;
+    }
+    const std::vector<double> got = learned_kernel(net, t.data.n, T);
     double err = 0, size = 0;
     for (int s = T / 2 + 1; s <= T; ++s)
       err += (got[s] - rho[s]) * (got[s] - rho[s]), size += rho[s] * rho[s];
