@@ -681,24 +681,22 @@ std::string sparse_section(const std::vector<json>& lines, const Outputs& out) {
   LinePlot p{"Wang & E: the share of a sparse memory x_{t-T} read (1 - MSE/Var over the window)", "T (lags)",
              "1 - error (higher reads more)"};
   p.logx = p.logy = true;
-  for (std::size_t r = 0; r < win.rows.size(); ++r) {
-    Series se{win.rows[r] + ", " + std::to_string(kSparseHeads) + " trained heads", {}, {}, {}};
-    for (std::size_t k = 0; k < win.cols.size(); ++k) {
-      const std::vector<double>& v = win.values[r][k];
-      if (v.empty()) continue;
-      double mean = 0;
-      for (double x : v)
-        mean += x / static_cast<double>(v.size());
-      se.x.push_back(std::stod(win.cols[k].substr(2))), se.y.push_back(1 - mean);
-    }
-    p.series.push_back(std::move(se));
+  p.series = row_series(win, 2);
+  for (Series& se : p.series) {
+    se.label += ", " + std::to_string(kSparseHeads) + " trained heads";
+    for (double& y : se.y)
+      y = 1 - y;
+    se.err.clear();  // the sd over seeds is far below the plot's resolution; the tables give it
   }
   for (double budget : {10.0, 1000.0})
-    for (const std::string type : {"lin-type", "log-type"}) {
-      Series se{
-          "the class at most, " + type + ", gains <= " + fixed(budget, 6), {}, {}, {}, Series::Style::lines};
+    for (const std::string rpe : {"lin", "log"}) {
+      Series se{"the class at most, " + rpe + "-type, gains <= " + fixed(budget, 6),
+                {},
+                {},
+                {},
+                Series::Style::lines};
       for (const auto& [name, line] : floors)
-        if (line->at("cell").at("rpe") == type.substr(0, 3))
+        if (line->at("cell").at("rpe") == rpe)
           for (const json& b : line->at("result").at("bounded"))
             if (b.at("budget").get<double>() == budget)
               se.x.push_back(line->at("cell").at("T").get<double>()),
