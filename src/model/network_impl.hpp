@@ -333,30 +333,37 @@ void normalise_columns(Mat<S>& A, const LayerSpec& spec, const EvalOptions& opt,
   }
 }
 
-// Relative-position bias B_h (n×n, row = key l, column = query k).
+// Relative-position bias B_h (n×n, row = key l, column = query k). B(l, k) depends on the offset
+// l − k alone: each of the 2n − 1 offsets is computed once, and column k of B is the run of offsets
+// 0 − k … n − 1 − k (the same values as one computation per entry, with n logarithms instead of n²
+// for log-type heads).
 template <class S>
 Mat<S> position_bias(const Layer<S>& L, int h, Eigen::Index n) {
   const LayerSpec& s = L.spec;
+  if (n == 0) return Mat<S>(0, 0);
+  Vec<S> by_offset(2 * n - 1);  // entry o: offset l − k = o − (n − 1)
+  for (Eigen::Index o = 0; o < by_offset.size(); ++o) {
+    const long offset = static_cast<long>(o - (n - 1)), dist = std::labs(offset);
+    switch (s.rpe) {
+      case Rpe::none:
+        by_offset(o) = S(0);
+        break;
+      case Rpe::lin:
+        by_offset(o) = -L.rpe(h, 0) * S(dist);
+        break;
+      case Rpe::log:
+        if constexpr (Scalar<S>::transcendental)
+          by_offset(o) = dist == 0 ? S(0) : S(-L.rpe(h, 0) * Scalar<S>::log(S(dist)));
+        break;
+      case Rpe::t5:
+        by_offset(o) =
+            L.rpe(h, t5_bucket(static_cast<int>(offset), !s.causal, s.t5_buckets, s.t5_max_distance));
+        break;
+    }
+  }
   Mat<S> B(n, n);
   for (Eigen::Index k = 0; k < n; ++k)
-    for (Eigen::Index l = 0; l < n; ++l) {
-      const long dist = std::labs(static_cast<long>(l - k));
-      switch (s.rpe) {
-        case Rpe::none:
-          B(l, k) = S(0);
-          break;
-        case Rpe::lin:
-          B(l, k) = -L.rpe(h, 0) * S(dist);
-          break;
-        case Rpe::log:
-          if constexpr (Scalar<S>::transcendental)
-            B(l, k) = dist == 0 ? S(0) : S(-L.rpe(h, 0) * Scalar<S>::log(S(dist)));
-          break;
-        case Rpe::t5:
-          B(l, k) = L.rpe(h, t5_bucket(static_cast<int>(l - k), !s.causal, s.t5_buckets, s.t5_max_distance));
-          break;
-      }
-    }
+    B.col(k) = by_offset.segment(n - 1 - k, n);
   return B;
 }
 
