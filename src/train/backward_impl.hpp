@@ -362,7 +362,12 @@ void attention_forward(const Layer<S>& L, const Mat<S>& in, const std::vector<Ei
       A.setZero(n, n);
       head_weights(L, h, n, A, opt);
       stack_head(V, h, hs, n, P);
-      PA.noalias() = P * A;
+      // A causal head attends to no later key: A (keys × queries) is upper triangular, and
+      // Eigen's triangular products skip its zero half.
+      if (s.causal)
+        PA.noalias() = P * A.template triangularView<Eigen::Upper>();
+      else
+        PA.noalias() = P * A;
       unstack_head(PA, h, hs, n, t.o);
     }
   } else {
@@ -426,9 +431,18 @@ Mat<S> attention_backward(const Layer<S>& L, Layer<S>& G, const Mat<S>& in,
       const Mat<S>& A = t.a[h];
       stack_head(dO, h, hs, n, Pd);
       stack_head(V, h, hs, n, Pv);
-      PdA.noalias() = Pd * A.transpose();
+      // Σ_b V_bᵀ dO_b: dS is linear in dA for a fixed A. Causal: A is upper triangular (forward),
+      // and dS is needed where A can be non-zero (zeros below, so that A ⊙ dS stays finite).
+      if (s.causal) {
+        PdA.noalias() = Pd * A.transpose().template triangularView<Eigen::Lower>();
+        dS.resize(n, n);
+        dS.template triangularView<Eigen::StrictlyLower>().setZero();
+        dS.template triangularView<Eigen::Upper>() = Pv.transpose() * Pd;
+      } else {
+        PdA.noalias() = Pd * A.transpose();
+        dS.noalias() = Pv.transpose() * Pd;
+      }
       unstack_head(PdA, h, hs, n, dV);
-      dS.noalias() = Pv.transpose() * Pd;  // Σ_b V_bᵀ dO_b: dS is linear in dA for a fixed A
       scores_backward(s, h, A, dS, dot, drpe);
     }
   } else {
