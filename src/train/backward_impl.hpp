@@ -142,12 +142,24 @@ void head_weights(const Layer<S>& L, Eigen::Index h, Eigen::Index n, Mat<S>& A, 
   normalise_columns(A, L.spec, opt, q0);
 }
 
+// What scores_backward keeps across its calls within one attention sub-layer (one per thread): per
+// query Σ_l A(l,k)·dA(l,k), and by offset l − q (entry l − q + n − 1) the bias's derivative ∂B/∂p
+// (lin, log) or the t5 bucket. Those depend on the layer and the length n alone: they are computed
+// again only when n changes, not for every head and sequence.
+template <class S>
+struct ScoresScratch {
+  Eigen::Matrix<S, 1, Eigen::Dynamic> dot;
+  Vec<S> slope;
+  std::vector<int> bucket;
+};
+
 // dA → dS in place (softmax or linear scores) for head h with weights A (column k: query q0 + k),
-// then the gradient of its position bias into drpe. dot is scratch (per query: Σ_l A(l,k)·dA(l,k)).
+// then the gradient of its position bias into drpe.
 template <class S>
 void scores_backward(const LayerSpec& s, Eigen::Index h, const Mat<S>& A, Mat<S>& dS,
-                     Eigen::Matrix<S, 1, Eigen::Dynamic>& dot, Mat<S>& drpe, Eigen::Index q0 = 0) {
+                     ScoresScratch<S>& scratch, Mat<S>& drpe, Eigen::Index q0 = 0) {
   const Eigen::Index n = A.rows(), queries = A.cols();
+  auto& dot = scratch.dot;
   if (s.score == Score::softmax) {  // dS = A ⊙ (dA − 1·dot), whole matrix at once
     dot = A.cwiseProduct(dS).colwise().sum();
     dS.array().rowwise() -= dot.array();
@@ -160,11 +172,14 @@ void scores_backward(const LayerSpec& s, Eigen::Index h, const Mat<S>& A, Mat<S>
     }
   }
   if ((s.rpe == Rpe::lin || s.rpe == Rpe::log) && n > 0) {
-    // ∂B/∂p by offset l − q (entry l − q + n − 1), computed once: 2n − 1 of them instead of one per
-    // entry, and each query's sum a dot product with a run of them (the offset 0 has slope 0).
-    Vec<S> slope(2 * n - 1);
-    for (Eigen::Index o = 0; o < slope.size(); ++o)
-      slope(o) = rpe_slope_derivative<S>(s.rpe, std::labs(static_cast<long>(o - (n - 1))));
+    // ∂B/∂p by offset: 2n − 1 values instead of one per entry, and each query's sum a dot product
+    // with a run of them (the offset 0 has slope 0).
+    Vec<S>& slope = scratch.slope;
+    if (slope.size() != 2 * n - 1) {
+      slope.resize(2 * n - 1);
+      for (Eigen::Index o = 0; o < slope.size(); ++o)
+        slope(o) = rpe_slope_derivative<S>(s.rpe, std::labs(static_cast<long>(o - (n - 1))));
+    }
     S acc(0);
     for (Eigen::Index k = 0; k < queries; ++k) {
       eigen_assert(q0 + k < n);
@@ -172,9 +187,13 @@ void scores_backward(const LayerSpec& s, Eigen::Index h, const Mat<S>& A, Mat<S>
     }
     drpe(h, 0) += acc;
   } else if (s.rpe == Rpe::t5 && n > 0) {
-    std::vector<int> bucket;  // by offset l − q, entry l − q + n − 1: one t5_bucket per offset, not per entry
-    for (Eigen::Index o = 0; o < 2 * n - 1; ++o)
-      bucket.push_back(t5_bucket(static_cast<int>(o - (n - 1)), !s.causal, s.t5_buckets, s.t5_max_distance));
+    std::vector<int>& bucket = scratch.bucket;  // one t5_bucket per offset, not per entry
+    if (bucket.size() != static_cast<std::size_t>(2 * n - 1)) {
+      bucket.clear();
+      for (Eigen::Index o = 0; o < 2 * n - 1; ++o)
+        bucket.push_back(
+            t5_bucket(static_cast<int>(o - (n - 1)), !s.causal, s.t5_buckets, s.t5_max_distance));
+    }
     for (Eigen::Index k = 0; k < queries; ++k)
       for (Eigen::Index l = 0; l < n; ++l)
         drpe(h, bucket[static_cast<std::size_t>(l - q0 - k + n - 1)]) += dS(l, k);
@@ -426,7 +445,7 @@ Mat<S> attention_backward(const Layer<S>& L, Layer<S>& G, const Mat<S>& in,
   Mat<S> drpe = Mat<S>::Zero(L.rpe.rows(), L.rpe.cols());
   if (const Eigen::Index n = common_length(start); s.dp_free && n > 0) {  // one A per head (forward)
     Mat<S> Pv, Pd, PdA, dS;
-    Eigen::Matrix<S, 1, Eigen::Dynamic> dot;
+    ScoresScratch<S> scores;
     for (Eigen::Index h = 0; h < H; ++h) {
       const Mat<S>& A = t.a[h];
       stack_head(dO, h, hs, n, Pd);
@@ -443,13 +462,13 @@ Mat<S> attention_backward(const Layer<S>& L, Layer<S>& G, const Mat<S>& in,
         dS.noalias() = Pv.transpose() * Pd;
       }
       unstack_head(PdA, h, hs, n, dV);
-      scores_backward(s, h, A, dS, dot, drpe);
+      scores_backward(s, h, A, dS, scores, drpe);
     }
   } else {
     struct Scratch {
       Mat<S> my_rpe;  // this thread's share of drpe
       Mat<S> dS;      // dA, then dS in place; kept across sequences
-      Eigen::Matrix<S, 1, Eigen::Dynamic> dot;
+      ScoresScratch<S> scores;
     };
     for_each_sequence(
         B,
@@ -459,7 +478,6 @@ Mat<S> attention_backward(const Layer<S>& L, Layer<S>& G, const Mat<S>& in,
         [&](Scratch& scratch, int b) {
           Mat<S>& my_rpe = scratch.my_rpe;
           Mat<S>& dS = scratch.dS;
-          auto& dot = scratch.dot;
           const Eigen::Index c0 = start[b], n = start[b + 1] - start[b];
           const QueryRange range = at.range(b);  // not a structured binding: clang 14 cannot capture one
           const Eigen::Index q0 = range.first, q1 = range.second;
@@ -469,7 +487,7 @@ Mat<S> attention_backward(const Layer<S>& L, Layer<S>& G, const Mat<S>& in,
               const auto dOh = cols(dO, at.o_col(b), q1 - q0);
               add_head_product(view(dV), dOh, A.transpose(), S(1));
               set_head_product(dS, view(V).transpose(), dOh, S(1));
-              scores_backward(s, h, A, dS, dot, my_rpe, q0);
+              scores_backward(s, h, A, dS, scratch.scores, my_rpe, q0);
               if (!s.dp_free) {
                 add_head_product(cols(dQ, at.q_col(b), q1 - q0), view(K), dS, L.score_scale);
                 add_head_product(view(dK), cols(Q, at.q_col(b), q1 - q0), dS.transpose(), L.score_scale);
