@@ -12,6 +12,7 @@ PACKAGES=(
   libeigen3-dev                         # linear algebra for every scalar type
   libboost-dev                          # Boost.Multiprecision front end for MPFR / MPFI / GMP
   libmpfr-dev libmpfi-dev libgmp-dev    # arbitrary precision, certified intervals, exact rationals
+  libfftw3-dev                          # FFTs: DP-free heads' lag convolutions over long sequences
   nlohmann-json3-dev                    # JSON: architecture headers, lossless model files, datasets
   libcli11-dev                          # the command line
   libmuparser-dev                       # user expressions for target functions

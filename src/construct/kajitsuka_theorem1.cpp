@@ -58,7 +58,7 @@ HardmaxCounterexample hardmax_counterexample(int draws, std::uint64_t seed) {
   return h;
 }
 
-json HardmaxCounterexample::report() const {
+nlohmann::json HardmaxCounterexample::report() const {
   return {{"sequences", {"Λ1 = {1,3,5,7}·u", "Λ2 = {1,2,6,7}·u"}},
           {"hardmax_draws", draws},
           {"hardmax_identical_for_token_1", identical},

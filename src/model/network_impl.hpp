@@ -333,15 +333,23 @@ void normalise_columns(Mat<S>& A, const LayerSpec& spec, const EvalOptions& opt,
   }
 }
 
-// Relative-position bias B_h (n×n, row = key l, column = query k). B(l, k) depends on the offset
-// l − k alone: each of the 2n − 1 offsets is computed once, and column k of B is the run of offsets
-// 0 − k … n − 1 − k (the same values as one computation per entry, with n logarithms instead of n²
-// for log-type heads).
+// A lin or log bias is the head's rate p times its slope at distance |l − k|: −dist (lin) or
+// −log(dist) (log, 0 at dist 0), which is also ∂B/∂p (the backward pass's derivative).
 template <class S>
-Mat<S> position_bias(const Layer<S>& L, int h, Eigen::Index n) {
+S rpe_slope(Rpe r, long dist) {
+  if (r == Rpe::lin) return S(-dist);
+  if constexpr (Scalar<S>::transcendental)
+    return dist == 0 ? S(0) : S(-Scalar<S>::log(S(dist)));
+  else
+    throw Error("a log-type position bias needs exp and log: not in " + std::string(Scalar<S>::name));
+}
+
+// Head h's relative-position bias by offset: entry o is the bias of offset l − k = o − (n − 1)
+// (key l, query k), 2n − 1 values; B(l, k) depends on the offset alone.
+template <class S>
+Vec<S> bias_by_offset(const Layer<S>& L, int h, Eigen::Index n) {
   const LayerSpec& s = L.spec;
-  if (n == 0) return Mat<S>(0, 0);
-  Vec<S> by_offset(2 * n - 1);  // entry o: offset l − k = o − (n − 1)
+  Vec<S> by_offset(n > 0 ? 2 * n - 1 : 0);
   for (Eigen::Index o = 0; o < by_offset.size(); ++o) {
     const long offset = static_cast<long>(o - (n - 1)), dist = std::labs(offset);
     switch (s.rpe) {
@@ -349,11 +357,8 @@ Mat<S> position_bias(const Layer<S>& L, int h, Eigen::Index n) {
         by_offset(o) = S(0);
         break;
       case Rpe::lin:
-        by_offset(o) = -L.rpe(h, 0) * S(dist);
-        break;
       case Rpe::log:
-        if constexpr (Scalar<S>::transcendental)
-          by_offset(o) = dist == 0 ? S(0) : S(-L.rpe(h, 0) * Scalar<S>::log(S(dist)));
+        by_offset(o) = L.rpe(h, 0) * rpe_slope<S>(s.rpe, dist);
         break;
       case Rpe::t5:
         by_offset(o) =
@@ -361,6 +366,15 @@ Mat<S> position_bias(const Layer<S>& L, int h, Eigen::Index n) {
         break;
     }
   }
+  return by_offset;
+}
+
+// The bias as a matrix B_h (n×n, row = key l, column = query k): column k is the run of offsets
+// 0 − k … n − 1 − k (the same values as one computation per entry, with n logarithms instead of n²
+// for log-type heads).
+template <class S>
+Mat<S> position_bias(const Layer<S>& L, int h, Eigen::Index n) {
+  const Vec<S> by_offset = bias_by_offset(L, h, n);
   Mat<S> B(n, n);
   for (Eigen::Index k = 0; k < n; ++k)
     B.col(k) = by_offset.segment(n - 1 - k, n);

@@ -12,6 +12,7 @@
 
 #include "../model/network_impl.hpp"
 #include "head_product.hpp"
+#include "lag_convolution.hpp"
 #include "uatlab/train/backward.hpp"
 
 namespace uatlab {
@@ -83,13 +84,6 @@ Mat<S> ln_backward(const Mat<S>& dout, const Mat<S>& xhat, const Mat<S>& rstd, c
   return dx;
 }
 
-// ∂B(l,k)/∂p_h for lin and log biases.
-template <class S>
-S rpe_slope_derivative(Rpe r, long dist) {
-  if (r == Rpe::lin) return S(-dist);
-  return dist == 0 ? S(0) : S(-Scalar<S>::log(S(dist)));
-}
-
 // f(view, cols), where view(M) is the block of M that one head sees for one sequence (hs×n), and
 // cols(M, first, count) the head's rows of M at other columns (the queries computed). For head
 // sizes 1, 4 and 8 the blocks have hs rows at compile time, so that Eigen picks outer products,
@@ -151,7 +145,36 @@ struct ScoresScratch {
   Eigen::Matrix<S, 1, Eigen::Dynamic> dot;
   Vec<S> slope;
   std::vector<int> bucket;
+
+  void prepare(const LayerSpec& s, Eigen::Index n) {
+    if (s.rpe == Rpe::lin || s.rpe == Rpe::log) {
+      if (slope.size() == 2 * n - 1) return;
+      slope.resize(2 * n - 1);
+      for (Eigen::Index o = 0; o < slope.size(); ++o)
+        slope(o) = rpe_slope<S>(s.rpe, std::labs(static_cast<long>(o - (n - 1))));
+    } else if (s.rpe == Rpe::t5 && bucket.size() != static_cast<std::size_t>(2 * n - 1)) {
+      bucket.clear();
+      for (Eigen::Index o = 0; o < 2 * n - 1; ++o)
+        bucket.push_back(
+            t5_bucket(static_cast<int>(o - (n - 1)), !s.causal, s.t5_buckets, s.t5_max_distance));
+    }
+  }
 };
+
+// Head h's bias parameters' gradient from the bias's gradient by offset (entry l − q + n − 1).
+template <class S>
+void rpe_gradient(const LayerSpec& s, Eigen::Index h, const Vec<S>& by_offset, ScoresScratch<S>& scratch,
+                  Mat<S>& drpe) {
+  const Eigen::Index n = (by_offset.size() + 1) / 2;
+  if (n == 0 || s.rpe == Rpe::none) return;
+  scratch.prepare(s, n);
+  if (s.rpe == Rpe::t5) {
+    for (Eigen::Index o = 0; o < by_offset.size(); ++o)
+      drpe(h, scratch.bucket[static_cast<std::size_t>(o)]) += by_offset(o);
+  } else {
+    drpe(h, 0) += scratch.slope.dot(by_offset);
+  }
+}
 
 // dA → dS in place (softmax or linear scores) for head h with weights A (column k: query q0 + k),
 // then the gradient of its position bias into drpe.
@@ -171,32 +194,20 @@ void scores_backward(const LayerSpec& s, Eigen::Index h, const Mat<S>& A, Mat<S>
       dS.col(k).tail(n - r.end).setZero();
     }
   }
-  if ((s.rpe == Rpe::lin || s.rpe == Rpe::log) && n > 0) {
-    // ∂B/∂p by offset: 2n − 1 values instead of one per entry, and each query's sum a dot product
-    // with a run of them (the offset 0 has slope 0).
-    Vec<S>& slope = scratch.slope;
-    if (slope.size() != 2 * n - 1) {
-      slope.resize(2 * n - 1);
-      for (Eigen::Index o = 0; o < slope.size(); ++o)
-        slope(o) = rpe_slope_derivative<S>(s.rpe, std::labs(static_cast<long>(o - (n - 1))));
-    }
+  if (n == 0 || s.rpe == Rpe::none) return;
+  scratch.prepare(s, n);
+  if (s.rpe == Rpe::lin || s.rpe == Rpe::log) {
+    // each query's sum a dot product with a run of the slopes by offset (the offset 0 has slope 0)
     S acc(0);
     for (Eigen::Index k = 0; k < queries; ++k) {
       eigen_assert(q0 + k < n);
-      acc += dS.col(k).dot(slope.segment(n - 1 - q0 - k, n));
+      acc += dS.col(k).dot(scratch.slope.segment(n - 1 - q0 - k, n));
     }
     drpe(h, 0) += acc;
-  } else if (s.rpe == Rpe::t5 && n > 0) {
-    std::vector<int>& bucket = scratch.bucket;  // one t5_bucket per offset, not per entry
-    if (bucket.size() != static_cast<std::size_t>(2 * n - 1)) {
-      bucket.clear();
-      for (Eigen::Index o = 0; o < 2 * n - 1; ++o)
-        bucket.push_back(
-            t5_bucket(static_cast<int>(o - (n - 1)), !s.causal, s.t5_buckets, s.t5_max_distance));
-    }
+  } else {  // t5
     for (Eigen::Index k = 0; k < queries; ++k)
       for (Eigen::Index l = 0; l < n; ++l)
-        drpe(h, bucket[static_cast<std::size_t>(l - q0 - k + n - 1)]) += dS(l, k);
+        drpe(h, scratch.bucket[static_cast<std::size_t>(l - q0 - k + n - 1)]) += dS(l, k);
   }
 }
 
@@ -345,6 +356,89 @@ void add_head_product(D&& dst, const A& a, const B& b, const S& scale) {
   head_product<true>(dst, a, b, scale);
 }
 
+// DP-free softmax heads over sequences of one length n go by FFT in float training from
+// lag::kMinLength tokens on (lag_convolution.hpp); double and multiprecision keep the n×n products,
+// which the finite-difference tests check and the FFT path is tested against.
+template <class S>
+bool by_lags(const LayerSpec& s, Eigen::Index n) {
+  return std::is_same_v<S, float> && s.dp_free && s.score == Score::softmax && n >= lag::kMinLength;
+}
+
+// body(h) for every head, across threads unless inside a parallel region (one training of a
+// sweep); each head writes only its own rows, so the result does not depend on the thread count.
+template <class Body>
+void for_each_head(Eigen::Index H, Body&& body) {
+#pragma omp parallel for schedule(dynamic, 1) if (!omp_in_parallel())
+  for (Eigen::Index h = 0; h < H; ++h)
+    body(h);
+}
+
+// The heads of a DP-free sub-layer by FFT, forward (into t.o, keeping t.lag) and backward (into dV
+// and drpe), in double. The matrices are transposed once (T × H·hs) so that each head's channel over
+// each sequence is a contiguous run (lag::forward's columns): stacking rows of the H·hs × T matrices
+// directly reads and writes one entry per cache line.
+template <class S>
+void lag_columns(const Mat<S>& Mt, Eigen::Index h, Eigen::Index hs, Eigen::Index n, Eigen::MatrixXd& out) {
+  const Eigen::Index B = Mt.rows() / n;
+  out.resize(n, hs * B);
+  for (Eigen::Index i = 0; i < hs; ++i)
+    for (Eigen::Index b = 0; b < B; ++b)
+      out.col(i * B + b) = Mt.col(h * hs + i).segment(b * n, n).template cast<double>();
+}
+template <class S>
+void set_lag_columns(const Eigen::MatrixXd& in, Eigen::Index h, Eigen::Index hs, Eigen::Index n, Mat<S>& Mt) {
+  const Eigen::Index B = Mt.rows() / n;
+  for (Eigen::Index i = 0; i < hs; ++i)
+    for (Eigen::Index b = 0; b < B; ++b)
+      Mt.col(h * hs + i).segment(b * n, n) = in.col(i * B + b).template cast<S>();
+}
+template <class S>
+void lag_heads_forward(const Layer<S>& L, const Mat<S>& V, Eigen::Index n, LayerTrace<S>& t) {
+  if constexpr (std::is_same_v<S, float>) {
+    const LayerSpec& s = L.spec;
+    const Eigen::Index hs = s.head_size;
+    t.a.clear();
+    t.lag.resize(static_cast<std::size_t>(s.heads));
+    const Mat<S> Vt = V.transpose();
+    Mat<S> Ot(Vt.rows(), Vt.cols());
+    for_each_head(s.heads, [&](Eigen::Index h) {
+      LagHead& head = t.lag[static_cast<std::size_t>(h)];
+      head = lag::allowed_lags(s, n);
+      lag::set_weights(head, n, bias_by_offset(L, static_cast<int>(h), n).template cast<double>());
+      Eigen::MatrixXd Vh, Oh;
+      lag_columns(Vt, h, hs, n, Vh);
+      lag::forward(head, Vh, Oh);
+      set_lag_columns(Oh, h, hs, n, Ot);
+    });
+    t.o = Ot.transpose();
+  }
+}
+template <class S>
+void lag_heads_backward(const Layer<S>& L, const Mat<S>& V, const Mat<S>& dO, const LayerTrace<S>& t,
+                        Mat<S>& dV, Mat<S>& drpe) {
+  if constexpr (std::is_same_v<S, float>) {
+    const LayerSpec& s = L.spec;
+    const Eigen::Index hs = s.head_size;
+    eigen_assert(t.lag.size() == static_cast<std::size_t>(s.heads));
+    const Mat<S> Vt = V.transpose(), dOt = dO.transpose(), Ot = t.o.transpose();
+    Mat<S> dVt(Vt.rows(), Vt.cols());
+    for_each_head(s.heads, [&](Eigen::Index h) {
+      const LagHead& head = t.lag[static_cast<std::size_t>(h)];
+      const Eigen::Index n = head.n;
+      Eigen::MatrixXd Vh, dOh, Oh, dVh;
+      lag_columns(Vt, h, hs, n, Vh);
+      lag_columns(dOt, h, hs, n, dOh);
+      lag_columns(Ot, h, hs, n, Oh);
+      Eigen::VectorXd dbias;
+      lag::backward(head, Vh, dOh, Oh, dVh, dbias);
+      set_lag_columns(dVh, h, hs, n, dVt);
+      ScoresScratch<S> scores;
+      rpe_gradient(s, h, Vec<S>(dbias.cast<S>()), scores, drpe);
+    });
+    dV = dVt.transpose();
+  }
+}
+
 template <class S>
 void attention_forward(const Layer<S>& L, const Mat<S>& in, const std::vector<Eigen::Index>& start,
                        LayerTrace<S>& t, Mat<S>& Z) {
@@ -373,7 +467,10 @@ void attention_forward(const Layer<S>& L, const Mat<S>& in, const std::vector<Ei
   const int B = static_cast<int>(start.size()) - 1;
   t.o.resize(H * hs, at.o_cols(in.cols()));  // every column is set below, head by head
   EvalOptions opt;                           // t.a is kept between steps: same shapes reuse their memory
-  if (const Eigen::Index n = n_common; s.dp_free && n > 0) {  // one A per head
+  if (const Eigen::Index n = n_common; s.dp_free && n > 0 && by_lags<S>(s, n)) {
+    lag_heads_forward(L, V, n, t);
+  } else if (const Eigen::Index n = n_common; s.dp_free && n > 0) {  // one A per head
+    t.lag.clear();
     t.a.resize(H);
     Mat<S> P, PA;
     for (Eigen::Index h = 0; h < H; ++h) {
@@ -390,6 +487,7 @@ void attention_forward(const Layer<S>& L, const Mat<S>& in, const std::vector<Ei
       unstack_head(PA, h, hs, n, t.o);
     }
   } else {
+    t.lag.clear();
     t.a.resize(static_cast<std::size_t>(B) * H);
     for_each_sequence(
         B, [] { return 0; },
@@ -443,7 +541,9 @@ Mat<S> attention_backward(const Layer<S>& L, Layer<S>& G, const Mat<S>& in,
          dV = Mat<S>::Zero(H * hs, T);
   const int B = static_cast<int>(start.size()) - 1;
   Mat<S> drpe = Mat<S>::Zero(L.rpe.rows(), L.rpe.cols());
-  if (const Eigen::Index n = common_length(start); s.dp_free && n > 0) {  // one A per head (forward)
+  if (const Eigen::Index n = common_length(start); s.dp_free && n > 0 && by_lags<S>(s, n)) {
+    lag_heads_backward(L, V, dO, t, dV, drpe);
+  } else if (const Eigen::Index n = common_length(start); s.dp_free && n > 0) {  // one A per head (forward)
     Mat<S> Pv, Pd, PdA, dS;
     ScoresScratch<S> scores;
     for (Eigen::Index h = 0; h < H; ++h) {

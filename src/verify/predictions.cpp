@@ -12,6 +12,7 @@
 #include "uatlab/train/backward.hpp"
 #include "uatlab/verify/affine.hpp"
 #include "uatlab/verify/analyse.hpp"
+#include "uatlab/verify/bounds.hpp"
 #include "uatlab/verify/evaluate.hpp"
 #include "uatlab/verify/precision.hpp"
 #include "uatlab/verify/zonotope.hpp"

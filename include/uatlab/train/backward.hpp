@@ -39,14 +39,26 @@ Batch<S> make_batch(const Dataset& ds, const std::vector<std::size_t>& which, Lo
 
 using QueryRange = std::pair<Eigen::Index, Eigen::Index>;
 
+// A DP-free head over sequences of one length n whose products go by FFT (src/train/
+// lag_convolution.hpp): the lags its mask allows, their weights and each query's normaliser, kept
+// from the forward pass for the backward.
+struct LagHead {
+  long n = 0, lo = 0, hi = -1;  // lags δ = query − key in [lo, hi] (within ±(n − 1); none if hi < lo)
+  std::vector<double> w;        // w(δ) = exp(B(δ) − max B), entry δ − lo
+  std::vector<double> z;        // per query, Σ w over its keys (0: it has none)
+  std::vector<long> direct;     // queries whose z is too small beside Σ w for an FFT: done directly
+  long fft_size = 0;            // L ≥ n + max(hi, 0) − min(lo, 0): no wrap-around in any product
+};
+
 template <class S>
 struct LayerTrace {
-  Mat<S> in;              // Z entering the sub-layer
-  Mat<S> xhat, rstd;      // layer norm: normalised input (d×T) and 1/σ per column (1×T)
-  Mat<S> u;               // pre_norm: the branch input LayerNorm(in)
-  Mat<S> q, k, v, o;      // attention: projections (H·s×T; tied: q only) and head outputs before W_O
-  std::vector<Mat<S>> a;  // attention weights, one n_b×q_b matrix per (sequence, head), or one
-                          // n×n per head (DP-free heads over sequences of one length n)
+  Mat<S> in;                 // Z entering the sub-layer
+  Mat<S> xhat, rstd;         // layer norm: normalised input (d×T) and 1/σ per column (1×T)
+  Mat<S> u;                  // pre_norm: the branch input LayerNorm(in)
+  Mat<S> q, k, v, o;         // attention: projections (H·s×T; tied: q only) and head outputs before W_O
+  std::vector<Mat<S>> a;     // attention weights, one n_b×q_b matrix per (sequence, head), or one
+                             // n×n per head (DP-free heads over sequences of one length n)
+  std::vector<LagHead> lag;  // DP-free heads by FFT: one per head (and a stays empty)
   std::vector<QueryRange> queries;  // attention: per sequence, the queries computed, [first, end)
                                     // (q_b = end − first; empty: all). When set, o, and q unless
                                     // tied, hold only those columns, sequence after sequence
