@@ -381,6 +381,17 @@ Mat<S> position_bias(const Layer<S>& L, int h, Eigen::Index n) {
   return B;
 }
 
+// A += the bias's columns first … first + A.cols() − 1 (queries), without the n×n matrix: each
+// column is a run of the 2n − 1 values by offset (the same values and additions as
+// A += position_bias(L, h, n).middleCols(first, A.cols())).
+template <class S>
+void add_position_bias(Mat<S>& A, const Layer<S>& L, int h, Eigen::Index first = 0) {
+  const Eigen::Index n = A.rows();
+  const Vec<S> by_offset = bias_by_offset(L, h, n);
+  for (Eigen::Index k = 0; k < A.cols(); ++k)
+    A.col(k) += by_offset.segment(n - 1 - first - k, n);
+}
+
 template <class S>
 Mat<S> layer_norm(const Mat<S>& Z, const Mat<S>& w, const Mat<S>& b, const S& eps) {
   Mat<S> out(Z.rows(), Z.cols());
@@ -450,7 +461,7 @@ void attention(const Layer<S>& L, const Mat<S>& X, Mat<S>& Z, const EvalOptions&
       A = Mat<S>::Zero(n, m);
     else
       A = (K.middleRows(h * hs, hs).transpose() * Q.middleRows(h * hs, hs)) * L.score_scale;
-    if (s.rpe != Rpe::none) A += position_bias(L, h, n).rightCols(m);
+    if (s.rpe != Rpe::none) add_position_bias(A, L, h, first);
     normalise_columns(A, s, opt, first);
     if (patterns) patterns->push_back(A.transpose());  // A(key, query): a query's weights are a column
     if constexpr (Scalar<S>::interval) {

@@ -130,9 +130,8 @@ void with_head_view(Eigen::Index hs, Eigen::Index h, Eigen::Index c0, Eigen::Ind
 // A head's weights from its scores (A holds Kᵀ Q·scale, or zeros for a DP-free head; column k is
 // query q0 + k of n): the position bias, then the softmax or normalisation over keys.
 template <class S>
-void head_weights(const Layer<S>& L, Eigen::Index h, Eigen::Index n, Mat<S>& A, const EvalOptions& opt,
-                  Eigen::Index q0 = 0) {
-  if (L.spec.rpe != Rpe::none) A += position_bias(L, static_cast<int>(h), n).middleCols(q0, A.cols());
+void head_weights(const Layer<S>& L, Eigen::Index h, Mat<S>& A, const EvalOptions& opt, Eigen::Index q0 = 0) {
+  if (L.spec.rpe != Rpe::none) add_position_bias(A, L, static_cast<int>(h), q0);
   normalise_columns(A, L.spec, opt, q0);
 }
 
@@ -476,7 +475,7 @@ void attention_forward(const Layer<S>& L, const Mat<S>& in, const std::vector<Ei
     for (Eigen::Index h = 0; h < H; ++h) {
       Mat<S>& A = t.a[h];
       A.setZero(n, n);
-      head_weights(L, h, n, A, opt);
+      head_weights(L, h, A, opt);
       stack_head(V, h, hs, n, P);
       // A causal head attends to no later key: A (keys × queries) is upper triangular, and
       // Eigen's triangular products skip its zero half.
@@ -502,7 +501,7 @@ void attention_forward(const Layer<S>& L, const Mat<S>& in, const std::vector<Ei
                 A.setZero(n, q1 - q0);
               else
                 set_head_product(A, view(K).transpose(), cols(Q, at.q_col(b), q1 - q0), L.score_scale);
-              head_weights(L, h, n, A, opt, q0);
+              head_weights(L, h, A, opt, q0);
               set_head_product(cols(t.o, at.o_col(b), q1 - q0), view(V), A, S(1));
             });
         },
