@@ -69,7 +69,7 @@ TEST(LagConvolution, MatchesTheDenseProductsOnEveryMaskBiasAndRate) {
             EXPECT_EQ(r.first, first) << "query " << q;
             EXPECT_EQ(r.end, end) << "query " << q;
           }
-          lag::set_weights(head, n, bias_by_offset(L, 0, n));
+          lag::set_weights(head, bias_by_offset(L, 0, n));
           direct_cases += !head.direct.empty();
           ++cases;
           // The dense weights, as training's n×n path makes them.

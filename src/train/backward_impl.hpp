@@ -403,7 +403,7 @@ void lag_heads_forward(const Layer<S>& L, const Mat<S>& V, Eigen::Index n, Layer
     for_each_head(s.heads, [&](Eigen::Index h) {
       LagHead& head = t.lag[static_cast<std::size_t>(h)];
       head = lag::allowed_lags(s, n);
-      lag::set_weights(head, n, bias_by_offset(L, static_cast<int>(h), n).template cast<double>());
+      lag::set_weights(head, bias_by_offset(L, static_cast<int>(h), n).template cast<double>());
       Eigen::MatrixXd Vh, Oh;
       lag_columns(Vt, h, hs, n, Vh);
       lag::forward(head, Vh, Oh);

@@ -145,9 +145,8 @@ LagHead allowed_lags(const LayerSpec& s, long n) {
   return head;
 }
 
-void set_weights(LagHead& head, long n, const Eigen::VectorXd& bias_by_offset) {
-  const long lo = head.lo, hi = head.hi, K = std::max(hi - lo + 1, 0L);
-  head.n = n;
+void set_weights(LagHead& head, const Eigen::VectorXd& bias_by_offset) {
+  const long n = head.n, lo = head.lo, hi = head.hi, K = std::max(hi - lo + 1, 0L);
   head.w.assign(static_cast<std::size_t>(K), 0.0);
   head.z.assign(static_cast<std::size_t>(n), 0.0);
   head.direct.clear();

@@ -21,15 +21,15 @@ namespace uatlab::lag {
 // its first and last query), clipped to ±(n − 1). Every attended_keys range is of this form.
 LagHead allowed_lags(const LayerSpec& s, long n);
 
-// Fill head's weights and normalisers from its bias by offset (position_bias's order: entry o is
-// the offset l − q = o − (n − 1)); head.lo and head.hi from allowed_lags.
-void set_weights(LagHead& head, long n, const Eigen::VectorXd& bias_by_offset);
+// Fill head's weights and normalisers from its bias by offset (bias_by_offset's order: entry o is
+// the offset l − q = o − (n − 1)); head.n, lo and hi from allowed_lags.
+void set_weights(LagHead& head, const Eigen::VectorXd& bias_by_offset);
 
 // O = V·A for sequences of one head: column r of V (n × R) is one sequence's values of one of the
 // head's channels (a column, so that each is contiguous); O likewise.
 void forward(const LagHead& head, const Eigen::MatrixXd& V, Eigen::MatrixXd& O);
 
-// Given dO (n × R) and the forward's V and O: dV = dO·Aᵀ (n × R), and by offset (position_bias's order)
+// Given dO (n × R) and the forward's V and O: dV = dO·Aᵀ (n × R), and by offset (bias_by_offset's order)
 // the sum over queries of dS = A ⊙ (dA − 1·Σ_l A⊙dA), dA = Vᵀ dO: the bias's gradient before its
 // derivative in the rate (lin, log) or its bucket (t5) is applied.
 void backward(const LagHead& head, const Eigen::MatrixXd& V, const Eigen::MatrixXd& dO,
