@@ -5,10 +5,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <new>
 
+#include "uatlab/error.hpp"
 #include "uatlab/model/architecture.hpp"
 
 namespace uatlab::lag {
@@ -176,6 +178,9 @@ void set_weights(LagHead& head, const Eigen::VectorXd& bias_by_offset) {
     }
   }
   head.fft_size = fast_size(n + std::max(hi, 0L) - std::min(lo, 0L));
+  if (head.fft_size > std::numeric_limits<int>::max())  // FFTW's sizes are int
+    throw Error("DP-free heads: sequences of " + std::to_string(n) + " tokens need transforms of " +
+                std::to_string(head.fft_size) + " points, beyond FFTW's int sizes");
 }
 
 void forward(const LagHead& head, const Eigen::MatrixXd& V, Eigen::MatrixXd& O) {
