@@ -4,6 +4,7 @@
 // by FFT against double training by the n×n products.
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <random>
 
 #include "../src/model/network_impl.hpp"
@@ -94,6 +95,13 @@ TEST(LagConvolution, MatchesTheDenseProductsOnEveryMaskBiasAndRate) {
           EXPECT_LT(max_abs(dbias - want), 1e-9 * (1 + max_abs(want)));
         }
   EXPECT_EQ(cases, 5 * 3 * 3 * 4);
+  // Past FFTW's int sizes: refused before anything of that length is allocated.
+  const Architecture big = Architecture::from_json(json::parse(
+      R"({"d":2,"layers":[{"type":"attention","heads":1,"head_size":1,"dp_free":true,"rpe":"lin"}]})"));
+  EXPECT_THROW(lag::allowed_lags(big.layers[0], 1L << 30), Error);
+  const long half = lag::allowed_lags(big.layers[0], 1L << 29).fft_size;  // lags ±(n − 1): L ≥ 3n − 2
+  EXPECT_GE(half, 3 * (1L << 29) - 2);
+  EXPECT_LE(half, std::numeric_limits<int>::max());
   EXPECT_GT(direct_cases, 10);  // the rate −4 leaves early queries only the far tail
 }
 

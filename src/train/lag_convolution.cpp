@@ -144,6 +144,11 @@ LagHead allowed_lags(const LayerSpec& s, long n) {
   if (n == 0) return head;
   head.lo = 1 - attended_keys(s, 0, n).end;              // query 0's nearest key is at lag −(end − 1)
   head.hi = (n - 1) - attended_keys(s, n - 1, n).first;  // query n − 1's farthest
+  if (head.hi < head.lo) return head;
+  head.fft_size = fast_size(n + std::max(head.hi, 0L) - std::min(head.lo, 0L));
+  if (head.fft_size > std::numeric_limits<int>::max())  // FFTW's sizes are int
+    throw Error("DP-free heads: sequences of " + std::to_string(n) + " tokens need transforms of " +
+                std::to_string(head.fft_size) + " points, beyond FFTW's int sizes");
   return head;
 }
 
@@ -152,7 +157,6 @@ void set_weights(LagHead& head, const Eigen::VectorXd& bias_by_offset) {
   head.w.assign(static_cast<std::size_t>(K), 0.0);
   head.z.assign(static_cast<std::size_t>(n), 0.0);
   head.direct.clear();
-  head.fft_size = 0;
   if (K == 0) return;
   auto bias = [&](long lag) { return bias_by_offset(n - 1 - lag); };  // offset l − q = −lag
   double top = -HUGE_VAL;
@@ -177,10 +181,6 @@ void set_weights(LagHead& head, const Eigen::VectorXd& bias_by_offset) {
       head.direct.push_back(q);
     }
   }
-  head.fft_size = fast_size(n + std::max(hi, 0L) - std::min(lo, 0L));
-  if (head.fft_size > std::numeric_limits<int>::max())  // FFTW's sizes are int
-    throw Error("DP-free heads: sequences of " + std::to_string(n) + " tokens need transforms of " +
-                std::to_string(head.fft_size) + " points, beyond FFTW's int sizes");
 }
 
 void forward(const LagHead& head, const Eigen::MatrixXd& V, Eigen::MatrixXd& O) {

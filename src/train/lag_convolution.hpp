@@ -19,7 +19,8 @@
 namespace uatlab::lag {
 
 // The lags [lo, hi] that a head of this mask allows (attended_keys, the one masking rule, read at
-// its first and last query), clipped to ±(n − 1). Every attended_keys range is of this form.
+// its first and last query), clipped to ±(n − 1), and the transforms' size. Every attended_keys
+// range is of this form. Throws Error past FFTW's int sizes (sequences of about 2^30 tokens).
 LagHead allowed_lags(const LayerSpec& s, long n);
 
 // Fill head's weights and normalisers from its bias by offset (bias_by_offset's order: entry o is
