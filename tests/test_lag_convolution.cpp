@@ -4,10 +4,12 @@
 // by FFT against double training by the n×n products.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <limits>
 #include <random>
 
 #include "../src/model/network_impl.hpp"
+#include "../src/train/backward_impl.hpp"
 #include "../src/train/lag_convolution.hpp"
 #include "uatlab/model/init.hpp"
 
@@ -158,4 +160,16 @@ TEST(LagConvolution, FloatTrainingByFftMatchesDoubleDenseProducts) {
     EXPECT_LT(err, 2e-5 * (1e-3 + max_abs(w))) << name;  // measured: 1e-6 of the largest or less
   });
   EXPECT_EQ(t, want.size());
+}
+
+// An error in one head of the heads' parallel loop (allowed_lags past FFTW's sizes, an allocation)
+// reaches the caller as an exception: thrown out of an OpenMP region it would end the process.
+TEST(LagConvolution, AnErrorInOneHeadReachesTheCaller) {
+  std::atomic<int> ran{0};
+  const auto body = [&](Eigen::Index h) {
+    ++ran;
+    if (h == 2) throw Error("head 2");
+  };
+  EXPECT_THROW(train_detail::for_each_head(4, body), Error);
+  EXPECT_EQ(ran.load(), 4);
 }

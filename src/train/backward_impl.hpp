@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <exception>
 #include <iterator>
 #include <limits>
 
@@ -365,11 +366,20 @@ bool by_lags(const LayerSpec& s, Eigen::Index n) {
 
 // body(h) for every head, across threads unless inside a parallel region (one training of a
 // sweep); each head writes only its own rows, so the result does not depend on the thread count.
+// An exception leaves the region as an exception_ptr (one thrown inside would end the process).
 template <class Body>
 void for_each_head(Eigen::Index H, Body&& body) {
+  std::exception_ptr error;
 #pragma omp parallel for schedule(dynamic, 1) if (!omp_in_parallel())
-  for (Eigen::Index h = 0; h < H; ++h)
-    body(h);
+  for (Eigen::Index h = 0; h < H; ++h) {
+    try {
+      body(h);
+    } catch (...) {
+#pragma omp critical(uatlab_for_each_head)
+      if (!error) error = std::current_exception();
+    }
+  }
+  if (error) std::rethrow_exception(error);
 }
 
 // The heads of a DP-free sub-layer by FFT, forward (into t.o, keeping t.lag) and backward (into dV
