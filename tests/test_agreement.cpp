@@ -1,8 +1,8 @@
 // One table-driven check of the model across arithmetics: every attention option combination
-// (score × rpe × dp_free × masking × tied × bias × pre_norm; ReLU and GELU after it) evaluated in float,
-// double, MPFR at 128 bits, MPFI at 128 bits and (where no exp/log/sqrt is needed) exact rationals, against a
-// 400-bit MPFR reference. Each arithmetic must agree within its own precision; the interval
-// must enclose the reference. Plus: validate() owns the masking invariants.
+// (score × rpe × dp_free × masking × tied × bias × pre_norm × rotary; ReLU and GELU after it) evaluated in
+// float, double, MPFR at 128 bits, MPFI at 128 bits and (where no exp/log/sqrt/cos/sin is needed) exact
+// rationals, against a 400-bit MPFR reference. Each arithmetic must agree within its own precision; the
+// interval must enclose the reference. Plus: validate() owns the masking invariants.
 #include <gtest/gtest.h>
 
 #include "uatlab/model/init.hpp"
@@ -57,62 +57,65 @@ TEST(Agreement, EveryAttentionOptionInEveryArithmetic) {
         for (const Masking& m : maskings)
           for (bool tied : {false, true})
             for (bool bias : {false, true})
-              for (bool pre_norm : {false, true}) {
-                if (dp_free && std::string(rpe) == "none") continue;  // validate() refuses it
-                json layer = {{"type", "attention"},  {"heads", 2},         {"head_size", 2},
-                              {"score", score},       {"scale", "3/4"},     {"rpe", rpe},
-                              {"dp_free", dp_free},   {"causal", m.causal}, {"strict_past", m.strict_past},
-                              {"window", m.window},   {"tied_qkv", tied},   {"bias", bias},
-                              {"pre_norm", pre_norm}, {"t5_buckets", 4},    {"t5_max_distance", 8}};
-                const Architecture arch = Architecture::from_json(
-                    {{"d", d},
-                     {"layers",
-                      {layer,
-                       {{"type", "feedforward"},
-                        {"width", 4},
-                        {"activation", combos % 2 ? (combos % 4 == 3 ? "gelu_tanh" : "gelu") : "relu"}}}}});
-                Network<double> base(arch);
-                init_random(base, 1000 + static_cast<std::uint64_t>(combos));
-                const Network<Rational> exact = network_cast<Rational>(base);
-                SCOPED_TRACE(layer.dump());
-                ++combos;
-                Mat<Mpfr> ref;
-                const MpfrPrecision reference(400);
-                try {
-                  ref = forward(network_cast<Mpfr>(exact), matrix_cast<Mpfr>(x));
-                } catch (const Error& e) {
-                  ADD_FAILURE() << e.what();
-                  continue;
-                }
-                const bool hardmax = std::string(score) == "hardmax";
-                // Hardmax in floating point: an argmax decided by less than the rounding would flip;
-                // the reference and MPFR/MPFI decide it, float/double are checked where they agree
-                // on the argmax (compared through the interval's certificate below).
-                EXPECT_LT(relative_error(forward(network_cast<double>(exact), matrix_cast<double>(x)), ref),
-                          hardmax ? 1e-6 : 1e-12);
-                EXPECT_LT(relative_error(forward(network_cast<float>(exact), matrix_cast<float>(x)), ref),
-                          hardmax ? 1e-2 : 1e-4);
-                const std::vector<Rational> y128 = exact_output<Mpfr>(exact, x, 128);
-                Mat<Mpfr> m128(ref.rows(), ref.cols());
-                for (Eigen::Index i = 0; i < ref.size(); ++i)
-                  m128(i) = Scalar<Mpfr>::from(y128[i]);
-                EXPECT_LT(relative_error(m128, ref), 1e-30);
-                try {
-                  const std::vector<Rational> yi = exact_output<Mpfi>(exact, x, 128);
-                  for (Eigen::Index i = 0; i < ref.size(); ++i) {
-                    EXPECT_LE(Scalar<Mpfr>::from(yi[2 * i]), ref(i));
-                    EXPECT_GE(Scalar<Mpfr>::from(yi[2 * i + 1]), ref(i));
+              for (bool pre_norm : {false, true})
+                for (int rope : {0, 7}) {
+                  if (dp_free && std::string(rpe) == "none") continue;  // validate() refuses it
+                  if (rope > 0 && (dp_free || tied)) continue;          // rotary positions turn Q and K
+                  json layer = {{"type", "attention"},  {"heads", 2},         {"head_size", 2},
+                                {"score", score},       {"scale", "3/4"},     {"rpe", rpe},
+                                {"dp_free", dp_free},   {"causal", m.causal}, {"strict_past", m.strict_past},
+                                {"window", m.window},   {"tied_qkv", tied},   {"bias", bias},
+                                {"pre_norm", pre_norm}, {"t5_buckets", 4},    {"t5_max_distance", 8},
+                                {"rope", rope}};
+                  const Architecture arch = Architecture::from_json(
+                      {{"d", d},
+                       {"layers",
+                        {layer,
+                         {{"type", "feedforward"},
+                          {"width", 4},
+                          {"activation", combos % 2 ? (combos % 4 == 3 ? "gelu_tanh" : "gelu") : "relu"}}}}});
+                  Network<double> base(arch);
+                  init_random(base, 1000 + static_cast<std::uint64_t>(combos));
+                  const Network<Rational> exact = network_cast<Rational>(base);
+                  SCOPED_TRACE(layer.dump());
+                  ++combos;
+                  Mat<Mpfr> ref;
+                  const MpfrPrecision reference(400);
+                  try {
+                    ref = forward(network_cast<Mpfr>(exact), matrix_cast<Mpfr>(x));
+                  } catch (const Error& e) {
+                    ADD_FAILURE() << e.what();
+                    continue;
                   }
-                } catch (const Error& e) {  // only an undecided hardmax may refuse
-                  EXPECT_TRUE(hardmax) << e.what();
+                  const bool hardmax = std::string(score) == "hardmax";
+                  // Hardmax in floating point: an argmax decided by less than the rounding would flip;
+                  // the reference and MPFR/MPFI decide it, float/double are checked where they agree
+                  // on the argmax (compared through the interval's certificate below).
+                  EXPECT_LT(relative_error(forward(network_cast<double>(exact), matrix_cast<double>(x)), ref),
+                            hardmax ? 1e-6 : 1e-12);
+                  EXPECT_LT(relative_error(forward(network_cast<float>(exact), matrix_cast<float>(x)), ref),
+                            hardmax ? 1e-2 : 1e-4);
+                  const std::vector<Rational> y128 = exact_output<Mpfr>(exact, x, 128);
+                  Mat<Mpfr> m128(ref.rows(), ref.cols());
+                  for (Eigen::Index i = 0; i < ref.size(); ++i)
+                    m128(i) = Scalar<Mpfr>::from(y128[i]);
+                  EXPECT_LT(relative_error(m128, ref), 1e-30);
+                  try {
+                    const std::vector<Rational> yi = exact_output<Mpfi>(exact, x, 128);
+                    for (Eigen::Index i = 0; i < ref.size(); ++i) {
+                      EXPECT_LE(Scalar<Mpfr>::from(yi[2 * i]), ref(i));
+                      EXPECT_GE(Scalar<Mpfr>::from(yi[2 * i + 1]), ref(i));
+                    }
+                  } catch (const Error& e) {  // only an undecided hardmax may refuse
+                    EXPECT_TRUE(hardmax) << e.what();
+                  }
+                  if (!arch.needs_transcendental()) {
+                    ++exact_combos;
+                    const Mat<Rational> yq = forward(exact, x);
+                    EXPECT_LT(relative_error(yq, ref), 1e-100);
+                  }
                 }
-                if (!arch.needs_transcendental()) {
-                  ++exact_combos;
-                  const Mat<Rational> yq = forward(exact, x);
-                  EXPECT_LT(relative_error(yq, ref), 1e-100);
-                }
-              }
-  EXPECT_EQ(combos, 3 * 7 * 5 * 2 * 2 * 2);
+  EXPECT_EQ(combos, 3 * 7 * 5 * 2 * 2 * 2 + 3 * 4 * 5 * 2 * 2);  // and rotary positions on untied DP heads
   EXPECT_GT(exact_combos, 0);
 }
 

@@ -500,6 +500,8 @@ TEST(Analyse, ZonotopeEnclosesTheNetworkAtSampledPointsOfTheBox) {
           {"type":"attention","heads":3,"head_size":1,"causal":true,"window":2,"rpe":"lin","bias":true},
           {"type":"attention","heads":1,"head_size":2,"causal":true,"strict_past":true,"rpe":"log"},
           {"type":"feedforward","width":4,"activation":"gelu_tanh"}]})",
+      R"({"d":4,"readout":2,"layers":[{"type":"attention","heads":2,"head_size":2,"rope":7,"rpe":"lin","causal":true},
+          {"type":"attention","heads":1,"head_size":4,"rope":10000,"bias":true},{"type":"feedforward","width":5}]})",
       // No products of forms: the linearisations' errors are all the remainder holds.
       R"({"d":3,"readout":2,"layers":[{"type":"feedforward","width":6},
           {"type":"feedforward","width":5,"activation":"gelu"},{"type":"feedforward","width":4,"activation":"gelu_tanh"}]})"};

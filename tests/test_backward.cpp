@@ -247,6 +247,18 @@ TEST(Backward, LastAttentionComputesOnlyTheCountedQueries) {
   check(tied, Loss::cross_entropy, 19, {5, 6});
 }
 
+// Rotary positions turn the queries and keys (and their gradients back): bases 7 and 10000, head
+// sizes 2 and 4, with a position bias, a window and biases; sequences of different lengths, and the
+// last attention's counted queries only (their positions are not the columns' indices there).
+TEST(Backward, RotaryPositions) {
+  const char* arch = R"({"d":4,"vocab":5,"readout":2,"layers":[
+    {"type":"attention","heads":2,"head_size":2,"rope":7,"bias":true,"pre_norm":true},
+    {"type":"attention","heads":1,"head_size":4,"rope":10000,"rpe":"lin","causal":true,"window":3},
+    {"type":"feedforward","width":3}]})";
+  check(arch, Loss::mse, 21, {5, 3});
+  check(arch, Loss::cross_entropy, 22, {6, 5});
+}
+
 TEST(Backward, LinearAttentionCausal) {
   check(R"({"d":3,"readout":2,"layers":[
     {"type":"attention","heads":2,"head_size":2,"score":"linear","causal":true},

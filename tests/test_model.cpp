@@ -40,7 +40,7 @@ const char* kExactArch = R"({"d": 3, "layers": [
                                                      "pieces": [[0, "1/7"], [2, 0], ["-1", "3/2"]]}}]})";
 
 const char* kSoftArch = R"({"d": 4, "layers": [
-  {"type": "attention", "heads": 2, "head_size": 2, "score": "softmax", "scale": "3/2", "rpe": "log", "bias": true},
+  {"type": "attention", "heads": 2, "head_size": 2, "score": "softmax", "scale": "3/2", "rpe": "log", "bias": true, "rope": 7},
   {"type": "feedforward", "width": 6, "pre_norm": true},
   {"type": "attention", "heads": 1, "head_size": 3, "sqrt_scaling": true, "rpe": "t5", "causal": true, "t5_buckets": 8, "t5_max_distance": 16},
   {"type": "layernorm"},
@@ -179,6 +179,46 @@ TEST(Model, CausalAttentionIgnoresTheFuture) {
   Mat<double> y = forward(net, x), y2 = forward(net, x2);
   EXPECT_TRUE(y.leftCols(5) == y2.leftCols(5));
   EXPECT_FALSE(y.col(5) == y2.col(5));
+}
+
+// Rotary positions make a score depend on the two tokens and their offset alone: a query that sees
+// the same window of tokens at another place computes the same output (to MPFR's last bits), while
+// the network is no longer permutation equivariant. Bad settings and exact arithmetic are refused.
+TEST(Model, RotaryPositionsSeeOffsetsNotPlaces) {
+  const char* arch = R"({"d": 3, "layers": [
+    {"type": "attention", "heads": 2, "head_size": 4, "rope": 10, "causal": true, "window": 2, "bias": true},
+    {"type": "feedforward", "width": 4}]})";
+  const MpfrPrecision precision(256);
+  const Network<Mpfr> net = network_cast<Mpfr>(random_net(arch, 5));
+  const Mat<Mpfr> x = matrix_cast<Mpfr>(random_input(3, 4, 6)),
+                  prefix = matrix_cast<Mpfr>(random_input(3, 5, 7));
+  Mat<Mpfr> shifted(3, 9);
+  shifted << prefix, x;
+  const Mat<Mpfr> y = forward(net, x), ys = forward(net, shifted);
+  for (Eigen::Index k = 2; k < 4; ++k)  // queries whose window lies inside x
+    EXPECT_LT(Mpfr((y.col(k) - ys.col(5 + k)).cwiseAbs().maxCoeff()), Mpfr("1e-70")) << "query " << k;
+  Eigen::PermutationMatrix<Eigen::Dynamic> P(4);
+  P.indices() << 1, 0, 3, 2;
+  Mat<double> unrotated_y, rotated_y;
+  {
+    const Network<double> bidirectional = random_net(R"({"d": 3, "layers": [
+      {"type": "attention", "heads": 2, "head_size": 2, "rope": 10000}]})",
+                                                     5);
+    const Mat<double> xd = matrix_cast<double>(random_input(3, 4, 6));
+    rotated_y = forward(bidirectional, Mat<double>(xd * P));
+    unrotated_y = Mat<double>(forward(bidirectional, xd) * P);
+  }
+  EXPECT_GT((rotated_y - unrotated_y).cwiseAbs().maxCoeff(), 1e-3);
+  EXPECT_THROW(forward(network_cast<Rational>(random_net(arch, 5)), random_input(3, 4, 6)), Error);
+  for (const char* bad : {R"("head_size": 3, "rope": 10)", R"("head_size": 2, "rope": 1)",
+                          R"("head_size": 2, "rope": 10, "dp_free": true, "rpe": "lin")",
+                          R"("head_size": 2, "rope": 10, "tied_qkv": true)", R"("head_size": 2, "rope": -3)"})
+    EXPECT_THROW(Architecture::from_json(
+                     json::parse(std::string(R"({"d": 2, "layers": [{"type": "attention", )") + bad + "}]}")),
+                 Error)
+        << bad;
+  const Architecture a = Architecture::from_json(json::parse(arch));
+  EXPECT_EQ(Architecture::from_json(a.to_json()).layers[0].rope, 10);
 }
 
 TEST(Model, PiecewiseActivationIsLeftClosedAndMayJump) {

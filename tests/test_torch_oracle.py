@@ -54,6 +54,20 @@ def mixers():
         yield {"d": 4, "layers": [m, {"type": "feedforward", "width": 5}], "readout": 2 if i % 2 else 0}
 
 
+def rotary():
+    """Rotary positions: both bases, head sizes 2 and 4, with and without a position bias, masks,
+    biases and pre-norm, softmax and linear scores."""
+    for i, (score, rpe, causal, bias, pre_norm) in enumerate(itertools.product(
+            ["softmax", "linear"], ["none", "lin", "t5"], [False, True], [False, True], [False, True])):
+        attn = {"type": "attention", "heads": 2, "head_size": 4 if i % 2 else 2, "score": score, "scale": "3/4",
+                "rope": 7 if i % 3 == 0 else 10000, "rpe": rpe, "causal": causal, "window": 2 if causal and i % 4 == 1 else 0,
+                "bias": bias, "pre_norm": pre_norm, "sqrt_scaling": i % 5 == 0, "t5_buckets": 6, "t5_max_distance": 5}
+        arch = {"d": 3, "layers": [attn, {"type": "feedforward", "width": 4}], "readout": 2 if i % 2 else 0}
+        if i % 3 == 2:
+            arch["vocab"], arch["max_len"] = 11, 8
+        yield arch
+
+
 def check_every_file_kind(tmp):
     """The loader reads what uatlab writes besides init's files: an architecture with every optional
     key omitted (its defaults agree with the C++ reader's), the lossless .json, and a training
@@ -92,7 +106,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         check_every_file_kind(tmp)
         model, data = os.path.join(tmp, "m.safetensors"), os.path.join(tmp, "d.jsonl")
-        for seed, arch in enumerate(itertools.chain(architectures(), mixers())):
+        for seed, arch in enumerate(itertools.chain(architectures(), mixers(), rotary())):
             subprocess.run([UATLAB, "init", "--arch", json.dumps(arch), "--seed", str(seed), "-o", model],
                            check=True, capture_output=True)
             tokens = arch.get("vocab", 0) > 0

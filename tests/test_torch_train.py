@@ -57,6 +57,18 @@ def mixers():
         yield {"d": 3, "layers": [m, {"type": "feedforward", "width": 5}], "readout": 3}, "ce" if i % 2 else "mse"
 
 
+def rotary():
+    """Rotary positions: head sizes 2 and 4, with and without a position bias, masks and biases."""
+    for i, (rpe, causal, bias) in enumerate(itertools.product(["none", "lin", "t5"], [False, True], [False, True])):
+        attn = {"type": "attention", "heads": 2, "head_size": 4 if i % 2 else 2, "rope": 7 if i % 3 else 10000,
+                "rpe": rpe, "causal": causal, "window": 3 if causal and i % 4 == 1 else 0, "bias": bias,
+                "sqrt_scaling": True, "pre_norm": i % 3 == 0, "t5_buckets": 6, "t5_max_distance": 5}
+        arch = {"d": 3, "layers": [attn, {"type": "feedforward", "width": 4}], "readout": 3}
+        if i % 3 == 2:
+            arch["vocab"], arch["max_len"] = 7, 8
+        yield arch, "ce" if i % 2 else "mse"
+
+
 def make_data(arch, loss, gen, path, count=4, n=6):
     out = arch["readout"] or arch["d"]
     lines, xs = [], []
@@ -94,7 +106,7 @@ def torch_loss(net, x, y, mask, loss):
 def check_gradients(tmp, gen):
     worst, count, failures = 0.0, 0, []
     model, data, grad = (os.path.join(tmp, f) for f in ("m.safetensors", "d.jsonl", "g.safetensors"))
-    for seed, (arch, loss) in enumerate(itertools.chain(architectures(), mixers())):
+    for seed, (arch, loss) in enumerate(itertools.chain(architectures(), mixers(), rotary())):
         subprocess.run([UATLAB, "init", "--arch", json.dumps(arch), "--seed", str(seed), "--gain", "1.5", "-o", model],
                        check=True, capture_output=True)
         x, y, mask = make_data(arch, loss, gen, data)

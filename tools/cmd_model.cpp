@@ -80,7 +80,7 @@ int cmd_info(const std::string& model) {
               << "\n"
               << "parameters  " << params << "\n"
               << "exact       "
-              << (a.needs_transcendental() ? "no (needs exp/log/sqrt: use MPFR or intervals)"
+              << (a.needs_transcendental() ? "no (needs exp, log, sqrt, cos or sin: use MPFR or intervals)"
                                            : "yes (rationals evaluate it exactly)")
               << "\n";
     return 0;

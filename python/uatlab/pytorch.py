@@ -57,7 +57,7 @@ ARCH_DEFAULTS = {"vocab": 0, "input": 0, "max_len": 0, "readout": 0, "pool": "no
 LAYER_DEFAULTS = {
     "attention": {"heads": 1, "head_size": 1, "score": "softmax", "scale": "1", "sqrt_scaling": False,
                   "rpe": "none", "t5_buckets": 32, "t5_max_distance": 128, "dp_free": False, "causal": False,
-                  "strict_past": False, "window": 0, "tied_qkv": False, "bias": False, "pre_norm": False},
+                  "strict_past": False, "window": 0, "rope": 0, "tied_qkv": False, "bias": False, "pre_norm": False},
     "feedforward": {"activation": "relu", "pre_norm": False},
     "layernorm": {"eps": "1e-5"},
     "bproj": {"causal": False, "bias": False, "pre_norm": False},
@@ -114,6 +114,18 @@ def attended_keys(sp, n):
     first = (k - window).clamp(min=0) if window > 0 else torch.zeros_like(k)
     return (l >= first) & (l < end)
 
+def rotary(x, sp):
+    """Rotary positions on (B, H, n, s) queries or keys: the pairs (2i, 2i+1) at position t turned by
+    t·θ_i, θ_i = exp(-(2i/s)·log base), angles and their cos/sin in float64 as uatlab computes them."""
+    n, s = x.shape[-2], x.shape[-1]
+    theta = torch.tensor([math.exp(-(2 * i / s) * math.log(sp["rope"])) for i in range(s // 2)],
+                         dtype=torch.float64)
+    angle = torch.arange(n, dtype=torch.float64).view(n, 1) * theta.view(1, -1)  # (n, s/2)
+    c, sn = angle.cos().to(x.dtype), angle.sin().to(x.dtype)
+    a, b = x[..., 0::2], x[..., 1::2]
+    return torch.stack((a * c - b * sn, a * sn + b * c), dim=-1).flatten(-2)
+
+
 class Attention(nn.Module):
     def __init__(self, spec, d):
         super().__init__()
@@ -155,6 +167,8 @@ class Attention(nn.Module):
         else:
             q = split(p["qkv" if sp["tied_qkv"] else "q"](z))
             k = split(p["qkv" if sp["tied_qkv"] else "k"](z))
+            if sp["rope"]:
+                q, k = rotary(q, sp), rotary(k, sp)
             scores = (q @ k.transpose(-1, -2)) * self.scale  # (B, H, query, key)
         if sp["rpe"] != "none":
             scores = scores + self.bias(n, z.dtype)
@@ -540,7 +554,7 @@ def to_uatlab(module, architecture=None, embedding=None, positions=None, head=No
 # The architecture keys that decide what a network computes (a layer's "source" is only its name).
 _SAME = ("d", "vocab", "input", "max_len", "readout", "pool")
 _SAME_LAYER = ("type", "heads", "head_size", "score", "scale", "sqrt_scaling", "rpe", "dp_free", "causal",
-               "strict_past", "window", "tied_qkv", "bias", "pre_norm", "width", "activation")
+               "strict_past", "window", "rope", "tied_qkv", "bias", "pre_norm", "width", "activation")
 
 
 def fill(architecture, tensors, encoder, embedding=None, positions=None, head=None, causal=False):

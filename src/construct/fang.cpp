@@ -437,7 +437,8 @@ bool gates_hold(const Network<Rational>& net, const Layout& L, const Rational& B
   for (const Layer<Rational>& layer : net.layers) {
     const LayerSpec& s = layer.spec;
     if (s.kind == LayerKind::attention) {
-      if (s.score != Score::linear || s.bias || s.rpe != Rpe::none || s.dp_free || s.causal || s.tied_qkv)
+      if (s.score != Score::linear || s.bias || s.rpe != Rpe::none || s.dp_free || s.causal || s.tied_qkv ||
+          s.rope > 0)
         return false;
       const Mat<Rational> aq = abs_m(layer.wq), ak = abs_m(layer.wk), av = abs_m(layer.wv),
                           ao = abs_m(layer.wo);

@@ -16,12 +16,19 @@ namespace wang_e {
 
 // A claim on one metric of two cells of a grouped table: a (row_a, col_a) against b (row_b, col_b),
 // on the log10 scale (losses and errors span decades).
+// Arm a from table ga against arm b from table gb.
+Comparison compare(const std::string& claim, const std::string& comparison, const Grouped& ga,
+                   const std::string& row_a, const std::string& col_a, const Grouped& gb,
+                   const std::string& row_b, const std::string& col_b, ClaimKind kind = ClaimKind::lower,
+                   double margin = 0) {
+  Comparison c{claim, comparison, kind, sample(ga, row_a, col_a), sample(gb, row_b, col_b)};
+  c.margin = margin;
+  return c;
+}
 Comparison compare(const std::string& claim, const std::string& comparison, const Grouped& g,
                    const std::string& row_a, const std::string& col_a, const std::string& row_b,
                    const std::string& col_b, ClaimKind kind = ClaimKind::lower, double margin = 0) {
-  Comparison c{claim, comparison, kind, sample(g, row_a, col_a), sample(g, row_b, col_b)};
-  c.margin = margin;
-  return c;
+  return compare(claim, comparison, g, row_a, col_a, g, row_b, col_b, kind, margin);
 }
 
 // ---- language modelling (Tables 2 and 7) -------------------------------------------------------
@@ -300,10 +307,10 @@ std::string prefix(const GridSpec& spec, const GridTask& t) {
 // The computed verdicts of an (H, m) grid (Markdown); rows "H=…" (or "DP, H=…", "DP-free, H=…"),
 // columns "m=…" (or "<task>, m=…"). "Little to no effect" is an equivalence within a factor of 2
 // (±0.3 decades) on MSE / Var, within 5% (±0.02 decades) on a cross-entropy; "DP is not necessary" lets
-// DP-free be at most a factor of 10 (1 decade) above DP. control: 3a's control cells (empty for the other
-// grids).
+// DP-free be at most a factor of 10 (1 decade) above DP. control and rotary: 3a's control cells and
+// its DP heads with rotary positions (empty for the other grids).
 std::string grid_verdicts(const GridSpec& spec, const Grouped& g, const Grouped& control,
-                          const std::vector<int>& Hs, const std::vector<int>& ms) {
+                          const Grouped& rotary, const std::vector<int>& Hs, const std::vector<int>& ms) {
   std::vector<Comparison> v;
   std::string measured;
   const std::string h1 = "H=" + std::to_string(Hs.front()), hn = "H=" + std::to_string(Hs.back());
@@ -343,12 +350,18 @@ std::string grid_verdicts(const GridSpec& spec, const Grouped& g, const Grouped&
   } else {
     for (const GridTask& t : spec.tasks) {
       const std::string col = prefix(spec, t) + mn;
-      if (t.name == "sparse-boolean")
+      if (t.name == "sparse-boolean") {
         v.push_back(compare("DP is not necessary for a fixed memory", "DP-free vs DP, " + hn + ", " + col, g,
                             "DP-free, " + hn, col, "DP, " + hn, col, ClaimKind::not_higher, 1));
-      else {  // with the RPE alone, and the control with positions
+        v.push_back(compare("DP is not necessary for a fixed memory, against DP with rotary positions",
+                            "DP-free vs DP + rotary, " + hn + ", " + col, g, "DP-free, " + hn, col, rotary,
+                            "DP + rotary, " + hn, col, ClaimKind::not_higher, 1));
+      } else {  // with the RPE alone, with rotary positions, and the control with absolute positions
         v.push_back(compare("DP is necessary for an adaptive memory", "DP vs DP-free, " + hn + ", " + col, g,
                             "DP, " + hn, col, "DP-free, " + hn, col));
+        v.push_back(compare("DP with rotary positions is necessary for an adaptive memory",
+                            "DP + rotary vs DP-free, " + hn + ", " + col, rotary, "DP + rotary, " + hn, col,
+                            g, "DP-free, " + hn, col));
         v.push_back(compare("DP with positions is necessary for an adaptive memory",
                             "DP vs DP-free, both with positions, " + hn + ", " + col, control, "DP, " + hn,
                             col, "DP-free, " + hn, col));
@@ -385,31 +398,43 @@ Experiment hm_grid(const GridSpec& spec) {
               if (lags_differ(spec)) cell["lags"] = lags_text(t.lags);
               cells.push_back(cell);
             }
-    // 3a's positive control: with the RPE as the only position signal a DP head's dot product sees
-    // no position, so it cannot pick the lag the token asks for; with learned absolute positions
-    // (both arms) it can. The control is that DP effect, at the grid's largest H and m.
-    if (spec.claim == Claim::dp)
+    // 3a's extra arms, at the grid's largest H and m. The positive control: with the RPE as the only
+    // position signal a DP head's dot product sees no position, so it cannot pick the lag the token
+    // asks for; with learned absolute positions (both arms) it can. The fair DP arm: rotary
+    // positions turn a DP head's queries and keys so that its dot product sees the offset between
+    // them, the relative position a DP-free head has in its RPE; still no absolute positions.
+    auto corner = [&](int seed, bool dp, const GridTask& t, const char* key, const json& value) {
+      cells.push_back({{"H", grid_heads(spec, c).back()},
+                       {"m", grid_widths(spec, c).back()},
+                       {"seed", seed},
+                       {"steps", steps(c)},
+                       {"window", "max lag"},
+                       {"dp", dp},
+                       {"task", t.name},
+                       {key, value}});
+    };
+    if (spec.claim == Claim::dp) {
       for (int seed = 1; seed <= c.verdict_seeds(); ++seed)
         for (bool dp : {false, true})
-          cells.push_back({{"H", grid_heads(spec, c).back()},
-                           {"m", grid_widths(spec, c).back()},
-                           {"seed", seed},
-                           {"steps", steps(c)},
-                           {"window", "max lag"},
-                           {"dp", dp},
-                           {"task", spec.tasks.back().name},
-                           {"positions", true}});
+          corner(seed, dp, spec.tasks.back(), "positions", true);
+      for (int seed = 1; seed <= c.verdict_seeds(); ++seed)
+        for (const GridTask& t : spec.tasks)
+          corner(seed, true, t, "rope", kRotaryBase);
+    }
     return cells;
   };
   e.run = [spec](const json& cell, const Context& c) {
     const GridTask& t = task_of(spec, cell);
     return train_single_layer(t.name, t.lags, spec.omega, cell.at("H"), cell.at("m"), cell.value("dp", false),
-                              cell.at("seed"), c, cell.value("positions", false));
+                              cell.at("seed"), c, cell.value("positions", false), cell.value("rope", 0));
   };
   e.report = [spec](const std::vector<json>& all, const Outputs& out, const Context& c) {
-    std::vector<json> lines, control;  // the grid, and 3a's control cells (with positions)
+    std::vector<json> lines, control, rotary;  // the grid, 3a's control cells and its rotary DP arm
     for (const json& l : all)
-      (l.at("cell").value("positions", false) ? control : lines).push_back(l);
+      (l.at("cell").value("positions", false) ? control
+       : l.at("cell").value("rope", 0) > 0    ? rotary
+                                              : lines)
+          .push_back(l);
     const bool ce = task(spec.tasks.front().name).loss == Loss::cross_entropy;
     auto row = [spec](const json& c) {
       return (spec.with_dp ? std::string(c.at("dp").get<bool>() ? "DP, " : "DP-free, ") : std::string()) +
@@ -446,7 +471,13 @@ Experiment hm_grid(const GridSpec& spec) {
     if (!control.empty())
       md += "\nThe positive control, with learned absolute positions in both arms:\n\n" +
             grouped_markdown(gc, ce ? "validation loss" : "validation MSE / Var(y)", 4);
-    md += grid_verdicts(spec, g, gc, grid_heads(spec, c), grid_widths(spec, c));
+    const Grouped gr = group(
+        rotary, [](const json& cc) { return "DP + rotary, H=" + label(cc.at("H")); }, col, value);
+    if (!rotary.empty())
+      md += "\nDP heads with rotary positions (RoPE, base " + std::to_string(kRotaryBase) +
+            ") and no absolute positions; compare the grid's DP-free row:\n\n" +
+            grouped_markdown(gr, ce ? "validation loss" : "validation MSE / Var(y)", 4);
+    md += grid_verdicts(spec, g, gc, gr, grid_heads(spec, c), grid_widths(spec, c));
     write_file_atomic(out.path(".md"), md);
     return md;
   };

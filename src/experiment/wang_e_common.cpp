@@ -68,7 +68,7 @@ TrainConfig config(const Context& c, double lr, Loss loss, std::uint64_t seed) {
 // every scored position sees the same lags and a DP-free head's softmax normalises over the same
 // past everywhere.
 json train_single_layer(const std::string& name, const std::vector<int>& lags, double omega, int H, int m,
-                        bool dp, int seed, const Context& c, bool positions) {
+                        bool dp, int seed, const Context& c, bool positions, int rope) {
   TaskTraining t;
   t.task = name;
   t.data.lags = lags;
@@ -88,6 +88,7 @@ json train_single_layer(const std::string& name, const std::vector<int>& lags, d
   t.arch.max_len = positions ? t.data.n : 0;
   t.arch.layers = {attention(H, 4, !dp, Rpe::lin), feedforward(m)};
   t.arch.layers[0].window = window;
+  if (dp) t.arch.layers[0].rope = rope;
   t.cfg = config(c, 3e-3, loss, t.data.seed);
   t.init_seed = t.data.seed;
   t.adjust = [](Network<double>& net) { spread_rates(net, 0.05, 2.0); };

@@ -41,7 +41,7 @@ bool LayerSpec::needs_transcendental() const {
   if (pre_norm || kind == LayerKind::layernorm) return true;  // sqrt
   if (kind == LayerKind::feedforward) return gelu;            // erf
   if (kind != LayerKind::attention) return false;
-  return score == Score::softmax || sqrt_scaling || rpe == Rpe::log;
+  return score == Score::softmax || sqrt_scaling || rpe == Rpe::log || rope > 0;
 }
 
 std::string LayerSpec::describe() const {
@@ -59,6 +59,7 @@ std::string LayerSpec::describe_kind() const {
       if (sqrt_scaling) s += ", 1/sqrt(s)";
       if (rpe != Rpe::none)
         s += std::string(", ") + rpe_names(rpe) + " bias" + (dp_free ? " only (DP-free)" : "");
+      if (rope > 0) s += ", rotary positions (base " + std::to_string(rope) + ")";
       if (causal) s += strict_past ? ", causal (strict past)" : ", causal";
       if (window > 0) s += ", window " + std::to_string(window);
       if (tied_qkv) s += ", tied Q=K=V";
@@ -215,6 +216,12 @@ void Architecture::validate() const {
       if (l.dp_free && l.rpe == Rpe::none)
         throw Error(w + "dp_free attention needs a relative-position bias (rpe)");
       if (l.strict_past && !l.causal) throw Error(w + "strict_past needs causal");
+      in_range(l.rope, 0, w + "rope");
+      if (l.rope == 1) throw Error(w + "rope (the rotary base) must be at least 2, or 0 for none");
+      if (l.rope > 0 && (l.head_size % 2 != 0 || l.dp_free || l.tied_qkv))
+        throw Error(w +
+                    "rope turns pairs of query and key coordinates: it needs an even head_size, "
+                    "a dot product (not dp_free) and separate Q and K (not tied_qkv)");
       in_range(l.window, 0, w + "window");
       if (l.window > 0 && !l.causal) throw Error(w + "window needs causal");
       parse_rational(l.scale);
@@ -261,6 +268,7 @@ json Architecture::to_json() const {
              {"tied_qkv", l.tied_qkv},           {"bias", l.bias}};
         if (l.strict_past) j["strict_past"] = true;  // written only when set: older readers keep working
         if (l.window > 0) j["window"] = l.window;
+        if (l.rope > 0) j["rope"] = l.rope;
         if (l.rpe == Rpe::t5) {
           j["t5_buckets"] = l.t5_buckets;
           j["t5_max_distance"] = l.t5_max_distance;
@@ -342,7 +350,7 @@ Architecture Architecture::from_json(const json& j) try {
         reject_unknown_in_layer(lj,
                                 {"type", "heads", "head_size", "score", "scale", "sqrt_scaling", "rpe",
                                  "t5_buckets", "t5_max_distance", "dp_free", "causal", "strict_past",
-                                 "window", "tied_qkv", "bias", "pre_norm", "eps"},
+                                 "window", "rope", "tied_qkv", "bias", "pre_norm", "eps"},
                                 w);
         if (lj.contains("heads")) l.heads = positive_int(lj["heads"], w + "heads");
         if (lj.contains("head_size")) l.head_size = positive_int(lj["head_size"], w + "head_size");
@@ -357,6 +365,7 @@ Architecture Architecture::from_json(const json& j) try {
         if (lj.contains("causal")) l.causal = boolean(lj["causal"], w + "causal");
         if (lj.contains("strict_past")) l.strict_past = boolean(lj["strict_past"], w + "strict_past");
         if (lj.contains("window")) l.window = positive_int(lj["window"], w + "window", 0);
+        if (lj.contains("rope")) l.rope = positive_int(lj["rope"], w + "rope", 0);
         if (lj.contains("tied_qkv")) l.tied_qkv = boolean(lj["tied_qkv"], w + "tied_qkv");
         if (lj.contains("bias")) l.bias = boolean(lj["bias"], w + "bias");
       } else if (l.kind == LayerKind::feedforward) {

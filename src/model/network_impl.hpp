@@ -22,7 +22,8 @@ void check_evaluable(const Architecture& a) {
     for (std::size_t i = 0; i < a.layers.size(); ++i)
       if (a.layers[i].needs_transcendental())
         throw Error(std::string(Scalar<S>::name) + " arithmetic cannot evaluate layer " + std::to_string(i) +
-                    ": it needs exp, log or sqrt (softmax, log bias, 1/sqrt scaling or layer norm); "
+                    ": it needs exp, log, sqrt, cos or sin (softmax, log bias, 1/sqrt scaling, "
+                    "layer norm or rotary positions); "
                     "use an MPFR precision or interval:BITS instead");
   } else {
     (void)a;
@@ -392,6 +393,70 @@ void add_position_bias(Mat<S>& A, const Layer<S>& L, int h, Eigen::Index first =
     A.col(k) += by_offset.segment(n - 1 - first - k, n);
 }
 
+// Rotary positions (RoPE): cos and sin of t·θ_i for the positions t = 0 … n − 1 (columns) and the
+// coordinate pairs i = 0 … s/2 − 1 of a head of size s (rows), θ_i = base^(−2i/s) = exp(−(2i/s)·log base).
+// float's table is computed in double and rounded once; MPFR's and MPFI's at their own precision
+// (MPFI's encloses the true values); float and double keep the thread's last table.
+template <class S>
+struct RotaryTable {
+  int base = 0;
+  Eigen::Index half = 0;
+  Mat<S> c, s;
+};
+template <class S>
+RotaryTable<S> rotary_table(const LayerSpec& spec, Eigen::Index n) {
+  if constexpr (!Scalar<S>::transcendental) {
+    (void)spec, (void)n;
+    throw Error(std::string("rotary positions need cos and sin: not in ") + Scalar<S>::name);
+  } else {
+    using W = std::conditional_t<std::is_same_v<S, float>, double, S>;
+    const Eigen::Index half = spec.head_size / 2;
+    auto fill = [&](RotaryTable<S>& t) {
+      t.base = spec.rope, t.half = half, t.c.resize(half, n), t.s.resize(half, n);
+      const W log_base = Scalar<W>::log(W(spec.rope));
+      for (Eigen::Index i = 0; i < half; ++i) {
+        const W theta = Scalar<W>::exp(-(W(2 * i) / W(spec.head_size)) * log_base);
+        for (Eigen::Index p = 0; p < n; ++p) {
+          const W angle = W(p) * theta;
+          t.c(i, p) = S(Scalar<W>::cos(angle));
+          t.s(i, p) = S(Scalar<W>::sin(angle));
+        }
+      }
+    };
+    RotaryTable<S> t;
+    if constexpr (std::is_same_v<S, float> || std::is_same_v<S, double>) {
+      thread_local RotaryTable<S> last;  // training asks for the same table at every step
+      if (last.base != spec.rope || last.half != half || last.c.cols() < n) fill(last);
+      t = last;
+    } else {
+      fill(t);  // at the precision in force
+    }
+    return t;
+  }
+}
+
+// Turns the pairs (2i, 2i+1) of every head in M's columns col0 … col0 + count − 1, the first at
+// position pos0: (x, y) → (x·c − y·s, x·s + y·c); inverse turns back (the transpose, which carries
+// gradients from the turned coordinates to the projections).
+template <class S>
+void rotate(Mat<S>& M, const RotaryTable<S>& T, Eigen::Index col0, Eigen::Index count, Eigen::Index pos0,
+            bool inverse) {
+  const Eigen::Index half = T.half, heads = M.rows() / (2 * half);
+  for (Eigen::Index j = 0; j < count; ++j) {
+    auto col = M.col(col0 + j);
+    for (Eigen::Index h = 0; h < heads; ++h)
+      for (Eigen::Index i = 0; i < half; ++i) {
+        const S& c = T.c(i, pos0 + j);
+        const S s = inverse ? S(-T.s(i, pos0 + j)) : T.s(i, pos0 + j);
+        S& x = col(h * 2 * half + 2 * i);
+        S& y = col(h * 2 * half + 2 * i + 1);
+        const S x0 = x;
+        x = x0 * c - y * s;
+        y = x0 * s + y * c;
+      }
+  }
+}
+
 template <class S>
 Mat<S> layer_norm(const Mat<S>& Z, const Mat<S>& w, const Mat<S>& b, const S& eps) {
   Mat<S> out(Z.rows(), Z.cols());
@@ -453,6 +518,11 @@ void attention(const Layer<S>& L, const Mat<S>& X, Mat<S>& Z, const EvalOptions&
     if (s.bias) {
       Q.colwise() += L.bq.col(0);
       K.colwise() += bk.col(0);
+    }
+    if (s.rope > 0) {
+      const RotaryTable<S> T = rotary_table<S>(s, n);
+      rotate(Q, T, 0, m, first, false);
+      rotate(K, T, 0, n, 0, false);
     }
   }
   auto out = Z.rightCols(m);  // the queries computed (all of them unless first_query)

@@ -448,6 +448,22 @@ void lag_heads_backward(const Layer<S>& L, const Mat<S>& V, const Mat<S>& dO, co
   }
 }
 
+// Rotary positions on the query and key columns of a batch (positions restart with every sequence;
+// a compact layout holds only each sequence's computed queries), or back on their gradients.
+template <class S>
+void rotate_queries_keys(const LayerSpec& s, const std::vector<Eigen::Index>& start, const QueryLayout& at,
+                         Mat<S>& q, Mat<S>& k, bool inverse) {
+  Eigen::Index longest = 0;
+  for (std::size_t b = 0; b + 1 < start.size(); ++b)
+    longest = std::max(longest, start[b + 1] - start[b]);
+  const RotaryTable<S> T = rotary_table<S>(s, longest);
+  for (int b = 0; b + 1 < static_cast<int>(start.size()); ++b) {
+    const QueryRange r = at.range(b);
+    rotate(q, T, at.q_col(b), r.second - r.first, r.first, inverse);
+    rotate(k, T, start[b], start[b + 1] - start[b], 0, inverse);
+  }
+}
+
 template <class S>
 void attention_forward(const Layer<S>& L, const Mat<S>& in, const std::vector<Eigen::Index>& start,
                        LayerTrace<S>& t, Mat<S>& Z) {
@@ -468,6 +484,7 @@ void attention_forward(const Layer<S>& L, const Mat<S>& in, const std::vector<Ei
         weights_times(t.q, L.wq, in, s.bias ? &L.bq : nullptr);
       }
       weights_times(t.k, L.wk, in, s.bias ? &L.bk : nullptr);
+      if (s.rope > 0) rotate_queries_keys(s, start, at, t.q, t.k, false);
     }
   }
   const Mat<S>& Q = t.q;
@@ -606,6 +623,7 @@ Mat<S> attention_backward(const Layer<S>& L, Layer<S>& G, const Mat<S>& in,
         [&](const Scratch& scratch) { drpe += scratch.my_rpe; });
   }
   if (s.rpe != Rpe::none && G.rpe.size()) G.rpe += drpe;  // (empty: an input-only gradient)
+  if (s.rope > 0) rotate_queries_keys(s, start, at, dQ, dK, true);
   Mat<S> din;
   if (s.tied_qkv) {
     Mat<S> dP = dV;

@@ -26,7 +26,7 @@
 #include <utility>
 #include <vector>
 
-#include "../model/network_impl.hpp"  // hull_of_pieces, position_bias
+#include "../model/network_impl.hpp"  // hull_of_pieces, position_bias, rotary_table
 #include "rounding.hpp"
 #include "uatlab/limits.hpp"
 #include "uatlab/verify/affine.hpp"  // activation_pieces
@@ -136,6 +136,14 @@ Form combine(const std::vector<std::pair<double, const Form*>>& terms, double b,
   const double K = static_cast<double>(terms.size()) + 1;
   y.r = r + rounding_error(K, pc) + rounding_error(K, pg, static_cast<double>(m));
   return y;
+}
+
+// a·x + b·y for every a within a.rad of a.v and b within b.rad of b.v (a coordinate of a turned pair).
+Form turned(const Form& x, const Form& y, Constant a, Constant b, Index m) {
+  Form z = combine({{a.v, &x}, {b.v, &y}}, 0, m);
+  const Rounding up(FE_UPWARD);
+  z.r += a.rad * (std::abs(x.c) + radius(x)) + b.rad * (std::abs(y.c) + radius(y));
+  return z;
 }
 
 // Σ_t x_t·y_t of forms: (cx + δx)(cy + δy) = cx·cy + cx·gy·e + cy·gx·e + [cx·ty + cy·tx + δx·δy],
@@ -454,6 +462,20 @@ class Forward {
     return linear(L.w2, &L.b2, H);
   }
 
+  // Rotary positions on Q or K: each pair of a head's coordinates at position k turned by the
+  // enclosures of cos and sin of k·θ_i (T: the model's table, in MPFI).
+  static void rotate(Zonotope& Z, const RotaryTable<Mpfi>& T) {
+    const Index m = Z.G.cols();
+    for (Index k = 0; k < Z.cols(); ++k)
+      for (Index row = 0; row < Z.rows(); row += 2) {
+        const Index i = (row / 2) % T.half;
+        const Constant c = constant_of(T.c(i, k)), sn = constant_of(T.s(i, k));
+        const Form x = get(Z, row, k), y = get(Z, row + 1, k);
+        put(Z, row, k, turned(x, y, c, {-sn.v, sn.rad}, m));
+        put(Z, row + 1, k, turned(x, y, sn, c, m));
+      }
+  }
+
   Zonotope attention(const Layer<Mpfi>& L, const Zonotope& X) {
     const LayerSpec& s = L.spec;
     const Index n = X.cols(), hs = s.head_size;
@@ -465,6 +487,10 @@ class Forward {
     Zonotope V = linear(wv, bv, X);
     Zonotope Q, K;
     if (!s.dp_free) Q = linear(L.wq, bq, X), K = linear(wk, bk, X);
+    if (s.rope > 0) {
+      const RotaryTable<Mpfi> T = rotary_table<Mpfi>(s, n);
+      rotate(Q, T), rotate(K, T);
+    }
     const Constant scale = constant_of(L.score_scale);
     Zonotope out;
     for (int h = 0; h < s.heads; ++h) {

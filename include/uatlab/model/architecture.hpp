@@ -49,6 +49,10 @@ struct LayerSpec {
   bool sqrt_scaling = false;  // also multiply the scores by 1/√head_size
   Rpe rpe = Rpe::none;        // B_h: lin −p_h|i−j|, log −p_h log|i−j| (0 on the diagonal), T5 buckets
   int t5_buckets = 32, t5_max_distance = 128;
+  // > 0: rotary position embedding (RoPE) with this base: in every head the coordinate pairs
+  // (2i, 2i+1) of a query or key at position t are turned by the angle t·θ_i, θ_i = rope^(−2i/s),
+  // so that q·k depends on the tokens and their offset alone (head_size even; not dp_free/tied)
+  int rope = 0;
   bool dp_free = false;      // scores are B_h alone (no dot product)
   bool causal = false;       // query k attends to keys l ≤ k only
   bool strict_past = false;  // with causal: keys l < k only (query 0 attends to nothing: output 0)

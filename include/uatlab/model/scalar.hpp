@@ -99,6 +99,8 @@ struct Scalar<float> {
   static float exp(float x) { return std::exp(x); }
   static float log(float x) { return std::log(x); }
   static float sqrt(float x) { return std::sqrt(x); }
+  static float cos(float x) { return std::cos(x); }
+  static float sin(float x) { return std::sin(x); }
 };
 
 template <>
@@ -112,6 +114,8 @@ struct Scalar<double> {
   static double exp(double x) { return std::exp(x); }
   static double log(double x) { return std::log(x); }
   static double sqrt(double x) { return std::sqrt(x); }
+  static double cos(double x) { return std::cos(x); }
+  static double sin(double x) { return std::sin(x); }
 };
 
 template <>
@@ -125,6 +129,8 @@ struct Scalar<Mpfr> {
   static Mpfr exp(const Mpfr& x) { return mp::exp(x); }
   static Mpfr log(const Mpfr& x) { return mp::log(x); }
   static Mpfr sqrt(const Mpfr& x) { return mp::sqrt(x); }
+  static Mpfr cos(const Mpfr& x) { return mp::cos(x); }
+  static Mpfr sin(const Mpfr& x) { return mp::sin(x); }
 };
 
 template <>
@@ -138,6 +144,8 @@ struct Scalar<Mpfi> {
   static Mpfi exp(const Mpfi& x) { return mp::exp(x); }
   static Mpfi log(const Mpfi& x) { return mp::log(x); }
   static Mpfi sqrt(const Mpfi& x) { return mp::sqrt(x); }
+  static Mpfi cos(const Mpfi& x) { return mp::cos(x); }
+  static Mpfi sin(const Mpfi& x) { return mp::sin(x); }
 };
 
 template <>
@@ -148,7 +156,7 @@ struct Scalar<Rational> {
   static Rational to_rational(const Rational& x) { return x; }
   static double to_double(const Rational& x);
   static std::string to_string(const Rational& x) { return x.str(); }
-  // No exp/log/sqrt: networks that need them are rejected before evaluation.
+  // No exp/log/sqrt/cos/sin: networks that need them are rejected before evaluation.
 };
 
 // Interval bounds (exact Mpfr values); for point types both are the value itself.
