@@ -245,6 +245,27 @@ TEST(Stats, Report3aContradictsAFixedMemoryClaimThatDPWinsEverywhere) {
   EXPECT_EQ(verdict_of(md, "DP-free vs DP, H=4, fixed memory"), "holds") << md;
 }
 
+// 3a's arms that aim at lags: DP heads with rotary positions against DP-free heads with a T5 table
+// (and against the lin-type grid), each claim judged on its own arms.
+TEST(Stats, Report3aJudgesTheAimingArmsAgainstEachOther) {
+  auto loss = [](const json& c, double t5_adaptive) {
+    const bool fixed = c.at("task") == "sparse-boolean", rope = c.value("rope", 0) > 0,
+               t5 = c.value("rpe", "lin") == "t5";
+    const double s = 1 + 0.1 * seed(c);
+    if (rope) return (fixed ? 2e-6 : 1e-6) * s;
+    if (t5) return (fixed ? 1e-6 : t5_adaptive) * s;
+    return c.at("dp").get<bool>() ? 0.3 * s : 0.2 * s;
+  };
+  std::string md = canned_report("wang-e-3a", [&](const json& c) { return loss(c, 0.1); });
+  EXPECT_EQ(verdict_of(md, "DP-free with T5 vs DP + rotary, H=4, fixed memory"), "holds") << md;
+  EXPECT_EQ(verdict_of(md, "DP-free vs DP + rotary, H=4, fixed memory"), "contradicted") << md;
+  EXPECT_EQ(verdict_of(md, "DP + rotary vs DP-free with T5, H=4, adaptive memory"), "holds") << md;
+  EXPECT_EQ(verdict_of(md, "DP + rotary vs DP-free, H=4, adaptive memory"), "holds") << md;
+  EXPECT_NE(md.find("| DP-free, T5, H=4 |"), std::string::npos) << md;
+  md = canned_report("wang-e-3a", [&](const json& c) { return loss(c, 5e-7); });  // T5 below DP
+  EXPECT_EQ(verdict_of(md, "DP + rotary vs DP-free with T5, H=4, adaptive memory"), "contradicted") << md;
+}
+
 TEST(Stats, Report2aShowsEquivalenceOnlyWhenTheControlCanSeeAnEffect) {
   auto m = [](const json& c) { return c.at("m").get<int>(); };
   std::string md = canned_report("wang-e-2a", [&](const json& c) { return m(c) == 128 ? 1e-3 : 1e-1; });

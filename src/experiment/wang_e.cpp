@@ -307,10 +307,11 @@ std::string prefix(const GridSpec& spec, const GridTask& t) {
 // The computed verdicts of an (H, m) grid (Markdown); rows "H=…" (or "DP, H=…", "DP-free, H=…"),
 // columns "m=…" (or "<task>, m=…"). "Little to no effect" is an equivalence within a factor of 2
 // (±0.3 decades) on MSE / Var, within 5% (±0.02 decades) on a cross-entropy; "DP is not necessary" lets
-// DP-free be at most a factor of 10 (1 decade) above DP. control and rotary: 3a's control cells and
-// its DP heads with rotary positions (empty for the other grids).
+// DP-free be at most a factor of 10 (1 decade) above DP. control and aiming: 3a's control cells and
+// its arms that aim at lags, DP heads with rotary positions and DP-free heads with a T5 table (empty
+// for the other grids).
 std::string grid_verdicts(const GridSpec& spec, const Grouped& g, const Grouped& control,
-                          const Grouped& rotary, const std::vector<int>& Hs, const std::vector<int>& ms) {
+                          const Grouped& aiming, const std::vector<int>& Hs, const std::vector<int>& ms) {
   std::vector<Comparison> v;
   std::string measured;
   const std::string h1 = "H=" + std::to_string(Hs.front()), hn = "H=" + std::to_string(Hs.back());
@@ -354,14 +355,21 @@ std::string grid_verdicts(const GridSpec& spec, const Grouped& g, const Grouped&
         v.push_back(compare("DP is not necessary for a fixed memory", "DP-free vs DP, " + hn + ", " + col, g,
                             "DP-free, " + hn, col, "DP, " + hn, col, ClaimKind::not_higher, 1));
         v.push_back(compare("DP is not necessary for a fixed memory, against DP with rotary positions",
-                            "DP-free vs DP + rotary, " + hn + ", " + col, g, "DP-free, " + hn, col, rotary,
+                            "DP-free vs DP + rotary, " + hn + ", " + col, g, "DP-free, " + hn, col, aiming,
                             "DP + rotary, " + hn, col, ClaimKind::not_higher, 1));
+        v.push_back(compare("DP is not necessary for a fixed memory, both kinds aiming at lags",
+                            "DP-free with T5 vs DP + rotary, " + hn + ", " + col, aiming,
+                            "DP-free, T5, " + hn, col, aiming, "DP + rotary, " + hn, col,
+                            ClaimKind::not_higher, 1));
       } else {  // with the RPE alone, with rotary positions, and the control with absolute positions
         v.push_back(compare("DP is necessary for an adaptive memory", "DP vs DP-free, " + hn + ", " + col, g,
                             "DP, " + hn, col, "DP-free, " + hn, col));
         v.push_back(compare("DP with rotary positions is necessary for an adaptive memory",
-                            "DP + rotary vs DP-free, " + hn + ", " + col, rotary, "DP + rotary, " + hn, col,
+                            "DP + rotary vs DP-free, " + hn + ", " + col, aiming, "DP + rotary, " + hn, col,
                             g, "DP-free, " + hn, col));
+        v.push_back(compare("DP is necessary for an adaptive memory, both kinds aiming at lags",
+                            "DP + rotary vs DP-free with T5, " + hn + ", " + col, aiming,
+                            "DP + rotary, " + hn, col, aiming, "DP-free, T5, " + hn, col));
         v.push_back(compare("DP with positions is necessary for an adaptive memory",
                             "DP vs DP-free, both with positions, " + hn + ", " + col, control, "DP, " + hn,
                             col, "DP-free, " + hn, col));
@@ -402,7 +410,9 @@ Experiment hm_grid(const GridSpec& spec) {
     // position signal a DP head's dot product sees no position, so it cannot pick the lag the token
     // asks for; with learned absolute positions (both arms) it can. The fair DP arm: rotary
     // positions turn a DP head's queries and keys so that its dot product sees the offset between
-    // them, the relative position a DP-free head has in its RPE; still no absolute positions.
+    // them, the relative position a DP-free head has in its RPE; still no absolute positions. Its
+    // DP-free counterpart: a T5 table (one learned bias per lag here) can aim at any lag, where a
+    // lin-type head's weights are monotone in the lag.
     auto corner = [&](int seed, bool dp, const GridTask& t, const char* key, const json& value) {
       cells.push_back({{"H", grid_heads(spec, c).back()},
                        {"m", grid_widths(spec, c).back()},
@@ -418,22 +428,26 @@ Experiment hm_grid(const GridSpec& spec) {
         for (bool dp : {false, true})
           corner(seed, dp, spec.tasks.back(), "positions", true);
       for (int seed = 1; seed <= c.verdict_seeds(); ++seed)
-        for (const GridTask& t : spec.tasks)
+        for (const GridTask& t : spec.tasks) {
           corner(seed, true, t, "rope", kRotaryBase);
+          corner(seed, false, t, "rpe", "t5");
+        }
     }
     return cells;
   };
   e.run = [spec](const json& cell, const Context& c) {
     const GridTask& t = task_of(spec, cell);
     return train_single_layer(t.name, t.lags, spec.omega, cell.at("H"), cell.at("m"), cell.value("dp", false),
-                              cell.at("seed"), c, cell.value("positions", false), cell.value("rope", 0));
+                              cell.at("seed"), c, cell.value("positions", false), cell.value("rope", 0),
+                              cell.value("rpe", "lin") == "t5" ? Rpe::t5 : Rpe::lin);
   };
   e.report = [spec](const std::vector<json>& all, const Outputs& out, const Context& c) {
-    std::vector<json> lines, control, rotary;  // the grid, 3a's control cells and its rotary DP arm
+    // the grid, 3a's control cells, and its arms that can aim at a lag (rotary DP, T5 DP-free)
+    std::vector<json> lines, control, aiming;
     for (const json& l : all)
-      (l.at("cell").value("positions", false) ? control
-       : l.at("cell").value("rope", 0) > 0    ? rotary
-                                              : lines)
+      (l.at("cell").value("positions", false)                                          ? control
+       : l.at("cell").value("rope", 0) > 0 || l.at("cell").value("rpe", "lin") == "t5" ? aiming
+                                                                                       : lines)
           .push_back(l);
     const bool ce = task(spec.tasks.front().name).loss == Loss::cross_entropy;
     auto row = [spec](const json& c) {
@@ -472,11 +486,20 @@ Experiment hm_grid(const GridSpec& spec) {
       md += "\nThe positive control, with learned absolute positions in both arms:\n\n" +
             grouped_markdown(gc, ce ? "validation loss" : "validation MSE / Var(y)", 4);
     const Grouped gr = group(
-        rotary, [](const json& cc) { return "DP + rotary, H=" + label(cc.at("H")); }, col, value);
-    if (!rotary.empty())
-      md += "\nDP heads with rotary positions (RoPE, base " + std::to_string(kRotaryBase) +
-            ") and no absolute positions; compare the grid's DP-free row:\n\n" +
-            grouped_markdown(gr, ce ? "validation loss" : "validation MSE / Var(y)", 4);
+        aiming,
+        [](const json& cc) {
+          return std::string(cc.value("rope", 0) > 0 ? "DP + rotary" : "DP-free, T5") +
+                 ", H=" + label(cc.at("H"));
+        },
+        col, value);
+    if (!aiming.empty())
+      md +=
+          "\nHeads that can aim at a lag without absolute positions: DP heads with rotary positions (RoPE, "
+          "base " +
+          std::to_string(kRotaryBase) +
+          ") and DP-free heads with a T5 table (a learned bias per lag) instead of the lin-type RPE; "
+          "compare the grid's rows:\n\n" +
+          grouped_markdown(gr, ce ? "validation loss" : "validation MSE / Var(y)", 4);
     md += grid_verdicts(spec, g, gc, gr, grid_heads(spec, c), grid_widths(spec, c));
     write_file_atomic(out.path(".md"), md);
     return md;

@@ -45,10 +45,12 @@ std::string tail_label(const std::string& tail);
 // reading a window of the largest lag, positions before it not scored. Without `positions` a DP
 // head sees positions through the RPE alone, as a DP-free head does; with it, learned absolute
 // positions are added to the tokens (3a's positive control). rope > 0 (DP heads only): rotary
-// positions with that base (3a's fair DP arm: a relative position its dot product can use).
+// positions with that base (3a's fair DP arm: a relative position its dot product can use); rpe: the
+// heads' position bias (lin-type, or a T5 table that can aim at any lag).
 inline constexpr int kRotaryBase = 10000;
 json train_single_layer(const std::string& task, const std::vector<int>& lags, double omega, int H, int m,
-                        bool dp, int seed, const Context& c, bool positions = false, int rope = 0);
+                        bool dp, int seed, const Context& c, bool positions = false, int rope = 0,
+                        Rpe rpe = Rpe::lin);
 
 // The model class's own reach on a memory kernel, without training: H DP-free heads of one layer
 // represent the kernels ρ̂(s) = Σ_h c_h w_h(s) over the lags s = 1 … W, each head's weights

@@ -68,7 +68,7 @@ TrainConfig config(const Context& c, double lr, Loss loss, std::uint64_t seed) {
 // every scored position sees the same lags and a DP-free head's softmax normalises over the same
 // past everywhere.
 json train_single_layer(const std::string& name, const std::vector<int>& lags, double omega, int H, int m,
-                        bool dp, int seed, const Context& c, bool positions, int rope) {
+                        bool dp, int seed, const Context& c, bool positions, int rope, Rpe rpe) {
   TaskTraining t;
   t.task = name;
   t.data.lags = lags;
@@ -86,7 +86,7 @@ json train_single_layer(const std::string& name, const std::vector<int>& lags, d
   t.arch.d = t.arch.vocab > 0 ? 16 : task(t.task).shape(t.data).d;
   t.arch.readout = task(t.task).shape(t.data).outputs;
   t.arch.max_len = positions ? t.data.n : 0;
-  t.arch.layers = {attention(H, 4, !dp, Rpe::lin), feedforward(m)};
+  t.arch.layers = {attention(H, 4, !dp, rpe), feedforward(m)};
   t.arch.layers[0].window = window;
   if (dp) t.arch.layers[0].rope = rope;
   t.cfg = config(c, 3e-3, loss, t.data.seed);
