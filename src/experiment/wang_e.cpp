@@ -14,9 +14,8 @@ namespace uatlab::experiment {
 
 namespace wang_e {
 
-// A claim on one metric of two cells of a grouped table: a (row_a, col_a) against b (row_b, col_b),
-// on the log10 scale (losses and errors span decades).
-// Arm a from table ga against arm b from table gb.
+// A claim on one metric of two cells of grouped tables: a (row_a, col_a) of ga against b (row_b, col_b)
+// of gb, on the log10 scale (losses and errors span decades); the second form takes both from one table.
 Comparison compare(const std::string& claim, const std::string& comparison, const Grouped& ga,
                    const std::string& row_a, const std::string& col_a, const Grouped& gb,
                    const std::string& row_b, const std::string& col_b, ClaimKind kind = ClaimKind::lower,
