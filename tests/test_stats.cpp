@@ -246,12 +246,15 @@ TEST(Stats, Report3aContradictsAFixedMemoryClaimThatDPWinsEverywhere) {
 }
 
 // 3a's arms that aim at lags: DP heads with rotary positions against DP-free heads with a T5 table
-// (and against the lin-type grid), each claim judged on its own arms.
+// (and against the lin-type grid), each claim judged on its own arms; and the memory with more
+// possible lags than heads, with its control (one DP-free head per lag).
 TEST(Stats, Report3aJudgesTheAimingArmsAgainstEachOther) {
   auto loss = [](const json& c, double t5_adaptive) {
     const bool fixed = c.at("task") == "sparse-boolean", rope = c.value("rope", 0) > 0,
                t5 = c.value("rpe", "lin") == "t5";
     const double s = 1 + 0.1 * seed(c);
+    if (c.contains("lags"))  // 8 possible lags: 4 DP-free heads fall short, 8 read it
+      return (rope || c.at("H").get<int>() == 8 ? 1e-5 : 0.1) * s;
     if (rope) return (fixed ? 2e-6 : 1e-6) * s;
     if (t5) return (fixed ? 1e-6 : t5_adaptive) * s;
     return c.at("dp").get<bool>() ? 0.3 * s : 0.2 * s;
@@ -262,6 +265,8 @@ TEST(Stats, Report3aJudgesTheAimingArmsAgainstEachOther) {
   EXPECT_EQ(verdict_of(md, "DP + rotary vs DP-free with T5, H=4, adaptive memory"), "holds") << md;
   EXPECT_EQ(verdict_of(md, "DP + rotary vs DP-free, H=4, adaptive memory"), "holds") << md;
   EXPECT_NE(md.find("| DP-free, T5, H=4 |"), std::string::npos) << md;
+  EXPECT_EQ(verdict_of(md, "DP + rotary vs DP-free with T5, H=4, adaptive memory, 8 lags"), "holds") << md;
+  EXPECT_EQ(verdict_of(md, "DP-free with T5, H=8 vs H=4, adaptive memory, 8 lags"), "holds") << md;
   md = canned_report("wang-e-3a", [&](const json& c) { return loss(c, 5e-7); });  // T5 below DP
   EXPECT_EQ(verdict_of(md, "DP + rotary vs DP-free with T5, H=4, adaptive memory"), "contradicted") << md;
 }

@@ -2,6 +2,7 @@
 // the paper's own settings and numbers are not available).
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "registry.hpp"
 #include "wang_e.hpp"
@@ -279,6 +280,9 @@ struct GridSpec {
   Claim claim = Claim::heads_help;
   bool with_dp = false;  // also DP + RPE heads (Table 6)
   double omega = 4;      // complex-readout frequency
+  // A task of extra cells only, not of the grid (3a: an adaptive memory with more lags than heads);
+  // its cells always carry "lags".
+  std::optional<GridTask> extra = std::nullopt;
 };
 
 std::string lags_text(const std::vector<int>& lags) {
@@ -296,11 +300,12 @@ const GridTask& task_of(const GridSpec& spec, const json& cell) {
   for (const GridTask& t : spec.tasks)
     if (cell.value("task", t.name) == t.name && cell.value("lags", lags_text(t.lags)) == lags_text(t.lags))
       return t;
+  if (spec.extra && cell.value("lags", "") == lags_text(spec.extra->lags)) return *spec.extra;
   throw Error("no task of " + spec.name + " matches the cell " + cell.dump());
 }
-// A column's prefix: the task's label when the grid has several tasks.
+// A column's prefix: the task's label when the grid has several tasks (or an extra one).
 std::string prefix(const GridSpec& spec, const GridTask& t) {
-  return spec.tasks.size() > 1 ? t.label + ", " : std::string();
+  return spec.tasks.size() > 1 || spec.extra ? t.label + ", " : std::string();
 }
 
 // The computed verdicts of an (H, m) grid (Markdown); rows "H=…" (or "DP, H=…", "DP-free, H=…"),
@@ -375,6 +380,18 @@ std::string grid_verdicts(const GridSpec& spec, const Grouped& g, const Grouped&
         v.back().control = true;
       }
     }
+    if (spec.extra) {
+      const int L = static_cast<int>(spec.extra->lags.size());
+      const std::string col = prefix(spec, *spec.extra) + mn, few = "H=" + std::to_string(L / 2),
+                        one_each = "H=" + std::to_string(L);
+      v.push_back(compare("DP is necessary for an adaptive memory with more lags than heads",
+                          "DP + rotary vs DP-free with T5, " + few + ", " + col, aiming,
+                          "DP + rotary, " + few, col, aiming, "DP-free, T5, " + few, col));
+      v.push_back(compare("DP-free heads read that memory with one head per lag",
+                          "DP-free with T5, " + one_each + " vs " + few + ", " + col, aiming,
+                          "DP-free, T5, " + one_each, col, aiming, "DP-free, T5, " + few, col));
+      v.back().control = true;
+    }
   }
   return verdict_markdown(v) + measured + (measured.empty() ? "" : "\n");
 }
@@ -412,15 +429,20 @@ Experiment hm_grid(const GridSpec& spec) {
     // them, the relative position a DP-free head has in its RPE; still no absolute positions. Its
     // DP-free counterpart: a T5 table (one learned bias per lag here) can aim at any lag, where a
     // lin-type head's weights are monotone in the lag.
-    auto corner = [&](int seed, bool dp, const GridTask& t, const char* key, const json& value) {
-      cells.push_back({{"H", grid_heads(spec, c).back()},
-                       {"m", grid_widths(spec, c).back()},
-                       {"seed", seed},
-                       {"steps", steps(c)},
-                       {"window", "max lag"},
-                       {"dp", dp},
-                       {"task", t.name},
-                       {key, value}});
+    // The extra task, an adaptive memory with more possible lags than the arms' heads: heads that
+    // can aim but not choose (DP-free, T5) need one head per lag, and the set-up shows they read
+    // it with that many.
+    auto corner = [&](int seed, bool dp, const GridTask& t, const char* key, const json& value, int H = 0) {
+      json cell = {{"H", H > 0 ? H : grid_heads(spec, c).back()},
+                   {"m", grid_widths(spec, c).back()},
+                   {"seed", seed},
+                   {"steps", steps(c)},
+                   {"window", "max lag"},
+                   {"dp", dp},
+                   {"task", t.name},
+                   {key, value}};
+      if (spec.extra && &t == &*spec.extra) cell["lags"] = lags_text(t.lags);
+      cells.push_back(cell);
     };
     if (spec.claim == Claim::dp) {
       for (int seed = 1; seed <= c.verdict_seeds(); ++seed)
@@ -431,6 +453,14 @@ Experiment hm_grid(const GridSpec& spec) {
           corner(seed, true, t, "rope", kRotaryBase);
           corner(seed, false, t, "rpe", "t5");
         }
+      if (spec.extra) {
+        const int lags = static_cast<int>(spec.extra->lags.size());
+        for (int seed = 1; seed <= c.verdict_seeds(); ++seed) {
+          corner(seed, true, *spec.extra, "rope", kRotaryBase, lags / 2);
+          corner(seed, false, *spec.extra, "rpe", "t5", lags / 2);
+          corner(seed, false, *spec.extra, "rpe", "t5", lags);
+        }
+      }
     }
     return cells;
   };
@@ -666,14 +696,16 @@ Experiment insight_2b() {
 }
 
 Experiment insight_3a() {
-  return hm_grid(
-      {"wang-e-3a",
-       "Insight 3a (Table 6): DP vs DP-free, single layer, on a fixed memory (majority of lags 1,4,9) "
-       "and an adaptive one (the lag chosen by the current token)",
-       {{"sparse-boolean", "fixed memory", {1, 4, 9}}, {"adaptive-1", "adaptive memory", {1, 4, 9}}},
-       "Wang & E Insight 3a: DP vs DP-free, fixed and adaptive memories",
-       Claim::dp,
-       true});
+  GridSpec spec{
+      "wang-e-3a",
+      "Insight 3a (Table 6): DP vs DP-free, single layer, on a fixed memory (majority of lags 1,4,9) "
+      "and an adaptive one (the lag chosen by the current token); one with 8 possible lags",
+      {{"sparse-boolean", "fixed memory", {1, 4, 9}}, {"adaptive-1", "adaptive memory", {1, 4, 9}}},
+      "Wang & E Insight 3a: DP vs DP-free, fixed and adaptive memories",
+      Claim::dp,
+      true};
+  spec.extra = GridTask{"adaptive-1", "adaptive memory, 8 lags", {1, 3, 5, 7, 9, 11, 13, 15}};
+  return hm_grid(spec);
 }
 
 }  // namespace wang_e
