@@ -468,7 +468,7 @@ Experiment hm_grid(const GridSpec& spec) {
     const GridTask& t = task_of(spec, cell);
     return train_single_layer(t.name, t.lags, spec.omega, cell.at("H"), cell.at("m"), cell.value("dp", false),
                               cell.at("seed"), c, cell.value("positions", false), cell.value("rope", 0),
-                              cell.value("rpe", "lin") == "t5" ? Rpe::t5 : Rpe::lin);
+                              rpe_names.parse(cell.value("rpe", "lin")));
   };
   e.report = [spec](const std::vector<json>& all, const Outputs& out, const Context& c) {
     // the grid, 3a's control cells, and its arms that can aim at a lag (rotary DP, T5 DP-free)
