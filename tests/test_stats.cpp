@@ -2,6 +2,7 @@
 // the experiments' reports fed canned runs: each verdict the reports print is checked against
 // data made to support, contradict or leave open its claim.
 #include <gtest/gtest.h>
+#include <algorithm>
 
 #include <cmath>
 #include <filesystem>
@@ -253,8 +254,11 @@ TEST(Stats, Report3aJudgesTheAimingArmsAgainstEachOther) {
     const bool fixed = c.at("task") == "sparse-boolean", rope = c.value("rope", 0) > 0,
                t5 = c.value("rpe", "lin") == "t5";
     const double s = 1 + 0.1 * seed(c);
-    if (c.contains("lags"))  // 8 possible lags: 4 DP-free heads fall short, 8 read it
-      return (rope || c.at("H").get<int>() == 8 ? 1e-5 : 0.1) * s;
+    if (c.contains("lags")) {  // 8 or 16 possible lags: 4 DP-free heads fall short, one per lag read it
+      const std::string lags = c.at("lags");
+      const int L = 1 + static_cast<int>(std::count(lags.begin(), lags.end(), ','));
+      return (rope || c.at("H").get<int>() == L ? 1e-5 : 0.1) * s;
+    }
     if (rope) return (fixed ? 2e-6 : 1e-6) * s;
     if (t5) return (fixed ? 1e-6 : t5_adaptive) * s;
     return c.at("dp").get<bool>() ? 0.3 * s : 0.2 * s;
@@ -265,8 +269,13 @@ TEST(Stats, Report3aJudgesTheAimingArmsAgainstEachOther) {
   EXPECT_EQ(verdict_of(md, "DP + rotary vs DP-free with T5, H=4, adaptive memory"), "holds") << md;
   EXPECT_EQ(verdict_of(md, "DP + rotary vs DP-free, H=4, adaptive memory"), "holds") << md;
   EXPECT_NE(md.find("| DP-free, T5, H=4 |"), std::string::npos) << md;
-  EXPECT_EQ(verdict_of(md, "DP + rotary vs DP-free with T5, H=4, adaptive memory, 8 lags"), "holds") << md;
-  EXPECT_EQ(verdict_of(md, "DP-free with T5, H=8 vs H=4, adaptive memory, 8 lags"), "holds") << md;
+  EXPECT_EQ(verdict_of(md, "DP + rotary vs DP-free with T5, H=4, adaptive memory, 8 lags, m=64"), "holds")
+      << md;
+  EXPECT_EQ(verdict_of(md, "DP-free with T5, H=8 vs H=4, adaptive memory, 8 lags, m=64"), "holds") << md;
+  EXPECT_EQ(verdict_of(md, "DP + rotary vs DP-free with T5, H=4, adaptive memory, 16 lags"), "holds") << md;
+  EXPECT_EQ(verdict_of(md, "DP-free with T5, H=16 vs H=4, adaptive memory, 16 lags"), "holds") << md;
+  EXPECT_EQ(verdict_of(md, "DP + rotary vs DP-free with T5, H=4, adaptive memory, 8 lags, m=16"), "holds")
+      << md;
   md = canned_report("wang-e-3a", [&](const json& c) { return loss(c, 5e-7); });  // T5 below DP
   EXPECT_EQ(verdict_of(md, "DP + rotary vs DP-free with T5, H=4, adaptive memory"), "contradicted") << md;
 }

@@ -280,9 +280,15 @@ struct GridSpec {
   Claim claim = Claim::heads_help;
   bool with_dp = false;  // also DP + RPE heads (Table 6)
   double omega = 4;      // complex-readout frequency
-  // A task of extra cells only, not of the grid (3a: an adaptive memory with more lags than heads);
-  // its cells always carry "lags".
-  std::optional<GridTask> extra = std::nullopt;
+  // Tasks of extra cells only, not of the grid (3a: adaptive memories with more lags than heads);
+  // their cells always carry "lags".
+  struct Extra {
+    GridTask task;
+    int few;      // the aiming arms' heads, fewer than the lags
+    bool narrow;  // at the grid's smallest FFN width instead of its largest (none with one width)
+    std::string claim;
+  };
+  std::vector<Extra> extras = {};
 };
 
 std::string lags_text(const std::vector<int>& lags) {
@@ -300,12 +306,13 @@ const GridTask& task_of(const GridSpec& spec, const json& cell) {
   for (const GridTask& t : spec.tasks)
     if (cell.value("task", t.name) == t.name && cell.value("lags", lags_text(t.lags)) == lags_text(t.lags))
       return t;
-  if (spec.extra && cell.value("lags", "") == lags_text(spec.extra->lags)) return *spec.extra;
+  for (const GridSpec::Extra& x : spec.extras)
+    if (cell.value("lags", "") == lags_text(x.task.lags)) return x.task;
   throw Error("no task of " + spec.name + " matches the cell " + cell.dump());
 }
-// A column's prefix: the task's label when the grid has several tasks (or an extra one).
+// A column's prefix: the task's label when the grid has several tasks (or extra ones).
 std::string prefix(const GridSpec& spec, const GridTask& t) {
-  return spec.tasks.size() > 1 || spec.extra ? t.label + ", " : std::string();
+  return spec.tasks.size() > 1 || !spec.extras.empty() ? t.label + ", " : std::string();
 }
 
 // The computed verdicts of an (H, m) grid (Markdown); rows "H=…" (or "DP, H=…", "DP-free, H=…"),
@@ -380,12 +387,11 @@ std::string grid_verdicts(const GridSpec& spec, const Grouped& g, const Grouped&
         v.back().control = true;
       }
     }
-    if (spec.extra) {
-      const int L = static_cast<int>(spec.extra->lags.size());
-      const std::string col = prefix(spec, *spec.extra) + mn, few = "H=" + std::to_string(L / 2),
-                        one_each = "H=" + std::to_string(L);
-      v.push_back(compare("DP is necessary for an adaptive memory with more lags than heads",
-                          "DP + rotary vs DP-free with T5, " + few + ", " + col, aiming,
+    for (const GridSpec::Extra& x : spec.extras) {
+      if (x.narrow && ms.size() < 2) continue;  // one width (smoke mode): the narrow cells are the wide ones
+      const std::string col = prefix(spec, x.task) + (x.narrow ? m1 : mn), few = "H=" + std::to_string(x.few),
+                        one_each = "H=" + std::to_string(x.task.lags.size());
+      v.push_back(compare(x.claim, "DP + rotary vs DP-free with T5, " + few + ", " + col, aiming,
                           "DP + rotary, " + few, col, aiming, "DP-free, T5, " + few, col));
       v.push_back(compare("DP-free heads read that memory with one head per lag",
                           "DP-free with T5, " + one_each + " vs " + few + ", " + col, aiming,
@@ -429,19 +435,21 @@ Experiment hm_grid(const GridSpec& spec) {
     // them, the relative position a DP-free head has in its RPE; still no absolute positions. Its
     // DP-free counterpart: a T5 table (one learned bias per lag here) can aim at any lag, where a
     // lin-type head's weights are monotone in the lag.
-    // The extra task, an adaptive memory with more possible lags than the arms' heads: heads that
-    // can aim but not choose (DP-free, T5) need one head per lag, and the set-up shows they read
-    // it with that many.
-    auto corner = [&](int seed, bool dp, const GridTask& t, const char* key, const json& value, int H = 0) {
+    // The extra tasks, adaptive memories with more possible lags than the arms' heads: heads that
+    // can aim but not choose (DP-free, T5) must carry the lags they do not pick as mixtures for the
+    // FFN to decode, or have one head per lag (the control, which shows the set-up can see it).
+    auto corner = [&](int seed, bool dp, const GridTask& t, const char* key, const json& value, int H = 0,
+                      bool narrow = false) {
       json cell = {{"H", H > 0 ? H : grid_heads(spec, c).back()},
-                   {"m", grid_widths(spec, c).back()},
+                   {"m", narrow ? grid_widths(spec, c).front() : grid_widths(spec, c).back()},
                    {"seed", seed},
                    {"steps", steps(c)},
                    {"window", "max lag"},
                    {"dp", dp},
                    {"task", t.name},
                    {key, value}};
-      if (spec.extra && &t == &*spec.extra) cell["lags"] = lags_text(t.lags);
+      if (std::none_of(spec.tasks.begin(), spec.tasks.end(), [&](const GridTask& g) { return &g == &t; }))
+        cell["lags"] = lags_text(t.lags);
       cells.push_back(cell);
     };
     if (spec.claim == Claim::dp) {
@@ -453,12 +461,12 @@ Experiment hm_grid(const GridSpec& spec) {
           corner(seed, true, t, "rope", kRotaryBase);
           corner(seed, false, t, "rpe", "t5");
         }
-      if (spec.extra) {
-        const int lags = static_cast<int>(spec.extra->lags.size());
+      for (const GridSpec::Extra& x : spec.extras) {
+        if (x.narrow && grid_widths(spec, c).size() < 2) continue;  // one width: narrow is wide
         for (int seed = 1; seed <= c.verdict_seeds(); ++seed) {
-          corner(seed, true, *spec.extra, "rope", kRotaryBase, lags / 2);
-          corner(seed, false, *spec.extra, "rpe", "t5", lags / 2);
-          corner(seed, false, *spec.extra, "rpe", "t5", lags);
+          corner(seed, true, x.task, "rope", kRotaryBase, x.few, x.narrow);
+          corner(seed, false, x.task, "rpe", "t5", x.few, x.narrow);
+          corner(seed, false, x.task, "rpe", "t5", static_cast<int>(x.task.lags.size()), x.narrow);
         }
       }
     }
@@ -704,7 +712,13 @@ Experiment insight_3a() {
       "Wang & E Insight 3a: DP vs DP-free, fixed and adaptive memories",
       Claim::dp,
       true};
-  spec.extra = GridTask{"adaptive-1", "adaptive memory, 8 lags", {1, 3, 5, 7, 9, 11, 13, 15}};
+  const GridTask eight{"adaptive-1", "adaptive memory, 8 lags", {1, 3, 5, 7, 9, 11, 13, 15}},
+      sixteen{
+          "adaptive-1", "adaptive memory, 16 lags", {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}};
+  spec.extras = {
+      {eight, 4, false, "DP is necessary for an adaptive memory with more lags than heads"},
+      {sixteen, 4, false, "DP is necessary for an adaptive memory with 4 times as many lags as heads"},
+      {eight, 4, true, "DP is necessary for an adaptive memory with more lags than heads and a narrow FFN"}};
   return hm_grid(spec);
 }
 
