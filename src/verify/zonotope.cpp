@@ -463,13 +463,13 @@ class Forward {
   }
 
   // Rotary positions on Q or K: each pair of a head's coordinates at position k turned by the
-  // enclosures of cos and sin of k·θ_i (T: the model's table, in MPFI).
-  static void rotate(Zonotope& Z, const RotaryTable<Mpfi>& T) {
-    const Index m = Z.G.cols();
+  // enclosures of cos and sin of k·θ_i (the model's table in MPFI, as constants).
+  static void rotate(Zonotope& Z, const Constants& cosines, const Constants& sines) {
+    const Index m = Z.G.cols(), half = cosines.v.rows();
     for (Index k = 0; k < Z.cols(); ++k)
       for (Index row = 0; row < Z.rows(); row += 2) {
-        const Index i = (row / 2) % T.half;
-        const Constant c = constant_of(T.c(i, k)), sn = constant_of(T.s(i, k));
+        const Index i = (row / 2) % half;
+        const Constant c{cosines.v(i, k), cosines.rad(i, k)}, sn{sines.v(i, k), sines.rad(i, k)};
         const Form x = get(Z, row, k), y = get(Z, row + 1, k);
         put(Z, row, k, turned(x, y, c, {-sn.v, sn.rad}, m));
         put(Z, row + 1, k, turned(x, y, sn, c, m));
@@ -489,7 +489,8 @@ class Forward {
     if (!s.dp_free) Q = linear(L.wq, bq, X), K = linear(wk, bk, X);
     if (s.rope > 0) {
       const RotaryTable<Mpfi> T = rotary_table<Mpfi>(s, n);
-      rotate(Q, T), rotate(K, T);
+      const Constants cosines = constants_of(T.c), sines = constants_of(T.s);
+      rotate(Q, cosines, sines), rotate(K, cosines, sines);
     }
     const Constant scale = constant_of(L.score_scale);
     Zonotope out;
