@@ -285,7 +285,7 @@ struct GridSpec {
   struct Extra {
     GridTask task;
     int few;      // the aiming arms' heads, fewer than the lags
-    bool narrow;  // at the grid's smallest FFN width instead of its largest (none with one width)
+    bool narrow;  // at the grid's smallest FFN width instead of its largest (extra_width)
     std::string claim;
   };
   std::vector<Extra> extras = {};
@@ -309,6 +309,12 @@ const GridTask& task_of(const GridSpec& spec, const json& cell) {
   for (const GridSpec::Extra& x : spec.extras)
     if (cell.value("lags", "") == lags_text(x.task.lags)) return x.task;
   throw Error("no task of " + spec.name + " matches the cell " + cell.dump());
+}
+// The FFN width of an extra task's cells, from the grid's widths ms: the largest, or the smallest
+// when narrow; 0 (no cells) when narrow and the grid has one width, where narrow would be wide.
+int extra_width(const GridSpec::Extra& x, const std::vector<int>& ms) {
+  if (!x.narrow) return ms.back();
+  return ms.size() > 1 ? ms.front() : 0;
 }
 // A column's prefix: the task's label when the grid has several tasks (or extra ones).
 std::string prefix(const GridSpec& spec, const GridTask& t) {
@@ -388,8 +394,10 @@ std::string grid_verdicts(const GridSpec& spec, const Grouped& g, const Grouped&
       }
     }
     for (const GridSpec::Extra& x : spec.extras) {
-      if (x.narrow && ms.size() < 2) continue;  // one width (smoke mode): the narrow cells are the wide ones
-      const std::string col = prefix(spec, x.task) + (x.narrow ? m1 : mn), few = "H=" + std::to_string(x.few),
+      const int m = extra_width(x, ms);
+      if (m == 0) continue;
+      const std::string col = prefix(spec, x.task) + "m=" + std::to_string(m),
+                        few = "H=" + std::to_string(x.few),
                         one_each = "H=" + std::to_string(x.task.lags.size());
       v.push_back(compare(x.claim, "DP + rotary vs DP-free with T5, " + few + ", " + col, aiming,
                           "DP + rotary, " + few, col, aiming, "DP-free, T5, " + few, col));
@@ -439,9 +447,9 @@ Experiment hm_grid(const GridSpec& spec) {
     // can aim but not choose (DP-free, T5) must carry the lags they do not pick as mixtures for the
     // FFN to decode, or have one head per lag (the control, which shows the set-up can see it).
     auto corner = [&](int seed, bool dp, const GridTask& t, const char* key, const json& value, int H = 0,
-                      bool narrow = false) {
+                      int m = 0) {
       json cell = {{"H", H > 0 ? H : grid_heads(spec, c).back()},
-                   {"m", narrow ? grid_widths(spec, c).front() : grid_widths(spec, c).back()},
+                   {"m", m > 0 ? m : grid_widths(spec, c).back()},
                    {"seed", seed},
                    {"steps", steps(c)},
                    {"window", "max lag"},
@@ -462,11 +470,12 @@ Experiment hm_grid(const GridSpec& spec) {
           corner(seed, false, t, "rpe", "t5");
         }
       for (const GridSpec::Extra& x : spec.extras) {
-        if (x.narrow && grid_widths(spec, c).size() < 2) continue;  // one width: narrow is wide
+        const int m = extra_width(x, grid_widths(spec, c));
+        if (m == 0) continue;
         for (int seed = 1; seed <= c.verdict_seeds(); ++seed) {
-          corner(seed, true, x.task, "rope", kRotaryBase, x.few, x.narrow);
-          corner(seed, false, x.task, "rpe", "t5", x.few, x.narrow);
-          corner(seed, false, x.task, "rpe", "t5", static_cast<int>(x.task.lags.size()), x.narrow);
+          corner(seed, true, x.task, "rope", kRotaryBase, x.few, m);
+          corner(seed, false, x.task, "rpe", "t5", x.few, m);
+          corner(seed, false, x.task, "rpe", "t5", static_cast<int>(x.task.lags.size()), m);
         }
       }
     }
