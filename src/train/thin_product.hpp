@@ -414,7 +414,7 @@ void add_outer(Mat<S>& g, const Mat<S>& dy, const Mat<S>& x, Mat<S>* gb = nullpt
   if (gb) add_column_sum(*gb, dy);
 }
 
-// The kernels in float and double are compiled once, in thin_product.cpp, for every file that
+// The kernels in float and double are compiled once, in thin_product_{float,double}.cpp, for every file that
 // includes this header (the training passes, their tests, the benchmark).
 #define UATLAB_TOKEN_PRODUCT_INSTANCES(PREFIX, S)                                                     \
   PREFIX template void product_into<S>(Mat<S>&, const Mat<S>&, const Mat<S>&, const Mat<S>*, bool);   \
