@@ -58,7 +58,7 @@ TEST(Experiment, RegistryListsEveryExperimentOnce) {
       EXPECT_NE(n, e.name);
     names.push_back(e.name);
   }
-  EXPECT_EQ(names.size(), 16u);
+  EXPECT_EQ(names.size(), 17u);
   EXPECT_EQ(&find_experiment("fang-fit"),
             &experiments()[find_experiment("fang-fit").name == names[0] ? 0 : 12]);
   // The experiments whose cells open MPFR precision scopes run them one at a time.

@@ -12,9 +12,10 @@ def main():
     listing = subprocess.run([BIN, "reproduce", "--list"], capture_output=True, text=True, check=True).stdout
     names = [line.split()[0] for line in listing.splitlines() if line.strip()]
     want = ["wang-e-1a", "wang-e-1b", "wang-e-2a", "wang-e-2b", "wang-e-3a", "wang-e-3b", "wang-e-4a", "wang-e-rates", "kajitsuka-memorization",
-            "kajitsuka-delta", "memorization-capacity", "memorization-optimal", "fang-fit", "fang-regression", "yun-certified", "yun-mixers"]
+            "kajitsuka-delta", "memorization-capacity", "memorization-optimal", "fang-fit", "fang-regression", "yun-certified", "yun-mixers",
+            "yun-mixers-data"]
     assert sorted(names) == sorted(want), names
-    judged = ["wang-e-1a", "wang-e-1b", "wang-e-2a", "wang-e-2b", "wang-e-3a", "wang-e-3b", "wang-e-4a", "yun-mixers",
+    judged = ["wang-e-1a", "wang-e-1b", "wang-e-2a", "wang-e-2b", "wang-e-3a", "wang-e-3b", "wang-e-4a", "yun-mixers", "yun-mixers-data",
               "memorization-capacity", "memorization-optimal"]
     tmp = tempfile.mkdtemp(prefix="uatlab-reproduce-")
     try:

@@ -402,6 +402,22 @@ TEST(Stats, ReportMixersPairsEachModelWithAttention) {
     EXPECT_EQ(verdict_of(md, hybrid + " vs attention, language modelling"), "holds") << md;
 }
 
+// yun-mixers-data: more sequences restore hybrid-2's rule when its loss at 4N falls to attention's,
+// and hybrid-2's "as good" is contradicted when it stays far above.
+TEST(Stats, ReportMixersDataJudgesHybridTwoAgainstMoreSequences) {
+  auto recovers = [](const json& c) {
+    return c.at("model") == "hybrid-2" && c.at("N").get<long>() == 8192 ? 2.0 : 0.1;
+  };
+  std::string md = canned_report("yun-mixers-data", recovers);
+  EXPECT_EQ(verdict_of(md, "hybrid-2, N=32768 vs N=8192"), "holds") << md;
+  EXPECT_EQ(verdict_of(md, "hybrid-2 vs attention, N=32768"), "holds") << md;
+  EXPECT_EQ(verdict_of(md, "attention vs hybrid-2, N=8192"), "holds") << md;
+  md =
+      canned_report("yun-mixers-data", [](const json& c) { return c.at("model") == "hybrid-2" ? 2.0 : 0.1; });
+  EXPECT_EQ(verdict_of(md, "hybrid-2 vs attention, N=32768"), "contradicted") << md;
+  EXPECT_EQ(verdict_of(md, "attention vs hybrid-2, N=8192"), "holds") << md;
+}
+
 TEST(Stats, Report1aAnd1bTestDepthAndHeadsPerTask) {
   std::string md = canned_report("wang-e-1b", [](const json& c) { return 0.5 / c.at("H").get<double>(); });
   EXPECT_EQ(verdict_of(md, "H=8 vs H=1 at lags 1,2,3, m=128"), "holds") << md;

@@ -19,8 +19,8 @@ constexpr std::array factories{wang_e::insight_1a, wang_e::insight_1b,    wang_e
                                wang_e::insight_4a, wang_e::rates,         kajitsuka_memorization,
                                kajitsuka_delta,    memorization_capacity, memorization_optimal,
                                fang_fit,           fang_regression,       yun_certified,
-                               yun_mixers};
-static_assert(factories.size() == 16,
+                               yun_mixers,         yun_mixers_data};
+static_assert(factories.size() == 17,
               "an experiment was added or removed: update the count and its listings");
 
 const std::vector<Experiment>& experiments() {

@@ -24,5 +24,6 @@ Experiment fang_fit();                // fang.cpp
 Experiment fang_regression();         // fang.cpp
 Experiment yun_certified();           // approximate.cpp
 Experiment yun_mixers();              // mixers.cpp
+Experiment yun_mixers_data();         // mixers.cpp
 
 }  // namespace uatlab::experiment
