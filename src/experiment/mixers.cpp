@@ -312,9 +312,8 @@ Experiment yun_mixers_data() {
     auto num = [](const char* key) { return [key](const json& r) { return r.at(key).get<double>(); }; };
     const Grouped loss = group(lines, model, sequences, num("val_loss"));
     std::string md =
-        "Recall (yun-mixers' task and models), validation loss (cross-entropy on fresh sequences, ln 8 = "
-        "2.08 "
-        "at chance) against the number of training sequences N, mean ± sd over seeds:\n\n" +
+        "Recall (yun-mixers' task and models), validation loss (cross-entropy on fresh sequences, "
+        "ln 8 = 2.08 at chance) against the number of training sequences N, mean ± sd over seeds:\n\n" +
         write_grouped(loss, "model", out, 4) + "\nValidation accuracy:\n\n" +
         grouped_markdown(group(lines, model, sequences, num("val_accuracy")), "model", 3) +
         "\nTraining loss:\n\n" +
