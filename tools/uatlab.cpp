@@ -2,16 +2,26 @@
 // an options struct of its own and calls the library; every failure is reported as
 // "uatlab: error: ..." on stderr with exit status 1 (2 for a malformed command line), and leaves no
 // partial output file (outputs are written atomically).
+//
+// Two binaries from this file: `uatlab` has the model, certifying and constructing commands and
+// links the library's base alone, so that the main job does not wait for training and the
+// experiments to compile; it executes `uatlab-lab` (UATLAB_LAB: every command, the whole library),
+// found beside it, for the commands of kLabCommands, with the same arguments (docs/building.md).
 #include <gmp.h>
 #include <unistd.h>
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
+#include <array>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "commands.hpp"
 #include "uatlab/version.hpp"
@@ -64,9 +74,38 @@ void gmp_release(void* p, std::size_t) {
   std::free(p);
 }
 
+// The commands of uatlab-lab (tools/cmd_train.cpp, cmd_fang.cpp, cmd_yun.cpp, cmd_reproduce.cpp).
+constexpr std::array<std::string_view, 8> kLabCommands{
+    "train", "gradient", "polynomial", "fang-fit", "fang-regression", "approximate", "reproduce", "sweep"};
+
+#ifndef UATLAB_LAB
+// The command named on the line (the first argument that is not a flag of the app itself), when it
+// is one of uatlab-lab's: execute uatlab-lab beside this binary with the same arguments.
+int run_lab_command(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view a = argv[i];
+    if (a == "-q" || a == "--quiet") continue;
+    if (std::find(kLabCommands.begin(), kLabCommands.end(), a) == kLabCommands.end()) return -1;
+    std::error_code ec;
+    const std::filesystem::path lab =
+        std::filesystem::read_symlink("/proc/self/exe", ec).parent_path() / "uatlab-lab";
+    ::execv(lab.c_str(), argv);
+    std::cerr << "uatlab: error: '" << a << "' is a command of " << lab.string() << ", which "
+              << (errno == ENOENT ? "is not built (ninja -C build uatlab_lab)"
+                                  : "could not be run: " + std::string(std::strerror(errno)))
+              << "\n";
+    return 1;
+  }
+  return -1;
+}
+#endif
+
 }  // namespace
 
 int main(int argc, char** argv) {
+#ifndef UATLAB_LAB
+  if (const int status = run_lab_command(argc, argv); status >= 0) return status;
+#endif
   mp_set_memory_functions(gmp_allocate, gmp_reallocate, gmp_release);
   CLI::App app{"uatlab: construct, verify and train the Transformers of expressivity theory"};
   app.formatter(std::make_shared<Formatter>());
@@ -75,10 +114,21 @@ int main(int argc, char** argv) {
   app.add_flag("--quiet,-q", uatlab::cli::quiet(), "No progress lines on stderr (anywhere on the line)");
   app.fallthrough();  // subcommands accept --quiet after their name too
   uatlab::cli::Commands commands;
-  for (auto add :
-       {uatlab::cli::add_model_commands, uatlab::cli::add_kajitsuka_commands, uatlab::cli::add_train_commands,
-        uatlab::cli::add_fang_commands, uatlab::cli::add_yun_commands, uatlab::cli::add_reproduce_commands})
+  for (auto add : {uatlab::cli::add_model_commands, uatlab::cli::add_kajitsuka_commands})
     add(app, commands);
+#ifdef UATLAB_LAB
+  for (auto add : {uatlab::cli::add_train_commands, uatlab::cli::add_fang_commands,
+                   uatlab::cli::add_yun_commands, uatlab::cli::add_reproduce_commands})
+    add(app, commands);
+#else
+  std::string lab;
+  for (std::string_view c : kLabCommands)
+    lab += (lab.empty() ? "" : ", ") + std::string(c);
+  app.footer(
+      "Training and experiments (uatlab-lab, run by uatlab with the same arguments; each has its --help):\n "
+      " " +
+      lab);
+#endif
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {               // a flag or argument, named by CLI11's message
