@@ -1,5 +1,5 @@
-// The one harness that runs the built `uatlab` binary from a test: exit code and the combined
-// standard output and error.
+// The one harness that runs the built `uatlab` binary (or another, such as uatlab-lab beside it)
+// from a test: exit code and the combined standard output and error.
 #pragma once
 
 #include <sys/wait.h>
@@ -12,8 +12,8 @@ struct CliResult {
   std::string out;  // stdout and stderr
 };
 
-inline CliResult run_cli(const std::string& args) {
-  FILE* p = popen((std::string(UATLAB_BIN) + " " + args + " 2>&1").c_str(), "r");
+inline CliResult run_cli(const std::string& args, const std::string& binary = UATLAB_BIN) {
+  FILE* p = popen((binary + " " + args + " 2>&1").c_str(), "r");
   std::string out;
   char buf[4096];
   while (std::size_t n = fread(buf, 1, sizeof buf, p))

@@ -7,6 +7,7 @@
 
 #include <sys/wait.h>
 #include <fstream>
+#include <sstream>
 #include "run_cli.hpp"
 #include "uatlab/version.hpp"
 
@@ -348,6 +349,38 @@ TEST(Cli, AnalyseNamesAWrongLabel) {
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.out.find("uatlab: error: 1 of 160 predictions not certified"), std::string::npos) << r.out;
   EXPECT_FALSE(fs::exists(d + "an_wrong_report.json"));
+}
+
+// The two binaries (tools/uatlab.cpp): uatlab-lab's commands are uatlab's own and the ones its
+// --help names as uatlab-lab's, each once, and every named one runs through uatlab. (The names
+// are a table in uatlab.cpp; this keeps it from drifting from the commands uatlab-lab registers.)
+TEST(Cli, TheLabCommandsUatlabNamesAreUatlabLabsOwn) {
+  auto subcommands = [](const std::string& help) {
+    std::vector<std::string> names;
+    const std::size_t at = help.find("Subcommands:\n");
+    std::istringstream in(help.substr(at == std::string::npos ? help.size() : at + 13));
+    for (std::string line; std::getline(in, line) && line.rfind("  ", 0) == 0;)
+      names.push_back(line.substr(2, line.find(' ', 2) - 2));
+    return names;
+  };
+  const CliResult core = run("--help");
+  const CliResult lab = run_cli("--help", (fs::path(UATLAB_BIN).parent_path() / "uatlab-lab").string());
+  ASSERT_EQ(core.code, 0);
+  ASSERT_EQ(lab.code, 0);
+  std::vector<std::string> named = subcommands(core.out);  // uatlab's own, then the footer's
+  const std::size_t footer = core.out.find("Training and experiments");
+  ASSERT_NE(footer, std::string::npos) << core.out;
+  std::istringstream list(core.out.substr(core.out.find('\n', footer) + 1));
+  for (std::string name; list >> name;) {
+    if (name.back() == ',') name.pop_back();
+    EXPECT_EQ(run(name + " --help").code, 0) << name;
+    named.push_back(name);
+  }
+  std::vector<std::string> registered = subcommands(lab.out);
+  std::sort(named.begin(), named.end());
+  std::sort(registered.begin(), registered.end());
+  EXPECT_FALSE(registered.empty());
+  EXPECT_EQ(named, registered);
 }
 
 TEST(Cli, TrainHasAFlagForEveryFieldOfItsOptions) {

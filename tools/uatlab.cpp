@@ -87,8 +87,14 @@ int run_lab_command(int argc, char** argv) {
     if (a == "-q" || a == "--quiet") continue;
     if (std::find(kLabCommands.begin(), kLabCommands.end(), a) == kLabCommands.end()) return -1;
     std::error_code ec;
-    const std::filesystem::path lab =
-        std::filesystem::read_symlink("/proc/self/exe", ec).parent_path() / "uatlab-lab";
+    const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
+    if (ec) {
+      std::cerr << "uatlab: error: '" << a
+                << "' is a command of uatlab-lab, which is found beside this binary, "
+                << "and this binary's own path could not be read (/proc/self/exe: " << ec.message() << ")\n";
+      return 1;
+    }
+    const std::filesystem::path lab = self.parent_path() / "uatlab-lab";
     ::execv(lab.c_str(), argv);
     std::cerr << "uatlab: error: '" << a << "' is a command of " << lab.string() << ", which "
               << (errno == ENOENT ? "is not built (ninja -C build uatlab_lab)"
@@ -125,8 +131,8 @@ int main(int argc, char** argv) {
   for (std::string_view c : kLabCommands)
     lab += (lab.empty() ? "" : ", ") + std::string(c);
   app.footer(
-      "Training and experiments (uatlab-lab, run by uatlab with the same arguments; each has its --help):\n "
-      " " +
+      "Training and experiments (uatlab-lab, run by uatlab with the same arguments; each has its "
+      "--help):\n  " +
       lab);
 #endif
   try {
