@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -177,6 +178,33 @@ TEST(Optimal, ParametersGrowLikeTheSquareRootOfN) {
       static_cast<double>(large.stored.parameters) / static_cast<double>(small.stored.parameters);
   EXPECT_GT(ratio, 2.0);  // 16 times the sequences: about 4 times the parameters, not 16
   EXPECT_LT(ratio, 7.0);
+}
+
+TEST(Optimal, BuiltWithoutTheCertificateIsTheCertifiedNetwork) {
+  // The experiment's "built" runs count networks it does not certify: they must be the very networks
+  // the certified path returns.
+  const Dataset ds = labelled_dataset(250, 8, 4, 64, 4, false, 3);
+  opt::Options o;
+  o.search_min_bits = false;
+  const opt::Memorized certified = opt::memorize(ds, o);
+  o.certify = false;
+  const opt::Memorized built = opt::memorize(ds, o);
+  EXPECT_EQ(certified.max_error, 0);
+  EXPECT_TRUE(std::isnan(built.max_error));
+  EXPECT_EQ(built.stored.parameters, certified.stored.parameters);
+  EXPECT_EQ(built.stored.total_bits, certified.stored.total_bits);
+  EXPECT_EQ(built.plan_parameters, certified.plan_parameters);
+  EXPECT_EQ(built.plan, certified.plan);
+  ASSERT_EQ(built.net.layers.size(), certified.net.layers.size());
+  for (std::size_t i = 0; i < built.net.layers.size(); ++i) {
+    EXPECT_EQ(built.net.layers[i].w1, certified.net.layers[i].w1) << i;
+    EXPECT_EQ(built.net.layers[i].w2, certified.net.layers[i].w2) << i;
+    EXPECT_EQ(built.net.layers[i].b1, certified.net.layers[i].b1) << i;
+    EXPECT_EQ(built.net.layers[i].b2, certified.net.layers[i].b2) << i;
+    EXPECT_EQ(built.net.layers[i].wv, certified.net.layers[i].wv) << i;
+    EXPECT_EQ(built.net.layers[i].wo, certified.net.layers[i].wo) << i;
+    EXPECT_EQ(built.net.layers[i].rpe, certified.net.layers[i].rpe) << i;
+  }
 }
 
 TEST(Optimal, RefusalsNameTheProblem) {

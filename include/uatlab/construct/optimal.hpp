@@ -43,6 +43,9 @@ struct Options {
   int draws = 32;                            // draws of (v, scores) before giving up on separating the ids
   long long max_points = limits::kContexts;  // labelled points (ids) accepted
   bool search_min_bits = true;
+  // false: stop after the build: the network and its counts (the ids certified apart), nothing else
+  // certified (max_error NaN). The plan's counts on the data at a fraction of the certificate's time.
+  bool certify = true;
   OnProgress progress;
 };
 
