@@ -463,3 +463,53 @@ TEST(Stats, ReportCapacityJudgesExponentsAndHeadsAgainstRank) {
       << md;
   EXPECT_EQ(verdict_of(md, "| N=64 |"), "holds") << md;
 }
+
+TEST(Stats, ReportOptimalJudgesTheRootLawOnTheBuiltRuns) {
+  // Every network's count is c·√(q(β + ρ + 1)) with β growing like 1.5·log2 q (the deep map's form):
+  // the built runs' "grows like √(N(β + ρ + 1))" is equivalent within its margin. A count linear in
+  // q (Zhang's form) is not.
+  const Experiment& e = find_experiment("memorization-optimal");
+  Context c;
+  c.mode = Mode::quick;
+  auto report = [&](bool linear) {
+    std::vector<json> lines;
+    for (const json& cell : e.cells(c)) {
+      const double N = cell.at("N"), n = cell.at("n"), s = cell.at("seed");
+      const double q = cell.at("setting") == "seq-to-seq" ? N * n : N;
+      const double beta = std::round(1.5 * std::log2(q)) + static_cast<double>(static_cast<int>(s) % 3);
+      const double wobble = 1 + 0.002 * static_cast<double>(static_cast<long>(s * 7 + N) % 5);
+      const double parameters = (linear ? 5 * q : 40 * std::sqrt(q * (beta + 3))) * wobble;
+      json r = {{"q", q},
+                {"parameters", parameters},
+                {"plan_parameters", parameters},
+                {"beta", beta},
+                {"certified", cell.at("sweep") != "built" && cell.at("sweep") != "trained"},
+                {"bound_holds", true},
+                {"total_weight_bits", 10 * parameters},
+                {"min_bits_x_parameters", 20 * parameters},
+                {"information_bits_lower", 2 * q}};
+      if (cell.at("sweep") == "built") r["built_only"] = true;
+      lines.push_back({{"cell", cell}, {"result", r}});
+    }
+    const std::string dir = std::string(UATLAB_TEST_TMP) + "/canned-optimal";
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+    return e.report(lines, Outputs{dir, "memorization-optimal"}, c);
+  };
+  auto verdict = [](const std::string& md, const std::string& what) {  // the last cell of its row
+    const std::size_t at = md.find("| " + what);
+    if (at == std::string::npos) return std::string("(no row)");
+    const std::string row = md.substr(at, md.find('\n', at) - at);
+    const std::size_t last = row.rfind(" |"), cell = row.rfind("| ", last - 1);
+    return row.substr(cell + 2, last - cell - 2);
+  };
+  const std::string claim =
+      "next-token parameters grow like √(N(β + ρ + 1)) (upper decade; built, not certified)";
+  std::string md = report(false);
+  EXPECT_EQ(verdict(md, claim), "equivalent within ±0.02") << md;
+  EXPECT_NE(md.find("the closed-form plan's count equals the built network's in 36 of them"),
+            std::string::npos)
+      << md;
+  md = report(true);
+  EXPECT_EQ(verdict(md, claim), "contradicted") << md;  // exponent about 0.45, outside ±0.02
+}

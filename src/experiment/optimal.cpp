@@ -326,6 +326,23 @@ std::string optimal_report(const std::vector<json>& lines, const Outputs& out, c
   if (more_seeds)
     raw({"next-token parameters grow at most like N^0.55 (upper decade; built, not certified)",
          "exponent in N vs 0.55", ClaimKind::lower, next_built, constant(0.55, next_built.values.size())});
+  // √N with a logarithm: the deep map's count is about √(q(β + ρ + 1)) times a constant (β the bits
+  // of one threshold, growing like log q as the ids' gaps shrink), so the exponent in N of
+  // parameters / √(q(β + ρ + 1)) is 0 where the count has that form (margin ±0.02: a power of N
+  // beyond it that large would show), on the built runs where they add seeds.
+  const auto per_root = [](const json& r) {
+    return r.at("parameters").get<double>() /
+           std::sqrt(r.at("q").get<double>() * (r.at("beta").get<double>() + kRho + 1));
+  };
+  const auto log_bits = [](const json& r) { return r.at("beta").get<double>() + kRho + 1; };
+  const std::string root_curve =
+      more_seeds ? "next-token, built (not certified), against N" : "next-token, against N";
+  const Sample root = exponents(lines, root_curve, true, per_root),
+               threshold_bits = exponents(lines, root_curve, true, log_bits);
+  raw({std::string("next-token parameters grow like √(N(β + ρ + 1)) (upper decade") +
+           (more_seeds ? "; built, not certified)" : ")"),
+       "exponent of parameters/√(q(β+ρ+1)) in N vs 0, margin ±0.02", ClaimKind::equivalent, root,
+       constant(0, root.values.size()), Scale::raw, 0.02});
   raw({"next-token parameters are flat in n", "exponent in n vs 0, margin ±0.1", ClaimKind::equivalent,
        next_n, constant(0, next_n.values.size()), Scale::raw, 0.1});
   raw({"seq-to-seq parameters grow at most like (nN)^0.55 (upper decade)", "exponent in q = nN vs 0.55",
@@ -345,6 +362,8 @@ std::string optimal_report(const std::vector<json>& lines, const Outputs& out, c
         {"next-token, parameters against n", next_n},
         {"seq-to-seq, parameters against q = nN (upper decade)", s2s_N},
         {"seq-to-seq, parameters against n", s2s_n},
+        {"parameters / √(q(β + ρ + 1)) against N (upper decade)", root},
+        {"β + ρ + 1, the bits of one threshold and of a label, against N (upper decade)", threshold_bits},
         {"Zhang's one-layer count against N (control)", zhang},
         {"trained models against N (descriptive)",
          exponents(lines, "next-token, trained (4 heads of size 1 + FF), against N", false)}}) {
