@@ -520,8 +520,8 @@ Experiment memorization_optimal() {
     }
     // The exponent's interval from more seeds than are certified: networks built and counted at the
     // upper decade (seconds each where the certificate takes minutes to hours), at least as many
-    // seeds as certified ones. Full mode's 128: with the sd over seeds of a 20-seed pilot (0.013) they
-    // tell an exponent of 0.546 from 0.55 at p 0.01 with 80% power (docs/memorization-optimal.md).
+    // seeds as certified ones. Full mode's 128: a 20-seed pilot (0.546, sd 0.013 over seeds) would be
+    // told from 0.55 at p 0.01 with 80% power (the 128 gave 0.548: docs/memorization-optimal.md).
     for (int seed = 1; seed <= std::max(seeds, c.pick(1, 12, 128)); ++seed)
       for (int N : c.pick({32, 64}, {1000, 3162, 10000}, {10000, 31623, 100000}))
         cells.push_back({{"setting", "next-token"}, {"sweep", "built"}, {"N", N}, {"n", 8}, {"seed", seed}});
