@@ -178,6 +178,15 @@ TEST(Stats, MarkdownNamesTheRuleAndTheControlsOutcome) {
 
 namespace {
 
+// An experiment's report of the given runs, its files in a fresh folder of the test's own.
+std::string report_of(const Experiment& e, const std::vector<json>& lines, const Context& c,
+                      const std::string& tag) {
+  const std::string dir = std::string(UATLAB_TEST_TMP) + "/canned-" + tag;
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return e.report(lines, Outputs{dir, e.name}, c);
+}
+
 // The report of an experiment's quick-mode cells, each run's losses and errors set to loss(cell)
 // times a small factor that differs from cell to cell (no exact ties between arms).
 std::string canned_report(const std::string& name, const std::function<double(const json&)>& loss) {
@@ -200,18 +209,15 @@ std::string canned_report(const std::string& name, const std::function<double(co
                        {"certified_correct", 1.0},
                        {"log10_delta_last", -3.0}}}});
   }
-  const std::string dir = std::string(UATLAB_TEST_TMP) + "/canned-" + name;
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return e.report(lines, Outputs{dir, name}, c);
+  return report_of(e, lines, c, name);
 }
 
-// The verdict cell of the verdict table's row whose comparison contains `what`.
-std::string verdict_of(const std::string& md, const std::string& what) {
+// The verdict cell of the verdict table's row whose comparison contains `what` (judged by `test`).
+std::string verdict_of(const std::string& md, const std::string& what, const std::string& test = "Wilcoxon") {
   for (std::size_t at = md.find(what); at != std::string::npos; at = md.find(what, at + 1)) {
     const std::size_t begin = md.rfind('\n', at) + 1, end = md.find('\n', at);
     const std::string row = md.substr(begin, end - begin);
-    if (row.rfind("| ", 0) != 0 || row.find("Wilcoxon") == std::string::npos) continue;
+    if (row.rfind("| ", 0) != 0 || row.find(test) == std::string::npos) continue;
     const std::size_t last = row.rfind(" |"), cell = row.rfind("| ", last - 1);
     return row.substr(cell + 2, last - cell - 2);
   }
@@ -346,10 +352,7 @@ TEST(Stats, ReportSparseMemoriesJudgesLogAgainstLinAtEachLag) {
       }
       lines.push_back({{"cell", cell}, {"result", r}});
     }
-    const std::string dir = std::string(UATLAB_TEST_TMP) + "/canned-sparse";
-    std::filesystem::remove_all(dir);
-    std::filesystem::create_directories(dir);
-    return e.report(lines, Outputs{dir, "wang-e-rates"}, c);
+    return report_of(e, lines, c, "sparse");
   };
   std::string md = report(0.5);
   for (const char* T : {"T=64", "T=128", "T=256"})
@@ -454,10 +457,7 @@ TEST(Stats, ReportCapacityJudgesExponentsAndHeadsAgainstRank) {
         {{"cell", cell},
          {"result", {{"memorized", true}, {"at_floor", false}, {"parameters", parameters * wobble}}}});
   }
-  const std::string dir = std::string(UATLAB_TEST_TMP) + "/canned-capacity";
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  const std::string md = e.report(lines, Outputs{dir, "memorization-capacity"}, c);
+  const std::string md = report_of(e, lines, c, "capacity");
   EXPECT_EQ(verdict_of(md, "construction, deep value map vs construction, zhang value map"), "holds") << md;
   EXPECT_EQ(verdict_of(md, "trained, 4 heads of size 1 vs construction, zhang value map"), "contradicted")
       << md;
@@ -491,25 +491,15 @@ TEST(Stats, ReportOptimalJudgesTheRootLawOnTheBuiltRuns) {
       if (cell.at("sweep") == "built") r["built_only"] = true;
       lines.push_back({{"cell", cell}, {"result", r}});
     }
-    const std::string dir = std::string(UATLAB_TEST_TMP) + "/canned-optimal";
-    std::filesystem::remove_all(dir);
-    std::filesystem::create_directories(dir);
-    return e.report(lines, Outputs{dir, "memorization-optimal"}, c);
-  };
-  auto verdict = [](const std::string& md, const std::string& what) {  // the last cell of its row
-    const std::size_t at = md.find("| " + what);
-    if (at == std::string::npos) return std::string("(no row)");
-    const std::string row = md.substr(at, md.find('\n', at) - at);
-    const std::size_t last = row.rfind(" |"), cell = row.rfind("| ", last - 1);
-    return row.substr(cell + 2, last - cell - 2);
+    return report_of(e, lines, c, "optimal");
   };
   const std::string claim =
       "next-token parameters grow like √(N(β + ρ + 1)) (upper decade; built, not certified)";
   std::string md = report(false);
-  EXPECT_EQ(verdict(md, claim), "equivalent within ±0.02") << md;
+  EXPECT_EQ(verdict_of(md, claim, "Welch"), "equivalent within ±0.02") << md;
   EXPECT_NE(md.find("the closed-form plan's count equals the built network's in 36 of them"),
             std::string::npos)
       << md;
   md = report(true);
-  EXPECT_EQ(verdict(md, claim), "contradicted") << md;  // exponent about 0.45, outside ±0.02
+  EXPECT_EQ(verdict_of(md, claim, "Welch"), "contradicted") << md;  // exponent about 0.45, outside ±0.02
 }
