@@ -38,47 +38,34 @@ json run_optimal(const json& cell) {
   optimal::Options o;
   o.setting = optimal::setting_names.parse(cell.at("setting").get<std::string>());
   o.seed = seed;
-  if (built_only(cell)) {  // the counts of the network built on these data, nothing certified
-    o.certify = false;
-    const optimal::Memorized m = optimal::memorize(ds, o);
-    return {{"q", m.ids.count},
-            {"parameters", m.stored.parameters},
-            {"nonzero", m.stored.nonzero},
-            {"plan_parameters", m.plan_parameters},
-            {"max_weight_bits", m.stored.max_bits},
-            {"total_weight_bits", m.stored.total_bits},
-            {"log10_delta", m.report().at("ids").at("log10_delta_certified")},
-            {"bound_holds", m.ids.bound_holds},
-            {"beta", m.plan.at("beta")},
-            {"blocks", m.plan.at("blocks")},
-            {"block_size", m.plan.at("block_size")},
-            {"depth", m.plan.at("depth")},
-            {"certified", false},
-            {"built_only", true},
-            {"seconds", m.seconds_build}};
-  }
+  o.certify = !built_only(cell);  // built: the counts of the network built on these data alone
   const optimal::Memorized m = optimal::memorize(ds, o);
-  json r = m.report();
-  return {
-      {"q", m.ids.count},
-      {"parameters", m.stored.parameters},
-      {"nonzero", m.stored.nonzero},
-      {"plan_parameters", m.plan_parameters},
-      {"max_weight_bits", m.stored.max_bits},
-      {"total_weight_bits", m.stored.total_bits},
-      {"min_bits", m.min_bits},
-      {"min_bits_x_parameters", static_cast<double>(m.min_bits) * static_cast<double>(m.stored.parameters)},
-      {"information_bits_lower", r.at("accounting").at("information_bits_lower")},
-      {"log10_delta", r.at("ids").at("log10_delta_certified")},
-      {"log10_delta_bound", r.at("ids").at("log10_delta_bound")},
-      {"bound_holds", m.ids.bound_holds},
-      {"beta", m.plan.at("beta")},
-      {"blocks", m.plan.at("blocks")},
-      {"block_size", m.plan.at("block_size")},
-      {"depth", m.plan.at("depth")},
-      {"certified", m.max_error == 0},
-      {"float64_works", m.float64_works},
-      {"seconds", m.seconds_build + m.seconds_certify + m.seconds_min_bits}};
+  const json r = m.report();
+  json out = {{"q", m.ids.count},
+              {"parameters", m.stored.parameters},
+              {"nonzero", m.stored.nonzero},
+              {"plan_parameters", m.plan_parameters},
+              {"max_weight_bits", m.stored.max_bits},
+              {"total_weight_bits", m.stored.total_bits},
+              {"log10_delta", r.at("ids").at("log10_delta_certified")},
+              {"bound_holds", m.ids.bound_holds},
+              {"beta", m.plan.at("beta")},
+              {"blocks", m.plan.at("blocks")},
+              {"block_size", m.plan.at("block_size")},
+              {"depth", m.plan.at("depth")}};
+  if (!o.certify) {
+    out.update({{"certified", false}, {"built_only", true}, {"seconds", m.seconds_build}});
+    return out;
+  }
+  out.update(
+      {{"min_bits", m.min_bits},
+       {"min_bits_x_parameters", static_cast<double>(m.min_bits) * static_cast<double>(m.stored.parameters)},
+       {"information_bits_lower", r.at("accounting").at("information_bits_lower")},
+       {"log10_delta_bound", r.at("ids").at("log10_delta_bound")},
+       {"certified", m.max_error == 0},
+       {"float64_works", m.float64_works},
+       {"seconds", m.seconds_build + m.seconds_certify + m.seconds_min_bits}});
+  return out;
 }
 
 // A trained model on the same next-token data: one attention sub-layer (4 heads of size 1), a ReLU
