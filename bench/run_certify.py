@@ -1,7 +1,7 @@
 """Certification timings: how long uatlab takes to certify what a network does, each case a whole
 CLI process timed from start to exit, the cases interleaved round by round (bench/stats.py).
 
-usage: /usr/bin/python3 bench/run_certify.py BUILD_DIR [--reps 5] [--json F]
+usage: /usr/bin/python3 bench/run_certify.py BUILD_DIR [--reps 5] [--json F] [--baseline [LABEL=]DIR ...]
        /usr/bin/python3 bench/run_certify.py --from-json F
 Cases (issue 39's goals beside them):
   memorize 1000    `uatlab memorize DATA` on `make-data --demo-N 1000 --demo-n 8 --demo-d 4
@@ -13,6 +13,10 @@ Cases (issue 39's goals beside them):
                    (float32, 1,500 steps) on 100 sequences of 8 tokens, 3 classes per token
 Both sides of every other benchmark are timed against PyTorch; here there is no PyTorch side (no
 library certifies these), so the figures are absolute; the SGEMMs record the machine's state.
+--baseline [LABEL=]DIR (repeatable) adds another build's `uatlab memorize` and `uatlab analyse` of
+the trained encoder (an earlier commit, each its whole process) to every round, and a table of each
+against BUILD_DIR's: what a change did, or whether a change of figures between machines is the CPU
+or the code.
 """
 import json
 import os
@@ -26,6 +30,9 @@ import time
 import stats
 
 DEMO = ["--demo-N", "1000", "--demo-n", "8", "--demo-d", "4", "--demo-V", "64"]
+# An earlier build's cases (--baseline): the keys of their rounds, before the build's label.
+BASELINE_KEYS = ("baseline:", "baseline analyse trained:")
+BASELINE_CASES = ("memorize 1000, with the fewest bits", "analyse trained")
 GOALS = {"memorize 1000, to a certified model": 5.0, "memorize 1000, with the fewest bits": 8.0,
          "analyse 1000": 10.0, "analyse trained": 3.0}
 
@@ -39,15 +46,24 @@ def trained_data(path, seed=1):
                                 "y": [rng.randrange(3) for _ in range(8)]}) + "\n")
 
 
+def labelled(baseline):
+    """'LABEL=DIR' -> (LABEL, DIR); a bare DIR is its own label."""
+    label, _, build = baseline.rpartition("=")
+    return (label or build, build)
+
+
 def run(args):
     uatlab = os.path.join(args.build, "uatlab")
     tmp = tempfile.mkdtemp(prefix="uatlab-bench-certify-")
     env = stats.thread_env(os.cpu_count())
 
-    def cli(*argv):
+    def timed(argv):
         t0 = time.perf_counter()
-        subprocess.run([uatlab, "-q", *argv], check=True, capture_output=True, env=env)
+        subprocess.run(argv, check=True, capture_output=True, env=env)
         return time.perf_counter() - t0
+
+    def cli(*argv):
+        return timed([uatlab, "-q", *argv])
     try:
         data, model, report = (os.path.join(tmp, f) for f in ("demo.jsonl", "demo.json", "report.json"))
         cli("make-data", *DEMO, "--seed", "1", "-o", data)
@@ -66,10 +82,17 @@ def run(args):
             stages.append({"certified": s["construct_and_certify"],  # from the start, contextual included
                            "min_bits_search": s["min_bits_search"]})
             return seconds
+
+        def baseline(label, build):  # an earlier build's CLI, which may lack -q and --report
+            old = os.path.join(build, "uatlab")
+            return [(BASELINE_KEYS[0] + label,
+                     lambda: timed([old, "memorize", data, "-o", os.path.join(tmp, "b.json"), "--force"])),
+                    (BASELINE_KEYS[1] + label, lambda: timed([old, "analyse", tmodel, tdata]))]
         rounds = stats.interleaved(
             [("memorize", memorize),
              ("analyse_1000", lambda: cli("analyse", model, data, "--labels", "values")),
              ("analyse_trained", lambda: cli("analyse", tmodel, tdata)),
+             *[side for b in args.baseline for side in baseline(*labelled(b))],
              *stats.peak_sides(args.build, os.cpu_count(), 0.3)],
             args.reps, lambda r, t: print(f"round {r}/{t}", file=sys.stderr))
     finally:
@@ -86,11 +109,23 @@ def table(doc):
              "| case | seconds | goal |", "|---|---|---|"]
     for name, values in rows:
         lines.append(f"| {name} | {stats.spread(stats.summary(values))} | ≤ {GOALS[name]:g} s |")
+    baselines = [(k, case, ours)
+                 for prefix, case, ours in zip(BASELINE_KEYS, BASELINE_CASES, ("memorize", "analyse_trained"))
+                 for k in doc if k.startswith(prefix)]
+    if baselines:
+        lines += ["", "Earlier builds in the same rounds (whole processes):", "",
+                  "| build | case | seconds | its time / BUILD_DIR's (median of the per-round ratios) |",
+                  "|---|---|---|---|"]
+        for k, case, ours in baselines:
+            lines.append(f"| {k.split(':', 1)[1]} | {case} | {stats.spread(stats.summary(doc[k]))} | "
+                         f"{stats.spread(stats.speedup(doc[k], doc[ours]))}× |")
     return "\n".join(lines)
 
 
 def options(ap):
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--baseline", action="append", default=[],
+                    help="[LABEL=]build folder of an earlier commit whose memorize is timed in the same rounds")
 
 
 if __name__ == "__main__":

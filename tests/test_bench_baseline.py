@@ -1,6 +1,7 @@
 """The benchmarks' baseline check (bench/stats.py): PyTorch's BLAS is probed and its kernel chosen
 from the CPU flags; a wrong product is caught; a run whose PyTorch SGEMM is below half of uatlab's
-prints no ratio and fails, naming the BLAS; so does a run recorded without PyTorch's SGEMM.
+prints no ratio and fails, naming the BLAS; so does a run recorded without PyTorch's SGEMM. An
+earlier build timed beside today's (run_certify.py --baseline) gets its row and its per-round ratio.
 
 usage: /usr/bin/python3 tests/test_bench_baseline.py
 """
@@ -12,6 +13,7 @@ import tempfile
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path.insert(0, os.path.join(ROOT, "bench"))
+import run_certify  # noqa: E402
 import stats  # noqa: E402
 import torch  # noqa: E402
 
@@ -74,6 +76,20 @@ with tempfile.TemporaryDirectory() as tmp:
     run = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "run_train.py"), "--from-json", path],
                          capture_output=True, text=True)
     check(run.returncode == 0 and "10.0 (10.0-10.0)×" in run.stdout, "the same run with a fair SGEMM: the ratio")
+    # An earlier build timed in the same rounds (run_certify.py --baseline): its row and its ratio.
+    path = os.path.join(tmp, "certify.json")
+    with open(path, "w") as f:
+        json.dump({"cores": 2, "reps": 5, "blas": reference, "memorize_to_certified": [1.0] * 5,
+                   "memorize": [2.0, 2.0, 2.0, 2.0, 4.0], "analyse_1000": [1.0] * 5, "analyse_trained": [1.0] * 5,
+                   "baseline:old/build": [6.0, 6.0, 6.0, 6.0, 6.0],
+                   "baseline analyse trained:old/build": [2.0] * 5, "sgemm": fast, "torch_sgemm": fast}, f)
+    run = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "run_certify.py"), "--from-json", path],
+                         capture_output=True, text=True)
+    check(run.returncode == 0 and "| old/build | memorize 1000, with the fewest bits | 6 (6-6) | 3 (1.5-3)× |" in
+          run.stdout and "| old/build | analyse trained | 2 (2-2) | 2 (2-2)× |" in run.stdout,
+          "run_certify.py --baseline: the earlier build's rows, its time over today's per round")
+    check(run_certify.labelled("a9690c7 (old)=x/build") == ("a9690c7 (old)", "x/build") and
+          run_certify.labelled("x/build") == ("x/build", "x/build"), "--baseline LABEL=DIR and a bare DIR")
 
 if failures:
     sys.exit(f"{len(failures)} failed")
