@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include "../src/model/network_impl.hpp"  // product, add_product
 #include "uatlab/construct/blocks.hpp"
 #include "uatlab/model/init.hpp"
 #include "uatlab/model/network.hpp"
@@ -546,4 +547,64 @@ TEST(Model, IntervalAttentionStaysWithinItsValues) {
         EXPECT_TRUE(lower(y(0, k)) <= yp(0, k) && yp(0, k) <= upper(y(0, k))) << score << " at " << t;
     }
   }
+}
+
+// The MPFI attention multiplies in place (product, add_product: no number allocated per
+// multiply-add). Every entry is the plain sum in index order at the precision in force, for every
+// kind of operand the attention passes (matrices, blocks of const matrices, whose entries Eigen
+// hands out by value, and the transpose of a block), exact zeros skipped; without a transpose that
+// is also what Eigen's product gave, at small sizes (coefficient-wise) and large (its GEMM), so the
+// enclosures of the values and the outputs did not change. (Eigen's GEMM sums a transposed operand
+// in another order at depth 24: an enclosure as sound, differing in its last bits.)
+TEST(Model, IntervalProductsInPlaceAreThePlainSums) {
+  Rng rng(5);
+  auto interval_matrix = [&](Eigen::Index r, Eigen::Index c) {
+    Mat<Mpfi> m(r, c);
+    for (Eigen::Index i = 0; i < m.size(); ++i) {
+      const double a = 2 * rng.uniform() - 1, w = rng.uniform() < 0.2 ? 0.0 : rng.uniform() / 8;
+      m.data()[i] = rng.uniform() < 0.1 ? Mpfi(0) : hull(Mpfr(a) / 3, Mpfr(a + w) / 3);
+    }
+    return m;
+  };
+  auto plain = [](const auto& A, const auto& B) {  // z = ((0 + a_0 b_0) + a_1 b_1) + ...
+    Mat<Mpfi> C(A.rows(), B.cols());
+    for (Eigen::Index i = 0; i < A.rows(); ++i)
+      for (Eigen::Index j = 0; j < B.cols(); ++j) {
+        Mpfi z(0);
+        for (Eigen::Index k = 0; k < A.cols(); ++k)
+          z = z + Mpfi(A(i, k)) * Mpfi(B(k, j));
+        C(i, j) = z;
+      }
+    return C;
+  };
+  auto same = [](const Mat<Mpfi>& a, const Mat<Mpfi>& b) {
+    if (a.rows() != b.rows() || a.cols() != b.cols()) return false;
+    for (Eigen::Index i = 0; i < a.size(); ++i)
+      if (!(lower(a.data()[i]) == lower(b.data()[i]) && upper(a.data()[i]) == upper(b.data()[i])))
+        return false;
+    return true;
+  };
+  for (unsigned bits : {60u, 200u})
+    for (Eigen::Index size : {3, 24}) {  // 3: coefficient-wise in Eigen; 24: its GEMM
+      SCOPED_TRACE(std::to_string(bits) + " bits, size " + std::to_string(size));
+      const MpfrPrecision precision(bits);
+      const Mat<Mpfi> W = interval_matrix(size + 2, size), X = interval_matrix(size, size + 1),
+                      K = interval_matrix(2 * size, size + 1);
+      EXPECT_TRUE(same(product<Mpfi>(W, X), plain(W, X)));
+      EXPECT_TRUE(same(product<Mpfi>(W, X), Mat<Mpfi>(W * X))) << "Eigen's product";
+      const auto Wb = W.middleCols(1, size - 1);
+      const auto Xb = X.bottomRows(size - 1);
+      EXPECT_TRUE(same(product<Mpfi>(Wb, Xb), plain(Wb, Xb))) << "blocks of const matrices";
+      EXPECT_TRUE(same(product<Mpfi>(Wb, Xb), Mat<Mpfi>(Wb * Xb))) << "blocks, Eigen's product";
+      const auto Kt = K.middleRows(size, size).transpose();
+      EXPECT_TRUE(same(product<Mpfi>(Kt, X), plain(Kt, X))) << "the transpose of a block";
+      Mat<Mpfi> Z = interval_matrix(size + 2, size + 3), Zi = Z;
+      auto out = Z.rightCols(size + 1);
+      out.noalias() += W * X;
+      auto out_in_place = Zi.rightCols(size + 1);
+      out_in_place += product<Mpfi>(W, X);
+      EXPECT_TRUE(same(Zi, Z)) << "a head's sum added to the residual, as Eigen's +=";
+      const Mat<Mpfi> P = product<Mpfi>(W, X);  // the scratch carries the precision in force
+      EXPECT_EQ(mpfi_get_prec(P(0, 0).backend().data()), mpfi_get_prec(Mpfi(1).backend().data()));
+    }
 }

@@ -479,6 +479,62 @@ Mat<S> layer_norm(const Mat<S>& Z, const Mat<S>& w, const Mat<S>& b, const S& ep
   return out;
 }
 
+// C += A·B, each entry's terms added in index order. Eigen's generic product allocates a temporary
+// number per multiply-add for MPFR/MPFI; this in-place kernel uses one scratch value and skips exact
+// zeros of B (ReLU outputs), which makes certified evaluation several times faster (wide feed-forward
+// layers, attention: docs/benchmarks.md). The operands are matrices, blocks of them or their
+// transposes, read where their entries lie (a block of a const matrix hands out its entries by
+// value: a copy of a number per read).
+template <class CM, class AM, class BM>
+void add_product(CM&& C, const AM& A, const BM& B) {
+  using S = typename std::decay_t<CM>::Scalar;
+  if (C.size() == 0) return;
+  auto at = [](auto& M, Eigen::Index i, Eigen::Index j) -> auto& {
+    return M.data()[i * M.rowStride() + j * M.colStride()];
+  };
+  if constexpr (std::is_same_v<S, Mpfi>) {
+    mpfi_t t;
+    mpfi_init2(t, mpfi_get_prec(C.data()[0].backend().data()));
+    for (Eigen::Index j = 0; j < B.cols(); ++j)
+      for (Eigen::Index k = 0; k < A.cols(); ++k) {
+        mpfi_srcptr b = at(B, k, j).backend().data();
+        if (mpfi_is_zero(b)) continue;
+        for (Eigen::Index i = 0; i < A.rows(); ++i) {
+          mpfi_ptr c = at(C, i, j).backend().data();
+          mpfi_mul(t, at(A, i, k).backend().data(), b);
+          mpfi_add(c, c, t);
+        }
+      }
+    mpfi_clear(t);
+  } else if constexpr (std::is_same_v<S, Mpfr>) {
+    for (Eigen::Index j = 0; j < B.cols(); ++j)
+      for (Eigen::Index k = 0; k < A.cols(); ++k) {
+        mpfr_srcptr b = at(B, k, j).backend().data();
+        if (mpfr_zero_p(b)) continue;
+        for (Eigen::Index i = 0; i < A.rows(); ++i) {
+          mpfr_ptr c = at(C, i, j).backend().data();
+          mpfr_fma(c, at(A, i, k).backend().data(), b, c, MPFR_RNDN);
+        }
+      }
+  } else {
+    C.noalias() += A * B;
+  }
+}
+
+// A·B: in MPFI through add_product, else Eigen's product. Eigen's sums were in the same order, except
+// its GEMM's over a transposed operand (Kᵀ·Q at larger head sizes): enclosures as sound, which can
+// differ in their last bits (Model.IntervalProductsInPlaceAreThePlainSums).
+template <class S, class AM, class BM>
+Mat<S> product(const AM& A, const BM& B) {
+  if constexpr (std::is_same_v<S, Mpfi>) {
+    Mat<S> C = Mat<S>::Zero(A.rows(), B.cols());
+    add_product(C, A, B);
+    return C;
+  } else {
+    return A * B;
+  }
+}
+
 // Softmax and hardmax weights are ≥ 0 and sum to 1, so a query's output VA(:, k) lies, entry by
 // entry, between the smallest and largest value of the keys it attends to. Interval weights do not
 // know that they sum to 1 (each may span [0, 1] where steep scores straddle), so the enclosure
@@ -509,12 +565,12 @@ void attention(const Layer<S>& L, const Mat<S>& X, Mat<S>& Z, const EvalOptions&
   const Mat<S>& wv = s.tied_qkv ? L.wq : L.wv;
   const Mat<S>& bk = s.tied_qkv ? L.bq : L.bk;
   const Mat<S>& bv = s.tied_qkv ? L.bq : L.bv;
-  Mat<S> V = wv * X, A;
+  Mat<S> V = product<S>(wv, X), A;
   if (s.bias) V.colwise() += bv.col(0);
   Mat<S> Q, K;
   if (!s.dp_free) {
-    Q = L.wq * X.rightCols(m);
-    K = wk * X;
+    Q = product<S>(L.wq, X.rightCols(m));
+    K = product<S>(wk, X);
     if (s.bias) {
       Q.colwise() += L.bq.col(0);
       K.colwise() += bk.col(0);
@@ -530,52 +586,19 @@ void attention(const Layer<S>& L, const Mat<S>& X, Mat<S>& Z, const EvalOptions&
     if (s.dp_free)
       A = Mat<S>::Zero(n, m);
     else
-      A = (K.middleRows(h * hs, hs).transpose() * Q.middleRows(h * hs, hs)) * L.score_scale;
+      A = product<S>(K.middleRows(h * hs, hs).transpose(), Q.middleRows(h * hs, hs)) * L.score_scale;
     if (s.rpe != Rpe::none) add_position_bias(A, L, h, first);
     normalise_columns(A, s, opt, first);
     if (patterns) patterns->push_back(A.transpose());  // A(key, query): a query's weights are a column
     if constexpr (Scalar<S>::interval) {
-      Mat<S> VA = V.middleRows(h * hs, hs) * A;
+      Mat<S> VA = product<S>(V.middleRows(h * hs, hs), A);
       if (s.score != Score::linear) within_values(VA, V.middleRows(h * hs, hs), s, first);
-      out.noalias() += L.wo.middleCols(h * hs, hs) * VA;
+      out += product<S>(L.wo.middleCols(h * hs, hs), VA);  // the head's sum, then added (as Eigen's +=)
     } else {
       out.noalias() += L.wo.middleCols(h * hs, hs) * (V.middleRows(h * hs, hs) * A);
     }
   }
   if (s.bias) out.colwise() += L.bo.col(0);
-}
-
-// C += A·B. Eigen's generic product allocates a temporary number per multiply-add for MPFR/MPFI;
-// this in-place kernel uses one scratch value and skips exact zeros of B (ReLU outputs), which
-// makes certified evaluation of wide feed-forward layers several times faster.
-template <class S>
-void add_product(Mat<S>& C, const Mat<S>& A, const Mat<S>& B) {
-  if (C.size() == 0) return;
-  if constexpr (std::is_same_v<S, Mpfi>) {
-    mpfi_t t;
-    mpfi_init2(t, mpfi_get_prec(C.data()[0].backend().data()));
-    for (Eigen::Index j = 0; j < B.cols(); ++j)
-      for (Eigen::Index k = 0; k < A.cols(); ++k) {
-        mpfi_srcptr b = B(k, j).backend().data();
-        if (mpfi_is_zero(b)) continue;
-        for (Eigen::Index i = 0; i < A.rows(); ++i) {
-          mpfi_mul(t, A(i, k).backend().data(), b);
-          mpfi_add(C(i, j).backend().data(), C(i, j).backend().data(), t);
-        }
-      }
-    mpfi_clear(t);
-  } else if constexpr (std::is_same_v<S, Mpfr>) {
-    for (Eigen::Index j = 0; j < B.cols(); ++j)
-      for (Eigen::Index k = 0; k < A.cols(); ++k) {
-        mpfr_srcptr b = B(k, j).backend().data();
-        if (mpfr_zero_p(b)) continue;
-        for (Eigen::Index i = 0; i < A.rows(); ++i)
-          mpfr_fma(C(i, j).backend().data(), A(i, k).backend().data(), b, C(i, j).backend().data(),
-                   MPFR_RNDN);
-      }
-  } else {
-    C.noalias() += A * B;
-  }
 }
 
 // H = relu(W1·X + b1) in MPFI, in place into H (resized, and rebuilt when the precision in force
