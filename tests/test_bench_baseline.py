@@ -82,11 +82,14 @@ with tempfile.TemporaryDirectory() as tmp:
         json.dump({"cores": 2, "reps": 5, "blas": reference, "memorize_to_certified": [1.0] * 5,
                    "memorize": [2.0, 2.0, 2.0, 2.0, 4.0], "analyse_1000": [1.0] * 5, "analyse_trained": [1.0] * 5,
                    "baseline:old/build": [6.0, 6.0, 6.0, 6.0, 6.0],
-                   "baseline analyse trained:old/build": [2.0] * 5, "sgemm": fast, "torch_sgemm": fast}, f)
+                   "baseline analyse trained:old/build": [2.0] * 5, "analyse_region": [3.0] * 5,
+                   "baseline region:old/build": [6.0] * 5, "sgemm": fast, "torch_sgemm": fast}, f)
     run = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "run_certify.py"), "--from-json", path],
                          capture_output=True, text=True)
     check(run.returncode == 0 and "| old/build | memorize 1000, with the fewest bits | 6 (6-6) | 3 (1.5-3)× |" in
-          run.stdout and "| old/build | analyse trained | 2 (2-2) | 2 (2-2)× |" in run.stdout,
+          run.stdout and "| old/build | analyse trained | 2 (2-2) | 2 (2-2)× |" in run.stdout and
+          "| analyse trained, mean-value region (5 sequences) | 3 (3-3) | - |" in run.stdout and
+          "| old/build | analyse trained, mean-value region (5 sequences) | 6 (6-6) | 2 (2-2)× |" in run.stdout,
           "run_certify.py --baseline: the earlier build's rows, its time over today's per round")
     check(run_certify.labelled("a9690c7 (old)=x/build") == ("a9690c7 (old)", "x/build") and
           run_certify.labelled("x/build") == ("x/build", "x/build"), "--baseline LABEL=DIR and a bare DIR")

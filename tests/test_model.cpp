@@ -1,6 +1,6 @@
 #include <gtest/gtest.h>
 
-#include "../src/model/network_impl.hpp"  // product, add_product
+#include "../src/model/interval_product.hpp"
 #include "uatlab/construct/blocks.hpp"
 #include "uatlab/model/init.hpp"
 #include "uatlab/model/network.hpp"
@@ -549,13 +549,14 @@ TEST(Model, IntervalAttentionStaysWithinItsValues) {
   }
 }
 
-// The MPFI attention multiplies in place (product, add_product: no number allocated per
-// multiply-add). Every entry is the plain sum in index order at the precision in force, for every
-// kind of operand the attention passes (matrices, blocks of const matrices, whose entries Eigen
-// hands out by value, and the transpose of a block), exact zeros skipped; without a transpose that
-// is also what Eigen's product gave, at small sizes (coefficient-wise) and large (its GEMM), so the
-// enclosures of the values and the outputs did not change. (Eigen's GEMM sums a transposed operand
-// in another order at depth 24: an enclosure as sound, differing in its last bits.)
+// The MPFI attention and the MPFI training passes (the mean-value form) multiply in place
+// (product, add_product in src/model/interval_product.hpp: no number allocated per multiply-add). Every entry
+// is the plain sum in index order at the precision in force, for every kind of operand the attention passes
+// (matrices, blocks of const matrices, whose entries Eigen hands out by value, and the transpose of a block),
+// exact zeros skipped; without a transpose that is also what Eigen's product gave, at small sizes
+// (coefficient-wise) and large (its GEMM), so the enclosures of the values and the outputs did not change.
+// (Eigen's GEMM sums a transposed operand in another order at depth 24: an enclosure as sound, differing in
+// its last bits.)
 TEST(Model, IntervalProductsInPlaceAreThePlainSums) {
   Rng rng(5);
   auto interval_matrix = [&](Eigen::Index r, Eigen::Index c) {

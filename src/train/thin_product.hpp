@@ -12,6 +12,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "../model/interval_product.hpp"
 #include "../model/sizes.hpp"
 #include "uatlab/model/scalar.hpp"  // and through it uatlab/model/eigen.hpp, before immintrin.h
 
@@ -269,13 +270,20 @@ bool has_product_kernel(Eigen::Index rows, Eigen::Index cols) {
          blocked_shape<S>(rows, cols, kBlockProductMax);
 }
 
-// dst (+)= w·x + b as Eigen's product, for the shapes without a kernel.
+// dst (+)= w·x + b as Eigen's product, for the shapes without a kernel; in MPFI in place (product:
+// no number allocated per multiply-add), the sum then added, as Eigen's +=.
 template <class S, class W>
 void eigen_product(Mat<S>& dst, const W& w, const Mat<S>& x, const Mat<S>* b, bool add) {
-  if (add)
+  if constexpr (std::is_same_v<S, Mpfi>) {
+    if (add)
+      dst += product<S>(w, x);
+    else
+      dst = product<S>(w, x);
+  } else if (add) {
     dst.noalias() += w * x;
-  else
+  } else {
     dst.noalias() = w * x;
+  }
   if (b) add_bias(dst, *b);
 }
 
@@ -408,6 +416,8 @@ void add_outer(Mat<S>& g, const Mat<S>& dy, const Mat<S>& x, Mat<S>* gb = nullpt
     Mat<S> gt = Mat<S>::Zero(x.rows(), dy.rows());
     blocked_outer(gt, x, dy);
     g += gt.transpose();
+  } else if constexpr (std::is_same_v<S, Mpfi>) {
+    g += product<S>(dy, x.transpose());
   } else {
     g.noalias() += dy * x.transpose();
   }
