@@ -384,9 +384,9 @@ void add_model_commands(CLI::App& app, Commands& commands) {
   a->add_option(
        "--region-method", an->region_method,
        "With --epsilon, how the box goes through the network: intervals (default), mean-value (y(x0) + "
-       "J(box)(x - x0), the Jacobian enclosed by the training passes in intervals: radii 1.8x larger on "
-       "trained models, 18-42x slower) or zonotope (affine forms over the box's coordinates, rounding-safe: "
-       "radii 740-3,000x larger than the intervals', a median 7.5-8x below an attack's, 5-9x slower; no "
+       "J(box)(x - x0), the Jacobian enclosed by the training passes in intervals: radii 1.6-1.8x larger on "
+       "trained models, 19-29x slower) or zonotope (affine forms over the box's coordinates, rounding-safe: "
+       "radii 730-3,100x larger than the intervals', a median 6.8-7.5x below an attack's, 7-21x slower; no "
        "hardmax or mixers); docs/analyse.md")
       ->check(CLI::IsMember({"intervals", "mean-value", "zonotope"}));
   a->add_flag("--check", an->check, "Fail (exit 1) unless every prediction is certified");

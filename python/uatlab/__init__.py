@@ -399,10 +399,10 @@ def analyse(net, X, Y=None, labels="auto", tolerance="1e-6", bits=64, max_bits=4
     box of that radius (exact: a number, Fraction or string) around each input vector (the
     embedding for token ids), with certified margins and each sequence's largest certified radius
     (report["region"]). region_method: "intervals" (the box through the network as intervals),
-    "mean-value" (y(x0) + J(box)(x - x0), the Jacobian enclosed over the box: radii 1.8x larger
-    on trained models, 18-42x slower; needs softmax/linear attention and ReLU/GELU, as training
+    "mean-value" (y(x0) + J(box)(x - x0), the Jacobian enclosed over the box: radii 1.6-1.8x larger
+    on trained models, 19-29x slower; needs softmax/linear attention and ReLU/GELU, as training
     does) or "zonotope" (affine forms over the box's coordinates, every rounding bounded: radii
-    740-3,000x larger than the intervals' on trained models, a median 7.5-8x below an attack's, 5-9x
+    730-3,100x larger than the intervals' on trained models, a median 6.8-7.5x below an attack's, 7-21x
     slower; no hardmax or mixers)."""
     if not isinstance(net, Network):
         raise Error(f"analyse: net must be a uatlab.Network, got {_shown(net)}")
