@@ -84,9 +84,13 @@ def run(args):
             "--layer", "attention:heads=2,head_size=8", "--layer", "feedforward:width=32",
             "--loss", "ce", "--steps", "1500", "--lr", "0.01", "-o", tmodel)
         stages = []
+        # The commands an earlier build runs too (the cases with a baseline key), without -q.
+        shared = {"memorize": ["memorize", data, "-o", os.path.join(tmp, "m.json"), "--force"],
+                  "analyse_trained": ["analyse", tmodel, tdata],
+                  "analyse_region": ["analyse", tmodel, tdata5, *REGION]}
 
         def memorize():
-            seconds = cli("memorize", data, "-o", os.path.join(tmp, "m.json"), "--force", "--report", report)
+            seconds = cli(*shared["memorize"], "--report", report)
             s = stats.load(report)["seconds"]
             stages.append({"certified": s["construct_and_certify"],  # from the start, contextual included
                            "min_bits_search": s["min_bits_search"]})
@@ -94,15 +98,12 @@ def run(args):
 
         def baseline(label, build):  # an earlier build's CLI, which may lack -q and --report
             old = os.path.join(build, "uatlab")
-            argv = {"memorize": [old, "memorize", data, "-o", os.path.join(tmp, "b.json"), "--force"],
-                    "analyse_trained": [old, "analyse", tmodel, tdata],
-                    "analyse_region": [old, "analyse", tmodel, tdata5, *REGION]}
-            return [(prefix + label, lambda a=argv[key]: timed(a)) for key, _, _, prefix in CASES if prefix]
+            return [(prefix + label, lambda a=shared[key]: timed([old, *a])) for key, _, _, prefix in CASES if prefix]
         rounds = stats.interleaved(
             [("memorize", memorize),
              ("analyse_1000", lambda: cli("analyse", model, data, "--labels", "values")),
-             ("analyse_trained", lambda: cli("analyse", tmodel, tdata)),
-             ("analyse_region", lambda: cli("analyse", tmodel, tdata5, *REGION)),
+             ("analyse_trained", lambda: cli(*shared["analyse_trained"])),
+             ("analyse_region", lambda: cli(*shared["analyse_region"])),
              *[side for b in args.baseline for side in baseline(*labelled(b))],
              *stats.peak_sides(args.build, os.cpu_count(), 0.3)],
             args.reps, lambda r, t: print(f"round {r}/{t}", file=sys.stderr))
@@ -133,7 +134,8 @@ def table(doc):
 def options(ap):
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--baseline", action="append", default=[],
-                    help="[LABEL=]build folder of an earlier commit whose memorize is timed in the same rounds")
+                    help="[LABEL=]build folder of an earlier commit whose memorize, analyse trained and region are "
+                         "timed in the same rounds")
 
 
 if __name__ == "__main__":
