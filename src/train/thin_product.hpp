@@ -222,20 +222,26 @@ void block_tokens(const Mat<S>& w, const S* b, const S* x, S* y, bool add) {
 }
 
 // g += a·bᵀ summed over the tokens, for g's P columns from c0 on: a is r×T with r a multiple of
-// the block, b is k×T.
-template <int P, class S>
-void block_outer(Mat<S>& g, const Mat<S>& a, const Mat<S>& b, Eigen::Index c0) {
+// the block, b is k×T; and a_sum += the sum of a's columns when Sum (a bias gradient, summed in
+// the same pass: two more additions per token against sixteen multiply-adds, where a separate
+// matrix-vector product read all of a again).
+template <int P, bool Sum, class S>
+void block_outer(Mat<S>& g, const Mat<S>& a, const Mat<S>& b, Eigen::Index c0, S* a_sum) {
   constexpr int RB = kBlockRows<S>;
   using Block = Eigen::Matrix<S, RB, P>;
+  using Column = Eigen::Matrix<S, RB, 1>;
   const Eigen::Index r = a.rows(), k = b.rows();
   for (Eigen::Index r0 = 0; r0 < r; r0 += RB) {
     Block acc = Block::Zero();
+    Column sum = Column::Zero();
     for (Eigen::Index j = 0; j < a.cols(); ++j) {
-      const Eigen::Map<const Eigen::Matrix<S, RB, 1>> aj(a.data() + j * r + r0);
+      const Eigen::Map<const Column> aj(a.data() + j * r + r0);
       for (int t = 0; t < P; ++t)
         acc.col(t) += aj * b.data()[j * k + c0 + t];
+      if constexpr (Sum) sum += aj;
     }
     g.template block<RB, P>(r0, c0) += acc;
+    if constexpr (Sum) Eigen::Map<Column>(a_sum + r0) += sum;
   }
 }
 
@@ -249,13 +255,21 @@ void blocked_product(Mat<S>& dst, const Mat<S>& w, const Mat<S>& x, const S* b, 
     block_tokens<1>(w, b, x.data() + j * K, dst.data() + j * R, add);
 }
 
+// g += a·bᵀ, and a_sum (when given) += the sum of a's columns, with g's first block of columns.
 template <class S>
-void blocked_outer(Mat<S>& g, const Mat<S>& a, const Mat<S>& b) {
+void blocked_outer(Mat<S>& g, const Mat<S>& a, const Mat<S>& b, S* a_sum = nullptr) {
+  const auto columns = [&](auto width, Eigen::Index c0) {
+    constexpr int P = decltype(width)::value;
+    if (c0 == 0 && a_sum)
+      block_outer<P, true>(g, a, b, c0, a_sum);
+    else
+      block_outer<P, false, S>(g, a, b, c0, nullptr);
+  };
   const Eigen::Index k = b.rows(), whole = k - k % kBlockWidth;
   for (Eigen::Index c0 = 0; c0 < whole; c0 += kBlockWidth)
-    block_outer<kBlockWidth>(g, a, b, c0);
+    columns(std::integral_constant<int, kBlockWidth>{}, c0);
   for (Eigen::Index c0 = whole; c0 < k; ++c0)
-    block_outer<1>(g, a, b, c0);
+    columns(std::integral_constant<int, 1>{}, c0);
 }
 
 template <class S>
@@ -411,8 +425,10 @@ void add_outer(Mat<S>& g, const Mat<S>& dy, const Mat<S>& x, Mat<S>* gb = nullpt
   });
   if (thin) return;
   if (blocked_shape<S>(dy.rows(), x.rows(), kBlockOuterMax)) {
-    blocked_outer(g, dy, x);
-  } else if (blocked_shape<S>(x.rows(), dy.rows(), kBlockOuterMax)) {
+    blocked_outer(g, dy, x, gb ? gb->data() : nullptr);
+    return;
+  }
+  if (blocked_shape<S>(x.rows(), dy.rows(), kBlockOuterMax)) {
     Mat<S> gt = Mat<S>::Zero(x.rows(), dy.rows());
     blocked_outer(gt, x, dy);
     g += gt.transpose();
