@@ -48,12 +48,17 @@ template <bool Add, bool Transposed, int R, int N, class S, class G, class X, cl
 void head_times(G&& g, const X& x, const M& m, S scale) {
   constexpr int J = N < 16 ? N : 16;  // columns of G per block, all in registers
   static_assert(N % J == 0);
+  // M(i, j0 + j) is m[(j0 + j)·N + i], and Mᵀ's m[i·N + j0 + j]: the J numbers an i needs lie at
+  // constant offsets from one pointer. (Indexing m(i, j0 + j) made GCC 12 keep J addresses for X·M,
+  // more than it has registers: five of them were reloaded from the stack for every i.)
+  constexpr int stride = Transposed ? 1 : N;
   for (int j0 = 0; j0 < N; j0 += J) {
     Eigen::Matrix<S, R, J> sum = Eigen::Matrix<S, R, J>::Zero();
     for (int i = 0; i < N; ++i) {
       const Eigen::Matrix<S, R, 1> xi = x.col(i);
+      const S* mi = m.data() + (Transposed ? i * N + j0 : j0 * N + i);
       for (int j = 0; j < J; ++j)
-        sum.col(j) += xi * (Transposed ? m(j0 + j, i) : m(i, j0 + j));
+        sum.col(j) += xi * mi[j * stride];
     }
     if constexpr (Add)
       g.template middleCols<J>(j0) += sum * scale;
