@@ -37,6 +37,10 @@ void check_thin_products(double tol) {
       Mat<S> g_alone = g0;       // without it
       add_outer(g_alone, dy, x);
       weights_times(yt, w.transpose(), dy);
+      Mat<S> yr, yg;  // the feed-forward's ReLU and its slope, in the blocked kernel where it takes the shape
+      train_detail::relu_weights_times(yr, w, x, &b);
+      const Mat<S> gate = random(k, T);  // about half of it positive
+      train_detail::relu_gated_times(yg, w.transpose(), dy, gate);
       EXPECT_LE((y - w * x).cwiseAbs().maxCoeff(), S(tol)) << r << "x" << k;
       EXPECT_LE((ya - y0 - w * x).cwiseAbs().maxCoeff(), S(tol)) << r << "x" << k;
       EXPECT_LE(((yb - w * x).colwise() - b.col(0)).cwiseAbs().maxCoeff(), S(tol)) << r << "x" << k;
@@ -44,6 +48,8 @@ void check_thin_products(double tol) {
       EXPECT_LE((gb - b - dy.rowwise().sum()).cwiseAbs().maxCoeff(), S(tol)) << r << "x" << k;
       EXPECT_EQ(g_alone, g) << r << "x" << k;
       EXPECT_LE((yt - w.transpose() * dy).cwiseAbs().maxCoeff(), S(tol)) << r << "x" << k;
+      EXPECT_EQ(yr, yb.cwiseMax(S(0))) << r << "x" << k;  // the same sums, then the ReLU
+      EXPECT_EQ(yg, Mat<S>((gate.array() > S(0)).select(yt, S(0)))) << r << "x" << k;
     }
   EXPECT_EQ(thin, 7 * 6);       // r in {1, 2, 3, 4, 8, 16, 32}, k in {1, 2, 3, 4, 8, 16}
   EXPECT_EQ(fixed, 7 * 6 + 3);  // and W·X for r in {4, 8, 16}, k = 32, 8 tokens at a time (T = 37)

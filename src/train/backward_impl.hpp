@@ -20,36 +20,48 @@ namespace uatlab {
 
 namespace train_detail {
 
-// The feed-forward activation φ of h = W_1 Z + b_1, and a gradient times its derivative φ'(h)
-// (ReLU, or GELU in its erf or tanh form).
+// The feed-forward activation φ of h = W_1 Z + b_1, and a gradient times its derivative φ'(h),
+// where the trace keeps h: GELU (erf or tanh form), or ReLU over intervals. The plain ReLU goes
+// with its products (relu_from_act below).
 template <class S>
 void activate(const LayerSpec& s, const Mat<S>& h, Mat<S>& out) {  // out keeps its memory
-  if (s.gelu)
-    out = h.unaryExpr([&](const S& v) { return gelu_of(s, v); });
-  else if constexpr (Scalar<S>::interval)
-    out = h.unaryExpr([](const S& v) { return relu(v); });  // no comparison of overlapping intervals
-  else
-    out = h.cwiseMax(S(0));
+  eigen_assert(s.gelu || Scalar<S>::interval);
+  if constexpr (Scalar<S>::interval) {
+    if (!s.gelu) {
+      out = h.unaryExpr([](const S& v) { return relu(v); });  // no comparison of overlapping intervals
+      return;
+    }
+  }
+  out = h.unaryExpr([&](const S& v) { return gelu_of(s, v); });
 }
 template <class S>
 void times_activation_slope(const LayerSpec& s, const Mat<S>& h, Mat<S>& g) {  // g ⊙= φ'(h)
-  if (s.gelu) {
-    g.array() *= h.unaryExpr([&](const S& v) { return gelu_slope_of(s, v); }).array();
-  } else if constexpr (Scalar<S>::interval) {
-    // Over an enclosure of h the slope is 1, 0, or anything in [0, 1] (Clarke's gradient, where h
-    // may be 0): g times [0, 1] is the hull of 0 and g.
-    for (Eigen::Index i = 0; i < g.size(); ++i) {
-      if (lower(h(i)) > 0) continue;
-      if (upper(h(i)) < 0) {
-        g(i) = S(0);
-        continue;
+  eigen_assert(s.gelu || Scalar<S>::interval);
+  if constexpr (Scalar<S>::interval) {
+    if (!s.gelu) {
+      // Over an enclosure of h the slope is 1, 0, or anything in [0, 1] (Clarke's gradient, where
+      // h may be 0): g times [0, 1] is the hull of 0 and g.
+      for (Eigen::Index i = 0; i < g.size(); ++i) {
+        if (lower(h(i)) > 0) continue;
+        if (upper(h(i)) < 0) {
+          g(i) = S(0);
+          continue;
+        }
+        const Mpfr zero(0);
+        g(i) = hull(std::min(lower(g(i)), zero), std::max(upper(g(i)), zero));
       }
-      const Mpfr zero(0);
-      g(i) = hull(std::min(lower(g(i)), zero), std::max(upper(g(i)), zero));
+      return;
     }
-  } else {
-    g = (h.array() > S(0)).select(g, S(0));
   }
+  g.array() *= h.unaryExpr([&](const S& v) { return gelu_slope_of(s, v); }).array();
+}
+
+// Whether the trace keeps only φ(h) = ReLU(h): then φ'(h) = [φ(h) > 0] exactly (h > 0 just where
+// its ReLU is), so h need not be stored, and the activation can be applied by the product's kernel.
+// Intervals keep h (the slope of an enclosure that straddles 0 is not its ReLU's), GELU keeps h.
+template <class S>
+bool relu_from_act(const LayerSpec& s) {
+  return !s.gelu && !Scalar<S>::interval;
 }
 
 // LayerNorm over each column, caching x̂ and 1/σ.
@@ -762,8 +774,13 @@ S forward_train(const Network<S>& net, const Batch<S>& batch, Loss loss, Trace<S
     else if (L.spec.kind != LayerKind::feedforward)
       mixer_forward(L, in, batch.start, t, Z);
     else {
-      weights_times(t.h, L.w1, in, &L.b1);
-      activate(L.spec, t.h, t.act);
+      if (relu_from_act<S>(L.spec)) {
+        relu_weights_times(t.act, L.w1, in, &L.b1);
+        t.h.resize(0, 0);
+      } else {
+        weights_times(t.h, L.w1, in, &L.b1);
+        activate(L.spec, t.h, t.act);
+      }
       add_weights_times(Z, L.w2, t.act, &L.b2);
     }
   }
@@ -886,8 +903,12 @@ void backward_from(const Network<S>& net, const Batch<S>& batch, const Trace<S>&
     else {
       add_outer(G.w2, dZ, t.act, &G.b2);
       Mat<S> dh;
-      weights_times(dh, L.w2.transpose(), dZ);
-      times_activation_slope(L.spec, t.h, dh);
+      if (relu_from_act<S>(L.spec)) {
+        relu_gated_times(dh, L.w2.transpose(), dZ, t.act);
+      } else {
+        weights_times(dh, L.w2.transpose(), dZ);
+        times_activation_slope(L.spec, t.h, dh);
+      }
       add_outer(G.w1, dh, in, &G.b1);
       if (need_din) weights_times(din, L.w1.transpose(), dh);
     }

@@ -195,9 +195,15 @@ bool blocked_shape(Eigen::Index rows, Eigen::Index cols, Eigen::Index max) {
     return rows % kBlockRows<S> == 0 && rows <= max && cols <= max;
 }
 
-// y (+)= w·x + b for the P token columns at x and y; w is r×k with r a multiple of the block.
-template <int P, class S>
-void block_tokens(const Mat<S>& w, const S* b, const S* x, S* y, bool add) {
+// What the blocked product does to its sums before it sets y: nothing; the feed-forward's ReLU,
+// max(sum, 0); or the ReLU's slope, sum where the gate (laid out as y: the ReLU's output) is
+// positive and 0 elsewhere. In registers, where a separate pass read and wrote all of y again.
+enum class Epilogue { none, relu, gate };
+
+// y (+)= w·x + b for the P token columns at x and y; w is r×k with r a multiple of the block; the
+// epilogues set y (add is false).
+template <int P, class S, Epilogue E = Epilogue::none>
+void block_tokens(const Mat<S>& w, const S* b, const S* x, S* y, bool add, const S* gate = nullptr) {
   constexpr int RB = kBlockRows<S>;
   using Block = Eigen::Matrix<S, RB, P>;
   const Eigen::Index r = w.rows(), k = w.cols();
@@ -214,10 +220,16 @@ void block_tokens(const Mat<S>& w, const S* b, const S* x, S* y, bool add) {
         acc.col(t) += wc * x[t * k + c];
     }
     Eigen::Map<Block, 0, Eigen::OuterStride<>> yj(y + r0, Eigen::OuterStride<>(r));
-    if (add)
+    if constexpr (E == Epilogue::relu) {
+      yj = acc.cwiseMax(S(0));
+    } else if constexpr (E == Epilogue::gate) {
+      const Eigen::Map<const Block, 0, Eigen::OuterStride<>> gj(gate + r0, Eigen::OuterStride<>(r));
+      yj = (gj.array() > S(0)).select(acc, S(0));
+    } else if (add) {
       yj += acc;
-    else
+    } else {
       yj = acc;
+    }
   }
 }
 
@@ -245,14 +257,17 @@ void block_outer(Mat<S>& g, const Mat<S>& a, const Mat<S>& b, Eigen::Index c0, S
   }
 }
 
-// dst (+)= w·x + b over all of x's tokens (dst already sized), w's rows a multiple of the block.
-template <class S>
-void blocked_product(Mat<S>& dst, const Mat<S>& w, const Mat<S>& x, const S* b, bool add) {
+// dst (+)= w·x + b over all of x's tokens (dst already sized), w's rows a multiple of the block;
+// the gate, when E needs it, has dst's shape.
+template <Epilogue E = Epilogue::none, class S>
+void blocked_product(Mat<S>& dst, const Mat<S>& w, const Mat<S>& x, const S* b, bool add,
+                     const S* gate = nullptr) {
   const Eigen::Index T = x.cols(), K = w.cols(), R = w.rows(), whole = T - T % kBlockWidth;
   for (Eigen::Index j = 0; j < whole; j += kBlockWidth)
-    block_tokens<kBlockWidth>(w, b, x.data() + j * K, dst.data() + j * R, add);
+    block_tokens<kBlockWidth, S, E>(w, b, x.data() + j * K, dst.data() + j * R, add,
+                                    gate ? gate + j * R : nullptr);
   for (Eigen::Index j = whole; j < T; ++j)
-    block_tokens<1>(w, b, x.data() + j * K, dst.data() + j * R, add);
+    block_tokens<1, S, E>(w, b, x.data() + j * K, dst.data() + j * R, add, gate ? gate + j * R : nullptr);
 }
 
 // g += a·bᵀ, and a_sum (when given) += the sum of a's columns, with g's first block of columns.
@@ -338,13 +353,15 @@ void product_into(Mat<S>& dst, const Mat<S>& w, const Mat<S>& x, const Mat<S>* b
 // the kernels are compiled for plain weights only. The copy goes to memory each thread keeps, so
 // that a training step allocates nothing for it.
 template <class S>
+const Mat<S>& plain_copy(const Eigen::Transpose<const Mat<S>>& w) {
+  thread_local Mat<S> copy;
+  copy = w;
+  return copy;
+}
+template <class S>
 void product_into(Mat<S>& dst, const Eigen::Transpose<const Mat<S>>& w, const Mat<S>& x, const Mat<S>* b,
                   bool add) {
-  if (has_product_kernel<S>(w.rows(), w.cols())) {
-    thread_local Mat<S> copy;
-    copy = w;
-    return product_into(dst, copy, x, b, add);
-  }
+  if (has_product_kernel<S>(w.rows(), w.cols())) return product_into(dst, plain_copy(w), x, b, add);
   eigen_assert(w.cols() == x.rows() && (!b || b->rows() == w.rows()));
   eigen_product(dst, w, x, b, add);
 }
@@ -355,6 +372,40 @@ void weights_times(Mat<S>& dst, const W& w, const Mat<S>& x, const Mat<S>* b = n
 template <class S, class W>
 void add_weights_times(Mat<S>& dst, const W& w, const Mat<S>& x, const Mat<S>* b = nullptr) {
   product_into(dst, w, x, b, true);
+}
+// Whether weights_times takes an r×k weight to the blocked kernels (after the fixed-size ones).
+template <class S>
+bool takes_blocked(Eigen::Index rows, Eigen::Index cols) {
+  return blocked_shape<S>(rows, cols, kBlockProductMax) &&
+         !with_product_shape<S>(rows, cols, [](auto, auto, auto) {});
+}
+
+// The feed-forward's ReLU and its slope with the product before them, in the blocked kernel's
+// registers where it takes the weight's shape, else as a pass after the product:
+// dst = max(w·x + b, 0), and dst = (wᵀ·x) ⊙ [act > 0] for the gradient through a ReLU whose output
+// was act (a transposed weight, as the backward pass has it).
+template <class S>
+void relu_weights_times(Mat<S>& dst, const Mat<S>& w, const Mat<S>& x, const Mat<S>* b) {
+  eigen_assert(w.cols() == x.rows() && (!b || b->rows() == w.rows()));
+  if (!takes_blocked<S>(w.rows(), w.cols())) {
+    weights_times(dst, w, x, b);
+    dst = dst.cwiseMax(S(0));
+    return;
+  }
+  dst.resize(w.rows(), x.cols());
+  blocked_product<Epilogue::relu>(dst, w, x, b ? b->data() : nullptr, false);
+}
+template <class S>
+void relu_gated_times(Mat<S>& dst, const Eigen::Transpose<const Mat<S>>& w, const Mat<S>& x,
+                      const Mat<S>& act) {
+  eigen_assert(w.cols() == x.rows() && act.rows() == w.rows() && act.cols() == x.cols());
+  if (!takes_blocked<S>(w.rows(), w.cols())) {
+    weights_times(dst, w, x);
+    dst = (act.array() > S(0)).select(dst, S(0));
+    return;
+  }
+  dst.resize(w.rows(), x.cols());
+  blocked_product<Epilogue::gate>(dst, plain_copy(w), x, static_cast<const S*>(nullptr), false, act.data());
 }
 
 // g += the sum of m's columns (a bias gradient), as one matrix-vector product: Eigen's
@@ -442,11 +493,14 @@ void add_outer(Mat<S>& g, const Mat<S>& dy, const Mat<S>& x, Mat<S>* gb = nullpt
 
 // The kernels in float and double are compiled once, in thin_product_{float,double}.cpp, for every file that
 // includes this header (the training passes, their tests, the benchmark).
-#define UATLAB_TOKEN_PRODUCT_INSTANCES(PREFIX, S)                                                     \
-  PREFIX template void product_into<S>(Mat<S>&, const Mat<S>&, const Mat<S>&, const Mat<S>*, bool);   \
-  PREFIX template void product_into<S>(Mat<S>&, const Eigen::Transpose<const Mat<S>>&, const Mat<S>&, \
-                                       const Mat<S>*, bool);                                          \
-  PREFIX template void add_outer<S>(Mat<S>&, const Mat<S>&, const Mat<S>&, Mat<S>*);
+#define UATLAB_TOKEN_PRODUCT_INSTANCES(PREFIX, S)                                                         \
+  PREFIX template void product_into<S>(Mat<S>&, const Mat<S>&, const Mat<S>&, const Mat<S>*, bool);       \
+  PREFIX template void product_into<S>(Mat<S>&, const Eigen::Transpose<const Mat<S>>&, const Mat<S>&,     \
+                                       const Mat<S>*, bool);                                              \
+  PREFIX template void add_outer<S>(Mat<S>&, const Mat<S>&, const Mat<S>&, Mat<S>*);                      \
+  PREFIX template void relu_weights_times<S>(Mat<S>&, const Mat<S>&, const Mat<S>&, const Mat<S>*);       \
+  PREFIX template void relu_gated_times<S>(Mat<S>&, const Eigen::Transpose<const Mat<S>>&, const Mat<S>&, \
+                                           const Mat<S>&);
 UATLAB_TOKEN_PRODUCT_INSTANCES(extern, float)
 UATLAB_TOKEN_PRODUCT_INSTANCES(extern, double)
 

@@ -64,7 +64,8 @@ struct LayerTrace {
                                     // tied, hold only those columns, sequence after sequence
                                     // (H·s × Σ q_b), and q_in the input at them (d × Σ q_b).
   Mat<S> q_in;
-  Mat<S> h, act;  // feed-forward pre-activation h (m×T) and φ(h)
+  Mat<S> h, act;  // feed-forward pre-activation h (m×T) and φ(h); h empty for ReLU outside
+                  // intervals (φ(h) > 0 exactly where h > 0)
 };
 
 template <class S>
