@@ -24,30 +24,31 @@ void add_product(CM&& C, const AM& A, const BM& B) {
   auto at = [](auto& M, Eigen::Index i, Eigen::Index j) -> auto& {
     return M.data()[i * M.rowStride() + j * M.colStride()];
   };
+  // c += a·b for every term, in the order of the sums; a zero b skips its column of A.
+  auto terms = [&](auto is_zero, auto multiply_add) {
+    for (Eigen::Index j = 0; j < B.cols(); ++j)
+      for (Eigen::Index k = 0; k < A.cols(); ++k) {
+        const auto& b = at(B, k, j);
+        if (is_zero(b)) continue;
+        for (Eigen::Index i = 0; i < A.rows(); ++i)
+          multiply_add(at(C, i, j), at(A, i, k), b);
+      }
+  };
   if constexpr (std::is_same_v<S, Mpfi>) {
     mpfi_t t;
     mpfi_init2(t, mpfi_get_prec(C.data()[0].backend().data()));
-    for (Eigen::Index j = 0; j < B.cols(); ++j)
-      for (Eigen::Index k = 0; k < A.cols(); ++k) {
-        mpfi_srcptr b = at(B, k, j).backend().data();
-        if (mpfi_is_zero(b)) continue;
-        for (Eigen::Index i = 0; i < A.rows(); ++i) {
-          mpfi_ptr c = at(C, i, j).backend().data();
-          mpfi_mul(t, at(A, i, k).backend().data(), b);
-          mpfi_add(c, c, t);
-        }
-      }
+    terms([](const S& b) { return mpfi_is_zero(b.backend().data()) != 0; },
+          [&](S& c, const S& a, const S& b) {
+            mpfi_mul(t, a.backend().data(), b.backend().data());
+            mpfi_add(c.backend().data(), c.backend().data(), t);
+          });
     mpfi_clear(t);
   } else if constexpr (std::is_same_v<S, Mpfr>) {
-    for (Eigen::Index j = 0; j < B.cols(); ++j)
-      for (Eigen::Index k = 0; k < A.cols(); ++k) {
-        mpfr_srcptr b = at(B, k, j).backend().data();
-        if (mpfr_zero_p(b)) continue;
-        for (Eigen::Index i = 0; i < A.rows(); ++i) {
-          mpfr_ptr c = at(C, i, j).backend().data();
-          mpfr_fma(c, at(A, i, k).backend().data(), b, c, MPFR_RNDN);
-        }
-      }
+    terms([](const S& b) { return mpfr_zero_p(b.backend().data()) != 0; },
+          [](S& c, const S& a, const S& b) {
+            mpfr_fma(c.backend().data(), a.backend().data(), b.backend().data(), c.backend().data(),
+                     MPFR_RNDN);
+          });
   } else {
     C.noalias() += A * B;
   }
