@@ -89,7 +89,7 @@ void sgemm_peak(benchmark::State& state) {
 
 // Y = W·X (kind 0) or G += dY·Xᵀ (kind 1) for an r×k weight over 1,024 tokens, float, one core:
 // Eigen's product, uatlab's (train_detail::weights_times, add_outer: whichever kernel they pick),
-// or the blocked kernels called directly, also past the bound where the dispatch stops using them.
+// or the blocked kernels called directly.
 enum class Side { eigen, uatlab, blocked };
 void products(benchmark::State& state, int kind, Side side, Eigen::Index r, Eigen::Index k) {
   const Eigen::Index T = 1024;

@@ -26,7 +26,7 @@ void check_thin_products(double tol) {
     for (Eigen::Index k : {1, 2, 3, 4, 8, 16, 17, 32, 128}) {
       thin += train_detail::with_thin_shape<S>(r, k, [](auto, auto) {});
       fixed += train_detail::with_product_shape<S>(r, k, [](auto, auto, auto) {});
-      blocked += train_detail::blocked_shape<S>(r, k, train_detail::kBlockOuterMax);
+      blocked += train_detail::blocked_shape<S>(r, k);
       const Mat<S> w = random(r, k), x = random(k, T), dy = random(r, T), y0 = random(r, T), b = random(r, 1);
       Mat<S> y, ya = y0, g = random(r, k), yt, yb, gb = b;
       const Mat<S> g0 = g;
@@ -54,12 +54,22 @@ void check_thin_products(double tol) {
   EXPECT_EQ(thin, 7 * 6);       // r in {1, 2, 3, 4, 8, 16, 32}, k in {1, 2, 3, 4, 8, 16}
   EXPECT_EQ(fixed, 7 * 6 + 3);  // and W·X for r in {4, 8, 16}, k = 32, 8 tokens at a time (T = 37)
   // The blocked kernels (rows a multiple of two SIMD registers; T = 37 leaves five tokens after
-  // four blocks of eight, k = 17 one column after two): G for at least r = 32 and 64 with every k
-  // when a register holds 4 or more numbers; 160 rows only for W·X, 640 rows for neither.
-  EXPECT_GE(blocked, 16);
-  EXPECT_TRUE(train_detail::blocked_shape<S>(160, 32, train_detail::kBlockProductMax));
-  EXPECT_FALSE(train_detail::blocked_shape<S>(160, 32, train_detail::kBlockOuterMax));
-  EXPECT_FALSE(train_detail::blocked_shape<S>(640, 32, train_detail::kBlockProductMax));
+  // four blocks of eight, k = 17 one column after two): at least r = 32, 64 and 160 with every k
+  // when a register holds 4 or more numbers; 640 rows for none.
+  EXPECT_GE(blocked, 24);
+  EXPECT_TRUE(train_detail::blocked_shape<S>(160, 32));
+  EXPECT_FALSE(train_detail::blocked_shape<S>(640, 32));
+  // G += dY·Xᵀ over more tokens than one chunk (outer_chunk: 455 tokens of 160 + 128 floats, 227
+  // of doubles), the last chunk partial: every chunk is summed, the bias gradient with them.
+  const Eigen::Index r = 160, k = 128, T_long = 600;
+  ASSERT_TRUE(train_detail::blocked_shape<S>(r, k));
+  ASSERT_LT(train_detail::outer_chunk((r + k) * Eigen::Index{sizeof(S)}), T_long);
+  const Mat<S> dy = random(r, T_long), x = random(k, T_long), b = random(r, 1);
+  Mat<S> g = random(r, k), gb = b;
+  const Mat<S> g0 = g;
+  add_outer(g, dy, x, &gb);
+  EXPECT_LE((g - g0 - dy * x.transpose()).cwiseAbs().maxCoeff(), S(10 * tol));
+  EXPECT_LE((gb - b - dy.rowwise().sum()).cwiseAbs().maxCoeff(), S(10 * tol));
 }
 
 TEST(Kernels, ThinProductsEqualEigensProducts) {
@@ -67,5 +77,5 @@ TEST(Kernels, ThinProductsEqualEigensProducts) {
   check_thin_products<double>(1e-12);
   EXPECT_FALSE(train_detail::with_thin_shape<Rational>(4, 4, [](auto, auto) {}));
   EXPECT_FALSE(train_detail::with_product_shape<Rational>(8, 32, [](auto, auto, auto) {}));
-  EXPECT_FALSE(train_detail::blocked_shape<Rational>(32, 32, train_detail::kBlockProductMax));
+  EXPECT_FALSE(train_detail::blocked_shape<Rational>(32, 32));
 }

@@ -180,19 +180,22 @@ void paired_outer(Mat<float>& g, const Mat<float>& a, const Mat<float>& b, Mat<f
 // Eigen's GEMM first copies both operands into its own layout. One core, 1,024 tokens, float
 // (bench_train's products/ benchmarks, docs/benchmarks.md): Y = W·X 1.57× Eigen's speed at 32×32,
 // 1.28× at 128×32, 1.16-1.17× at 128×128, 512×128 and 128×512; G += dY·Xᵀ 2.07×, 1.45× and 1.24×
-// at the first three, but 0.65× at 512×128 (dY is re-read from L2 for each block of G;
-// products/.../blocked runs the kernels past the bounds), hence the two bounds.
+// at the first three. G += dY·Xᵀ ran at 0.65× at 512×128 when every block of G's columns read all
+// of dY again (2 MB at 1,024 tokens); it now runs over chunks of tokens whose columns of dY and X fit
+// in 512 KB together (outer_chunk; half of the L2 of the family-25 AMD VM, 1 MB a core), and was
+// 1.32× and 1.44× Eigen's speed at 512×128 and 128×512 on that VM on 2026-11-29, 1.49× at 128×32
+// (three runs each).
 template <class S>
 constexpr int kBlockRows = 2 * Eigen::internal::packet_traits<S>::size;
 constexpr int kBlockWidth = 8;
-constexpr Eigen::Index kBlockProductMax = 512, kBlockOuterMax = 128;
+constexpr Eigen::Index kBlockMax = 512;
 
 template <class S>
-bool blocked_shape(Eigen::Index rows, Eigen::Index cols, Eigen::Index max) {
+bool blocked_shape(Eigen::Index rows, Eigen::Index cols) {
   if constexpr (!std::is_same_v<S, float> && !std::is_same_v<S, double>)
     return false;
   else
-    return rows % kBlockRows<S> == 0 && rows <= max && cols <= max;
+    return rows % kBlockRows<S> == 0 && rows <= kBlockMax && cols <= kBlockMax;
 }
 
 // What the blocked product does to its sums before it sets y: nothing; the feed-forward's ReLU,
@@ -233,12 +236,13 @@ void block_tokens(const Mat<S>& w, const S* b, const S* x, S* y, bool add, const
   }
 }
 
-// g += a·bᵀ summed over the tokens, for g's P columns from c0 on: a is r×T with r a multiple of
-// the block, b is k×T; and a_sum += the sum of a's columns when Sum (a bias gradient, summed in
-// the same pass: two more additions per token against sixteen multiply-adds, where a separate
-// matrix-vector product read all of a again).
+// g += a·bᵀ summed over the tokens j0 … j1 − 1, for g's P columns from c0 on: a is r×T with r a
+// multiple of the block, b is k×T; and a_sum += the sum of a's columns when Sum (a bias gradient,
+// summed in the same pass: two more additions per token against sixteen multiply-adds, where a
+// separate matrix-vector product read all of a again).
 template <int P, bool Sum, class S>
-void block_outer(Mat<S>& g, const Mat<S>& a, const Mat<S>& b, Eigen::Index c0, S* a_sum) {
+void block_outer(Mat<S>& g, const Mat<S>& a, const Mat<S>& b, Eigen::Index c0, Eigen::Index j0,
+                 Eigen::Index j1, S* a_sum) {
   constexpr int RB = kBlockRows<S>;
   using Block = Eigen::Matrix<S, RB, P>;
   using Column = Eigen::Matrix<S, RB, 1>;
@@ -246,7 +250,7 @@ void block_outer(Mat<S>& g, const Mat<S>& a, const Mat<S>& b, Eigen::Index c0, S
   for (Eigen::Index r0 = 0; r0 < r; r0 += RB) {
     Block acc = Block::Zero();
     Column sum = Column::Zero();
-    for (Eigen::Index j = 0; j < a.cols(); ++j) {
+    for (Eigen::Index j = j0; j < j1; ++j) {
       const Eigen::Map<const Column> aj(a.data() + j * r + r0);
       for (int t = 0; t < P; ++t)
         acc.col(t) += aj * b.data()[j * k + c0 + t];
@@ -270,21 +274,33 @@ void blocked_product(Mat<S>& dst, const Mat<S>& w, const Mat<S>& x, const S* b, 
     block_tokens<1, S, E>(w, b, x.data() + j * K, dst.data() + j * R, add, gate ? gate + j * R : nullptr);
 }
 
-// g += a·bᵀ, and a_sum (when given) += the sum of a's columns, with g's first block of columns.
+// Tokens per chunk of the blocked outer product: as many as keep a chunk's columns of both
+// operands (per_token bytes a token) within 512 KB, so that they stay in L2 while every block of G
+// reads them; at least 64.
+inline Eigen::Index outer_chunk(Eigen::Index per_token) {
+  return std::max<Eigen::Index>(64, (Eigen::Index{512} << 10) / per_token);
+}
+
+// g += a·bᵀ, and a_sum (when given) += the sum of a's columns (with g's first block of columns),
+// chunk by chunk of tokens.
 template <class S>
 void blocked_outer(Mat<S>& g, const Mat<S>& a, const Mat<S>& b, S* a_sum = nullptr) {
-  const auto columns = [&](auto width, Eigen::Index c0) {
-    constexpr int P = decltype(width)::value;
-    if (c0 == 0 && a_sum)
-      block_outer<P, true>(g, a, b, c0, a_sum);
-    else
-      block_outer<P, false, S>(g, a, b, c0, nullptr);
-  };
-  const Eigen::Index k = b.rows(), whole = k - k % kBlockWidth;
-  for (Eigen::Index c0 = 0; c0 < whole; c0 += kBlockWidth)
-    columns(std::integral_constant<int, kBlockWidth>{}, c0);
-  for (Eigen::Index c0 = whole; c0 < k; ++c0)
-    columns(std::integral_constant<int, 1>{}, c0);
+  const Eigen::Index k = b.rows(), whole = k - k % kBlockWidth, T = a.cols();
+  const Eigen::Index chunk = outer_chunk((a.rows() + k) * Eigen::Index{sizeof(S)});
+  for (Eigen::Index j0 = 0; j0 < T; j0 += chunk) {
+    const Eigen::Index j1 = std::min(T, j0 + chunk);
+    const auto columns = [&](auto width, Eigen::Index c0) {
+      constexpr int P = decltype(width)::value;
+      if (c0 == 0 && a_sum)
+        block_outer<P, true>(g, a, b, c0, j0, j1, a_sum);
+      else
+        block_outer<P, false, S>(g, a, b, c0, j0, j1, nullptr);
+    };
+    for (Eigen::Index c0 = 0; c0 < whole; c0 += kBlockWidth)
+      columns(std::integral_constant<int, kBlockWidth>{}, c0);
+    for (Eigen::Index c0 = whole; c0 < k; ++c0)
+      columns(std::integral_constant<int, 1>{}, c0);
+  }
 }
 
 template <class S>
@@ -295,8 +311,7 @@ void add_bias(Mat<S>& m, const Mat<S>& b) {  // every column
 // Whether Y = W·X with an r×k weight has a kernel here (else it is Eigen's product).
 template <class S>
 bool has_product_kernel(Eigen::Index rows, Eigen::Index cols) {
-  return with_product_shape<S>(rows, cols, [](auto, auto, auto) {}) ||
-         blocked_shape<S>(rows, cols, kBlockProductMax);
+  return with_product_shape<S>(rows, cols, [](auto, auto, auto) {}) || blocked_shape<S>(rows, cols);
 }
 
 // dst (+)= w·x + b as Eigen's product, for the shapes without a kernel; in MPFI in place (product:
@@ -343,7 +358,7 @@ void product_into(Mat<S>& dst, const Mat<S>& w, const Mat<S>& x, const Mat<S>* b
       tokens_product<1>(wf, bf, x.data() + j * K, dst.data() + j * R, add);
   });
   if (fixed) return;
-  if (blocked_shape<S>(w.rows(), w.cols(), kBlockProductMax)) {
+  if (blocked_shape<S>(w.rows(), w.cols())) {
     blocked_product(dst, w, x, b ? b->data() : nullptr, add);
     return;
   }
@@ -376,8 +391,7 @@ void add_weights_times(Mat<S>& dst, const W& w, const Mat<S>& x, const Mat<S>* b
 // Whether weights_times takes an r×k weight to the blocked kernels (after the fixed-size ones).
 template <class S>
 bool takes_blocked(Eigen::Index rows, Eigen::Index cols) {
-  return blocked_shape<S>(rows, cols, kBlockProductMax) &&
-         !with_product_shape<S>(rows, cols, [](auto, auto, auto) {});
+  return blocked_shape<S>(rows, cols) && !with_product_shape<S>(rows, cols, [](auto, auto, auto) {});
 }
 
 // The feed-forward's ReLU and its slope with the product before them, in the blocked kernel's
@@ -475,11 +489,11 @@ void add_outer(Mat<S>& g, const Mat<S>& dy, const Mat<S>& x, Mat<S>* gb = nullpt
     }
   });
   if (thin) return;
-  if (blocked_shape<S>(dy.rows(), x.rows(), kBlockOuterMax)) {
+  if (blocked_shape<S>(dy.rows(), x.rows())) {
     blocked_outer(g, dy, x, gb ? gb->data() : nullptr);
     return;
   }
-  if (blocked_shape<S>(x.rows(), dy.rows(), kBlockOuterMax)) {
+  if (blocked_shape<S>(x.rows(), dy.rows())) {
     Mat<S> gt = Mat<S>::Zero(x.rows(), dy.rows());
     blocked_outer(gt, x, dy);
     g += gt.transpose();
