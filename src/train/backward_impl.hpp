@@ -337,9 +337,10 @@ void for_each_sequence(int B, Init&& init, Body&& body, Done&& done) {
 // head view (one dimension fixed at compile time) and every size is at most 8, as a
 // coefficient-wise product, which Eigen unrolls and vectorises instead of packing the operands for
 // its GEMM (faster at n = 8, slower from n = 32 on: docs/benchmarks.md). A single row (head size 1)
-// at a length without fixed-size kernels stays a matrix-vector product, which is faster still. Each
-// branch is compiled only for the operands it can serve (fixed-size blocks go to head_product.hpp
-// alone).
+// at a length without fixed-size kernels stays a matrix-vector product, which is faster still.
+// Larger heads go to the blocked kernel where its weight's rows fit its blocks
+// (blocked_head_product), the rest to Eigen's GEMM. Each branch is compiled only for the operands it
+// can serve (fixed-size blocks go to head_product.hpp alone).
 template <bool Add, class D, class A, class B, class S>
 void head_product(D&& dst, const A& a, const B& b, const S& scale) {
   if constexpr (fixed_head_operands<A, B>) {
@@ -353,6 +354,7 @@ void head_product(D&& dst, const A& a, const B& b, const S& scale) {
           dst.noalias() = a.lazyProduct(b) * scale;
         return;
       }
+    if (blocked_head_product<Add>(dst, a, b, scale)) return;
     if constexpr (Add)
       dst.noalias() += (a * b) * scale;
     else

@@ -6,7 +6,7 @@
 //   scores and dS:  A = Xᵀ·Y·scale, A's column j = Σ_r (row r of X)ᵀ · Y(r, j);
 //   the others:     G (+)= X·M·scale and X·Mᵀ·scale, sixteen columns of G at a time.
 // The train step at n = 16 and 32 is faster with them (docs/benchmarks.md, "The kernels' design
-// figures").
+// figures"). Larger heads go to the blocked kernel of thin_product.hpp (blocked_head_product, last).
 #pragma once
 
 #include "thin_product.hpp"
@@ -90,6 +90,46 @@ void fixed_head_product(D&& dst, const A& a, const B& b, const S& scale) {
     const auto& m = b.nestedExpression();
     eigen_assert(m.rows() == N && m.cols() == N);
     head_times<Add, true, R, N>(dst, a, Eigen::Map<const Eigen::Matrix<S, N, N>>(m.data()), scale);
+  }
+}
+
+// dst (+)= a·b·scale through the blocked kernel (thin_product.hpp) for the heads without fixed-size
+// kernels (float and double, dynamic blocks), when the operand that becomes the kernel's weight has
+// a multiple of kBlockRows rows: a itself (V·A, dO·Aᵀ, K·dS, Q·dSᵀ: the head size), or for a
+// transposed a (the scores Kᵀ·Q, and Vᵀ·dO: the length) a copy of it, scaled. b's columns are the
+// kernel's tokens, read in place unless transposed or scaled (then copied, scale applied to the
+// copy): the copies hold n·hs or n² numbers against the n²·hs multiply-adds. Returns false, having
+// done nothing, for other shapes (Eigen's GEMM then). The six products of a head of 32 rows over 64
+// tokens (medium's heads, float, one core): 83.7 GFLOP/s against Eigen's 51.2 (1.63×, the family-25
+// AMD VM, 2026-11-29), 85-110 each, the slower ones those that copy a transposed operand.
+template <bool Add, class D, class A, class B, class S>
+bool blocked_head_product(D&& dst, const A& a, const B& b, const S& scale) {
+  if constexpr (!std::is_same_v<S, float> && !std::is_same_v<S, double>) {
+    return false;
+  } else {
+    const Eigen::Index r = a.rows(), k = a.cols(), T = b.cols();
+    if (r % kBlockRows<S> != 0 || r > kBlockMax || k > kBlockMax) return false;
+    thread_local Mat<S> w_copy, x_copy;
+    constexpr bool a_copied = IsTranspose<A>::value;  // and scaled
+    const S x_scale = a_copied ? S(1) : scale;
+    const bool x_copied = IsTranspose<B>::value || x_scale != S(1);
+    if (x_copied) x_copy.noalias() = b * x_scale;
+    const S* x = x_copy.data();
+    Eigen::Index xs = k;
+    if constexpr (!IsTranspose<B>::value)
+      if (!x_copied) x = b.data(), xs = b.colStride();
+    const Strided<S> w = [&] {
+      if constexpr (a_copied) {
+        w_copy.noalias() = a * scale;
+        return strided(w_copy);
+      } else {
+        return Strided<S>(a.data(), r, k, Eigen::OuterStride<>(a.colStride()));
+      }
+    }();
+    if constexpr (!Add && std::is_same_v<std::decay_t<D>, Mat<S>>) dst.resize(r, T);
+    eigen_assert(dst.rows() == r && dst.cols() == T && dst.rowStride() == 1);
+    blocked_tokens(w, static_cast<const S*>(nullptr), x, xs, T, dst.data(), dst.colStride(), Add);
+    return true;
   }
 }
 

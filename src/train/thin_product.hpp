@@ -203,13 +203,23 @@ bool blocked_shape(Eigen::Index rows, Eigen::Index cols) {
 // positive and 0 elsewhere. In registers, where a separate pass read and wrote all of y again.
 enum class Epilogue { none, relu, gate };
 
-// y (+)= w·x + b for the P token columns at x and y; w is r×k with r a multiple of the block; the
-// epilogues set y (add is false).
+// A column-major operand whose columns lie `stride` numbers apart: a whole weight, or one head's
+// rows of a batch's matrix (head_product.hpp).
+template <class S>
+using Strided = Eigen::Map<const Mat<S>, 0, Eigen::OuterStride<>>;
+template <class S>
+Strided<S> strided(const Mat<S>& m) {
+  return Strided<S>(m.data(), m.rows(), m.cols(), Eigen::OuterStride<>(m.rows()));
+}
+
+// y (+)= w·x + b for the P token columns at x and y (xs and ys numbers apart); w is r×k with r a
+// multiple of the block; the epilogues set y (add is false), the gate laid out as y.
 template <int P, class S, Epilogue E = Epilogue::none>
-void block_tokens(const Mat<S>& w, const S* b, const S* x, S* y, bool add, const S* gate = nullptr) {
+void block_tokens(const Strided<S>& w, const S* b, const S* x, Eigen::Index xs, S* y, Eigen::Index ys,
+                  bool add, const S* gate = nullptr) {
   constexpr int RB = kBlockRows<S>;
   using Block = Eigen::Matrix<S, RB, P>;
-  const Eigen::Index r = w.rows(), k = w.cols();
+  const Eigen::Index r = w.rows(), k = w.cols(), ws = w.outerStride();
   for (Eigen::Index r0 = 0; r0 < r; r0 += RB) {
     const Eigen::Matrix<S, RB, 1> bias =
         b ? Eigen::Matrix<S, RB, 1>(Eigen::Map<const Eigen::Matrix<S, RB, 1>>(b + r0))
@@ -218,15 +228,15 @@ void block_tokens(const Mat<S>& w, const S* b, const S* x, S* y, bool add, const
     for (int t = 0; t < P; ++t)
       acc.col(t) = bias;
     for (Eigen::Index c = 0; c < k; ++c) {
-      const Eigen::Map<const Eigen::Matrix<S, RB, 1>> wc(w.data() + c * r + r0);
+      const Eigen::Map<const Eigen::Matrix<S, RB, 1>> wc(w.data() + c * ws + r0);
       for (int t = 0; t < P; ++t)
-        acc.col(t) += wc * x[t * k + c];
+        acc.col(t) += wc * x[t * xs + c];
     }
-    Eigen::Map<Block, 0, Eigen::OuterStride<>> yj(y + r0, Eigen::OuterStride<>(r));
+    Eigen::Map<Block, 0, Eigen::OuterStride<>> yj(y + r0, Eigen::OuterStride<>(ys));
     if constexpr (E == Epilogue::relu) {
       yj = acc.cwiseMax(S(0));
     } else if constexpr (E == Epilogue::gate) {
-      const Eigen::Map<const Block, 0, Eigen::OuterStride<>> gj(gate + r0, Eigen::OuterStride<>(r));
+      const Eigen::Map<const Block, 0, Eigen::OuterStride<>> gj(gate + r0, Eigen::OuterStride<>(ys));
       yj = (gj.array() > S(0)).select(acc, S(0));
     } else if (add) {
       yj += acc;
@@ -261,17 +271,25 @@ void block_outer(Mat<S>& g, const Mat<S>& a, const Mat<S>& b, Eigen::Index c0, E
   }
 }
 
+// y (+)= w·x + b over T tokens at x and y (xs and ys numbers apart), w's rows a multiple of the
+// block; the gate, when E needs it, is laid out as y.
+template <Epilogue E = Epilogue::none, class S>
+void blocked_tokens(const Strided<S>& w, const S* b, const S* x, Eigen::Index xs, Eigen::Index T, S* y,
+                    Eigen::Index ys, bool add, const S* gate = nullptr) {
+  const Eigen::Index whole = T - T % kBlockWidth;
+  for (Eigen::Index j = 0; j < whole; j += kBlockWidth)
+    block_tokens<kBlockWidth, S, E>(w, b, x + j * xs, xs, y + j * ys, ys, add,
+                                    gate ? gate + j * ys : nullptr);
+  for (Eigen::Index j = whole; j < T; ++j)
+    block_tokens<1, S, E>(w, b, x + j * xs, xs, y + j * ys, ys, add, gate ? gate + j * ys : nullptr);
+}
+
 // dst (+)= w·x + b over all of x's tokens (dst already sized), w's rows a multiple of the block;
 // the gate, when E needs it, has dst's shape.
 template <Epilogue E = Epilogue::none, class S>
 void blocked_product(Mat<S>& dst, const Mat<S>& w, const Mat<S>& x, const S* b, bool add,
                      const S* gate = nullptr) {
-  const Eigen::Index T = x.cols(), K = w.cols(), R = w.rows(), whole = T - T % kBlockWidth;
-  for (Eigen::Index j = 0; j < whole; j += kBlockWidth)
-    block_tokens<kBlockWidth, S, E>(w, b, x.data() + j * K, dst.data() + j * R, add,
-                                    gate ? gate + j * R : nullptr);
-  for (Eigen::Index j = whole; j < T; ++j)
-    block_tokens<1, S, E>(w, b, x.data() + j * K, dst.data() + j * R, add, gate ? gate + j * R : nullptr);
+  blocked_tokens<E>(strided(w), b, x.data(), x.rows(), x.cols(), dst.data(), dst.rows(), add, gate);
 }
 
 // Tokens per chunk of the blocked outer product: as many as keep a chunk's columns of both
