@@ -48,8 +48,14 @@ void check_thin_products(double tol) {
       EXPECT_LE((gb - b - dy.rowwise().sum()).cwiseAbs().maxCoeff(), S(tol)) << r << "x" << k;
       EXPECT_EQ(g_alone, g) << r << "x" << k;
       EXPECT_LE((yt - w.transpose() * dy).cwiseAbs().maxCoeff(), S(tol)) << r << "x" << k;
-      EXPECT_EQ(yr, yb.cwiseMax(S(0))) << r << "x" << k;  // the same sums, then the ReLU
-      EXPECT_EQ(yg, Mat<S>((gate.array() > S(0)).select(yt, S(0)))) << r << "x" << k;
+      // The same sums, then the ReLU or the gate: a kernel's epilogue may round its sums in another
+      // order than the same kernel without it (the compiler contracts multiply-adds per function),
+      // so to the tolerance; never negative after the ReLU, exactly 0 wherever the gate is not positive.
+      EXPECT_LE((yr - yb.cwiseMax(S(0))).cwiseAbs().maxCoeff(), S(tol)) << r << "x" << k;
+      EXPECT_TRUE((yr.array() >= S(0)).all()) << r << "x" << k;
+      EXPECT_LE((yg - Mat<S>((gate.array() > S(0)).select(yt, S(0)))).cwiseAbs().maxCoeff(), S(tol))
+          << r << "x" << k;
+      EXPECT_TRUE(((gate.array() > S(0)) || (yg.array() == S(0))).all()) << r << "x" << k;
     }
   EXPECT_EQ(thin, 7 * 6);       // r in {1, 2, 3, 4, 8, 16, 32}, k in {1, 2, 3, 4, 8, 16}
   EXPECT_EQ(fixed, 7 * 6 + 3);  // and W·X for r in {4, 8, 16}, k = 32, 8 tokens at a time (T = 37)

@@ -67,18 +67,34 @@ bool with_product_shape(Eigen::Index rows, Eigen::Index cols, F&& f) {
   }
 }
 
-// y (+)= w·x + b for the P token columns at x and y (added when add, else set).
-template <int P, class S, int R, int K>
+// What a product kernel does to its sums before it sets y: nothing; the feed-forward's ReLU,
+// max(sum, 0); or the ReLU's slope, sum where the gate (laid out as y: the ReLU's output) is
+// positive and 0 elsewhere. In registers, where a separate pass read and wrote all of y again.
+enum class Epilogue { none, relu, gate };
+
+// One token's sums v into its column of y: added (add), set, or set to the epilogue's value (the
+// gate's column beside it).
+template <Epilogue E, int R, class S, class V>
+void store_token(S* y, const V& v, bool add, const S* gate) {
+  Eigen::Map<Eigen::Matrix<S, R, 1>> yc(y);
+  if constexpr (E == Epilogue::relu)
+    yc = v.cwiseMax(S(0));
+  else if constexpr (E == Epilogue::gate)
+    yc = (Eigen::Map<const Eigen::Matrix<S, R, 1>>(gate).array() > S(0)).select(v, S(0));
+  else if (add)
+    yc += v;
+  else
+    yc = v;
+}
+
+// y (+)= w·x + b for the P token columns at x and y (added when add, else set; the epilogues set).
+template <int P, class S, int R, int K, Epilogue E = Epilogue::none>
 void tokens_product(const Eigen::Matrix<S, R, K>& w, const Eigen::Matrix<S, R, 1>& b, const S* x, S* y,
-                    bool add) {
-  Eigen::Map<Eigen::Matrix<S, R, P>> yj(y);
+                    bool add, const S* gate = nullptr) {
   const Eigen::Map<const Eigen::Matrix<S, K, P>> xj(x);
   if constexpr (P == 1) {  // Eigen unrolls the product
     const Eigen::Matrix<S, R, 1> v = w.lazyProduct(xj) + b;
-    if (add)
-      yj += v;
-    else
-      yj = v;
+    store_token<E, R>(y, v, add, gate);
   } else {
     Eigen::Matrix<S, R, P> acc = Eigen::Matrix<S, R, P>::Zero();
     for (int k = 0; k < K; ++k) {
@@ -89,10 +105,7 @@ void tokens_product(const Eigen::Matrix<S, R, K>& w, const Eigen::Matrix<S, R, 1
     // Column by column, the bias added last: GCC stores a plain copy of the sums as whole
     // registers through the stack, which stalls the loads that follow (seen in perf annotate).
     for (int t = 0; t < P; ++t)
-      if (add)
-        yj.col(t) += acc.col(t) + b;
-      else
-        yj.col(t) = acc.col(t) + b;
+      store_token<E, R>(y + t * R, acc.col(t) + b, add, gate ? gate + t * R : nullptr);
   }
 }
 
@@ -197,11 +210,6 @@ bool blocked_shape(Eigen::Index rows, Eigen::Index cols) {
   else
     return rows % kBlockRows<S> == 0 && rows <= kBlockMax && cols <= kBlockMax;
 }
-
-// What the blocked product does to its sums before it sets y: nothing; the feed-forward's ReLU,
-// max(sum, 0); or the ReLU's slope, sum where the gate (laid out as y: the ReLU's output) is
-// positive and 0 elsewhere. In registers, where a separate pass read and wrote all of y again.
-enum class Epilogue { none, relu, gate };
 
 // A column-major operand whose columns lie `stride` numbers apart: a whole weight, or one head's
 // rows of a batch's matrix (head_product.hpp).
@@ -349,20 +357,19 @@ void eigen_product(Mat<S>& dst, const W& w, const Mat<S>& x, const Mat<S>* b, bo
   if (b) add_bias(dst, *b);
 }
 
-// dst (+)= w·x + b through the kernels (has_product_kernel) or Eigen's product: w is r×k, x holds
-// k×T tokens, b (optional) is an r×1 bias; dst is set, or added to when add (then already sized).
-template <class S>
-void product_into(Mat<S>& dst, const Mat<S>& w, const Mat<S>& x, const Mat<S>* b, bool add) {
-  eigen_assert(w.cols() == x.rows() && (!b || b->rows() == w.rows()));
-  if (!add) dst.resize(w.rows(), x.cols());
-  eigen_assert(dst.rows() == w.rows() && dst.cols() == x.cols());
-  const bool fixed = with_product_shape<S>(w.rows(), w.cols(), [&](auto r, auto k, auto p) {
+// dst (+)= w·x + b through the fixed-size kernels when they take w's shape (else false, nothing
+// done); dst already sized; the gate, when E needs it, has dst's shape.
+template <Epilogue E = Epilogue::none, class S>
+bool fixed_product(Mat<S>& dst, const Mat<S>& w, const Mat<S>& x, const Mat<S>* b, bool add,
+                   const S* gate = nullptr) {
+  return with_product_shape<S>(w.rows(), w.cols(), [&](auto r, auto k, auto p) {
     constexpr int R = decltype(r)::value, K = decltype(k)::value, P = decltype(p)::value;
     const Eigen::Matrix<S, R, K> wf = w;
     const Eigen::Matrix<S, R, 1> bf = b ? Eigen::Matrix<S, R, 1>(b->col(0)) : Eigen::Matrix<S, R, 1>::Zero();
     const Eigen::Index T = x.cols(), whole = T - T % P;
+    const auto gate_at = [&](Eigen::Index j) { return gate ? gate + j * R : nullptr; };
 #ifdef __AVX512F__
-    if constexpr (std::is_same_v<S, float> && R == 8 && P == 8) {
+    if constexpr (std::is_same_v<S, float> && R == 8 && P == 8 && E == Epilogue::none) {
       const PairedColumns<K> paired(wf);
       const __m512 b8 = _mm512_castps256_ps512(_mm256_loadu_ps(bf.data()));
       const __m512 bias2 = _mm512_shuffle_f32x4(b8, b8, 0x44);  // b in both halves
@@ -371,11 +378,20 @@ void product_into(Mat<S>& dst, const Mat<S>& w, const Mat<S>& x, const Mat<S>* b
     } else
 #endif
       for (Eigen::Index j = 0; j < whole; j += P)
-        tokens_product<P>(wf, bf, x.data() + j * K, dst.data() + j * R, add);
+        tokens_product<P, S, R, K, E>(wf, bf, x.data() + j * K, dst.data() + j * R, add, gate_at(j));
     for (Eigen::Index j = whole; j < T; ++j)
-      tokens_product<1>(wf, bf, x.data() + j * K, dst.data() + j * R, add);
+      tokens_product<1, S, R, K, E>(wf, bf, x.data() + j * K, dst.data() + j * R, add, gate_at(j));
   });
-  if (fixed) return;
+}
+
+// dst (+)= w·x + b through the kernels (has_product_kernel) or Eigen's product: w is r×k, x holds
+// k×T tokens, b (optional) is an r×1 bias; dst is set, or added to when add (then already sized).
+template <class S>
+void product_into(Mat<S>& dst, const Mat<S>& w, const Mat<S>& x, const Mat<S>* b, bool add) {
+  eigen_assert(w.cols() == x.rows() && (!b || b->rows() == w.rows()));
+  if (!add) dst.resize(w.rows(), x.cols());
+  eigen_assert(dst.rows() == w.rows() && dst.cols() == x.cols());
+  if (fixed_product(dst, w, x, b, add)) return;
   if (blocked_shape<S>(w.rows(), w.cols())) {
     blocked_product(dst, w, x, b ? b->data() : nullptr, add);
     return;
@@ -406,38 +422,35 @@ template <class S, class W>
 void add_weights_times(Mat<S>& dst, const W& w, const Mat<S>& x, const Mat<S>* b = nullptr) {
   product_into(dst, w, x, b, true);
 }
-// Whether weights_times takes an r×k weight to the blocked kernels (after the fixed-size ones).
-template <class S>
-bool takes_blocked(Eigen::Index rows, Eigen::Index cols) {
-  return blocked_shape<S>(rows, cols) && !with_product_shape<S>(rows, cols, [](auto, auto, auto) {});
-}
-
-// The feed-forward's ReLU and its slope with the product before them, in the blocked kernel's
-// registers where it takes the weight's shape, else as a pass after the product:
-// dst = max(w·x + b, 0), and dst = (wᵀ·x) ⊙ [act > 0] for the gradient through a ReLU whose output
-// was act (a transposed weight, as the backward pass has it).
+// The feed-forward's ReLU and its slope with the product before them, in the kernels' registers
+// where a kernel takes the weight's shape (fixed-size, then blocked), else as a pass after Eigen's
+// product: dst = max(w·x + b, 0), and dst = (wᵀ·x) ⊙ [act > 0] for the gradient through a ReLU
+// whose output was act (a transposed weight, as the backward pass has it).
 template <class S>
 void relu_weights_times(Mat<S>& dst, const Mat<S>& w, const Mat<S>& x, const Mat<S>* b) {
   eigen_assert(w.cols() == x.rows() && (!b || b->rows() == w.rows()));
-  if (!takes_blocked<S>(w.rows(), w.cols())) {
-    weights_times(dst, w, x, b);
-    dst = dst.cwiseMax(S(0));
+  dst.resize(w.rows(), x.cols());
+  if (fixed_product<Epilogue::relu>(dst, w, x, b, false)) return;
+  if (blocked_shape<S>(w.rows(), w.cols())) {
+    blocked_product<Epilogue::relu>(dst, w, x, b ? b->data() : nullptr, false);
     return;
   }
-  dst.resize(w.rows(), x.cols());
-  blocked_product<Epilogue::relu>(dst, w, x, b ? b->data() : nullptr, false);
+  eigen_product(dst, w, x, b, false);
+  dst = dst.cwiseMax(S(0));
 }
 template <class S>
 void relu_gated_times(Mat<S>& dst, const Eigen::Transpose<const Mat<S>>& w, const Mat<S>& x,
                       const Mat<S>& act) {
   eigen_assert(w.cols() == x.rows() && act.rows() == w.rows() && act.cols() == x.cols());
-  if (!takes_blocked<S>(w.rows(), w.cols())) {
-    weights_times(dst, w, x);
+  if (!has_product_kernel<S>(w.rows(), w.cols())) {
+    eigen_product(dst, w, x, static_cast<const Mat<S>*>(nullptr), false);
     dst = (act.array() > S(0)).select(dst, S(0));
     return;
   }
+  const Mat<S>& wp = plain_copy(w);
   dst.resize(w.rows(), x.cols());
-  blocked_product<Epilogue::gate>(dst, plain_copy(w), x, static_cast<const S*>(nullptr), false, act.data());
+  if (!fixed_product<Epilogue::gate>(dst, wp, x, static_cast<const Mat<S>*>(nullptr), false, act.data()))
+    blocked_product<Epilogue::gate>(dst, wp, x, static_cast<const S*>(nullptr), false, act.data());
 }
 
 // g += the sum of m's columns (a bias gradient), as one matrix-vector product: Eigen's
