@@ -358,30 +358,37 @@ void eigen_product(Mat<S>& dst, const W& w, const Mat<S>& x, const Mat<S>* b, bo
 }
 
 // dst (+)= w·x + b through the fixed-size kernels when they take w's shape (else false, nothing
-// done); dst already sized; the gate, when E needs it, has dst's shape.
+// done); dst already sized; the gate, when E needs it, has dst's shape. The epilogues in float only:
+// they cost compile time (thin_product_float.cpp 33-35 s → 43-44 s), and in double, which only the
+// tests train with, the passes after the product serve (thin_product_double.cpp stays at 25-29 s).
 template <Epilogue E = Epilogue::none, class S>
 bool fixed_product(Mat<S>& dst, const Mat<S>& w, const Mat<S>& x, const Mat<S>* b, bool add,
                    const S* gate = nullptr) {
-  return with_product_shape<S>(w.rows(), w.cols(), [&](auto r, auto k, auto p) {
-    constexpr int R = decltype(r)::value, K = decltype(k)::value, P = decltype(p)::value;
-    const Eigen::Matrix<S, R, K> wf = w;
-    const Eigen::Matrix<S, R, 1> bf = b ? Eigen::Matrix<S, R, 1>(b->col(0)) : Eigen::Matrix<S, R, 1>::Zero();
-    const Eigen::Index T = x.cols(), whole = T - T % P;
-    const auto gate_at = [&](Eigen::Index j) { return gate ? gate + j * R : nullptr; };
+  if constexpr (E != Epilogue::none && !std::is_same_v<S, float>) {
+    return false;
+  } else {
+    return with_product_shape<S>(w.rows(), w.cols(), [&](auto r, auto k, auto p) {
+      constexpr int R = decltype(r)::value, K = decltype(k)::value, P = decltype(p)::value;
+      const Eigen::Matrix<S, R, K> wf = w;
+      const Eigen::Matrix<S, R, 1> bf =
+          b ? Eigen::Matrix<S, R, 1>(b->col(0)) : Eigen::Matrix<S, R, 1>::Zero();
+      const Eigen::Index T = x.cols(), whole = T - T % P;
+      const auto gate_at = [&](Eigen::Index j) { return gate ? gate + j * R : nullptr; };
 #ifdef __AVX512F__
-    if constexpr (std::is_same_v<S, float> && R == 8 && P == 8 && E == Epilogue::none) {
-      const PairedColumns<K> paired(wf);
-      const __m512 b8 = _mm512_castps256_ps512(_mm256_loadu_ps(bf.data()));
-      const __m512 bias2 = _mm512_shuffle_f32x4(b8, b8, 0x44);  // b in both halves
-      for (Eigen::Index j = 0; j < whole; j += P)
-        paired_tokens_product<K>(paired, bias2, x.data() + j * K, dst.data() + j * R, add);
-    } else
+      if constexpr (std::is_same_v<S, float> && R == 8 && P == 8 && E == Epilogue::none) {
+        const PairedColumns<K> paired(wf);
+        const __m512 b8 = _mm512_castps256_ps512(_mm256_loadu_ps(bf.data()));
+        const __m512 bias2 = _mm512_shuffle_f32x4(b8, b8, 0x44);  // b in both halves
+        for (Eigen::Index j = 0; j < whole; j += P)
+          paired_tokens_product<K>(paired, bias2, x.data() + j * K, dst.data() + j * R, add);
+      } else
 #endif
-      for (Eigen::Index j = 0; j < whole; j += P)
-        tokens_product<P, S, R, K, E>(wf, bf, x.data() + j * K, dst.data() + j * R, add, gate_at(j));
-    for (Eigen::Index j = whole; j < T; ++j)
-      tokens_product<1, S, R, K, E>(wf, bf, x.data() + j * K, dst.data() + j * R, add, gate_at(j));
-  });
+        for (Eigen::Index j = 0; j < whole; j += P)
+          tokens_product<P, S, R, K, E>(wf, bf, x.data() + j * K, dst.data() + j * R, add, gate_at(j));
+      for (Eigen::Index j = whole; j < T; ++j)
+        tokens_product<1, S, R, K, E>(wf, bf, x.data() + j * K, dst.data() + j * R, add, gate_at(j));
+    });
+  }
 }
 
 // dst (+)= w·x + b through the kernels (has_product_kernel) or Eigen's product: w is r×k, x holds
@@ -422,8 +429,14 @@ template <class S, class W>
 void add_weights_times(Mat<S>& dst, const W& w, const Mat<S>& x, const Mat<S>* b = nullptr) {
   product_into(dst, w, x, b, true);
 }
+// Whether weights_times takes an r×k weight to the blocked kernels (after the fixed-size ones).
+template <class S>
+bool takes_blocked(Eigen::Index rows, Eigen::Index cols) {
+  return blocked_shape<S>(rows, cols) && !with_product_shape<S>(rows, cols, [](auto, auto, auto) {});
+}
+
 // The feed-forward's ReLU and its slope with the product before them, in the kernels' registers
-// where a kernel takes the weight's shape (fixed-size, then blocked), else as a pass after Eigen's
+// where a kernel takes the weight's shape (fixed-size in float, blocked), else as a pass after the
 // product: dst = max(w·x + b, 0), and dst = (wᵀ·x) ⊙ [act > 0] for the gradient through a ReLU
 // whose output was act (a transposed weight, as the backward pass has it).
 template <class S>
@@ -431,26 +444,31 @@ void relu_weights_times(Mat<S>& dst, const Mat<S>& w, const Mat<S>& x, const Mat
   eigen_assert(w.cols() == x.rows() && (!b || b->rows() == w.rows()));
   dst.resize(w.rows(), x.cols());
   if (fixed_product<Epilogue::relu>(dst, w, x, b, false)) return;
-  if (blocked_shape<S>(w.rows(), w.cols())) {
+  if (takes_blocked<S>(w.rows(), w.cols())) {
     blocked_product<Epilogue::relu>(dst, w, x, b ? b->data() : nullptr, false);
     return;
   }
-  eigen_product(dst, w, x, b, false);
+  product_into(dst, w, x, b, false);
   dst = dst.cwiseMax(S(0));
 }
 template <class S>
 void relu_gated_times(Mat<S>& dst, const Eigen::Transpose<const Mat<S>>& w, const Mat<S>& x,
                       const Mat<S>& act) {
   eigen_assert(w.cols() == x.rows() && act.rows() == w.rows() && act.cols() == x.cols());
-  if (!has_product_kernel<S>(w.rows(), w.cols())) {
-    eigen_product(dst, w, x, static_cast<const Mat<S>*>(nullptr), false);
-    dst = (act.array() > S(0)).select(dst, S(0));
-    return;
+  if (has_product_kernel<S>(w.rows(), w.cols())) {
+    const Mat<S>& wp = plain_copy(w);
+    dst.resize(w.rows(), x.cols());
+    if (fixed_product<Epilogue::gate>(dst, wp, x, static_cast<const Mat<S>*>(nullptr), false, act.data()))
+      return;
+    if (takes_blocked<S>(w.rows(), w.cols())) {
+      blocked_product<Epilogue::gate>(dst, wp, x, static_cast<const S*>(nullptr), false, act.data());
+      return;
+    }
+    weights_times(dst, wp, x);  // the fixed-size kernels without the epilogue (double)
+  } else {
+    weights_times(dst, w, x);
   }
-  const Mat<S>& wp = plain_copy(w);
-  dst.resize(w.rows(), x.cols());
-  if (!fixed_product<Epilogue::gate>(dst, wp, x, static_cast<const Mat<S>*>(nullptr), false, act.data()))
-    blocked_product<Epilogue::gate>(dst, wp, x, static_cast<const S*>(nullptr), false, act.data());
+  dst = (act.array() > S(0)).select(dst, S(0));
 }
 
 // g += the sum of m's columns (a bias gradient), as one matrix-vector product: Eigen's
