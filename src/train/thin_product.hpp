@@ -72,19 +72,22 @@ bool with_product_shape(Eigen::Index rows, Eigen::Index cols, F&& f) {
 // positive and 0 elsewhere. In registers, where a separate pass read and wrote all of y again.
 enum class Epilogue { none, relu, gate };
 
-// One token's sums v into its column of y: added (add), set, or set to the epilogue's value (the
-// gate's column beside it).
-template <Epilogue E, int R, class S, class V>
-void store_token(S* y, const V& v, bool add, const S* gate) {
-  Eigen::Map<Eigen::Matrix<S, R, 1>> yc(y);
-  if constexpr (E == Epilogue::relu)
-    yc = v.cwiseMax(S(0));
-  else if constexpr (E == Epilogue::gate)
-    yc = (Eigen::Map<const Eigen::Matrix<S, R, 1>>(gate).array() > S(0)).select(v, S(0));
-  else if (add)
-    yc += v;
-  else
-    yc = v;
+// Sums v into y (a column of one token or a block of them): added (add), set, or set to the
+// epilogue's value, the gate laid out as y (its columns `stride` numbers apart). Every kernel's
+// epilogue is this one.
+template <Epilogue E, class Y, class V, class S>
+void store_sums(Y&& y, const V& v, bool add, const S* gate, Eigen::Index stride) {
+  if constexpr (E == Epilogue::relu) {
+    y = v.cwiseMax(S(0));
+  } else if constexpr (E == Epilogue::gate) {
+    using Plain = typename std::decay_t<Y>::PlainObject;
+    const Eigen::Map<const Plain, 0, Eigen::OuterStride<>> g(gate, Eigen::OuterStride<>(stride));
+    y = (g.array() > S(0)).select(v, S(0));
+  } else if (add) {
+    y += v;
+  } else {
+    y = v;
+  }
 }
 
 // y (+)= w·x + b for the P token columns at x and y (added when add, else set; the epilogues set).
@@ -94,7 +97,7 @@ void tokens_product(const Eigen::Matrix<S, R, K>& w, const Eigen::Matrix<S, R, 1
   const Eigen::Map<const Eigen::Matrix<S, K, P>> xj(x);
   if constexpr (P == 1) {  // Eigen unrolls the product
     const Eigen::Matrix<S, R, 1> v = w.lazyProduct(xj) + b;
-    store_token<E, R>(y, v, add, gate);
+    store_sums<E>(Eigen::Map<Eigen::Matrix<S, R, 1>>(y), v, add, gate, R);
   } else {
     Eigen::Matrix<S, R, P> acc = Eigen::Matrix<S, R, P>::Zero();
     for (int k = 0; k < K; ++k) {
@@ -105,7 +108,8 @@ void tokens_product(const Eigen::Matrix<S, R, K>& w, const Eigen::Matrix<S, R, 1
     // Column by column, the bias added last: GCC stores a plain copy of the sums as whole
     // registers through the stack, which stalls the loads that follow (seen in perf annotate).
     for (int t = 0; t < P; ++t)
-      store_token<E, R>(y + t * R, acc.col(t) + b, add, gate ? gate + t * R : nullptr);
+      store_sums<E>(Eigen::Map<Eigen::Matrix<S, R, 1>>(y + t * R), acc.col(t) + b, add,
+                    gate ? gate + t * R : nullptr, R);
   }
 }
 
@@ -240,17 +244,8 @@ void block_tokens(const Strided<S>& w, const S* b, const S* x, Eigen::Index xs, 
       for (int t = 0; t < P; ++t)
         acc.col(t) += wc * x[t * xs + c];
     }
-    Eigen::Map<Block, 0, Eigen::OuterStride<>> yj(y + r0, Eigen::OuterStride<>(ys));
-    if constexpr (E == Epilogue::relu) {
-      yj = acc.cwiseMax(S(0));
-    } else if constexpr (E == Epilogue::gate) {
-      const Eigen::Map<const Block, 0, Eigen::OuterStride<>> gj(gate + r0, Eigen::OuterStride<>(ys));
-      yj = (gj.array() > S(0)).select(acc, S(0));
-    } else if (add) {
-      yj += acc;
-    } else {
-      yj = acc;
-    }
+    store_sums<E>(Eigen::Map<Block, 0, Eigen::OuterStride<>>(y + r0, Eigen::OuterStride<>(ys)), acc, add,
+                  gate ? gate + r0 : nullptr, ys);
   }
 }
 
