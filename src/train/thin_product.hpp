@@ -142,19 +142,20 @@ struct PairedColumns {
   }
 };
 
-// y (+)= w·x + b for the eight token columns at x (K×8) and y (8×8); bias2 holds b twice.
-template <int K>
+// y (+)= w·x + b for the P token columns at x (K×P) and y (8×P); bias2 holds b twice. P = 16:
+// sixteen independent sums, where eight left the multiply-adds waiting on each other's latency.
+template <int K, int P>
 void paired_tokens_product(const PairedColumns<K>& w, __m512 bias2, const float* x, float* y, bool add) {
-  __m512 acc[8];
-  for (int t = 0; t < 8; ++t)
+  __m512 acc[P];
+  for (int t = 0; t < P; ++t)
     acc[t] = _mm512_setzero_ps();
   for (int i = 0; i < K / 2; ++i)
-    for (int t = 0; t < 8; ++t) {
+    for (int t = 0; t < P; ++t) {
       acc[t] = _mm512_fmadd_ps(w.w[i], broadcast_pair(x + t * K + 2 * i), acc[t]);  // x(2i, t), x(2i + 1, t)
     }
   const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
   const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
-  for (int t = 0; t < 8; t += 2) {  // tokens t and t + 1: one register of y
+  for (int t = 0; t < P; t += 2) {  // tokens t and t + 1: one register of y
     const __m512 sum = _mm512_add_ps(_mm512_permutex2var_ps(acc[t], even, acc[t + 1]),
                                      _mm512_permutex2var_ps(acc[t], odd, acc[t + 1]));
     __m512 out = _mm512_add_ps(sum, bias2);
@@ -374,8 +375,11 @@ bool fixed_product(Mat<S>& dst, const Mat<S>& w, const Mat<S>& x, const Mat<S>* 
         const PairedColumns<K> paired(wf);
         const __m512 b8 = _mm512_castps256_ps512(_mm256_loadu_ps(bf.data()));
         const __m512 bias2 = _mm512_shuffle_f32x4(b8, b8, 0x44);  // b in both halves
-        for (Eigen::Index j = 0; j < whole; j += P)
-          paired_tokens_product<K>(paired, bias2, x.data() + j * K, dst.data() + j * R, add);
+        Eigen::Index j = 0;
+        for (; j + 2 * P <= whole; j += 2 * P)
+          paired_tokens_product<K, 2 * P>(paired, bias2, x.data() + j * K, dst.data() + j * R, add);
+        for (; j < whole; j += P)
+          paired_tokens_product<K, P>(paired, bias2, x.data() + j * K, dst.data() + j * R, add);
       } else
 #endif
         for (Eigen::Index j = 0; j < whole; j += P)
