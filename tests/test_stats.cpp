@@ -189,13 +189,17 @@ std::string report_of(const Experiment& e, const std::vector<json>& lines, const
 
 // The report of an experiment's quick-mode cells, each run's losses and errors set to loss(cell)
 // times a small factor that differs from cell to cell (no exact ties between arms).
-std::string canned_report(const std::string& name, const std::function<double(const json&)>& loss) {
+// `keep` picks the cells a run with --only would report (all of them by default).
+std::string canned_report(
+    const std::string& name, const std::function<double(const json&)>& loss,
+    const std::function<bool(const json&)>& keep = [](const json&) { return true; }) {
   const Experiment& e = find_experiment(name);
   Context c;
   c.mode = Mode::quick;
   std::vector<json> lines;
   std::size_t k = 0;
   for (const json& cell : e.cells(c)) {
+    if (!keep(cell)) continue;
     const double l = loss(cell) * (1 + 0.002 * static_cast<double>(++k % 7));
     lines.push_back({{"cell", cell},
                      {"result",
@@ -426,13 +430,24 @@ TEST(Stats, Report1aAnd1bTestDepthAndHeadsPerTask) {
   EXPECT_EQ(verdict_of(md, "H=8 vs H=1 at lags 1,2,3, m=128"), "holds") << md;
   EXPECT_EQ(verdict_of(md, "H=8 vs H=1 at lags 1,4,9, m=128"), "holds") << md;
   EXPECT_NE(md.find("Measured, not tested"), std::string::npos) << md;
-  // 1a: depth helps the Type II memory only.
-  md = canned_report("wang-e-1a", [](const json& c) {
+  // 1a: depth helps the Type II memory only; the control is Type II at equal width, and at equal
+  // total when only the equal-total cells ran.
+  auto depth = [](const json& c) {
     return c.value("task", std::string()) == "adaptive-2" ? 0.4 / c.at("L").get<double>() : 1.0;
-  });
+  };
+  md = canned_report("wang-e-1a", depth);
   EXPECT_EQ(verdict_of(md, "L=4, H=1, equal width vs L=1, H=4, equal width, Type II memory"), "holds") << md;
   EXPECT_EQ(verdict_of(md, "L=4, H=1, equal total vs L=1, H=4, equal total, Type I memory"), "inconclusive")
       << md;
+  EXPECT_NE(md.find("| positive control: more depth lowers the loss (equal width) |"), std::string::npos)
+      << md;
+  EXPECT_EQ(md.find("positive control: more depth lowers the loss (equal total)"), std::string::npos) << md;
+  md = canned_report("wang-e-1a", depth, [](const json& c) { return c.at("budget") == "equal total"; });
+  EXPECT_NE(md.find("| positive control: more depth lowers the loss (equal total) | L=4, H=1, equal total vs "
+                    "L=1, H=4, equal total, Type II memory |"),
+            std::string::npos)
+      << md;
+  EXPECT_EQ(md.find("(equal width)"), std::string::npos) << md;
 }
 
 // memorization-capacity's verdicts on canned runs: a construction whose parameters grow like √N
