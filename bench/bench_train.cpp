@@ -1,7 +1,8 @@
 // One training step (forward + backward + AdamW, float32) on the configurations, plus a
 // large SGEMM as the machine's attainable peak. bench/run_train.py runs this beside PyTorch.
-// Beside them, the token products of src/train/thin_product.hpp against Eigen's product on one
-// core (products/...), for the figures quoted there and in docs/benchmarks.md:
+// Beside them, the token products of src/train/thin_product.hpp (products/...) and the products of
+// one attention head (heads/..., head_product.hpp) against Eigen's on one core, for the figures
+// quoted there and in docs/benchmarks.md:
 //   bench_train [google-benchmark flags]
 //   bench_train --benchmark_filter=products --benchmark_repetitions=15
 //       --benchmark_enable_random_interleaving=true --benchmark_report_aggregates_only=true
@@ -9,6 +10,7 @@
 #include <benchmark/benchmark.h>
 #include <omp.h>
 
+#include "../src/train/backward_impl.hpp"  // with_head_view and the head products
 #include "../src/train/thin_product.hpp"
 #include "uatlab/model/init.hpp"
 #include "uatlab/train/trainer.hpp"
@@ -117,22 +119,74 @@ void products(benchmark::State& state, int kind, Side side, Eigen::Index r, Eige
       2.0 * static_cast<double>(r * k * T * state.iterations()) / 1e9, benchmark::Counter::kIsRate);
 }
 
+// The six products of one attention head and one sequence (scores Kᵀ·Q, V·A; dO·Aᵀ, Vᵀ·dO, K·dS,
+// Q·dSᵀ), as attention_forward/backward make them through with_head_view (head_product.hpp), or
+// Eigen's products of the same blocks: a head of hs rows over 32 sequences of n tokens, float, one core.
+void head_products(benchmark::State& state, bool eigen, Eigen::Index hs, Eigen::Index n) {
+  const int B = 32;
+  const Mat<float> K = Mat<float>::Random(hs, B * n), Q = Mat<float>::Random(hs, B * n),
+                   V = Mat<float>::Random(hs, B * n), dO = Mat<float>::Random(hs, B * n);
+  std::vector<Mat<float>> A, dS;
+  for (int b = 0; b < B; ++b)
+    A.push_back(Mat<float>::Random(n, n)), dS.push_back(Mat<float>::Random(n, n));
+  Mat<float> O(hs, B * n), dV = Mat<float>::Zero(hs, B * n), dQ = Mat<float>::Zero(hs, B * n),
+                           dK = Mat<float>::Zero(hs, B * n), scores, vdo;
+  const float scale = 0.25f;
+  Eigen::setNbThreads(1);
+  for (auto _ : state) {
+    for (int b = 0; b < B; ++b) {
+      const Eigen::Index c0 = b * n;
+      if (eigen) {
+        scores.noalias() = K.middleCols(c0, n).transpose() * Q.middleCols(c0, n) * scale;
+        O.middleCols(c0, n).noalias() = V.middleCols(c0, n) * A[b];
+        dV.middleCols(c0, n).noalias() += dO.middleCols(c0, n) * A[b].transpose();
+        vdo.noalias() = V.middleCols(c0, n).transpose() * dO.middleCols(c0, n);
+        dQ.middleCols(c0, n).noalias() += K.middleCols(c0, n) * dS[b] * scale;
+        dK.middleCols(c0, n).noalias() += Q.middleCols(c0, n) * dS[b].transpose() * scale;
+      } else {
+        train_detail::with_head_view<float>(hs, 0, c0, n, n, [&](auto view, auto cols) {
+          train_detail::set_head_product(scores, view(K).transpose(), cols(Q, c0, n), scale);
+          train_detail::set_head_product(cols(O, c0, n), view(V), A[b], 1.0f);
+          train_detail::add_head_product(view(dV), cols(dO, c0, n), A[b].transpose(), 1.0f);
+          train_detail::set_head_product(vdo, view(V).transpose(), cols(dO, c0, n), 1.0f);
+          train_detail::add_head_product(cols(dQ, c0, n), view(K), dS[b], scale);
+          train_detail::add_head_product(view(dK), cols(Q, c0, n), dS[b].transpose(), scale);
+        });
+      }
+      benchmark::DoNotOptimize(scores.data());
+      benchmark::DoNotOptimize(vdo.data());
+    }
+  }
+  Eigen::setNbThreads(0);
+  state.counters["GFLOPs"] = benchmark::Counter(
+      6 * 2.0 * static_cast<double>(hs * n * n * B * state.iterations()) / 1e9, benchmark::Counter::kIsRate);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  const std::pair<int, int> shapes[] = {{8, 8},    {8, 32},    {32, 8},    {32, 32},  {128, 32},
-                                        {32, 128}, {128, 128}, {512, 128}, {128, 512}};
+  const std::pair<int, int> shapes[] = {{8, 8},    {8, 32},   {32, 8},    {32, 32},   {16, 128},
+                                        {128, 32}, {32, 128}, {128, 128}, {512, 128}, {128, 512}};
   const std::pair<Side, const char*> sides[] = {
       {Side::eigen, "/eigen"}, {Side::uatlab, "/uatlab"}, {Side::blocked, "/blocked"}};
   for (int kind : {0, 1})
     for (const auto& [r, k] : shapes)
       for (const auto& [side, label] : sides) {
-        if (side == Side::blocked && r % train_detail::kBlockRows<float> != 0) continue;
+        // Y = W·X takes half blocks too (16-row heads), G += dY·Xᵀ whole blocks only.
+        if (side == Side::blocked &&
+            r % (kind == 0 ? train_detail::kHalfBlockRows<float> : train_detail::kBlockRows<float>) != 0)
+          continue;
         const std::string name = std::string("products/") + (kind == 0 ? "WX/" : "dYXt/") +
                                  std::to_string(r) + "x" + std::to_string(k) + label;
         benchmark::RegisterBenchmark(name.c_str(), products, kind, side, Eigen::Index{r}, Eigen::Index{k});
       }
 
+  for (const auto& [hs, n] : {std::pair<int, int>{16, 64}, {16, 128}, {32, 64}, {32, 128}})
+    for (const bool eigen : {true, false}) {
+      const std::string name =
+          "heads/" + std::to_string(hs) + "x" + std::to_string(n) + (eigen ? "/eigen" : "/uatlab");
+      benchmark::RegisterBenchmark(name.c_str(), head_products, eigen, Eigen::Index{hs}, Eigen::Index{n});
+    }
   for (const Config& c : kConfigs)
     benchmark::RegisterBenchmark((std::string("train_step/") + c.name).c_str(), train_step, c)->UseRealTime();
   benchmark::RegisterBenchmark("sgemm_peak", sgemm_peak)->UseRealTime();

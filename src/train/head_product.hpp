@@ -93,43 +93,70 @@ void fixed_head_product(D&& dst, const A& a, const B& b, const S& scale) {
   }
 }
 
-// dst (+)= a·b·scale through the blocked kernel (thin_product.hpp) for the heads without fixed-size
-// kernels (float and double, dynamic blocks), when the operand that becomes the kernel's weight has
-// a multiple of kBlockRows rows: a itself (V·A, dO·Aᵀ, K·dS, Q·dSᵀ: the head size), or for a
-// transposed a (the scores Kᵀ·Q, and Vᵀ·dO: the length) a copy of it, scaled. b's columns are the
-// kernel's tokens, read in place unless transposed or scaled (then copied, scale applied to the
-// copy): the copies hold n·hs or n² numbers against the n²·hs multiply-adds. Returns false, having
-// done nothing, for other shapes (Eigen's GEMM then). The six products of a head of 32 rows over 64
-// tokens (medium's heads, float, one core): 83.7 GFLOP/s against Eigen's 51.2 (1.63×, the family-25
-// AMD VM, 2026-11-29), 85-110 each, the slower ones those that copy a transposed operand.
+// dst (+)= a·b·scale through the blocked kernels (thin_product.hpp) for the heads without
+// fixed-size kernels (float and double, dynamic blocks), when the operand whose rows become the
+// kernel's rows has a multiple of kHalfBlockRows rows (16 floats or 8 doubles with AVX-512):
+// - X·M (V·A, K·dS): Y = W·X with W = X, read in place (scaled: a copy of X, hs·n numbers);
+// - Xᵀ·Y (the scores Kᵀ·Q, and Vᵀ·dO): W = a copy of Xᵀ, scaled (n rows);
+// - X·Mᵀ (dO·Aᵀ, Q·dSᵀ): dst's columns as sums of outer products Σ_j x_j m_jᵀ over X's n columns
+//   (the outer products' kernel), M read in place where Y = W·X needed a copy of Mᵀ (n² numbers,
+//   transposed); a half block takes sixteen columns of dst at a time, whose numbers in m are
+//   consecutive (one pointer), where sixteen tokens of Y = W·X need sixteen.
+// The copies hold n·hs numbers against the n²·hs multiply-adds. Returns false, having done
+// nothing, for other shapes (Eigen's GEMM then). Figures: docs/benchmarks.md ("The kernels'
+// design figures"), bench_train's heads/ benchmarks.
 template <bool Add, class D, class A, class B, class S>
 bool blocked_head_product(D&& dst, const A& a, const B& b, const S& scale) {
   if constexpr (!std::is_same_v<S, float> && !std::is_same_v<S, double>) {
     return false;
   } else {
     const Eigen::Index r = a.rows(), k = a.cols(), T = b.cols();
-    if (r % kBlockRows<S> != 0 || r > kBlockMax || k > kBlockMax) return false;
-    thread_local Mat<S> w_copy, x_copy;
-    constexpr bool a_copied = IsTranspose<A>::value;  // and scaled
-    const S x_scale = a_copied ? S(1) : scale;
-    const bool x_copied = IsTranspose<B>::value || x_scale != S(1);
-    if (x_copied) x_copy.noalias() = b * x_scale;
-    const S* x = x_copy.data();
-    Eigen::Index xs = k;
-    if constexpr (!IsTranspose<B>::value)
-      if (!x_copied) x = b.data(), xs = b.colStride();
-    const Strided<S> w = [&] {
-      if constexpr (a_copied) {
-        w_copy.noalias() = a * scale;
-        return strided(w_copy);
-      } else {
-        return Strided<S>(a.data(), r, k, Eigen::OuterStride<>(a.colStride()));
-      }
-    }();
+    if (r % kHalfBlockRows<S> != 0 || r > kBlockMax || k > kBlockMax) return false;
     if constexpr (!Add && std::is_same_v<std::decay_t<D>, Mat<S>>) dst.resize(r, T);
     eigen_assert(dst.rows() == r && dst.cols() == T && dst.rowStride() == 1);
-    blocked_tokens(w, static_cast<const S*>(nullptr), x, xs, T, dst.data(), dst.colStride(), Add);
-    return true;
+    thread_local Mat<S> w_copy, x_copy;
+    if constexpr (IsTranspose<B>::value && !IsTranspose<A>::value) {
+      const auto& m = b.nestedExpression();  // T×k
+      if constexpr (!Add) dst.setZero();
+      const Eigen::Index full = r - r % kBlockRows<S>;
+      const auto rows = [&](auto block, auto width, Eigen::Index r0, Eigen::Index count) {
+        constexpr int RB = decltype(block)::value, P = decltype(width)::value;
+        const auto columns = [&](auto w, Eigen::Index c0) {
+          block_outer<decltype(w)::value, false, S, RB>(dst.data() + r0, dst.colStride(), a.data() + r0,
+                                                        a.colStride(), m.data(), m.colStride(), count, c0, 0,
+                                                        k, nullptr, scale);
+        };
+        const Eigen::Index whole = T - T % P;
+        for (Eigen::Index c0 = 0; c0 < whole; c0 += P)
+          columns(width, c0);
+        for (Eigen::Index c0 = whole; c0 < T; ++c0)
+          columns(std::integral_constant<int, 1>{}, c0);
+      };
+      if (full > 0)
+        rows(std::integral_constant<int, kBlockRows<S>>{}, std::integral_constant<int, kBlockWidth>{}, 0,
+             full);
+      if (full < r)
+        rows(std::integral_constant<int, kHalfBlockRows<S>>{}, std::integral_constant<int, 2 * kBlockWidth>{},
+             full, r - full);
+      return true;
+    } else {
+      const S* x;
+      Eigen::Index xs;
+      if constexpr (IsTranspose<B>::value) {  // both transposed: b copied
+        x_copy.noalias() = b;
+        x = x_copy.data(), xs = k;
+      } else {
+        x = b.data(), xs = b.colStride();
+      }
+      const Strided<S> w = [&] {
+        if constexpr (!IsTranspose<A>::value)
+          if (scale == S(1)) return Strided<S>(a.data(), r, k, Eigen::OuterStride<>(a.colStride()));
+        w_copy.noalias() = a * scale;
+        return strided(w_copy);
+      }();
+      blocked_tokens(w, static_cast<const S*>(nullptr), x, xs, T, dst.data(), dst.colStride(), Add);
+      return true;
+    }
   }
 }
 

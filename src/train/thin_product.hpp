@@ -207,6 +207,13 @@ template <class S>
 constexpr int kBlockRows = 2 * Eigen::internal::packet_traits<S>::size;
 constexpr int kBlockWidth = 8;
 constexpr Eigen::Index kBlockMax = 512;
+// Y = W·X also takes rows in half blocks (one SIMD register), for heads of 16 rows in float
+// (head_product.hpp), against the same eight tokens: eight independent sums (sixteen tokens ran
+// at 0.70× of eight: their sixteen offsets into x took more integer registers than there are, and
+// GCC kept them in vector registers, moved back for every column; 16×128 over 1,024 tokens, one
+// core: 92 GFLOP/s against Eigen's 71).
+template <class S>
+constexpr int kHalfBlockRows = Eigen::internal::packet_traits<S>::size;
 
 template <class S>
 bool blocked_shape(Eigen::Index rows, Eigen::Index cols) {
@@ -226,11 +233,10 @@ Strided<S> strided(const Mat<S>& m) {
 }
 
 // y (+)= w·x + b for the P token columns at x and y (xs and ys numbers apart); w is r×k with r a
-// multiple of the block; the epilogues set y (add is false), the gate laid out as y.
-template <int P, class S, Epilogue E = Epilogue::none>
+// multiple of RB rows; the epilogues set y (add is false), the gate laid out as y.
+template <int P, class S, Epilogue E = Epilogue::none, int RB = kBlockRows<S>>
 void block_tokens(const Strided<S>& w, const S* b, const S* x, Eigen::Index xs, S* y, Eigen::Index ys,
                   bool add, const S* gate = nullptr) {
-  constexpr int RB = kBlockRows<S>;
   using Block = Eigen::Matrix<S, RB, P>;
   const Eigen::Index r = w.rows(), k = w.cols(), ws = w.outerStride();
   for (Eigen::Index r0 = 0; r0 < r; r0 += RB) {
@@ -250,42 +256,55 @@ void block_tokens(const Strided<S>& w, const S* b, const S* x, Eigen::Index xs, 
   }
 }
 
-// g += a·bᵀ summed over the tokens j0 … j1 − 1, for g's P columns from c0 on: a is r×T with r a
-// multiple of the block, b is k×T; and a_sum += the sum of a's columns when Sum (a bias gradient,
-// summed in the same pass: two more additions per token against sixteen multiply-adds, where a
-// separate matrix-vector product read all of a again).
-template <int P, bool Sum, class S>
-void block_outer(Mat<S>& g, const Mat<S>& a, const Mat<S>& b, Eigen::Index c0, Eigen::Index j0,
-                 Eigen::Index j1, S* a_sum) {
-  constexpr int RB = kBlockRows<S>;
+// g += a·bᵀ·scale summed over the tokens j0 … j1 − 1, for g's P columns from c0 on (g's columns gs
+// numbers apart): a is r×T with r a multiple of RB rows (its tokens `as` numbers apart), b is k×T (`bs`
+// apart); and a_sum += the sum of a's columns when Sum (a bias gradient, summed in the same pass:
+// two more additions per token against sixteen multiply-adds, where a separate matrix-vector
+// product read all of a again). The weights' gradients have scale 1 (x·1 is x: the same sums).
+template <int P, bool Sum, class S, int RB = kBlockRows<S>>
+void block_outer(S* g, Eigen::Index gs, const S* a, Eigen::Index as, const S* b, Eigen::Index bs,
+                 Eigen::Index r, Eigen::Index c0, Eigen::Index j0, Eigen::Index j1, S* a_sum,
+                 S scale = S(1)) {
   using Block = Eigen::Matrix<S, RB, P>;
   using Column = Eigen::Matrix<S, RB, 1>;
-  const Eigen::Index r = a.rows(), k = b.rows();
   for (Eigen::Index r0 = 0; r0 < r; r0 += RB) {
     Block acc = Block::Zero();
     Column sum = Column::Zero();
     for (Eigen::Index j = j0; j < j1; ++j) {
-      const Eigen::Map<const Column> aj(a.data() + j * r + r0);
+      const Eigen::Map<const Column> aj(a + j * as + r0);
       for (int t = 0; t < P; ++t)
-        acc.col(t) += aj * b.data()[j * k + c0 + t];
+        acc.col(t) += aj * b[j * bs + c0 + t];
       if constexpr (Sum) sum += aj;
     }
-    g.template block<RB, P>(r0, c0) += acc;
+    Eigen::Map<Block, 0, Eigen::OuterStride<>>(g + c0 * gs + r0, Eigen::OuterStride<>(gs)) += acc * scale;
     if constexpr (Sum) Eigen::Map<Column>(a_sum + r0) += sum;
   }
 }
 
-// y (+)= w·x + b over T tokens at x and y (xs and ys numbers apart), w's rows a multiple of the
-// block; the gate, when E needs it, is laid out as y.
+// y (+)= w·x + b over T tokens at x and y (xs and ys numbers apart), w's rows a multiple of the half
+// block: the whole blocks first, then the half block left over; the gate, when E needs it, is laid
+// out as y.
 template <Epilogue E = Epilogue::none, class S>
 void blocked_tokens(const Strided<S>& w, const S* b, const S* x, Eigen::Index xs, Eigen::Index T, S* y,
                     Eigen::Index ys, bool add, const S* gate = nullptr) {
-  const Eigen::Index whole = T - T % kBlockWidth;
-  for (Eigen::Index j = 0; j < whole; j += kBlockWidth)
-    block_tokens<kBlockWidth, S, E>(w, b, x + j * xs, xs, y + j * ys, ys, add,
-                                    gate ? gate + j * ys : nullptr);
-  for (Eigen::Index j = whole; j < T; ++j)
-    block_tokens<1, S, E>(w, b, x + j * xs, xs, y + j * ys, ys, add, gate ? gate + j * ys : nullptr);
+  eigen_assert(w.rows() % kHalfBlockRows<S> == 0);
+  const auto rows = [&](auto block, auto width, Eigen::Index r0, Eigen::Index count) {
+    constexpr int RB = decltype(block)::value, P = decltype(width)::value;
+    const Strided<S> wr(w.data() + r0, count, w.cols(), Eigen::OuterStride<>(w.outerStride()));
+    const S* br = b ? b + r0 : nullptr;
+    const auto at = [&](Eigen::Index j) { return gate ? gate + r0 + j * ys : nullptr; };
+    const Eigen::Index whole = T - T % P;
+    for (Eigen::Index j = 0; j < whole; j += P)
+      block_tokens<P, S, E, RB>(wr, br, x + j * xs, xs, y + r0 + j * ys, ys, add, at(j));
+    for (Eigen::Index j = whole; j < T; ++j)
+      block_tokens<1, S, E, RB>(wr, br, x + j * xs, xs, y + r0 + j * ys, ys, add, at(j));
+  };
+  const Eigen::Index full = w.rows() - w.rows() % kBlockRows<S>;
+  if (full > 0)
+    rows(std::integral_constant<int, kBlockRows<S>>{}, std::integral_constant<int, kBlockWidth>{}, 0, full);
+  if (full < w.rows())
+    rows(std::integral_constant<int, kHalfBlockRows<S>>{}, std::integral_constant<int, kBlockWidth>{}, full,
+         w.rows() - full);
 }
 
 // dst (+)= w·x + b over all of x's tokens (dst already sized), w's rows a multiple of the block;
@@ -314,9 +333,11 @@ void blocked_outer(Mat<S>& g, const Mat<S>& a, const Mat<S>& b, S* a_sum = nullp
     const auto columns = [&](auto width, Eigen::Index c0) {
       constexpr int P = decltype(width)::value;
       if (c0 == 0 && a_sum)
-        block_outer<P, true>(g, a, b, c0, j0, j1, a_sum);
+        block_outer<P, true>(g.data(), g.rows(), a.data(), a.rows(), b.data(), k, a.rows(), c0, j0, j1,
+                             a_sum);
       else
-        block_outer<P, false, S>(g, a, b, c0, j0, j1, nullptr);
+        block_outer<P, false, S>(g.data(), g.rows(), a.data(), a.rows(), b.data(), k, a.rows(), c0, j0, j1,
+                                 nullptr);
     };
     for (Eigen::Index c0 = 0; c0 < whole; c0 += kBlockWidth)
       columns(std::integral_constant<int, kBlockWidth>{}, c0);
