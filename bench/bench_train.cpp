@@ -10,8 +10,7 @@
 #include <benchmark/benchmark.h>
 #include <omp.h>
 
-#include "../src/train/backward_impl.hpp"  // with_head_view and the head products
-#include "../src/train/thin_product.hpp"
+#include "../src/train/head_product.hpp"  // and through it thin_product.hpp
 #include "uatlab/model/init.hpp"
 #include "uatlab/train/trainer.hpp"
 
@@ -120,8 +119,9 @@ void products(benchmark::State& state, int kind, Side side, Eigen::Index r, Eige
 }
 
 // The six products of one attention head and one sequence (scores Kᵀ·Q, V·A; dO·Aᵀ, Vᵀ·dO, K·dS,
-// Q·dSᵀ), as attention_forward/backward make them through with_head_view (head_product.hpp), or
-// Eigen's products of the same blocks: a head of hs rows over 32 sequences of n tokens, float, one core.
+// Q·dSᵀ), as attention_forward/backward make them on with_head_view's blocks (head_product.hpp), or
+// Eigen's products of the same blocks: a head of hs rows (16 or 32: no fixed-size kernel) over 32
+// sequences of n tokens, float, one core.
 void head_products(benchmark::State& state, bool eigen, Eigen::Index hs, Eigen::Index n) {
   const int B = 32;
   const Mat<float> K = Mat<float>::Random(hs, B * n), Q = Mat<float>::Random(hs, B * n),
@@ -144,14 +144,14 @@ void head_products(benchmark::State& state, bool eigen, Eigen::Index hs, Eigen::
         dQ.middleCols(c0, n).noalias() += K.middleCols(c0, n) * dS[b] * scale;
         dK.middleCols(c0, n).noalias() += Q.middleCols(c0, n) * dS[b].transpose() * scale;
       } else {
-        train_detail::with_head_view<float>(hs, 0, c0, n, n, [&](auto view, auto cols) {
-          train_detail::set_head_product(scores, view(K).transpose(), cols(Q, c0, n), scale);
-          train_detail::set_head_product(cols(O, c0, n), view(V), A[b], 1.0f);
-          train_detail::add_head_product(view(dV), cols(dO, c0, n), A[b].transpose(), 1.0f);
-          train_detail::set_head_product(vdo, view(V).transpose(), cols(dO, c0, n), 1.0f);
-          train_detail::add_head_product(cols(dQ, c0, n), view(K), dS[b], scale);
-          train_detail::add_head_product(view(dK), cols(Q, c0, n), dS[b].transpose(), scale);
-        });
+        // with_head_view's blocks for these head sizes (no fixed-size kernel: its default branch)
+        const auto view = [&](auto& M) { return M.block(0, c0, hs, n); };
+        train_detail::set_head_product(scores, view(K).transpose(), view(Q), scale);
+        train_detail::set_head_product(view(O), view(V), A[b], 1.0f);
+        train_detail::add_head_product(view(dV), view(dO), A[b].transpose(), 1.0f);
+        train_detail::set_head_product(vdo, view(V).transpose(), view(dO), 1.0f);
+        train_detail::add_head_product(view(dQ), view(K), dS[b], scale);
+        train_detail::add_head_product(view(dK), view(Q), dS[b].transpose(), scale);
       }
       benchmark::DoNotOptimize(scores.data());
       benchmark::DoNotOptimize(vdo.data());

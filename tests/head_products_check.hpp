@@ -7,7 +7,7 @@
 #include <gtest/gtest.h>
 #include <random>
 
-#include "../src/train/backward_impl.hpp"
+#include "../src/train/head_product.hpp"
 
 namespace uatlab::test {
 

@@ -97,49 +97,6 @@ Mat<S> ln_backward(const Mat<S>& dout, const Mat<S>& xhat, const Mat<S>& rstd, c
   return dx;
 }
 
-// f(view, cols), where view(M) is the block of M that one head sees for one sequence (hs×n), and
-// cols(M, first, count) the head's rows of M at other columns (the queries computed). For head
-// sizes 1, 4 and 8 the blocks have hs rows at compile time, so that Eigen picks outer products,
-// matrix-vector products and unrolled small products instead of its general GEMM, whose set-up
-// dominates at these sizes (Kajitsuka's construction is one tied head of size 1). For the head
-// sizes and lengths of head_product.hpp, when every query is computed, the blocks have n columns at
-// compile time too, and the products go to its kernels. The math is written once, in f.
-template <class S, class F>
-void with_head_view(Eigen::Index hs, Eigen::Index h, Eigen::Index c0, Eigen::Index n, Eigen::Index queries,
-                    F&& f) {
-  auto fixed = [&](auto rows) {
-    constexpr int R = decltype(rows)::value;
-    if constexpr ((std::is_same_v<S, float> || std::is_same_v<S, double>)&&contains(HeadRows{}, R))
-      if (queries == n && with_size(FixedLengths{}, n, [&](auto length) {
-            constexpr int N = decltype(length)::value;
-            auto cols = [=](auto& M, Eigen::Index first, [[maybe_unused]] Eigen::Index count) {
-              eigen_assert(count == N);
-              return M.template block<R, N>(h * R, first);
-            };
-            f([=](auto& M) { return cols(M, c0, N); }, cols);
-          }))
-        return;
-    auto cols = [=](auto& M, Eigen::Index first, Eigen::Index count) {
-      return M.template block<R, Eigen::Dynamic>(h * R, first, R, count);
-    };
-    f([=](auto& M) { return cols(M, c0, n); }, cols);
-  };
-  switch (hs) {
-    case 1:
-      return fixed(std::integral_constant<int, 1>());
-    case 4:
-      return fixed(std::integral_constant<int, 4>());
-    case 8:
-      return fixed(std::integral_constant<int, 8>());
-    default: {
-      auto cols = [=](auto& M, Eigen::Index first, Eigen::Index count) {
-        return M.block(h * hs, first, hs, count);
-      };
-      f([=](auto& M) { return cols(M, c0, n); }, cols);
-    }
-  }
-}
-
 // A head's weights from its scores (A holds Kᵀ Q·scale, or zeros for a DP-free head; column k is
 // query q0 + k of n): the position bias, then the softmax or normalisation over keys.
 template <class S>
@@ -331,43 +288,6 @@ void for_each_sequence(int B, Init&& init, Body&& body, Done&& done) {
 #pragma omp critical
     done(state);
   }
-}
-
-// The products of one head and one sequence: dst = a·b·scale, or dst += a·b·scale. When a is a
-// head view (one dimension fixed at compile time) and every size is at most 8, as a
-// coefficient-wise product, which Eigen unrolls and vectorises instead of packing the operands for
-// its GEMM (faster at n = 8, slower from n = 32 on: docs/benchmarks.md). A single row (head size 1)
-// at a length without fixed-size kernels stays a matrix-vector product, which is faster still.
-// Larger heads go to the blocked kernel where its weight's rows fit its blocks
-// (blocked_head_product), the rest to Eigen's GEMM. Each branch is compiled only for the operands it
-// can serve (fixed-size blocks go to head_product.hpp alone).
-template <bool Add, class D, class A, class B, class S>
-void head_product(D&& dst, const A& a, const B& b, const S& scale) {
-  if constexpr (fixed_head_operands<A, B>) {
-    fixed_head_product<Add>(dst, a, b, scale);
-  } else {
-    if constexpr (A::RowsAtCompileTime != Eigen::Dynamic || A::ColsAtCompileTime != Eigen::Dynamic)
-      if (a.rows() > 1 && a.rows() <= 8 && a.cols() <= 8 && b.cols() <= 8) {
-        if constexpr (Add)
-          dst.noalias() += a.lazyProduct(b) * scale;
-        else
-          dst.noalias() = a.lazyProduct(b) * scale;
-        return;
-      }
-    if (blocked_head_product<Add>(dst, a, b, scale)) return;
-    if constexpr (Add)
-      dst.noalias() += (a * b) * scale;
-    else
-      dst.noalias() = (a * b) * scale;
-  }
-}
-template <class D, class A, class B, class S>
-void set_head_product(D&& dst, const A& a, const B& b, const S& scale) {
-  head_product<false>(dst, a, b, scale);
-}
-template <class D, class A, class B, class S>
-void add_head_product(D&& dst, const A& a, const B& b, const S& scale) {
-  head_product<true>(dst, a, b, scale);
 }
 
 // DP-free softmax heads over sequences of one length n go by FFT in float training from
