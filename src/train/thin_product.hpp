@@ -215,6 +215,19 @@ constexpr Eigen::Index kBlockMax = 512;
 template <class S>
 constexpr int kHalfBlockRows = Eigen::internal::packet_traits<S>::size;
 
+// f(block, width, r0, count) for r rows, a multiple of the half block: the whole blocks (block =
+// kBlockRows<S> rows, taken Whole columns or tokens at a time) from row 0, then the half block left
+// over (Half at a time); block and width as integral constants.
+template <class S, int Whole, int Half, class F>
+void by_row_blocks(Eigen::Index r, F&& f) {
+  eigen_assert(r % kHalfBlockRows<S> == 0);
+  const Eigen::Index full = r - r % kBlockRows<S>;
+  if (full > 0)
+    f(std::integral_constant<int, kBlockRows<S>>{}, std::integral_constant<int, Whole>{}, 0, full);
+  if (full < r)
+    f(std::integral_constant<int, kHalfBlockRows<S>>{}, std::integral_constant<int, Half>{}, full, r - full);
+}
+
 template <class S>
 bool blocked_shape(Eigen::Index rows, Eigen::Index cols) {
   if constexpr (!std::is_same_v<S, float> && !std::is_same_v<S, double>)
@@ -287,24 +300,18 @@ void block_outer(S* g, Eigen::Index gs, const S* a, Eigen::Index as, const S* b,
 template <Epilogue E = Epilogue::none, class S>
 void blocked_tokens(const Strided<S>& w, const S* b, const S* x, Eigen::Index xs, Eigen::Index T, S* y,
                     Eigen::Index ys, bool add, const S* gate = nullptr) {
-  eigen_assert(w.rows() % kHalfBlockRows<S> == 0);
-  const auto rows = [&](auto block, auto width, Eigen::Index r0, Eigen::Index count) {
-    constexpr int RB = decltype(block)::value, P = decltype(width)::value;
-    const Strided<S> wr(w.data() + r0, count, w.cols(), Eigen::OuterStride<>(w.outerStride()));
-    const S* br = b ? b + r0 : nullptr;
-    const auto at = [&](Eigen::Index j) { return gate ? gate + r0 + j * ys : nullptr; };
-    const Eigen::Index whole = T - T % P;
-    for (Eigen::Index j = 0; j < whole; j += P)
-      block_tokens<P, S, E, RB>(wr, br, x + j * xs, xs, y + r0 + j * ys, ys, add, at(j));
-    for (Eigen::Index j = whole; j < T; ++j)
-      block_tokens<1, S, E, RB>(wr, br, x + j * xs, xs, y + r0 + j * ys, ys, add, at(j));
-  };
-  const Eigen::Index full = w.rows() - w.rows() % kBlockRows<S>;
-  if (full > 0)
-    rows(std::integral_constant<int, kBlockRows<S>>{}, std::integral_constant<int, kBlockWidth>{}, 0, full);
-  if (full < w.rows())
-    rows(std::integral_constant<int, kHalfBlockRows<S>>{}, std::integral_constant<int, kBlockWidth>{}, full,
-         w.rows() - full);
+  by_row_blocks<S, kBlockWidth, kBlockWidth>(
+      w.rows(), [&](auto block, auto width, Eigen::Index r0, Eigen::Index count) {
+        constexpr int RB = decltype(block)::value, P = decltype(width)::value;
+        const Strided<S> wr(w.data() + r0, count, w.cols(), Eigen::OuterStride<>(w.outerStride()));
+        const S* br = b ? b + r0 : nullptr;
+        const auto at = [&](Eigen::Index j) { return gate ? gate + r0 + j * ys : nullptr; };
+        const Eigen::Index whole = T - T % P;
+        for (Eigen::Index j = 0; j < whole; j += P)
+          block_tokens<P, S, E, RB>(wr, br, x + j * xs, xs, y + r0 + j * ys, ys, add, at(j));
+        for (Eigen::Index j = whole; j < T; ++j)
+          block_tokens<1, S, E, RB>(wr, br, x + j * xs, xs, y + r0 + j * ys, ys, add, at(j));
+      });
 }
 
 // dst (+)= w·x + b over all of x's tokens (dst already sized), w's rows a multiple of the block;
