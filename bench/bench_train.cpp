@@ -1,8 +1,9 @@
 // One training step (forward + backward + AdamW, float32) on the configurations, plus a
 // large SGEMM as the machine's attainable peak. bench/run_train.py runs this beside PyTorch.
 // Beside them, the token products of src/train/thin_product.hpp (products/...) and the products of
-// one attention head (heads/..., head_product.hpp) against Eigen's on one core, for the figures
-// quoted there and in docs/benchmarks.md:
+// one attention head (heads/..., head_product.hpp) against Eigen's on one core, and each product of
+// a head of 8 rows at n = 16 and 32 alone (heads/8xN/PRODUCT: the fixed-size kernels), for the
+// figures quoted there and in docs/benchmarks.md:
 //   bench_train [google-benchmark flags]
 //   bench_train --benchmark_filter=products --benchmark_repetitions=15
 //       --benchmark_enable_random_interleaving=true --benchmark_report_aggregates_only=true
@@ -162,6 +163,54 @@ void head_products(benchmark::State& state, bool eigen, Eigen::Index hs, Eigen::
       6 * 2.0 * static_cast<double>(hs * n * n * B * state.iterations()) / 1e9, benchmark::Counter::kIsRate);
 }
 
+// One of the six products (which: 0 scores, 1 V·A, 2 dO·Aᵀ, 3 Vᵀ·dO, 4 K·dS, 5 Q·dSᵀ) of a head
+// of R rows over 64 sequences of N tokens, on the fixed-size blocks with_head_view hands for these
+// sizes (head_product.hpp's fixed-size kernels), float, one core.
+template <int R, int N>
+void fixed_head_products(benchmark::State& state, int which) {
+  const int B = 64;
+  const Mat<float> K = Mat<float>::Random(R, B * N), Q = Mat<float>::Random(R, B * N),
+                   V = Mat<float>::Random(R, B * N), dO = Mat<float>::Random(R, B * N);
+  std::vector<Mat<float>> A, dS;
+  for (int b = 0; b < B; ++b)
+    A.push_back(Mat<float>::Random(N, N)), dS.push_back(Mat<float>::Random(N, N));
+  Mat<float> O(R, B * N), dV = Mat<float>::Zero(R, B * N), dQ = Mat<float>::Zero(R, B * N),
+                          dK = Mat<float>::Zero(R, B * N), scores, vdo;
+  const float scale = 0.25f;
+  for (auto _ : state) {
+    for (int b = 0; b < B; ++b) {
+      const auto view = [&](auto& M) { return M.template block<R, N>(0, b * N); };
+      switch (which) {
+        case 0:
+          train_detail::set_head_product(scores, view(K).transpose(), view(Q), scale);
+          break;
+        case 1:
+          train_detail::set_head_product(view(O), view(V), A[b], 1.0f);
+          break;
+        case 2:
+          train_detail::add_head_product(view(dV), view(dO), A[b].transpose(), 1.0f);
+          break;
+        case 3:
+          train_detail::set_head_product(vdo, view(V).transpose(), view(dO), 1.0f);
+          break;
+        case 4:
+          train_detail::add_head_product(view(dQ), view(K), dS[b], scale);
+          break;
+        default:
+          train_detail::add_head_product(view(dK), view(Q), dS[b].transpose(), scale);
+      }
+      benchmark::DoNotOptimize(scores.data());
+      benchmark::DoNotOptimize(vdo.data());
+    }
+  }
+  benchmark::DoNotOptimize(O.data());
+  benchmark::DoNotOptimize(dV.data());
+  benchmark::DoNotOptimize(dQ.data());
+  benchmark::DoNotOptimize(dK.data());
+  state.counters["GFLOPs"] = benchmark::Counter(
+      2.0 * R * N * N * B * static_cast<double>(state.iterations()) / 1e9, benchmark::Counter::kIsRate);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -187,6 +236,12 @@ int main(int argc, char** argv) {
           "heads/" + std::to_string(hs) + "x" + std::to_string(n) + (eigen ? "/eigen" : "/uatlab");
       benchmark::RegisterBenchmark(name.c_str(), head_products, eigen, Eigen::Index{hs}, Eigen::Index{n});
     }
+  const char* product_names[] = {"KtQ", "VA", "dOAt", "VtdO", "KdS", "QdSt"};
+  for (int which = 0; which < 6; ++which) {
+    const std::string p = std::string("/") + product_names[which];
+    benchmark::RegisterBenchmark(("heads/8x16" + p).c_str(), fixed_head_products<8, 16>, which);
+    benchmark::RegisterBenchmark(("heads/8x32" + p).c_str(), fixed_head_products<8, 32>, which);
+  }
   for (const Config& c : kConfigs)
     benchmark::RegisterBenchmark((std::string("train_step/") + c.name).c_str(), train_step, c)->UseRealTime();
   benchmark::RegisterBenchmark("sgemm_peak", sgemm_peak)->UseRealTime();

@@ -69,6 +69,90 @@ void head_times(G&& g, const X& x, const M& m, S scale) {
   }
 }
 
+#ifdef __AVX512F__
+// Two of these products for a head of 8 rows, float, on AVX-512, at lengths N that are multiples
+// of 16, with every multiply-add filling a register:
+//   Xᵀ·Y:  head_gram summed each of A's columns as one chain of R multiply-adds that waited on
+//          each other's latency; here J columns at a time, each N/16 registers, 16 independent
+//          chains;
+//   X·Mᵀ:  a column of 8 floats fills half a register, so head_times ran at half the machine's
+//          width; here G's columns go in pairs, lane 2r + e of pair p summing X(r, i)·M(2p + e, i)
+//          over i, with X(r, i) in two lanes (one permute per i) and M(2p, i), M(2p + 1, i)
+//          consecutive (one 64-bit broadcast): the pairing of paired_outer (thin_product.hpp).
+// Both add in head_gram's and head_times' order, each multiply-add rounded once; those round it
+// once or twice as the compiler inlines them (with_head_view's callers and a test differed), so
+// models with such heads round differently from earlier builds (docs/training.md). X·M stays with
+// head_times: pairing its sums over i (even and odd apart, as paired_tokens_product) measured
+// 1.0-1.18×, a transposed copy of M first 0.65×. Figures: docs/benchmarks.md, bench_train's
+// heads/8x16 and heads/8x32.
+namespace paired_head {
+
+// Columns c (lanes 0-7 of v) and c + 1 (lanes 8-15) of G, `stride` numbers apart, set to v·s or
+// added to it (one rounding, as Eigen's g += v·s compiles).
+template <bool Add>
+inline void store_columns(float* g, Eigen::Index stride, __m512 v, __m512 s) {
+  if constexpr (Add) {
+    const __m512 old =
+        _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(_mm256_loadu_ps(g))),
+                                            _mm256_castps_pd(_mm256_loadu_ps(g + stride)), 1));
+    v = _mm512_fmadd_ps(v, s, old);
+  } else {
+    v = _mm512_mul_ps(v, s);
+  }
+  _mm256_storeu_ps(g, _mm512_castps512_ps256(v));
+  _mm256_storeu_ps(g + stride, _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+}
+
+// A = Xᵀ·Y·scale (N×N, contiguous) for 8×N blocks X and Y (columns xs and ys numbers apart).
+template <int N>
+void gram(const float* x, Eigen::Index xs, const float* y, Eigen::Index ys, float scale, float* a) {
+  constexpr int C = N / 16, J = 16 / C;  // registers per column of A; columns of A at a time
+  // Row r of X at rows + r·N: a plain copy transposed, as head_gram (Eigen's packet shuffles).
+  const Eigen::Matrix<float, 8, N> xf =
+      Eigen::Map<const Eigen::Matrix<float, 8, N>, 0, Eigen::OuterStride<>>(x, Eigen::OuterStride<>(xs));
+  const Eigen::Matrix<float, N, 8> xt = xf.transpose();
+  const float* rows = xt.data();
+  const __m512 s = _mm512_set1_ps(scale);
+  for (int j0 = 0; j0 < N; j0 += J) {
+    __m512 acc[J][C];
+    for (int r = 0; r < 8; ++r)
+      for (int j = 0; j < J; ++j) {
+        const __m512 b = _mm512_set1_ps(y[(j0 + j) * ys + r]);
+        for (int c = 0; c < C; ++c) {
+          const __m512 xr = _mm512_loadu_ps(rows + r * N + 16 * c);
+          acc[j][c] = r == 0 ? _mm512_mul_ps(xr, b) : _mm512_fmadd_ps(xr, b, acc[j][c]);
+        }
+      }
+    for (int j = 0; j < J; ++j)
+      for (int c = 0; c < C; ++c)
+        _mm512_storeu_ps(a + (j0 + j) * N + 16 * c, _mm512_mul_ps(acc[j][c], s));
+  }
+}
+
+// G (+)= X·Mᵀ·scale for 8×N blocks G, X (columns gs, xs apart) and an N×N M (contiguous).
+template <bool Add, int N>
+void times_transposed(float* g, Eigen::Index gs, const float* x, Eigen::Index xs, const float* m,
+                      float scale) {
+  constexpr int P = N / 2;  // pairs of G's columns, all in registers (N ≤ 32)
+  static_assert(P <= 16);
+  const __m512i twice = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+  __m512 acc[P];
+  for (int p = 0; p < P; ++p)
+    acc[p] = _mm512_setzero_ps();
+  for (int i = 0; i < N; ++i) {
+    const __m512 x2 = _mm512_permutexvar_ps(twice, _mm512_castps256_ps512(_mm256_loadu_ps(x + i * xs)));
+    for (int p = 0; p < P; ++p)  // M(2p, i), M(2p + 1, i)
+      acc[p] = _mm512_fmadd_ps(x2, broadcast_pair(m + i * N + 2 * p), acc[p]);
+  }
+  const __m512i split = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+  const __m512 s = _mm512_set1_ps(scale);
+  for (int p = 0; p < P; ++p)
+    store_columns<Add>(g + 2 * p * gs, gs, _mm512_permutexvar_ps(split, acc[p]), s);
+}
+
+}  // namespace paired_head
+#endif
+
 // Whether a·b is one of the products below: Xᵀ·Y (scores, dS), X·M (V·A, K·dS) or X·Mᵀ (dO·Aᵀ,
 // Q·dSᵀ) for fixed-size blocks X, Y and an N×N Mat M. Decided at compile time, so that no other
 // product is compiled for these operands.
@@ -80,6 +164,27 @@ constexpr bool fixed_head_operands = (IsTranspose<A>::value && fixed_size<B>) ||
 template <bool Add, class D, class A, class B, class S>
 void fixed_head_product(D&& dst, const A& a, const B& b, const S& scale) {
   static_assert(fixed_head_operands<A, B>);
+#ifdef __AVX512F__
+  if constexpr (std::is_same_v<S, float>) {
+    using X = std::conditional_t<IsTranspose<A>::value, std::decay_t<decltype(a.nestedExpression())>, A>;
+    constexpr int R = X::RowsAtCompileTime, N = X::ColsAtCompileTime;
+    if constexpr (R == 8 && N % 16 == 0) {
+      if constexpr (IsTranspose<A>::value) {
+        static_assert(!Add, "the scores are set, not added");
+        dst.resize(N, N);
+        const auto& x = a.nestedExpression();
+        paired_head::gram<N>(x.data(), x.outerStride(), b.data(), b.outerStride(), scale, dst.data());
+        return;
+      } else if constexpr (IsTranspose<B>::value) {
+        const auto& m = b.nestedExpression();
+        eigen_assert(m.rows() == N && m.cols() == N && m.outerStride() == N);
+        paired_head::times_transposed<Add, N>(dst.data(), dst.outerStride(), a.data(), a.outerStride(),
+                                              m.data(), scale);
+        return;
+      }
+    }
+  }
+#endif
   if constexpr (IsTranspose<A>::value) {
     static_assert(!Add, "the scores are set, not added");
     head_gram<B::RowsAtCompileTime, B::ColsAtCompileTime>(a.nestedExpression(), b, scale, dst);
