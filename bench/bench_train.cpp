@@ -119,19 +119,30 @@ void products(benchmark::State& state, int kind, Side side, Eigen::Index r, Eige
       2.0 * static_cast<double>(r * k * T * state.iterations()) / 1e9, benchmark::Counter::kIsRate);
 }
 
+// The operands of one head of hs rows over B sequences of n tokens: K, Q, V and dO (hs × B·n), A
+// and dS for each sequence (n × n), random; the outputs O, dV, dQ, dK (zero), scores and Vᵀ·dO.
+struct HeadOperands {
+  Mat<float> K, Q, V, dO;
+  std::vector<Mat<float>> A, dS;
+  Mat<float> O, dV, dQ, dK, scores, vdo;
+};
+HeadOperands head_operands(Eigen::Index hs, Eigen::Index n, int B) {
+  const auto random = [&] { return Mat<float>(Mat<float>::Random(hs, B * n)); };
+  const auto zero = [&] { return Mat<float>(Mat<float>::Zero(hs, B * n)); };
+  HeadOperands h{random(), random(), random(), random(), {}, {}, zero(), zero(), zero(), zero(), {}, {}};
+  for (int b = 0; b < B; ++b)
+    h.A.push_back(Mat<float>::Random(n, n)), h.dS.push_back(Mat<float>::Random(n, n));
+  return h;
+}
+
 // The six products of one attention head and one sequence (scores Kᵀ·Q, V·A; dO·Aᵀ, Vᵀ·dO, K·dS,
 // Q·dSᵀ), as attention_forward/backward make them on with_head_view's blocks (head_product.hpp), or
 // Eigen's products of the same blocks: a head of hs rows (16 or 32: no fixed-size kernel) over 32
 // sequences of n tokens, float, one core.
 void head_products(benchmark::State& state, bool eigen, Eigen::Index hs, Eigen::Index n) {
   const int B = 32;
-  const Mat<float> K = Mat<float>::Random(hs, B * n), Q = Mat<float>::Random(hs, B * n),
-                   V = Mat<float>::Random(hs, B * n), dO = Mat<float>::Random(hs, B * n);
-  std::vector<Mat<float>> A, dS;
-  for (int b = 0; b < B; ++b)
-    A.push_back(Mat<float>::Random(n, n)), dS.push_back(Mat<float>::Random(n, n));
-  Mat<float> O(hs, B * n), dV = Mat<float>::Zero(hs, B * n), dQ = Mat<float>::Zero(hs, B * n),
-                           dK = Mat<float>::Zero(hs, B * n), scores, vdo;
+  HeadOperands h = head_operands(hs, n, B);
+  auto& [K, Q, V, dO, A, dS, O, dV, dQ, dK, scores, vdo] = h;
   const float scale = 0.25f;
   Eigen::setNbThreads(1);
   for (auto _ : state) {
@@ -169,13 +180,8 @@ void head_products(benchmark::State& state, bool eigen, Eigen::Index hs, Eigen::
 template <int R, int N>
 void fixed_head_products(benchmark::State& state, int which) {
   const int B = 64;
-  const Mat<float> K = Mat<float>::Random(R, B * N), Q = Mat<float>::Random(R, B * N),
-                   V = Mat<float>::Random(R, B * N), dO = Mat<float>::Random(R, B * N);
-  std::vector<Mat<float>> A, dS;
-  for (int b = 0; b < B; ++b)
-    A.push_back(Mat<float>::Random(N, N)), dS.push_back(Mat<float>::Random(N, N));
-  Mat<float> O(R, B * N), dV = Mat<float>::Zero(R, B * N), dQ = Mat<float>::Zero(R, B * N),
-                          dK = Mat<float>::Zero(R, B * N), scores, vdo;
+  HeadOperands h = head_operands(R, N, B);
+  auto& [K, Q, V, dO, A, dS, O, dV, dQ, dK, scores, vdo] = h;
   const float scale = 0.25f;
   for (auto _ : state) {
     for (int b = 0; b < B; ++b) {
