@@ -226,7 +226,7 @@ bool blocked_head_product(D&& dst, const A& a, const B& b, const S& scale) {
       const auto& m = b.nestedExpression();  // T×k
       if constexpr (!Add) dst.setZero();
       by_row_blocks<S, kBlockWidth, 2 * kBlockWidth>(
-          r, [&](auto block, auto width, Eigen::Index r0, Eigen::Index count) {
+          r, [&](auto block, auto width, Eigen::Index r0, Eigen::Index count, Eigen::Index) {
             constexpr int RB = decltype(block)::value, P = decltype(width)::value;
             const auto columns = [&](auto w, Eigen::Index c0) {
               block_outer<decltype(w)::value, false, S, RB>(dst.data() + r0, dst.colStride(), a.data() + r0,

@@ -215,17 +215,29 @@ constexpr Eigen::Index kBlockMax = 512;
 template <class S>
 constexpr int kHalfBlockRows = Eigen::internal::packet_traits<S>::size;
 
-// f(block, width, r0, count) for r rows, a multiple of the half block: the whole blocks (block =
-// kBlockRows<S> rows, taken Whole columns or tokens at a time) from row 0, then the half block left
-// over (Half at a time); block and width as integral constants.
+// f(block, width, r0, count, skip) for r ≥ kHalfBlockRows<S> rows: the whole blocks (block =
+// kBlockRows<S> rows, taken Whole columns or tokens at a time) from row 0, then a half block (Half at
+// a time), and where fewer rows than a half block are left, one more half block that ends at row r:
+// it overlaps the one before by `skip` rows, which it computes again but must not add (a weight of
+// 62 rows goes 32 + 16 + 16 rows, the last from row 46, skip 14; Eigen's GEMM took such rows).
+// block and width as integral constants; skip is 0 unless r is not a multiple of the half block.
 template <class S, int Whole, int Half, class F>
 void by_row_blocks(Eigen::Index r, F&& f) {
-  eigen_assert(r % kHalfBlockRows<S> == 0);
+  constexpr int RB = kHalfBlockRows<S>;
+  eigen_assert(r >= RB);
   const Eigen::Index full = r - r % kBlockRows<S>;
   if (full > 0)
-    f(std::integral_constant<int, kBlockRows<S>>{}, std::integral_constant<int, Whole>{}, 0, full);
-  if (full < r)
-    f(std::integral_constant<int, kHalfBlockRows<S>>{}, std::integral_constant<int, Half>{}, full, r - full);
+    f(std::integral_constant<int, kBlockRows<S>>{}, std::integral_constant<int, Whole>{}, 0, full,
+      Eigen::Index{0});
+  Eigen::Index r0 = full;
+  if (r - r0 >= RB) {
+    f(std::integral_constant<int, RB>{}, std::integral_constant<int, Half>{}, r0, Eigen::Index{RB},
+      Eigen::Index{0});
+    r0 += RB;
+  }
+  if (r0 < r)
+    f(std::integral_constant<int, RB>{}, std::integral_constant<int, Half>{}, r - RB, Eigen::Index{RB},
+      RB - (r - r0));
 }
 
 template <class S>
@@ -233,7 +245,7 @@ bool blocked_shape(Eigen::Index rows, Eigen::Index cols) {
   if constexpr (!std::is_same_v<S, float> && !std::is_same_v<S, double>)
     return false;
   else
-    return rows % kBlockRows<S> == 0 && rows <= kBlockMax && cols <= kBlockMax;
+    return rows >= kHalfBlockRows<S> && rows <= kBlockMax && cols <= kBlockMax;
 }
 
 // A column-major operand whose columns lie `stride` numbers apart: a whole weight, or one head's
@@ -274,10 +286,12 @@ void block_tokens(const Strided<S>& w, const S* b, const S* x, Eigen::Index xs, 
 // apart); and a_sum += the sum of a's columns when Sum (a bias gradient, summed in the same pass:
 // two more additions per token against sixteen multiply-adds, where a separate matrix-vector
 // product read all of a again). The weights' gradients have scale 1 (x·1 is x: the same sums).
+// The first `skip` rows (of one block: r = RB) are summed but not added (by_row_blocks).
 template <int P, bool Sum, class S, int RB = kBlockRows<S>>
 void block_outer(S* g, Eigen::Index gs, const S* a, Eigen::Index as, const S* b, Eigen::Index bs,
-                 Eigen::Index r, Eigen::Index c0, Eigen::Index j0, Eigen::Index j1, S* a_sum,
-                 S scale = S(1)) {
+                 Eigen::Index r, Eigen::Index c0, Eigen::Index j0, Eigen::Index j1, S* a_sum, S scale = S(1),
+                 Eigen::Index skip = 0) {
+  eigen_assert(skip == 0 || r == RB);
   using Block = Eigen::Matrix<S, RB, P>;
   using Column = Eigen::Matrix<S, RB, 1>;
   for (Eigen::Index r0 = 0; r0 < r; r0 += RB) {
@@ -289,8 +303,15 @@ void block_outer(S* g, Eigen::Index gs, const S* a, Eigen::Index as, const S* b,
         acc.col(t) += aj * b[j * bs + c0 + t];
       if constexpr (Sum) sum += aj;
     }
-    Eigen::Map<Block, 0, Eigen::OuterStride<>>(g + c0 * gs + r0, Eigen::OuterStride<>(gs)) += acc * scale;
-    if constexpr (Sum) Eigen::Map<Column>(a_sum + r0) += sum;
+    if (skip == 0) {
+      Eigen::Map<Block, 0, Eigen::OuterStride<>>(g + c0 * gs + r0, Eigen::OuterStride<>(gs)) += acc * scale;
+      if constexpr (Sum) Eigen::Map<Column>(a_sum + r0) += sum;
+    } else {
+      const Eigen::Index rows = RB - skip;
+      Eigen::Map<Eigen::Matrix<S, Eigen::Dynamic, P>, 0, Eigen::OuterStride<>>(
+          g + c0 * gs + r0 + skip, rows, P, Eigen::OuterStride<>(gs)) += acc.bottomRows(rows) * scale;
+      if constexpr (Sum) Eigen::Map<Vec<S>>(a_sum + r0 + skip, rows) += sum.tail(rows);
+    }
   }
 }
 
@@ -300,9 +321,12 @@ void block_outer(S* g, Eigen::Index gs, const S* a, Eigen::Index as, const S* b,
 template <Epilogue E = Epilogue::none, class S>
 void blocked_tokens(const Strided<S>& w, const S* b, const S* x, Eigen::Index xs, Eigen::Index T, S* y,
                     Eigen::Index ys, bool add, const S* gate = nullptr) {
+  // An overlapping last block sets its rows again (the same sums): y is set, never added to, there.
   by_row_blocks<S, kBlockWidth, kBlockWidth>(
-      w.rows(), [&](auto block, auto width, Eigen::Index r0, Eigen::Index count) {
+      w.rows(),
+      [&](auto block, auto width, Eigen::Index r0, Eigen::Index count, [[maybe_unused]] Eigen::Index skip) {
         constexpr int RB = decltype(block)::value, P = decltype(width)::value;
+        eigen_assert(skip == 0 || !add);
         const Strided<S> wr(w.data() + r0, count, w.cols(), Eigen::OuterStride<>(w.outerStride()));
         const S* br = b ? b + r0 : nullptr;
         const auto at = [&](Eigen::Index j) { return gate ? gate + r0 + j * ys : nullptr; };
@@ -337,19 +361,23 @@ void blocked_outer(Mat<S>& g, const Mat<S>& a, const Mat<S>& b, S* a_sum = nullp
   const Eigen::Index chunk = outer_chunk((a.rows() + k) * Eigen::Index{sizeof(S)});
   for (Eigen::Index j0 = 0; j0 < T; j0 += chunk) {
     const Eigen::Index j1 = std::min(T, j0 + chunk);
-    const auto columns = [&](auto width, Eigen::Index c0) {
-      constexpr int P = decltype(width)::value;
-      if (c0 == 0 && a_sum)
-        block_outer<P, true>(g.data(), g.rows(), a.data(), a.rows(), b.data(), k, a.rows(), c0, j0, j1,
-                             a_sum);
-      else
-        block_outer<P, false, S>(g.data(), g.rows(), a.data(), a.rows(), b.data(), k, a.rows(), c0, j0, j1,
-                                 nullptr);
-    };
-    for (Eigen::Index c0 = 0; c0 < whole; c0 += kBlockWidth)
-      columns(std::integral_constant<int, kBlockWidth>{}, c0);
-    for (Eigen::Index c0 = whole; c0 < k; ++c0)
-      columns(std::integral_constant<int, 1>{}, c0);
+    by_row_blocks<S, kBlockWidth, kBlockWidth>(
+        a.rows(), [&](auto block, auto, Eigen::Index r0, Eigen::Index count, Eigen::Index skip) {
+          constexpr int RB = decltype(block)::value;
+          const auto columns = [&](auto width, Eigen::Index c0) {
+            constexpr int P = decltype(width)::value;
+            if (c0 == 0 && a_sum)
+              block_outer<P, true, S, RB>(g.data() + r0, g.rows(), a.data() + r0, a.rows(), b.data(), k,
+                                          count, c0, j0, j1, a_sum + r0, S(1), skip);
+            else
+              block_outer<P, false, S, RB>(g.data() + r0, g.rows(), a.data() + r0, a.rows(), b.data(), k,
+                                           count, c0, j0, j1, nullptr, S(1), skip);
+          };
+          for (Eigen::Index c0 = 0; c0 < whole; c0 += kBlockWidth)
+            columns(std::integral_constant<int, kBlockWidth>{}, c0);
+          for (Eigen::Index c0 = whole; c0 < k; ++c0)
+            columns(std::integral_constant<int, 1>{}, c0);
+        });
   }
 }
 
@@ -426,7 +454,7 @@ void product_into(Mat<S>& dst, const Mat<S>& w, const Mat<S>& x, const Mat<S>* b
   if (!add) dst.resize(w.rows(), x.cols());
   eigen_assert(dst.rows() == w.rows() && dst.cols() == x.cols());
   if (fixed_product(dst, w, x, b, add)) return;
-  if (blocked_shape<S>(w.rows(), w.cols())) {
+  if (blocked_shape<S>(w.rows(), w.cols()) && (!add || w.rows() % kHalfBlockRows<S> == 0)) {
     blocked_product(dst, w, x, b ? b->data() : nullptr, add);
     return;
   }
