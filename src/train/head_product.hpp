@@ -78,7 +78,7 @@ void head_times(G&& g, const X& x, const M& m, S scale) {
 //   X·Mᵀ:  a column of 8 floats fills half a register, so head_times ran at half the machine's
 //          width; here G's columns go in pairs, lane 2r + e of pair p summing X(r, i)·M(2p + e, i)
 //          over i, with X(r, i) in two lanes (one permute per i) and M(2p, i), M(2p + 1, i)
-//          consecutive (one 64-bit broadcast): the pairing of paired_outer (thin_product.hpp).
+//          consecutive (one 64-bit broadcast): paired_sums (thin_product.hpp).
 // Both add in head_gram's and head_times' order, each multiply-add rounded once; those round it
 // once or twice as the compiler inlines them (with_head_view's callers and a test differed), so
 // models with such heads round differently from earlier builds (docs/training.md). X·M stays with
@@ -129,25 +129,15 @@ void gram(const float* x, Eigen::Index xs, const float* y, Eigen::Index ys, floa
   }
 }
 
-// G (+)= X·Mᵀ·scale for 8×N blocks G, X (columns gs, xs apart) and an N×N M (contiguous).
+// G (+)= X·Mᵀ·scale for 8×N blocks G, X (columns gs, xs apart) and an N×N M (contiguous): G's
+// column c is Σ_i X(:, i)·M(c, i), paired_sums with a_i = X(:, i) and b_i = M(:, i).
 template <bool Add, int N>
 void times_transposed(float* g, Eigen::Index gs, const float* x, Eigen::Index xs, const float* m,
                       float scale) {
-  constexpr int P = N / 2;  // pairs of G's columns, all in registers (N ≤ 32)
-  static_assert(P <= 16);
-  const __m512i twice = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
-  __m512 acc[P];
-  for (int p = 0; p < P; ++p)
-    acc[p] = _mm512_setzero_ps();
-  for (int i = 0; i < N; ++i) {
-    const __m512 x2 = _mm512_permutexvar_ps(twice, _mm512_castps256_ps512(_mm256_loadu_ps(x + i * xs)));
-    for (int p = 0; p < P; ++p)  // M(2p, i), M(2p + 1, i)
-      acc[p] = _mm512_fmadd_ps(x2, broadcast_pair(m + i * N + 2 * p), acc[p]);
-  }
-  const __m512i split = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+  const PairedSums<N / 2> acc = paired_sums<N / 2>(x, xs, m, N, N, nullptr);
   const __m512 s = _mm512_set1_ps(scale);
-  for (int p = 0; p < P; ++p)
-    store_columns<Add>(g + 2 * p * gs, gs, _mm512_permutexvar_ps(split, acc[p]), s);
+  for (int p = 0; p < N / 2; ++p)
+    store_columns<Add>(g + 2 * p * gs, gs, acc.v[p], s);
 }
 
 }  // namespace paired_head

@@ -164,29 +164,47 @@ void paired_tokens_product(const PairedColumns<K>& w, __m512 bias2, const float*
   }
 }
 
-// G += Σ_j a_j b_jᵀ (and gb += Σ_j a_j) for an 8×K float G on AVX-512, the same pairing for the
-// sums: lane 2r + e of register i sums a_j(r)·b_j(2i + e), a_j with each entry twice (one permute
-// per token), b_j's entries 2i and 2i + 1 broadcast as one 64-bit number. At the end register i
-// holds columns 2i and 2i + 1 of G, interleaved (against outer_tokens: docs/benchmarks.md).
-template <int K>
-void paired_outer(Mat<float>& g, const Mat<float>& a, const Mat<float>& b, Mat<float>* gb) {
-  __m512 acc[K / 2];
-  for (int i = 0; i < K / 2; ++i)
-    acc[i] = _mm512_setzero_ps();
-  __m256 a_sum = _mm256_setzero_ps();
+// The sums of G = Σ_j a_j b_jᵀ for an 8×(2P) float G on AVX-512, the pairing of
+// paired_tokens_product for the sums over j: lane 2r + e of register p sums a_j(r)·b_j(2p + e),
+// a_j with each entry twice (one permute per j), b_j's entries 2p and 2p + 1 broadcast as one
+// 64-bit number. a_j (8 floats) is at a + j·as, b_j at b + j·bs; a_sum (when given) += Σ_j a_j in
+// the same pass. Returned with G's columns 2p (lanes 0-7) and 2p + 1 (lanes 8-15) in register p.
+// Used by paired_outer (weight gradients) and paired_head::times_transposed (head_product.hpp).
+template <int P>
+struct PairedSums {
+  __m512 v[P];
+};
+template <int P>
+inline PairedSums<P> paired_sums(const float* a, Eigen::Index as, const float* b, Eigen::Index bs,
+                                 Eigen::Index count, __m256* a_sum) {
+  static_assert(P <= 16, "all sums in registers");
+  PairedSums<P> acc;
+  for (int p = 0; p < P; ++p)
+    acc.v[p] = _mm512_setzero_ps();
   const __m512i twice = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
-  for (Eigen::Index j = 0; j < a.cols(); ++j) {
-    const __m256 aj = _mm256_loadu_ps(a.data() + 8 * j);
-    a_sum = _mm256_add_ps(a_sum, aj);
+  for (Eigen::Index j = 0; j < count; ++j) {
+    const __m256 aj = _mm256_loadu_ps(a + j * as);
+    if (a_sum) *a_sum = _mm256_add_ps(*a_sum, aj);
     const __m512 a2 = _mm512_permutexvar_ps(twice, _mm512_castps256_ps512(aj));
-    for (int i = 0; i < K / 2; ++i) {
-      acc[i] = _mm512_fmadd_ps(a2, broadcast_pair(b.data() + j * K + 2 * i), acc[i]);  // b_j(2i), b_j(2i + 1)
-    }
+    for (int p = 0; p < P; ++p)  // b_j(2p), b_j(2p + 1)
+      acc.v[p] = _mm512_fmadd_ps(a2, broadcast_pair(b + j * bs + 2 * p), acc.v[p]);
   }
   const __m512i split = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+  for (int p = 0; p < P; ++p)
+    acc.v[p] = _mm512_permutexvar_ps(split, acc.v[p]);
+  return acc;
+}
+
+// G += Σ_j a_j b_jᵀ (and gb += Σ_j a_j) for an 8×K float G over the token columns of a (8×T) and
+// b (K×T): paired_sums (against outer_tokens: docs/benchmarks.md).
+template <int K>
+void paired_outer(Mat<float>& g, const Mat<float>& a, const Mat<float>& b, Mat<float>* gb) {
+  static_assert(K % 2 == 0);
+  __m256 a_sum = _mm256_setzero_ps();
+  const PairedSums<K / 2> acc = paired_sums<K / 2>(a.data(), 8, b.data(), K, a.cols(), &a_sum);
   for (int i = 0; i < K / 2; ++i) {  // columns 2i and 2i + 1: sixteen consecutive numbers of g
     float* out = g.data() + 16 * i;
-    _mm512_storeu_ps(out, _mm512_add_ps(_mm512_loadu_ps(out), _mm512_permutexvar_ps(split, acc[i])));
+    _mm512_storeu_ps(out, _mm512_add_ps(_mm512_loadu_ps(out), acc.v[i]));
   }
   if (gb) _mm256_storeu_ps(gb->data(), _mm256_add_ps(_mm256_loadu_ps(gb->data()), a_sum));
 }
