@@ -129,14 +129,21 @@ Experiment insight_1a() {
     return r;
   };
   e.report = [](const std::vector<json>& ran, const Outputs& out, const Context&) {
-    std::vector<json> lines;  // rule by rule, the one-layer runs under both
-    for (const std::string budget : {"equal total", "equal width"})
+    // Rule by rule, the one-layer runs under each rule that has deeper runs (a report of the
+    // equal-total cells alone, `--only "budget=equal total"`, has no equal-width rows).
+    auto budget_of = [](const json& l) { return l.at("cell").value("budget", std::string("equal total")); };
+    std::vector<json> lines;
+    for (const std::string budget : {"equal total", "equal width"}) {
+      const bool deeper = std::any_of(ran.begin(), ran.end(), [&](const json& l) {
+        return l.at("cell").at("L") != 1 && budget_of(l) == budget;
+      });
       for (const json& l : ran)
-        if (l.at("cell").at("L") == 1 || l.at("cell").value("budget", std::string("equal total")) == budget) {
+        if ((l.at("cell").at("L") == 1 && deeper) || budget_of(l) == budget) {
           json c = l;
           c["cell"]["budget"] = budget;
           lines.push_back(c);
         }
+    }
     auto model = [](const json& c) {
       return "L=" + label(c.at("L")) + ", H=" + label(c.at("H")) + ", " +
              c.value("budget", std::string("equal total"));

@@ -144,6 +144,12 @@ void plot_png(const std::string& path, const LinePlot& plot) {
     for (std::size_t i = 0; i < p.xtics.size(); ++i)
       s << (i ? ", " : "") << gq(p.xtics[i]) << " " << i;
     s << ")\nset xrange [-0.5:" << p.xtics.size() - 0.5 << "]\n";
+    // Labels longer than the plot is wide (about 70 characters at 900 pixels) overlap: slanted,
+    // each ends at its tic.
+    std::size_t chars = 0;
+    for (const std::string& t : p.xtics)
+      chars += t.size() + 2;
+    if (chars > 70) s << "set xtics rotate by 30 right\n";
   }
   for (std::size_t k = 0; k < p.series.size(); ++k) {
     const Series& se = p.series[k];
