@@ -146,10 +146,14 @@ struct PairedColumns {
 // sixteen independent sums, where eight left the multiply-adds waiting on each other's latency.
 template <int K, int P>
 void paired_tokens_product(const PairedColumns<K>& w, __m512 bias2, const float* x, float* y, bool add) {
+  // The sums start from the first multiply-add onto a zero register: an array of zeros first made
+  // GCC 12 clear 1 KB of stack (rep stos) at every call, 16 tokens, though the sums live in
+  // registers (7.6% of this kernel's samples at K = 32).
   __m512 acc[P];
+  const __m512 zero = _mm512_setzero_ps();
   for (int t = 0; t < P; ++t)
-    acc[t] = _mm512_setzero_ps();
-  for (int i = 0; i < K / 2; ++i)
+    acc[t] = _mm512_fmadd_ps(w.w[0], broadcast_pair(x + t * K), zero);
+  for (int i = 1; i < K / 2; ++i)
     for (int t = 0; t < P; ++t) {
       acc[t] = _mm512_fmadd_ps(w.w[i], broadcast_pair(x + t * K + 2 * i), acc[t]);  // x(2i, t), x(2i + 1, t)
     }
