@@ -81,6 +81,11 @@ json train_memory(const json& cell, const Context& c, const std::vector<LayerSpe
   return train_task(t);
 }
 
+// A 1a cell's budget rule: the one-layer cells, which serve both rules, carry "equal total".
+std::string budget_of(const json& cell) {
+  return cell.value("budget", std::string("equal total"));
+}
+
 Experiment insight_1a() {
   Experiment e;
   e.name = "wang-e-1a";
@@ -116,7 +121,7 @@ Experiment insight_1a() {
     // parameters are equal (L·H heads in all) and the FFN parameters grow with L.
     const int attn = 4 * s.d * s.head_size, norms = 4 * s.d;
     const int budget = Hmax * attn + (2 * s.d + 1) * s.m + s.d + norms;
-    const int m = cell.value("budget", std::string("equal total")) == "equal width"
+    const int m = budget_of(cell) == "equal width"
                       ? s.m
                       : std::max(4, (budget / L - H * attn - s.d - norms) / (2 * s.d + 1));
     std::vector<LayerSpec> layers;
@@ -131,22 +136,20 @@ Experiment insight_1a() {
   e.report = [](const std::vector<json>& ran, const Outputs& out, const Context&) {
     // Rule by rule, the one-layer runs under each rule that has deeper runs (a report of the
     // equal-total cells alone, `--only "budget=equal total"`, has no equal-width rows).
-    auto budget_of = [](const json& l) { return l.at("cell").value("budget", std::string("equal total")); };
     std::vector<json> lines;
     for (const std::string budget : {"equal total", "equal width"}) {
       const bool deeper = std::any_of(ran.begin(), ran.end(), [&](const json& l) {
-        return l.at("cell").at("L") != 1 && budget_of(l) == budget;
+        return l.at("cell").at("L") != 1 && budget_of(l.at("cell")) == budget;
       });
       for (const json& l : ran)
-        if ((l.at("cell").at("L") == 1 && deeper) || budget_of(l) == budget) {
+        if ((l.at("cell").at("L") == 1 && deeper) || budget_of(l.at("cell")) == budget) {
           json c = l;
           c["cell"]["budget"] = budget;
           lines.push_back(c);
         }
     }
     auto model = [](const json& c) {
-      return "L=" + label(c.at("L")) + ", H=" + label(c.at("H")) + ", " +
-             c.value("budget", std::string("equal total"));
+      return "L=" + label(c.at("L")) + ", H=" + label(c.at("H")) + ", " + budget_of(c);
     };
     auto task = [](const json& c) {
       return c.contains("task")
