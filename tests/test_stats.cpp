@@ -178,10 +178,13 @@ TEST(Stats, MarkdownNamesTheRuleAndTheControlsOutcome) {
 
 namespace {
 
-// An experiment's report of the given runs, its files in a fresh folder of the test's own.
+// An experiment's report of the given runs, its files in a fresh folder of the test's own: named
+// after the test as well as the tag, since ctest runs the tests of one experiment side by side
+// (two 3a tests once shared a folder, and one removed it while the other drew its plot).
 std::string report_of(const Experiment& e, const std::vector<json>& lines, const Context& c,
                       const std::string& tag) {
-  const std::string dir = std::string(UATLAB_TEST_TMP) + "/canned-" + tag;
+  const std::string dir = std::string(UATLAB_TEST_TMP) + "/canned-" +
+                          ::testing::UnitTest::GetInstance()->current_test_info()->name() + "-" + tag;
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return e.report(lines, Outputs{dir, e.name}, c);
