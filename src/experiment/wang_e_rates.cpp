@@ -334,6 +334,10 @@ std::string with_interval(const LineFit& l) {
   return with_interval(l.slope, l.lo, l.hi);
 }
 
+// How `exponent` treats the floor, as each fit's report says it.
+const std::string kFloorRule =
+    " (per seed, the points past the first within 3× of the seed's least error left out as its floor)";
+
 // Per seed, the slope of log(value) on log(x): the mean exponent and its interval.
 Interval exponent(const std::vector<json>& lines, const std::string& key, const std::string& value) {
   std::map<long long, std::pair<std::vector<double>, std::vector<double>>> by_seed;
@@ -731,10 +735,7 @@ std::string width_section(const std::vector<json>& width, const Outputs& out) {
   pm.series = row_series(gm, 2);
   plot_png(out.dir + "/" + out.name + "-width.png", pm);
   return "\nError against the FFN width m (Insight 2a's read-out sin(4π x_{t−1}), one head):\n\n" +
-         grouped_markdown(gm, "m", 4) +
-         "\nFitted exponent of MSE/Var against m (per seed, the points past the first within 3× of the "
-         "seed's "
-         "least error left out as its floor): " +
+         grouped_markdown(gm, "m", 4) + "\nFitted exponent of MSE/Var against m" + kFloorRule + ": " +
          with_interval(em) + "\n";
 }
 
@@ -769,14 +770,11 @@ std::string count_section(const std::vector<json>& H, const Outputs& out) {
     }
   plot_png(out.dir + "/" + out.name + "-kernel.png", pk);
   return "\nError against the number of heads H (power-law kernel, lin-type, T = " + std::to_string(kHeadsT) +
-         "):\n\n" + grouped_markdown(gh, "H", 4) +
-         "\nFitted exponent of MSE/Var against H (per seed, the points past the first within 3× of the "
-         "seed's "
-         "least error left out as its floor): " +
-         with_interval(eh) + "\n\nThe far half of the memory (lags " + std::to_string(kHeadsT / 2 + 1) +
-         " to " + std::to_string(kHeadsT) + ") against H, its error relative to its own size:\n\n" +
-         grouped_markdown(gt, "H", 4) +
-         "\nFitted exponent of the far-half MSE/Var against H: " + with_interval(et) + "\n";
+         "):\n\n" + grouped_markdown(gh, "H", 4) + "\nFitted exponent of MSE/Var against H" + kFloorRule +
+         ": " + with_interval(eh) + "\n\nThe far half of the memory (lags " +
+         std::to_string(kHeadsT / 2 + 1) + " to " + std::to_string(kHeadsT) +
+         ") against H, its error relative to its own size:\n\n" + grouped_markdown(gt, "H", 4) +
+         "\nFitted exponent of the far-half MSE/Var against H" + kFloorRule + ": " + with_interval(et) + "\n";
 }
 
 // Each part of the grid present in `lines` gets its section (`--only` may run a few of them).
