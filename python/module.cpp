@@ -29,6 +29,7 @@
 #include "uatlab/train/trainer.hpp"
 #include "uatlab/verify/analyse.hpp"
 #include "uatlab/verify/bounds.hpp"
+#include "uatlab/verify/certified.hpp"
 #include "uatlab/verify/evaluate.hpp"
 #include "uatlab/verify/precision.hpp"
 #include "uatlab/version.hpp"
@@ -259,6 +260,31 @@ py::list evaluate(const PyNetwork& n, const Dataset& ds, const std::string& prec
   return with_scalar(p, [&](auto zero) { return evaluate_as<decltype(zero)>(n, ds, p, capture); });
 }
 
+// The certified engine (verify/certified.hpp) on every sequence: per sequence a dict with "y" as
+// (lo, hi) rounded outward, "tier", "reached", "relative_width", "layer_widths" and "tried".
+py::list evaluate_certified(const PyNetwork& n, const Dataset& ds, double max_width, unsigned max_bits) {
+  refuse_nested("eval at precision \"certified\"");
+  CertifiedOptions opt;
+  opt.max_width = max_width, opt.max_bits = max_bits;
+  std::vector<CertifiedOutput> out;
+  try {
+    py::gil_scoped_release release;
+    out = n.visit(
+        [&](const auto& net) { return certified_eval(held_source(net), ds, opt, progress_of(nullptr)); });
+  } catch (Interrupted& stop) {
+    throw stop.error;
+  }
+  py::list result;
+  for (const CertifiedOutput& o : out) {
+    py::dict d;
+    d["y"] = to_python(o.y);
+    d["tier"] = o.tier, d["reached"] = o.reached, d["relative_width"] = o.relative_width;
+    d["layer_widths"] = o.layer_widths, d["tried"] = o.tried;
+    result.append(d);
+  }
+  return result;
+}
+
 std::string json_text(const json& j) {
   return j.dump();
 }
@@ -368,7 +394,9 @@ PYBIND11_MODULE(_core, m) {
             if (!found) throw Error("no tensor named \"" + want + "\"");
           },
           py::arg("name"), py::arg("values"))
-      .def("eval", &evaluate, py::arg("data"), py::arg("precision") = "double", py::arg("capture") = false);
+      .def("eval", &evaluate, py::arg("data"), py::arg("precision") = "double", py::arg("capture") = false)
+      .def("eval_certified", &evaluate_certified, py::arg("data"), py::arg("max_width") = 1e-9,
+           py::arg("max_bits") = 256);
 
   m.def(
       "contextual",

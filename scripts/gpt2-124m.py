@@ -5,9 +5,12 @@ command: wall time and peak resident memory (the child's ru_maxrss). The file's 
 floor; "streamed" means the weights are converted from the file's bytes into the network without a
 second full copy in between.
 
-usage: /usr/bin/python3 scripts/gpt2-124m.py BUILD_DIR [TOKENS] [--mpfi]
+usage: /usr/bin/python3 scripts/gpt2-124m.py BUILD_DIR [TOKENS] [--mpfi] [--certified [WIDTH]]
   TOKENS: the sequence length of the evaluated sequence (default 8); --mpfi also evaluates it in
-  MPFI at 53 bits (about 20 GiB: set UATLAB_MEMORY_GIB above it, on a machine that has it).
+  MPFI at 53 bits (about 20 GiB: set UATLAB_MEMORY_GIB above it, on a machine that has it);
+  --certified also encloses every logit with the certified engine (eval --precision certified
+  --max-width WIDTH, default 1e-6, ball arithmetic only) and prints its tiers and the widest
+  enclosure after each sub-layer (docs/certified.md).
 Needs no numpy: each tensor repeats a seeded Gaussian block of 4,099 values (a prime length).
 """
 import array
@@ -22,7 +25,7 @@ import tempfile
 import time
 
 BUILD = sys.argv[1]
-TOKENS = int(next((a for a in sys.argv[2:] if not a.startswith("--")), "8"))
+TOKENS = int(sys.argv[2]) if len(sys.argv) > 2 and not sys.argv[2].startswith("--") else 8
 UATLAB = os.path.join(BUILD, "uatlab")
 D, H, L, V, P = 768, 12, 12, 50257, 1024
 
@@ -90,6 +93,16 @@ def main():
         out = measured("eval, float64", ["eval", folder, data])
         y = json.loads(out)["y"]
         assert len(y) == TOKENS and len(y[0]) == V, "per-token logits"
+        if "--certified" in sys.argv:
+            at = sys.argv.index("--certified") + 1
+            width = sys.argv[at] if at < len(sys.argv) and not sys.argv[at].startswith("--") else "1e-6"
+            out = measured("eval, certified", ["eval", folder, data, "--precision", "certified",
+                                                "--max-width", width, "--max-bits", "0"])
+            line = json.loads(out)
+            assert len(line["lo"]) == TOKENS and len(line["lo"][0]) == V
+            print(f"  tier {line['tier']}, reached {line['reached']} (width {width}), widest relative "
+                  f"width {line['relative_width']:.3g}; tried {line['tried']}")
+            print("  widest enclosure: input " + ", ".join(f"{w:.2g}" for w in line["layer_widths"]))
         if "--mpfi" in sys.argv:
             out = measured("eval, MPFI 53 bits", ["eval", folder, data, "--precision", "interval:53"])
             lo = json.loads(out)["lo"]

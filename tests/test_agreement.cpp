@@ -1,8 +1,9 @@
 // One table-driven check of the model across arithmetics: every attention option combination
 // (score × rpe × dp_free × masking × tied × bias × pre_norm × rotary; ReLU and GELU after it) evaluated in
-// float, double, MPFR at 128 bits, MPFI at 128 bits and (where no exp/log/sqrt/cos/sin is needed) exact
-// rationals, against a 400-bit MPFR reference. Each arithmetic must agree within its own precision; the
-// interval must enclose the reference. Plus: validate() owns the masking invariants.
+// float, double, MPFR at 128 bits, MPFI at 128 bits, the certified engine's balls (ball:53, ball:113) and
+// (where no exp/log/sqrt/cos/sin is needed) exact rationals, against a 400-bit MPFR reference. Each
+// arithmetic must agree within its own precision; intervals and balls must enclose the reference. Plus:
+// validate() owns the masking invariants.
 #include <gtest/gtest.h>
 
 #include "uatlab/model/init.hpp"
@@ -27,6 +28,27 @@ Mat<Rational> input(int d, int n, std::uint64_t seed) {
   for (Eigen::Index i = 0; i < x.size(); ++i)
     x(i) = Rational(static_cast<long>(rng.uniform() * 32) - 16, 16);
   return x;
+}
+
+// The certified engine's balls (model/ball.hpp) enclose the reference, at most `width` wide relative
+// to max(1, |ref|); a refusal is allowed where `may_refuse` (an undecided hardmax).
+template <class B>
+void expect_ball_encloses(const Network<Rational>& exact, const Mat<Rational>& x, const Mat<Mpfr>& ref,
+                          double width, bool may_refuse) {
+  const MpfrPrecision ends(128);
+  Mat<B> y;
+  try {
+    y = forward(network_cast<B>(exact), matrix_cast<B>(x));
+  } catch (const Error& e) {
+    EXPECT_TRUE(may_refuse) << Scalar<B>::name << ": " << e.what();
+    return;
+  }
+  for (Eigen::Index i = 0; i < ref.size(); ++i) {
+    EXPECT_LE(lower(y(i)), ref(i)) << Scalar<B>::name;
+    EXPECT_GE(upper(y(i)), ref(i)) << Scalar<B>::name;
+    EXPECT_LT(2 * y(i).r, width * std::max(1.0, std::abs(Scalar<Mpfr>::to_double(ref(i)))))
+        << Scalar<B>::name;
+  }
 }
 
 // max |a - ref| / max(1, max |ref|), with a converted exactly.
@@ -109,6 +131,8 @@ TEST(Agreement, EveryAttentionOptionInEveryArithmetic) {
                   } catch (const Error& e) {  // only an undecided hardmax may refuse
                     EXPECT_TRUE(hardmax) << e.what();
                   }
+                  expect_ball_encloses<Ball53>(exact, x, ref, 1e-9, hardmax);
+                  expect_ball_encloses<Ball113>(exact, x, ref, 1e-27, hardmax);
                   if (!arch.needs_transcendental()) {
                     ++exact_combos;
                     const Mat<Rational> yq = forward(exact, x);
@@ -149,6 +173,8 @@ TEST(Agreement, EveryMixerInEveryArithmetic) {
             EXPECT_LE(Scalar<Mpfr>::from(yi[2 * i]), ref(i));
             EXPECT_GE(Scalar<Mpfr>::from(yi[2 * i + 1]), ref(i));
           }
+          expect_ball_encloses<Ball53>(exact, x, ref, 1e-9, false);
+          expect_ball_encloses<Ball113>(exact, x, ref, 1e-27, false);
           if (!pre_norm) {
             EXPECT_LT(relative_error(forward(exact, x), ref), 1e-100);
           }

@@ -50,6 +50,47 @@ const std::string kData =
 
 // eval --capture: the residual stream before the first sub-layer and after each, and every head's
 // pattern (queries × keys, rows summing to 1), in the precision asked (intervals with their ends).
+TEST(Cli, EvalCertifiedWritesEnclosuresTheirTierAndWidthsPerLayer) {
+  const std::string d = dir();
+  write(d + "cert.jsonl", kData);
+  ASSERT_EQ(
+      run(R"(init --arch '{"d":2,"readout":3,"layers":[{"type":"attention","heads":2,"head_size":1},{"type":"feedforward","width":4}]}' -o )" +
+          d + "cert.safetensors")
+          .code,
+      0);
+  ASSERT_EQ(run("eval " + d + "cert.safetensors " + d + "cert.jsonl --precision certified -o " + d +
+                "cert_out.jsonl")
+                .code,
+            0);
+  const auto out = lines(d + "cert_out.jsonl");
+  ASSERT_EQ(out.size(), 2u);
+  for (const json& line : out) {
+    EXPECT_EQ(line["tier"], "ball:53");
+    EXPECT_TRUE(line["reached"].get<bool>());
+    EXPECT_LE(line["relative_width"].get<double>(), 1e-9);
+    EXPECT_EQ(line["layer_widths"].size(), 4u);  // the input, after each sub-layer, the output
+    ASSERT_EQ(line["lo"].size(), line["y"].size());
+    EXPECT_EQ(line["lo"][0].size(), 3u);
+  }
+  // A width below binary128's reach with no MPFI tier: enclosed, not reached, exit 0.
+  ASSERT_EQ(run("eval " + d + "cert.safetensors " + d +
+                "cert.jsonl --precision certified --max-width 1e-60 "
+                "--max-bits 0 -o " +
+                d + "cert_out.jsonl")
+                .code,
+            0);
+  for (const json& line : lines(d + "cert_out.jsonl")) {
+    EXPECT_EQ(line["tier"], "ball:113");
+    EXPECT_FALSE(line["reached"].get<bool>());
+  }
+  const CliResult bad =
+      run("eval " + d + "cert.safetensors " + d + "cert.jsonl --precision certified --max-width 0");
+  EXPECT_NE(bad.code, 0);
+  EXPECT_NE(bad.out.find("max_width"), std::string::npos) << bad.out;
+  EXPECT_NE(run("eval " + d + "cert.safetensors " + d + "cert.jsonl --precision certified --capture").code,
+            0);
+}
+
 TEST(Cli, EvalCapturesTheResidualStreamAndAttentionPatterns) {
   const std::string d = dir();
   write(d + "cap.jsonl", kData);

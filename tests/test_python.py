@@ -52,6 +52,14 @@ def test_numbers_and_precisions():
         check(back.eval(X, precision="rational") == exact, "lossless .json round trip")
     t = net.exact_tensor("layers.0.q.weight")
     check(t.shape == (2, 2) and isinstance(t[0, 0], Fraction), "exact tensors as Fractions")
+    lo, hi = net.eval(X, precision="certified")
+    check(((lo <= e) & (e <= hi)).all() and ((hi - lo) <= 1e-9 * np.maximum(1, np.abs(e))).all(),
+          "the certified engine encloses to its width")
+    r = net.certify([X, X], max_width=1e-20)
+    check(len(r) == 2 and r[0]["tier"] == "ball:113" and r[0]["reached"] and len(r[0]["layer_widths"]) == 4,
+          "certify says which tier decided and the widths per layer")
+    lo, hi = r[1]["y"]
+    check(((lo <= e) & (e <= hi)).all(), "certify's enclosure holds")
 
 
 def test_constructions():

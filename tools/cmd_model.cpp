@@ -17,6 +17,7 @@
 #include "uatlab/io/model_file.hpp"
 #include "uatlab/model/init.hpp"
 #include "uatlab/verify/analyse.hpp"
+#include "uatlab/verify/certified.hpp"
 #include "uatlab/verify/compare.hpp"
 #include "uatlab/verify/evaluate.hpp"
 #include "uatlab/version.hpp"
@@ -101,6 +102,7 @@ struct EvalOpts {
   std::string model, data, precision = "double", out;
   double tolerance = 0;
   bool capture = false;
+  CertifiedOptions certified;
 };
 
 int cmd_eval(const EvalOpts& o) {
@@ -109,6 +111,21 @@ int cmd_eval(const EvalOpts& o) {
   const Dataset ds = read_dataset(o.data);
   EvalOptions opt;
   opt.hardmax_tolerance = o.tolerance;
+  if (p.kind == Precision::Kind::Certified) {
+    if (o.capture) throw Error("--capture: not with --precision certified (its lines hold layer_widths)");
+    if (o.tolerance != 0) throw Error("--hardmax-tol: not with --precision certified");
+    std::vector<json> lines;
+    long reached = 0;
+    for (const CertifiedOutput& c :
+         certified_eval(file_source(o.model), ds, o.certified, progress_reporter())) {
+      lines.push_back(certified_json(c));
+      reached += c.reached;
+    }
+    write_output(o.out, lines_text(lines));
+    std::cerr << reached << " of " << ds.sequences.size() << " sequences enclosed within --max-width "
+              << o.certified.max_width << "\n";
+    return 0;
+  }
   write_output(o.out, lines_text(evaluate_file(o.model, ds, p, opt, progress_reporter(), o.capture)));
   if (!o.out.empty() && o.out != "-")
     std::cerr << "evaluated " << ds.sequences.size() << " sequences in " << p.name() << " arithmetic → "
@@ -334,7 +351,14 @@ void add_model_commands(CLI::App& app, Commands& commands) {
       "eval", "Evaluate MODEL on every sequence of DATA (JSONL); one JSON line per sequence");
   e->add_option("model", ev->model, "Model file")->required();
   e->add_option("data", ev->data, "Dataset (JSONL)")->required();
-  e->add_option("--precision,-p", ev->precision, "float | double | BITS | interval:BITS | rational")
+  e->add_option("--precision,-p", ev->precision,
+                "float | double | BITS | interval:BITS | rational | certified")
+      ->capture_default_str();
+  e->add_option("--max-width", ev->certified.max_width,
+                "certified: the width every output is enclosed to, relative to max(1, |y|)")
+      ->capture_default_str();
+  e->add_option("--max-bits", ev->certified.max_bits,
+                "certified: the most bits of its last tier, MPFI (0: ball arithmetic only)")
       ->capture_default_str();
   e->add_option("--out,-o", ev->out, "Output file (default: standard output)");
   e->add_option("--hardmax-tol", ev->tolerance,

@@ -223,10 +223,15 @@ class Network:
         """Write a .json file (lossless) or safetensors (dtype F64 or F32), atomically."""
         self._core.save(_path(path), _text(dtype, "dtype"))
 
-    def eval(self, X, precision="double"):
+    def eval(self, X, precision="double", max_width=1e-9):
         """Evaluate sequences X in a precision: "float", "double" (numpy arrays), "BITS" (MPFR) or
-        "rational" (Fractions, exact), "interval:BITS" ((lo, hi) numpy arrays rounded outward).
-        One result per sequence; a list for a batch."""
+        "rational" (Fractions, exact), "interval:BITS" ((lo, hi) numpy arrays rounded outward),
+        "certified" (the certified engine: (lo, hi) as intervals, each output enclosed to
+        max_width·max(1, |y|) where its tiers reach it; certify() says which tier decided and how
+        wide each enclosure is). One result per sequence; a list for a batch."""
+        if _text(precision, "precision").strip() == "certified":
+            out = self.certify(X, max_width=max_width)
+            return out["y"] if isinstance(out, dict) else [r["y"] for r in out]
         tokens = self.architecture.get("vocab", 0) > 0
         single = False
         if not isinstance(X, _core.Dataset):
@@ -238,6 +243,25 @@ class Network:
             out = [tuple(t) for t in out]
         elif p not in ("float", "double"):
             out = [[[_Fraction(v) for v in tok] for tok in y] for y in out]
+        return out[0] if single else out
+
+    def certify(self, X, max_width=1e-9, max_bits=256):
+        """The certified engine (uatlab eval --precision certified, docs/certified.md) on sequences X:
+        per sequence a dict with "y" ((lo, hi) numpy arrays (tokens, outputs), rounded outward),
+        "tier" (the arithmetic that gave it: "ball:53", "ball:113" or "interval:BITS"), "reached"
+        (every width ≤ max_width·max(1, |y|)), "relative_width" (the largest, rounded up),
+        "layer_widths" (the widest enclosure of the residual stream before the first sub-layer,
+        after each and at the output) and "tried" (each tier's width or error). A sequence that no
+        tier up to MPFI at max_bits brings to the width keeps its narrowest enclosure, reached
+        False. One dict for one sequence; a list for a batch."""
+        tokens = self.architecture.get("vocab", 0) > 0
+        single = False
+        if not isinstance(X, _core.Dataset):
+            xs, single = _sequences(X, tokens)
+            X = dataset(xs, tokens=tokens)
+        out = self._core.eval_certified(X, float(max_width), int(max_bits))
+        for r in out:
+            r["y"] = tuple(r["y"])
         return out[0] if single else out
 
     def run(self, X, precision="double"):

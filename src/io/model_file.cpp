@@ -492,5 +492,9 @@ UATLAB_INSTANTIATE_IO(double)
 UATLAB_INSTANTIATE_IO(Mpfr)
 UATLAB_INSTANTIATE_IO(Mpfi)
 UATLAB_INSTANTIATE_IO(Rational)
+template Network<Ball53> load_network<Ball53>(const std::string&,
+                                              const std::function<void(const Architecture&)>&);
+template Network<Ball113> load_network<Ball113>(const std::string&,
+                                                const std::function<void(const Architecture&)>&);
 
 }  // namespace uatlab

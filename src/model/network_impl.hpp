@@ -107,7 +107,9 @@ std::size_t Network<S>::parameter_count() const {
 
 template <class S>
 S relu(const S& x) {
-  if constexpr (Scalar<S>::interval) {
+  if constexpr (is_ball_v<S>) {
+    return relu_ball(x);
+  } else if constexpr (Scalar<S>::interval) {
     if (lower(x) >= 0) return x;
     if (upper(x) <= 0) return S(0);
     return hull(Mpfr(0), upper(x));
@@ -146,7 +148,15 @@ Mpfi hull_of_pieces(const std::vector<Mpfi>& c, std::size_t pieces, const Mpfi& 
 // hull of the touched pieces' images.
 template <class S>
 S piecewise(const std::vector<S>& c, const std::vector<std::pair<S, S>>& pieces, const S& x) {
-  if constexpr (Scalar<S>::interval) {
+  if constexpr (is_ball_v<S>) {  // through MPFI, at the working precision
+    std::vector<Mpfi> ci;
+    std::vector<std::pair<Mpfi, Mpfi>> pi;
+    for (const S& v : c)
+      ci.push_back(to_mpfi(v));
+    for (const auto& [slope, icpt] : pieces)
+      pi.emplace_back(to_mpfi(slope), to_mpfi(icpt));
+    return ball_of<decltype(S::m)>(piecewise(ci, pi, to_mpfi(x)));
+  } else if constexpr (Scalar<S>::interval) {
     return hull_of_pieces(c, pieces.size(), x,
                           [&](std::size_t i, const Mpfr& a, const Mpfr& b, Mpfr& lo, Mpfr& hi) {
                             const S img = pieces[i].first * hull(a, b) + pieces[i].second;
@@ -261,7 +271,14 @@ void normalise_columns(Mat<S>& A, const LayerSpec& spec, const EvalOptions& opt,
             col(0) = S(1);
             break;
           }
-          const S m = point(max_enclosure(col).second);
+          // Any point serves (it only keeps the exponentials in range): for balls the largest midpoint.
+          S m;
+          if constexpr (is_ball_v<S>)
+            m = S(
+                std::max_element(col.begin(), col.end(), [](const S& x, const S& y) { return x.m < y.m; })->m,
+                0.0);
+          else
+            m = point(max_enclosure(col).second);
           Vec<S> e(cnt), before(cnt), w(cnt);
           for (Eigen::Index l = 0; l < cnt; ++l)
             e(l) = Scalar<S>::exp(col(l) - m);
@@ -270,6 +287,14 @@ void normalise_columns(Mat<S>& A, const LayerSpec& spec, const EvalOptions& opt,
             before(l) = run, run += e(l);
           run = S(0);
           for (Eigen::Index l = cnt - 1; l >= 0; --l) {
+            // A ball's exponential can reach 0 (below double's range): then e_l / (e_l + Σ_{j≠l} e_j),
+            // whose denominator holds e_M ≈ 1; the weight is within a radius of 0 either way.
+            if constexpr (is_ball_v<S>)
+              if (e(l).m <= static_cast<decltype(e(l).m)>(e(l).r)) {
+                w(l) = e(l) / (e(l) + before(l) + run);
+                run += e(l);
+                continue;
+              }
             w(l) = S(1) / (S(1) + (before(l) + run) / e(l));
             run += e(l);
           }
@@ -473,6 +498,8 @@ Mat<S> layer_norm(const Mat<S>& Z, const Mat<S>& w, const Mat<S>& b, const S& ep
         if (!std::isfinite(ss))
           throw Error(std::string("layer norm: a token's variance is beyond ") + Scalar<S>::name +
                       "'s range (MPFR and intervals have a wider one)");
+      if constexpr (is_ball_v<S>)  // a sum of squares is ≥ 0, whatever its rounding bounds reach below
+        ss = relu_ball(ss);
       S inv = S(1) / Scalar<S>::sqrt(ss / d + eps);
       out.col(k) = (c * inv).cwiseProduct(w.col(0)) + b.col(0);
     }
@@ -484,7 +511,8 @@ Mat<S> layer_norm(const Mat<S>& Z, const Mat<S>& w, const Mat<S>& b, const S& ep
 // entry, between the smallest and largest value of the keys it attends to. Interval weights do not
 // know that they sum to 1 (each may span [0, 1] where steep scores straddle), so the enclosure
 // V·A is clipped to that hull: no wider than the values, whatever the scale of the scores.
-inline void within_values(Mat<Mpfi>& VA, const Mat<Mpfi>& V, const LayerSpec& spec, Eigen::Index first) {
+template <class S, class VM>
+void within_values(Mat<S>& VA, const VM& V, const LayerSpec& spec, Eigen::Index first) {
   const Eigen::Index n = V.cols();
   for (Eigen::Index k = 0; k < VA.cols(); ++k) {
     const KeyRange r = attended_keys(spec, first + k, n);
@@ -493,7 +521,7 @@ inline void within_values(Mat<Mpfi>& VA, const Mat<Mpfi>& V, const LayerSpec& sp
       Mpfr lo = lower(V(i, r.first)), hi = upper(V(i, r.first));
       for (Eigen::Index l = r.first + 1; l < r.end; ++l)
         lo = std::min(lo, lower(V(i, l))), hi = std::max(hi, upper(V(i, l)));
-      VA(i, k) = intersect(VA(i, k), hull(lo, hi));
+      VA(i, k) = intersect(VA(i, k), Scalar<S>::hull(lo, hi));
     }
   }
 }
@@ -537,7 +565,8 @@ void attention(const Layer<S>& L, const Mat<S>& X, Mat<S>& Z, const EvalOptions&
     if (patterns) patterns->push_back(A.transpose());  // A(key, query): a query's weights are a column
     if constexpr (Scalar<S>::interval) {
       Mat<S> VA = product<S>(V.middleRows(h * hs, hs), A);
-      if (s.score != Score::linear) within_values(VA, V.middleRows(h * hs, hs), s, first);
+      // Balls serve tight widths, where the values' hull is wider than VA (skipped: no cost)
+      if (s.score != Score::linear && !is_ball_v<S>) within_values(VA, V.middleRows(h * hs, hs), s, first);
       out += product<S>(L.wo.middleCols(h * hs, hs), VA);  // the head's sum, then added (as Eigen's +=)
     } else {
       out.noalias() += L.wo.middleCols(h * hs, hs) * (V.middleRows(h * hs, hs) * A);
@@ -655,8 +684,13 @@ Mat<S> sepconv_mix(const Layer<S>& L, const Mat<S>& X) {
 // Z += W_O · mix(X) + b_O.
 template <class S>
 void mixer(const Layer<S>& L, const Mat<S>& X, Mat<S>& Z) {
-  const Mat<S> M =
-      L.spec.kind == LayerKind::bproj ? Mat<S>(X * bproj_matrix(L, X.cols())) : sepconv_mix(L, X);
+  Mat<S> M;
+  if (L.spec.kind == LayerKind::sepconv)
+    M = sepconv_mix(L, X);
+  else if constexpr (is_ball_v<S>)
+    M = product<S>(X, bproj_matrix(L, X.cols()));
+  else
+    M = X * bproj_matrix(L, X.cols());
   add_product(Z, L.wo, M);
   if (L.spec.bias) Z.colwise() += L.bo.col(0);
 }
@@ -687,6 +721,12 @@ Mat<S> forward(const Network<S>& net, const Mat<S>& x, const EvalOptions& opt, A
   // In float and double a value past the range stops the evaluation, named, instead of flowing
   // on as inf or NaN (or vanishing in a later layer norm).
   auto check_range = [&](std::size_t i) {
+    if constexpr (is_ball_v<S>)
+      for (const S& v : Z.reshaped())
+        if (!std::isfinite(v.r) || !std::isfinite(static_cast<double>(v.m)))
+          throw Error("sub-layer " + std::to_string(i) + " (" + net.arch.layers[i].describe() +
+                      "): an enclosure beyond the range of " + Scalar<S>::name +
+                      " (a value or its radius past 1.8e308)");
     if constexpr (std::is_floating_point_v<S>)
       if (!Z.allFinite())
         throw Error("sub-layer " + std::to_string(i) + " (" + net.arch.layers[i].describe() +
@@ -697,14 +737,12 @@ Mat<S> forward(const Network<S>& net, const Mat<S>& x, const EvalOptions& opt, A
     capture->residual.assign(1, Z);
     capture->pattern.assign(net.layers.size(), {});
   }
-  for (std::size_t i = 0; i < net.layers.size(); ++i) {
+  auto sub_layer = [&](std::size_t i) {
     const Layer<S>& L = net.layers[i];
     const LayerSpec& s = L.spec;
     if (s.kind == LayerKind::layernorm) {
       Z = layer_norm(Z, L.norm_w, L.norm_b, L.eps);
-      check_range(i);
-      if (capture) capture->residual.push_back(Z);
-      continue;
+      return;
     }
     // The branch reads its input completely before it adds to Z, so `in` may alias Z.
     Mat<S> normed;
@@ -716,15 +754,33 @@ Mat<S> forward(const Network<S>& net, const Mat<S>& x, const EvalOptions& opt, A
       feedforward(L, in, Z);
     else
       mixer(L, in, Z);
+  };
+  for (std::size_t i = 0; i < net.layers.size(); ++i) {
+    if constexpr (is_ball_v<S>) {  // a ball's error (a NaN, an operation outside its domain) names the
+                                   // sub-layer
+      try {
+        sub_layer(i);
+      } catch (const Error& e) {
+        throw Error("sub-layer " + std::to_string(i) + " (" + net.arch.layers[i].describe() +
+                    "): " + e.what());
+      }
+    } else {
+      sub_layer(i);
+    }
     check_range(i);
     if (capture) capture->residual.push_back(Z);
+    if (opt.after_layer) opt.after_layer(i);
   }
   if (a.pool) {
     Mat<S> pooled = Z.rowwise().sum();
     Z = std::move(pooled);
   }
   if (a.readout > 0) {
-    Mat<S> y = net.readout_w * Z;
+    Mat<S> y;
+    if constexpr (is_ball_v<S>)
+      y = product<S>(net.readout_w, Z);
+    else
+      y = net.readout_w * Z;
     y.colwise() += net.readout_b.col(0);
     return y;
   }

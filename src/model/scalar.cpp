@@ -314,6 +314,9 @@ Mpfi hull(const Mpfr& lo, const Mpfr& hi) {
   mpfi_interv_fr(r.backend().data(), lo.backend().data(), hi.backend().data());
   return r;
 }
+Mpfi Scalar<Mpfi>::hull(const Mpfr& lo, const Mpfr& hi) {
+  return uatlab::hull(lo, hi);
+}
 Mpfi point(const Mpfr& x) {
   Mpfi r;
   mpfi_set_fr(r.backend().data(), x.backend().data());

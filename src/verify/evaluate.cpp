@@ -60,8 +60,6 @@ std::vector<Mat<S>> forward_dataset(const Network<S>& net, const Dataset& ds, co
   return out;
 }
 
-namespace {
-
 // A matrix (rows × tokens) as one line's fields: {"y": tokens × rows}, with "lo", "hi" and
 // "width" for intervals; numbers as evaluate_file describes.
 template <class S>
@@ -89,8 +87,7 @@ json matrix_json(const Mat<S>& y) {
   if constexpr (Scalar<S>::interval) line["lo"] = lo, line["hi"] = hi, line["width"] = width;
   return line;
 }
-
-}  // namespace
+template json matrix_json(const Mat<Mpfi>&);
 
 long long evaluation_numbers(const Architecture& arch, const Dataset& ds, bool capture) {
   long long widest = arch.d, heads = 0, live = 0, kept = 0;

@@ -14,7 +14,7 @@ Precision Precision::parse(const std::string& text) {
   auto bits_of_text = [&](const std::string& s) {
     if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos || s.size() > 8)
       throw Error("precision \"" + text +
-                  "\": expected float, double, rational, BITS, mpfr:BITS or interval:BITS");
+                  "\": expected float, double, rational, certified, BITS, mpfr:BITS or interval:BITS");
     const unsigned long b = std::stoul(s);
     if (b < 2 || b > (1ul << 26))
       throw Error("precision \"" + text + "\": BITS must be from 2 to 67108864 (2^26)");
@@ -26,6 +26,8 @@ Precision Precision::parse(const std::string& text) {
     p.kind = Kind::Double;
   else if (text == "rational")
     p.kind = Kind::Rational;
+  else if (text == "certified")
+    p.kind = Kind::Certified;
   else if (text.rfind("interval:", 0) == 0) {
     p.kind = Kind::Interval;
     p.bits = bits_of_text(text.substr(9));
@@ -44,6 +46,8 @@ std::string Precision::name() const {
       return "double";
     case Kind::Rational:
       return "rational";
+    case Kind::Certified:
+      return "certified";
     case Kind::Mpfr:
       return "mpfr:" + std::to_string(bits);
     case Kind::Interval:

@@ -8,11 +8,13 @@
 // LayerNorm(Z) to its branch and adds the result to Z. See docs/ARCHITECTURE.md.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <type_traits>
 #include <vector>
 
 #include "uatlab/model/architecture.hpp"
+#include "uatlab/model/ball.hpp"
 #include "uatlab/model/scalar.hpp"
 
 namespace uatlab {
@@ -94,6 +96,9 @@ struct EvalOptions {
   // alone past the last token-mixing sub-layer (a next-token output): causal attention costs the
   // last query's keys instead of every query's. Refused with a capture of the patterns.
   Eigen::Index first_query = 0;
+  // Called after each sub-layer with its index (progress of a long evaluation: the certified
+  // engine's report per layer); may throw to stop.
+  std::function<void(std::size_t)> after_layer;
 };
 
 // What a forward pass leaves behind when asked (uatlab eval --capture, Network.run in Python):
@@ -255,5 +260,7 @@ extern template struct Network<double>;
 extern template struct Network<Mpfr>;
 extern template struct Network<Mpfi>;
 extern template struct Network<Rational>;
+extern template struct Network<Ball53>;
+extern template struct Network<Ball113>;
 
 }  // namespace uatlab

@@ -17,6 +17,7 @@
 
 #include <limits>
 #include <string>
+#include <type_traits>
 
 #include "uatlab/error.hpp"
 
@@ -146,6 +147,7 @@ struct Scalar<Mpfi> {
   static Mpfi sqrt(const Mpfi& x) { return mp::sqrt(x); }
   static Mpfi cos(const Mpfi& x) { return mp::cos(x); }
   static Mpfi sin(const Mpfi& x) { return mp::sin(x); }
+  static Mpfi hull(const Mpfr& lo, const Mpfr& hi);  // [lo, hi] (uatlab::hull)
 };
 
 template <>
@@ -206,6 +208,11 @@ double gelu_tanh_derivative(double x);
 Mpfr gelu_tanh_derivative(const Mpfr& x);
 Mpfi gelu_tanh_derivative(const Mpfi& x);  // natural interval extension
 
+// Scalar types that hold every float and double as itself (the balls of ball.hpp): a weight of a
+// file becomes one without a detour through its rational value.
+template <class T>
+struct HoldsDoubles : std::false_type {};
+
 // Conversion between any two scalar types through the exact rational value.
 template <class T, class S>
 T scalar_cast(const S& x) {
@@ -215,6 +222,8 @@ T scalar_cast(const S& x) {
     return static_cast<T>(x);
   else if constexpr (std::is_same_v<S, float> && std::is_same_v<T, double>)
     return x;
+  else if constexpr (HoldsDoubles<T>::value && (std::is_same_v<S, float> || std::is_same_v<S, double>))
+    return T(static_cast<double>(x));
   else
     return Scalar<T>::from(Scalar<S>::to_rational(x));
 }

@@ -33,9 +33,14 @@ long long evaluation_numbers(const Architecture& arch, const Dataset& ds, bool c
 // sub-layer and after each, every one as an object like the line itself: {"y", and "lo", "hi",
 // "width" for intervals}, tokens × d) and "pattern" ({"sub-layer index": per head an object of
 // queries × keys}).
-// MPFR and intervals run at p.bits (an MpfrPrecision scope for the call).
+// MPFR and intervals run at p.bits (an MpfrPrecision scope for the call). Precision "certified"
+// is verify/certified.hpp's (certified_lines).
 std::vector<nlohmann::json> evaluate_file(const std::string& model_path, const Dataset& ds,
                                           const Precision& p, const EvalOptions& opt = {},
                                           const OnProgress& progress = {}, bool capture = false);
+
+// One matrix of outputs (rows × tokens) as a line's fields, as evaluate_file writes them.
+template <class S>
+nlohmann::json matrix_json(const Mat<S>& y);
 
 }  // namespace uatlab

@@ -13,10 +13,12 @@
 namespace uatlab {
 
 struct Precision {
-  enum class Kind { Float, Double, Mpfr, Interval, Rational } kind = Kind::Double;
+  // Certified: the certified engine (verify/certified.hpp), tiers of ball arithmetic then MPFI.
+  enum class Kind { Float, Double, Mpfr, Interval, Rational, Certified } kind = Kind::Double;
   unsigned bits = 0;  // Mpfr/Interval: the bits asked for (MPFR carries mpfr_carried_bits(bits))
 
-  // "float", "double", "BITS" (MPFR), "interval:BITS" (MPFI), "rational"; BITS from 2 to 2^26.
+  // "float", "double", "BITS" (MPFR), "interval:BITS" (MPFI), "rational", "certified"; BITS from 2
+  // to 2^26.
   static Precision parse(const std::string& text);
   std::string name() const;  // "double", "mpfr:256", "interval:256", ... (the bits asked for)
 };
@@ -37,6 +39,8 @@ decltype(auto) with_scalar(const Precision& p, F&& f) {
       return f(Mpfi{});
     case Precision::Kind::Rational:
       break;
+    case Precision::Kind::Certified:
+      throw Error("precision \"certified\" (the certified engine) serves eval; use interval:BITS here");
   }
   return f(Rational{});
 }

@@ -1,0 +1,87 @@
+"""The certified engine against the float64 forward of the same file (issue 76), each case a whole
+CLI process timed from start to exit, the two interleaved round by round (bench/stats.py).
+
+usage: /usr/bin/python3 bench/run_engine.py BUILD_DIR [--reps 5] [--json F]
+       /usr/bin/python3 bench/run_engine.py --from-json F
+The model: `uatlab init --d 256 --vocab 1000 --max-len 64 --readout 1000 --dtype F32 --seed 1` with
+4 x (attention:heads=4,head_size=64 + feedforward:width=1024), 3,680,232 weights; one sequence of
+64 token ids (seeded). Each round: `eval MODEL DATA` (double) and `eval MODEL DATA --precision
+certified` (--max-width 1e-9, the default). Goals (issue 76): every output enclosed with width
+<= 1e-9 * max(1, |y|), in <= 20x the float64 eval's time, peak memory <= 2 GiB. The certified run's
+tiers, widths per layer and peak resident memory (the child's ru_maxrss) are kept beside the times.
+"""
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+import stats
+
+LAYERS = ["--layer", "attention:heads=4,head_size=64", "--layer", "feedforward:width=1024"] * 4
+INIT = ["init", "--d", "256", "--vocab", "1000", "--max-len", "64", "--readout", "1000", "--dtype", "F32",
+        "--seed", "1", *LAYERS]
+
+
+def run(args):
+    uatlab = os.path.join(args.build, "uatlab")
+    tmp = tempfile.mkdtemp(prefix="uatlab-bench-engine-")
+    env = stats.thread_env(os.cpu_count())
+    kept = {}
+
+    def timed(*argv, key=None):
+        t0 = time.perf_counter()
+        p = subprocess.Popen([uatlab, *argv], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+        out = p.stdout.read()
+        _, status, usage = os.wait4(p.pid, 0)
+        seconds = time.perf_counter() - t0
+        if status != 0:
+            raise SystemExit(f"uatlab {' '.join(argv)}: exit status {status}")
+        if key:
+            kept.setdefault(key + "_peak_gib", []).append(usage.ru_maxrss / 2**20)
+            kept[key + "_line"] = json.loads(out)
+        return seconds
+    try:
+        model, data = os.path.join(tmp, "m.safetensors"), os.path.join(tmp, "seq.jsonl")
+        subprocess.run([uatlab, *INIT, "-o", model], check=True, capture_output=True, env=env)
+        rng = random.Random(3)
+        with open(data, "w") as f:
+            f.write(json.dumps({"tokens": [rng.randrange(1000) for _ in range(64)]}) + "\n")
+        rounds = stats.interleaved(
+            [("double", lambda: timed("eval", model, data)),
+             ("certified_eval", lambda: timed("eval", model, data, "--precision", "certified", key="certified")),
+             *stats.peak_sides(args.build, os.cpu_count(), 0.3)],
+            args.reps, lambda r, t: print(f"round {r}/{t}", file=sys.stderr))
+    finally:
+        shutil.rmtree(tmp)
+    line = kept["certified_line"]
+    return {"benchmark": "engine", "cores": os.cpu_count(), "reps": args.reps, **rounds,
+            "certified_peak_gib": kept["certified_peak_gib"],
+            "certified": {k: line[k] for k in ("tier", "reached", "relative_width", "layer_widths", "tried")}}
+
+
+def table(doc):
+    c = doc["certified"]
+    lines = [f"Certified engine against the float64 eval of the same file, {doc['cores']} cores; seconds, median "
+             f"(min-max) of {doc['reps']} interleaved rounds (whole processes)\n",
+             "| case | seconds | / double (per round) | peak memory | goal |", "|---|---|---|---|---|",
+             f"| eval, double | {stats.spread(stats.summary(doc['double']))} | 1 | | |",
+             f"| eval, certified | {stats.spread(stats.summary(doc['certified_eval']))} | "
+             f"{stats.spread(stats.speedup(doc['certified_eval'], doc['double']))}× | "
+             f"{stats.number(max(doc['certified_peak_gib']))} GiB | ≤ 20×, ≤ 2 GiB |", "",
+             f"Tier {c['tier']}, every width ≤ 1e-9·max(1, |y|): {c['reached']} (widest relative width "
+             f"{c['relative_width']:.3g}); tried: {'; '.join(c['tried'])}.", "",
+             "Widest enclosure of the residual stream (input, after each sub-layer, output): " +
+             ", ".join(f"{w:.2g}" for w in c["layer_widths"])]
+    return "\n".join(lines)
+
+
+def options(ap):
+    ap.add_argument("--reps", type=int, default=5)
+
+
+if __name__ == "__main__":
+    stats.cli(run, table, options, compares_torch=False)
