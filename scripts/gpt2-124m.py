@@ -100,9 +100,13 @@ def main():
                                                 "--max-width", width, "--max-bits", "0"])
             line = json.loads(out)
             assert len(line["lo"]) == TOKENS and len(line["lo"][0]) == V
-            print(f"  tier {line['tier']}, reached {line['reached']} (width {width}), widest relative "
-                  f"width {line['relative_width']:.3g}; tried {line['tried']}")
-            print("  widest enclosure: input " + ", ".join(f"{w:.2g}" for w in line["layer_widths"]))
+            rw = line["relative_width"]
+            print(f"  tier {line['tier']}, reached {line['reached']} (width {width}), widest relative width "
+                  f"{rw if isinstance(rw, str) else f'{rw:.3g}'}")
+            for tried in line["tried"]:
+                print(f"  tried {tried}")
+            if line["layer_widths"]:
+                print("  widest enclosure: input " + ", ".join(f"{w:.2g}" for w in line["layer_widths"]))
         if "--mpfi" in sys.argv:
             out = measured("eval, MPFI 53 bits", ["eval", folder, data, "--precision", "interval:53"])
             lo = json.loads(out)["lo"]

@@ -248,6 +248,14 @@ TEST(Certified, RangesPastDoubleFallToMpfi) {
   ASSERT_EQ(out[0].tried.size(), 3u);
   EXPECT_NE(out[0].tried[0].find("sub-layer 0"), std::string::npos) << out[0].tried[0];
   EXPECT_TRUE(out[0].reached);
+  opt.max_bits = 0;  // no tier can: the whole line, not a failure of the run
+  const std::vector<CertifiedOutput> none = certified_eval(held_source(net), ds, opt);
+  EXPECT_EQ(none[0].tier, "none");
+  EXPECT_FALSE(none[0].reached);
+  ASSERT_EQ(none[0].y.size(), 1);
+  EXPECT_TRUE(mpfr_inf_p(lower(none[0].y(0)).backend().data()) &&
+              mpfr_inf_p(upper(none[0].y(0)).backend().data()));
+  EXPECT_EQ(certified_json(none[0])["relative_width"], "inf");
 }
 
 TEST(Certified, RefusesAnyRoundingModeButNearest) {

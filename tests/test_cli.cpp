@@ -212,7 +212,7 @@ TEST(Cli, BadInputFailsClearlyAndLeavesNoOutput) {
       {"eval " + d + "soft.safetensors " + d + "good.jsonl -p rational",
        "rational arithmetic cannot evaluate layer 0"},
       {"eval " + d + "soft.safetensors " + d + "good.jsonl -p interval:x",
-       "expected float, double, rational, BITS, mpfr:BITS or interval:BITS"},
+       "expected float, double, rational, certified, BITS, mpfr:BITS or interval:BITS"},
       {"eval " + d + "garbage.safetensors " + d + "good.jsonl", "invalid safetensors file"},
       {"eval " + d + "soft.safetensors " + d + "missing.jsonl", "cannot open"},
   };

@@ -98,8 +98,8 @@ template <class M>
 Ball<M> hull_of_ends(mpfr_srcptr l, mpfr_srcptr h) {
   if (mpfr_nan_p(l) || mpfr_nan_p(h))
     throw Error(
-        "ball arithmetic met a NaN (an operation outside its domain: a logarithm or square root "
-        "of a range that reaches below 0?)");
+        "ball arithmetic met a NaN: a square root or logarithm of a range that reaches below 0 "
+        "(enclosures grown too wide to carry on, or an operation outside its domain)");
   if (mpfr_inf_p(l) || mpfr_inf_p(h)) return {M(0), kInf};
   BallScratch& t = scratch();
   mpfr_add(t.mid, l, h, MPFR_RNDN);  // not always exact: it only chooses the midpoint

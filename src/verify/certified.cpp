@@ -88,9 +88,9 @@ void run_tier(const Loader<S>& load, const std::string& what, const Dataset& ds,
              width_text(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()) +
              " s)";
     };
+    Activations<S> capture;  // kept past an error: the widths up to the sub-layer that failed
+    Activations<S>* cap = opt.layer_widths ? &capture : nullptr;
     try {
-      Activations<S> capture;
-      Activations<S>* cap = opt.layer_widths ? &capture : nullptr;
       EvalOptions eval;
       if (n == 1)  // one sequence: its progress is the sub-layers'
         eval.after_layer = [&](std::size_t layer) {
@@ -112,7 +112,16 @@ void run_tier(const Loader<S>& load, const std::string& what, const Dataset& ds,
       if (cap) o.layer_widths.push_back(widest(y));
       done[static_cast<std::size_t>(j)] = o.reached;
     } catch (const std::exception& e) {
-      o.tried.push_back(tier + ": " + e.what() + seconds());
+      std::string widths;
+      for (const Mat<S>& r : capture.residual)
+        widths += (widths.empty() ? "" : ", ") + width_text(widest(r));
+      o.tried.push_back(tier + ": " + e.what() + seconds() +
+                        (widths.empty() ? "" : "; widest enclosures up to there: " + widths));
+      if (o.tier.empty() && o.y.size() == 0) {  // no enclosure yet: the whole line, until a tier gives one
+        const Eigen::Index tokens = ds.token_input ? static_cast<Eigen::Index>(s.tokens.size()) : s.x.cols();
+        o.y = Mat<Mpfi>::Constant(net.arch.out_dim(), net.arch.pool ? 1 : tokens,
+                                  hull(Mpfr(-kInf), Mpfr(kInf)));
+      }
     }
   };
   if (n == 1) {  // one sequence: Eigen's products may use every thread
@@ -170,7 +179,8 @@ std::vector<CertifiedOutput> certified_eval(const NetworkSource& src, const Data
                                             const CertifiedOptions& opt, const OnProgress& progress) {
   limits::check_real(opt.max_width, 0x1p-1000, 1e300, "the certified width (max_width)");
   if (opt.max_bits > (1u << 26))
-    throw Error("the certified engine's max_bits " + std::to_string(opt.max_bits) + " is over the limit of 2^26");
+    throw Error("the certified engine's max_bits " + std::to_string(opt.max_bits) +
+                " is over the limit of 2^26");
   if (std::fegetround() != FE_TONEAREST)
     throw Error("certified evaluation needs the round-to-nearest mode (its error bounds assume it)");
   std::vector<CertifiedOutput> out(ds.sequences.size());
@@ -190,9 +200,8 @@ std::vector<CertifiedOutput> certified_eval(const NetworkSource& src, const Data
     MpfrPrecision scope(bits);
     run_tier<Mpfi>(src.mpfi, src.name, ds, "interval:" + std::to_string(bits), opt, progress, pending, out);
   }
-  for (const CertifiedOutput& o : out)
-    if (o.tier.empty())
-      throw Error("no tier enclosed a sequence: " + (o.tried.empty() ? std::string("?") : o.tried.back()));
+  for (CertifiedOutput& o : out)
+    if (o.tier.empty()) o.tier = "none";  // every tier failed: the whole line, its errors in tried
   return out;
 }
 

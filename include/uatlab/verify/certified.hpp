@@ -26,7 +26,8 @@ struct CertifiedOptions {
 
 struct CertifiedOutput {
   Mat<Mpfi> y;                       // the enclosure of the outputs (out_dim × n)
-  std::string tier;                  // the tier that gave it: "ball:53", "ball:113", "interval:BITS"
+  std::string tier;                  // the tier that gave it: "ball:53", "ball:113", "interval:BITS";
+                                     // "none": every tier failed (y the whole line, tried says why)
   bool reached = false;              // every width ≤ max_width · max(1, |y|)
   double relative_width = kInf;      // max of width / max(1, |y|), rounded up
   std::vector<double> layer_widths;  // the widest entry of the residual stream: the input, after
