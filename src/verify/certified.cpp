@@ -42,6 +42,16 @@ double widest(const Mat<S>& m) {
   return w;
 }
 
+// The widest entry of a matrix of balls relative to max(1, |midpoint|), about (for a guess).
+template <class S>
+double widest_relative(const Mat<S>& m) {
+  double w = 0;
+  if constexpr (is_ball_v<S>)
+    for (const S& v : m.reshaped())
+      w = std::max(w, 2 * v.r / std::max(1.0, std::abs(static_cast<double>(v.m))));
+  return w;
+}
+
 template <class S>
 Mat<Mpfi> as_mpfi(const Mat<S>& y) {
   if constexpr (is_ball_v<S>)
@@ -89,14 +99,30 @@ void run_tier(const Loader<S>& load, const std::string& what, const Dataset& ds,
              " s)";
     };
     Activations<S> capture;  // kept past an error: the widths up to the sub-layer that failed
-    Activations<S>* cap = opt.layer_widths ? &capture : nullptr;
+    Activations<S>* cap = opt.layer_widths || std::is_same_v<S, Ball53> ? &capture : nullptr;
     try {
       EvalOptions eval;
-      if (n == 1)  // one sequence: its progress is the sub-layers'
-        eval.after_layer = [&](std::size_t layer) {
+      const std::size_t layers = net.layers.size();
+      double first = 0;  // the first non-zero relative width, and the sub-layer after which it was seen
+      std::size_t first_at = 0;
+      eval.after_layer = [&](std::size_t layer) {
+        if (n == 1)  // one sequence: its progress is the sub-layers'
           report(progress, "certified " + tier + ", sub-layer", static_cast<long long>(layer) + 1,
-                 static_cast<long long>(net.layers.size()));
-        };
+                 static_cast<long long>(layers));
+        if constexpr (std::is_same_v<S, Ball53>) {
+          // ball:53 gives up where its widths, grown at their rate so far, would end far past the
+          // target: ball:113 follows (a guess for speed alone; it decides no enclosure).
+          const double w = widest_relative(capture.residual.back());
+          if (first == 0 && w > 0) first = w, first_at = layer;
+          if (first == 0 || layer == first_at) return;
+          const double rate = std::pow(w / first, 1.0 / static_cast<double>(layer - first_at)),
+                       end = w * std::pow(std::max(rate, 1.0), static_cast<double>(layers - 1 - layer));
+          if (end > 1e6 * opt.max_width)
+            throw Error("given up after sub-layer " + std::to_string(layer) + ": widths " + width_text(w) +
+                        ", growing about " + width_text(rate) + " times a sub-layer, would reach about " +
+                        width_text(end));
+        }
+      };
       const Mat<S> y = ds.token_input ? forward_tokens(net, s.tokens, eval, cap)
                                       : forward(net, matrix_cast<S>(s.x), eval, cap);
       Mat<Mpfi> enclosure = as_mpfi(y);
