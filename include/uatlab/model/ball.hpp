@@ -57,23 +57,23 @@ inline double up(double x) {
 inline double down(double x) {
   return std::nextafter(x, -kInf);
 }
-// An upper bound of |x| as a double.
+// |x| as a double, rounded up (mag: an upper bound) or down (mig: a lower bound, at least 0); a
+// double midpoint is its own.
+template <class M>
+double abs_bound(M x, bool upward) {
+  const double d = static_cast<double>(x < 0 ? -x : x);
+  if constexpr (std::is_same_v<M, double>)
+    return d;
+  else
+    return upward ? up(d) : d > 0 ? down(d) : 0.0;
+}
 template <class M>
 double mag(M x) {
-  const double d = static_cast<double>(x < 0 ? -x : x);
-  if constexpr (std::is_same_v<M, double>)
-    return d;
-  else
-    return up(d);
+  return abs_bound(x, true);
 }
-// A lower bound of |x| as a double.
 template <class M>
 double mig(M x) {
-  const double d = static_cast<double>(x < 0 ? -x : x);
-  if constexpr (std::is_same_v<M, double>)
-    return d;
-  else
-    return d > 0 ? down(d) : 0.0;
+  return abs_bound(x, false);
 }
 // A bound of the rounding error of one operation whose result is m.
 template <class M>
