@@ -221,11 +221,16 @@ std::vector<CertifiedOutput> certified_eval(const NetworkSource& src, const Data
     MpfrPrecision scope(128);
     run_tier<Ball113>(src.ball113, src.name, ds, "ball:113", opt, progress, pending, out);
   }
-  for (unsigned bits = bits_for(pending, out, opt.max_width); !pending.empty() && bits <= opt.max_bits;
-       bits *= 2) {
+  const unsigned first_bits = bits_for(pending, out, opt.max_width);
+  for (unsigned bits = first_bits; !pending.empty() && bits <= opt.max_bits; bits *= 2) {
     MpfrPrecision scope(bits);
     run_tier<Mpfi>(src.mpfi, src.name, ds, "interval:" + std::to_string(bits), opt, progress, pending, out);
   }
+  if (opt.max_bits > 0 && first_bits > opt.max_bits)  // said, so that a user knows what to ask for
+    for (long i : pending)
+      out[static_cast<std::size_t>(i)].tried.push_back("interval: about " + std::to_string(first_bits) +
+                                                       " bits needed, over max_bits " +
+                                                       std::to_string(opt.max_bits));
   for (CertifiedOutput& o : out)
     if (o.tier.empty()) o.tier = "none";  // every tier failed: the whole line, its errors in tried
   return out;
