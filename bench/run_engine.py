@@ -10,6 +10,7 @@ certified` (--max-width 1e-9, the default). Goals (issue 76): every output enclo
 <= 1e-9 * max(1, |y|), in <= 20x the float64 eval's time, peak memory <= 2 GiB. The certified run's
 tiers, widths per layer and peak resident memory (the child's ru_maxrss) are kept beside the times.
 """
+import decimal
 import json
 import os
 import random
@@ -63,6 +64,17 @@ def run(args):
             "certified": {k: line[k] for k in ("tier", "reached", "relative_width", "layer_widths", "tried")}}
 
 
+def up(x, digits=3):
+    """A width (an upper bound) as text rounded up to `digits` significant digits."""
+    if isinstance(x, str):
+        return x
+    d = decimal.Decimal(x)
+    if d == 0:
+        return "0"
+    q = decimal.Decimal(1).scaleb(d.adjusted() - digits + 1)
+    return f"{d.quantize(q, rounding=decimal.ROUND_CEILING).normalize():E}".replace("E+0", "").replace("E", "e")
+
+
 def table(doc):
     c = doc["certified"]
     lines = [f"Certified engine against the float64 eval of the same file, {doc['cores']} cores; seconds, median "
@@ -73,9 +85,9 @@ def table(doc):
              f"{stats.spread(stats.speedup(doc['certified_eval'], doc['double']))}× | "
              f"{stats.number(max(doc['certified_peak_gib']))} GiB | ≤ 20×, ≤ 2 GiB |", "",
              f"Tier {c['tier']}, every width ≤ 1e-9·max(1, |y|): {c['reached']} (widest relative width "
-             f"{c['relative_width']:.3g}); tried: {'; '.join(c['tried'])}.", "",
-             "Widest enclosure of the residual stream (input, after each sub-layer, output): " +
-             ", ".join(f"{w:.2g}" for w in c["layer_widths"])]
+             f"{up(c['relative_width'])}, rounded up); tried: {'; '.join(c['tried'])}.", "",
+             "Widest enclosure of the residual stream (input, after each sub-layer, output; rounded up): " +
+             ", ".join(up(w, 2) for w in c["layer_widths"])]
     return "\n".join(lines)
 
 

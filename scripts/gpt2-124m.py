@@ -102,11 +102,11 @@ def main():
             assert len(line["lo"]) == TOKENS and len(line["lo"][0]) == V
             rw = line["relative_width"]
             print(f"  tier {line['tier']}, reached {line['reached']} (width {width}), widest relative width "
-                  f"{rw if isinstance(rw, str) else f'{rw:.3g}'}")
+                  f"{rw}")  # the JSON's number itself: a bound, not rounded again
             for tried in line["tried"]:
                 print(f"  tried {tried}")
             if line["layer_widths"]:
-                print("  widest enclosure: input " + ", ".join(f"{w:.2g}" for w in line["layer_widths"]))
+                print("  widest enclosure: input " + ", ".join(str(w) for w in line["layer_widths"]))
         if "--mpfi" in sys.argv:
             out = measured("eval, MPFI 53 bits", ["eval", folder, data, "--precision", "interval:53"])
             lo = json.loads(out)["lo"]

@@ -60,7 +60,9 @@ Mat<Mpfi> as_mpfi(const Mat<S>& y) {
     return y;
 }
 
-std::string width_text(double w) {
+// A figure for people (seconds, GiB, estimates), three digits to nearest; a bound goes through
+// upper_text (bounds.hpp) instead.
+std::string number_text(double w) {
   char t[40];
   std::snprintf(t, sizeof t, "%.3g", w);
   return t;
@@ -84,7 +86,7 @@ void run_tier(const Loader<S>& load, const std::string& what, const Dataset& ds,
             : static_cast<double>(evaluation_numbers(arch, ds, false)) * limits::mpfr_bytes(mpfr_bits()) * 2;
     if (bytes > static_cast<double>(limits::memory_budget()))
       throw Error("certified evaluation of " + what + " in " + tier + " needs about " +
-                  width_text(bytes / (1LL << 30)) + " GiB, over the budget (UATLAB_MEMORY_GIB)");
+                  number_text(bytes / (1LL << 30)) + " GiB, over the budget (UATLAB_MEMORY_GIB)");
   });
   const long n = static_cast<long>(pending.size());
   std::vector<char> done(static_cast<std::size_t>(n), 0);
@@ -95,7 +97,7 @@ void run_tier(const Loader<S>& load, const std::string& what, const Dataset& ds,
     const auto start = std::chrono::steady_clock::now();
     auto seconds = [&] {
       return " (" +
-             width_text(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()) +
+             number_text(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()) +
              " s)";
     };
     Activations<S> capture;  // kept past an error: the widths up to the sub-layer that failed
@@ -118,9 +120,9 @@ void run_tier(const Loader<S>& load, const std::string& what, const Dataset& ds,
           const double rate = std::pow(w / first, 1.0 / static_cast<double>(layer - first_at)),
                        end = w * std::pow(std::max(rate, 1.0), static_cast<double>(layers - 1 - layer));
           if (end > 1e6 * opt.max_width)
-            throw Error("given up after sub-layer " + std::to_string(layer) + ": widths " + width_text(w) +
-                        ", growing about " + width_text(rate) + " times a sub-layer, would reach about " +
-                        width_text(end));
+            throw Error("given up after sub-layer " + std::to_string(layer) + ": widths about " +
+                        number_text(w) + ", growing about " + number_text(rate) +
+                        " times a sub-layer, would reach about " + number_text(end));
         }
       };
       const Mat<S> y = ds.token_input ? forward_tokens(net, s.tokens, eval, cap)
@@ -129,7 +131,7 @@ void run_tier(const Loader<S>& load, const std::string& what, const Dataset& ds,
       double rel = 0;
       for (const Mpfi& v : enclosure.reshaped())
         rel = std::max(rel, relative_width(v));
-      o.tried.push_back(tier + ": " + width_text(rel) + seconds());
+      o.tried.push_back(tier + ": " + upper_text(rel, 3) + seconds());
       if (!(rel < o.relative_width) && !o.tier.empty()) return;
       o.y = std::move(enclosure), o.tier = tier, o.relative_width = rel, o.reached = rel <= opt.max_width;
       o.layer_widths.clear();
@@ -140,7 +142,7 @@ void run_tier(const Loader<S>& load, const std::string& what, const Dataset& ds,
     } catch (const std::exception& e) {
       std::string widths;
       for (const Mat<S>& r : capture.residual)
-        widths += (widths.empty() ? "" : ", ") + width_text(widest(r));
+        widths += (widths.empty() ? "" : ", ") + upper_text(widest(r), 3);
       o.tried.push_back(tier + ": " + e.what() + seconds() +
                         (widths.empty() ? "" : "; widest enclosures up to there: " + widths));
       if (o.tier.empty() && o.y.size() == 0) {  // no enclosure yet: the whole line, until a tier gives one
