@@ -7,11 +7,15 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD_DIR="${BUILD_DIR:-$ROOT/build}"
 
+# Arb has its own package in Debian 12; from Debian 13 on it is part of FLINT 3's libflint-dev.
+ARB_PACKAGE=libflint-arb-dev
+if [ "$(cut -d. -f1 /etc/debian_version 2>/dev/null)" -ge 13 ] 2>/dev/null; then ARB_PACKAGE=libflint-dev; fi
 PACKAGES=(
   g++ cmake ninja-build pkg-config clang-format
   libeigen3-dev                         # linear algebra for every scalar type
   libboost-dev                          # Boost.Multiprecision front end for MPFR / MPFI / GMP
   libmpfr-dev libmpfi-dev libgmp-dev    # arbitrary precision, certified intervals, exact rationals
+  "$ARB_PACKAGE"                        # Arb's balls: the certified engine past binary128
   libfftw3-dev                          # FFTs: DP-free heads' lag convolutions over long sequences
   nlohmann-json3-dev                    # JSON: architecture headers, lossless model files, datasets
   libcli11-dev                          # the command line

@@ -1,11 +1,12 @@
 // One table-driven check of the model across arithmetics: every attention option combination
 // (score × rpe × dp_free × masking × tied × bias × pre_norm × rotary; ReLU and GELU after it) evaluated in
-// float, double, MPFR at 128 bits, MPFI at 128 bits, the certified engine's balls (ball:53, ball:113) and
-// (where no exp/log/sqrt/cos/sin is needed) exact rationals, against a 400-bit MPFR reference. Each
+// float, double, MPFR at 128 bits, MPFI at 128 bits, the certified engine's balls (ball:53, ball:113, Arb)
+// and (where no exp/log/sqrt/cos/sin is needed) exact rationals, against a 400-bit MPFR reference. Each
 // arithmetic must agree within its own precision; intervals and balls must enclose the reference. Plus:
 // validate() owns the masking invariants.
 #include <gtest/gtest.h>
 
+#include "../src/model/arb.hpp"
 #include "uatlab/model/init.hpp"
 #include "uatlab/model/network.hpp"
 #include "uatlab/verify/compare.hpp"
@@ -30,8 +31,18 @@ Mat<Rational> input(int d, int n, std::uint64_t seed) {
   return x;
 }
 
-// The certified engine's balls (model/ball.hpp) enclose the reference, at most `width` wide relative
-// to max(1, |ref|); a refusal is allowed where `may_refuse` (an undecided hardmax).
+// A ball's width, as a double rounded up.
+template <class B>
+double width_of(const B& v) {
+  if constexpr (is_arb_v<B>)
+    return 2 * mag_get_d(arb_radref(v.get()));
+  else
+    return 2 * v.r;
+}
+
+// The certified engine's balls (model/ball.hpp, model/arb.hpp at 128 bits) enclose the reference, at
+// most `width` wide relative to max(1, |ref|); a refusal is allowed where `may_refuse` (an undecided
+// hardmax).
 template <class B>
 void expect_ball_encloses(const Network<Rational>& exact, const Mat<Rational>& x, const Mat<Mpfr>& ref,
                           double width, bool may_refuse) {
@@ -46,7 +57,7 @@ void expect_ball_encloses(const Network<Rational>& exact, const Mat<Rational>& x
   for (Eigen::Index i = 0; i < ref.size(); ++i) {
     EXPECT_LE(lower(y(i)), ref(i)) << Scalar<B>::name;
     EXPECT_GE(upper(y(i)), ref(i)) << Scalar<B>::name;
-    EXPECT_LT(2 * y(i).r, width * std::max(1.0, std::abs(Scalar<Mpfr>::to_double(ref(i)))))
+    EXPECT_LT(width_of(y(i)), width * std::max(1.0, std::abs(Scalar<Mpfr>::to_double(ref(i)))))
         << Scalar<B>::name;
   }
 }
@@ -133,6 +144,7 @@ TEST(Agreement, EveryAttentionOptionInEveryArithmetic) {
                   }
                   expect_ball_encloses<Ball53>(exact, x, ref, 1e-9, hardmax);
                   expect_ball_encloses<Ball113>(exact, x, ref, 1e-27, hardmax);
+                  expect_ball_encloses<Arb>(exact, x, ref, 1e-27, hardmax);
                   if (!arch.needs_transcendental()) {
                     ++exact_combos;
                     const Mat<Rational> yq = forward(exact, x);
@@ -175,6 +187,7 @@ TEST(Agreement, EveryMixerInEveryArithmetic) {
           }
           expect_ball_encloses<Ball53>(exact, x, ref, 1e-9, false);
           expect_ball_encloses<Ball113>(exact, x, ref, 1e-27, false);
+          expect_ball_encloses<Arb>(exact, x, ref, 1e-27, false);
           if (!pre_norm) {
             EXPECT_LT(relative_error(forward(exact, x), ref), 1e-100);
           }

@@ -1,4 +1,4 @@
-// The certified engine (verify/certified.hpp) and its ball arithmetic (model/ball.hpp): every
+// The certified engine (verify/certified.hpp) and its ball arithmetic (model/ball.hpp, model/arb.hpp): every
 // enclosure holds the exact value (a 300-bit MPFR reference, or exact rationals), at every magnitude
 // from subnormals to 1e300, through cancellations, in the round-to-nearest mode it requires; the tiers
 // escalate per sequence and a sequence that no tier brings to the width is reported, not lost.
@@ -159,6 +159,58 @@ TEST(Certified, ScalarOperationsEncloseTheirExactResults) {
   EXPECT_THROW(Scalar<Ball53>::log(Ball53(-1.0)), Error);  // a NaN is an error, never dropped
 }
 
+TEST(Certified, ArbOperationsEncloseTheirExactResults) {
+  const Rational third(1, 3), big = Rational(mp::pow(mp::mpz_int(10), 300)), tiny = 1 / big;
+  for (unsigned prec : {64u, 300u}) {
+    for (const Rational& a : {third, big, tiny, Rational(-7, 5), Rational(0)})
+      for (const Rational& b : {third, tiny, Rational(3), Rational(-1, 1024)}) {
+        const MpfrPrecision bits(prec);
+        const Arb x = Scalar<Arb>::from(a), y = Scalar<Arb>::from(b);
+        auto check = [&](const Arb& z, const Rational& exact, const char* op) {
+          EXPECT_TRUE(arb_is_finite(z.get())) << op;
+          EXPECT_LE(Scalar<Rational>::from(Scalar<Mpfr>::to_rational(lower(z))), exact)
+              << op << " " << a << " " << b;
+          EXPECT_GE(Scalar<Rational>::from(Scalar<Mpfr>::to_rational(upper(z))), exact)
+              << op << " " << a << " " << b;
+        };
+        check(x + y, a + b, "+");
+        check(x - y, a - b, "-");
+        check(x * y, a * b, "*");
+        if (b != 0) check(x / y, a / b, "/");
+        check(square(x), a * a, "square");
+        EXPECT_GE(lower(square(x)), 0);
+        check(Scalar<Arb>::hull(lower(x), upper(x)), a, "hull");
+      }
+    const MpfrPrecision bits(prec);  // exp, log, sqrt against MPFR at 4 times the bits
+    for (double v : {-700.0, -1.5, 1e-300, 2.5, 700.0, 1e30}) {
+      const Arb x(v), ex = Scalar<Arb>::exp(x), sq = Scalar<Arb>::sqrt(Arb(std::abs(v)));
+      const Arb lg = Scalar<Arb>::log(Arb(std::abs(v)));
+      const MpfrPrecision fine(4 * prec);
+      const Mpfr e = mp::exp(Mpfr(v)), s = mp::sqrt(Mpfr(std::abs(v))), l = mp::log(Mpfr(std::abs(v)));
+      EXPECT_LE(lower(ex), e) << v;
+      EXPECT_GE(upper(ex), e) << v;
+      EXPECT_LE(lower(sq), s) << v;
+      EXPECT_GE(upper(sq), s) << v;
+      EXPECT_LE(lower(lg), l) << v;
+      EXPECT_GE(upper(lg), l) << v;
+    }
+    EXPECT_FALSE(arb_is_finite(Scalar<Arb>::log(Arb(-1.0)).get()));  // refused by the forward's check
+  }
+}
+
+TEST(Certified, ArbProductsEncloseTheExactProduct) {
+  // Row blocks of 512 among the threads: 1,100 rows make three, the last one short.
+  const Mat<Rational> A = spread(1100, 37, -60, 60, 5), B = spread(37, 3, -300, 300, 6);
+  const MpfrPrecision bits(200);
+  const Mat<Arb> c = arb_product(matrix_cast<Arb>(A), matrix_cast<Arb>(B));
+  const Mat<Rational> exact = A * B;
+  for (Eigen::Index i = 0; i < exact.size(); ++i) {
+    ASSERT_TRUE(arb_is_finite(c(i).get()));
+    EXPECT_LE(Scalar<Rational>::from(Scalar<Mpfr>::to_rational(lower(c(i)))), exact(i)) << i;
+    EXPECT_GE(Scalar<Rational>::from(Scalar<Mpfr>::to_rational(upper(c(i)))), exact(i)) << i;
+  }
+}
+
 TEST(Certified, EnclosuresHoldFromSubnormalsTo1e300) {
   const Network<Rational> net = mixed_network(11);
   int enclosed = 0, cases = 0;
@@ -170,7 +222,8 @@ TEST(Certified, EnclosuresHoldFromSubnormalsTo1e300) {
     const Mat<Mpfr> ref = reference(net, x);
     enclosed += encloses_or_refuses<Ball53>(net, x, ref);
     enclosed += encloses_or_refuses<Ball113>(net, x, ref);
-    cases += 2;
+    enclosed += encloses_or_refuses<Arb>(net, x, ref);
+    cases += 3;
   }
   EXPECT_GE(enclosed, cases - 2);  // the layer norms bring 1e300 back: at most the top refuses
 }
@@ -211,13 +264,28 @@ TEST(Certified, EngineEscalatesPerSequenceAndReportsWhatItCouldNotReach) {
     EXPECT_TRUE(o.reached);
     ASSERT_EQ(o.tried.size(), 2u);
   }
-  opt.max_width = 1e-45, opt.max_bits = 512;  // past binary128: MPFI at the bits the widths ask for
+  opt.max_width = 1e-45, opt.max_bits = 512;  // past binary128: Arb at the bits the widths ask for
   out = certified_eval(src, ds, opt);
   check(out);
   for (const CertifiedOutput& o : out) {
-    EXPECT_EQ(o.tier.rfind("interval:", 0), 0u) << o.tier;
+    EXPECT_EQ(o.tier.rfind("arb:", 0), 0u) << o.tier;
     EXPECT_TRUE(o.reached);
     EXPECT_LE(o.relative_width, 1e-45);
+  }
+  {  // a weight that is no double (1/3): ball:53 holds it with a radius, so MPFI, which reads it exactly
+    Network<Rational> third = net;
+    third.layers[1].w1(0, 0) = Rational(1, 3);
+    const std::vector<CertifiedOutput> o = certified_eval(held_source(third), ds, opt);
+    for (std::size_t i = 0; i < o.size(); ++i) {
+      EXPECT_EQ(o[i].tier.rfind("interval:", 0), 0u) << o[i].tier;
+      EXPECT_TRUE(o[i].reached);
+      const Mat<Mpfr> ref = reference(third, ds.sequences[i].x);
+      const MpfrPrecision bits(300);
+      for (Eigen::Index j = 0; j < ref.size(); ++j) {
+        EXPECT_LE(lower(o[i].y(j)), ref(j));
+        EXPECT_GE(upper(o[i].y(j)), ref(j));
+      }
+    }
   }
   opt.max_bits = 0;  // no MPFI tier: the narrowest ball, not reached, its width said
   out = certified_eval(src, ds, opt);
@@ -233,9 +301,9 @@ TEST(Certified, EngineEscalatesPerSequenceAndReportsWhatItCouldNotReach) {
   EXPECT_EQ(line["lo"].size(), 2u);
 }
 
-TEST(Certified, RangesPastDoubleFallToMpfi) {
+TEST(Certified, RangesPastDoubleFallToArb) {
   // A value of 2^1000 squared by a feed-forward layer: past double's range, the balls refuse (named)
-  // and MPFI, whose exponents reach far further, encloses it.
+  // and Arb, whose exponents have no limit, encloses it.
   Network<Rational> net(
       Architecture::from_json({{"d", 1}, {"layers", {{{"type", "feedforward"}, {"width", 1}}}}}));
   net.layers[0].w1(0, 0) = Rational(mp::pow(mp::mpz_int(2), 1000u));
@@ -244,7 +312,7 @@ TEST(Certified, RangesPastDoubleFallToMpfi) {
   CertifiedOptions opt;
   opt.max_bits = 128;
   const std::vector<CertifiedOutput> out = certified_eval(held_source(net), ds, opt);
-  EXPECT_EQ(out[0].tier, "interval:128");
+  EXPECT_EQ(out[0].tier, "arb:128");
   ASSERT_EQ(out[0].tried.size(), 3u);
   EXPECT_NE(out[0].tried[0].find("sub-layer 0"), std::string::npos) << out[0].tried[0];
   EXPECT_TRUE(out[0].reached);

@@ -359,7 +359,8 @@ void add_model_commands(CLI::App& app, Commands& commands) {
                 "certified: the width every output is enclosed to, relative to max(1, |y|)")
       ->capture_default_str();
   e->add_option("--max-bits", ev->certified.max_bits,
-                "certified: the most bits of its last tier, MPFI (0: ball arithmetic only)")
+                "certified: the most bits of its last tier, Arb (MPFI where a weight is no double; 0: ball "
+                "arithmetic only)")
       ->capture_default_str();
   e->add_option("--out,-o", ev->out, "Output file (default: standard output)");
   e->add_option("--hardmax-tol", ev->tolerance,

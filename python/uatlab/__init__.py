@@ -248,11 +248,11 @@ class Network:
     def certify(self, X, max_width=1e-9, max_bits=256):
         """The certified engine (uatlab eval --precision certified, docs/certified.md) on sequences X:
         per sequence a dict with "y" ((lo, hi) numpy arrays (tokens, outputs), rounded outward),
-        "tier" (the arithmetic that gave it: "ball:53", "ball:113" or "interval:BITS"), "reached"
+        "tier" (the arithmetic that gave it: "ball:53", "ball:113", "arb:BITS" or "interval:BITS"), "reached"
         (every width ≤ max_width·max(1, |y|)), "relative_width" (the largest, rounded up),
         "layer_widths" (the widest enclosure of the residual stream before the first sub-layer,
         after each and at the output) and "tried" (each tier's width or error). A sequence that no
-        tier up to MPFI at max_bits brings to the width keeps its narrowest enclosure, reached
+        tier up to Arb (or MPFI) at max_bits brings to the width keeps its narrowest enclosure, reached
         False. One dict for one sequence; a list for a batch."""
         tokens = self.architecture.get("vocab", 0) > 0
         single = False

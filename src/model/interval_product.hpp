@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <type_traits>
 
+#include "arb.hpp"
 #include "sliced_product.hpp"
 #include "uatlab/model/ball.hpp"
 #include "uatlab/model/scalar.hpp"
@@ -99,6 +100,8 @@ void add_product(CM&& C, const AM& A, const BM& B) {
   };
   if constexpr (is_ball_v<S>) {
     C += ball_product<decltype(S::m)>(A, B);
+  } else if constexpr (is_arb_v<S>) {
+    C += arb_product(A, B);
   } else if constexpr (std::is_same_v<S, Mpfi>) {
     mpfi_t t;
     mpfi_init2(t, mpfi_get_prec(C.data()[0].backend().data()));
@@ -126,6 +129,8 @@ template <class S, class AM, class BM>
 Mat<S> product(const AM& A, const BM& B) {
   if constexpr (is_ball_v<S>) {
     return ball_product<decltype(S::m)>(A, B);
+  } else if constexpr (is_arb_v<S>) {
+    return arb_product(A, B);
   } else if constexpr (std::is_same_v<S, Mpfi>) {
     Mat<S> C = Mat<S>::Zero(A.rows(), B.cols());
     add_product(C, A, B);

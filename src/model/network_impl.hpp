@@ -112,7 +112,7 @@ S relu(const S& x) {
   } else if constexpr (Scalar<S>::interval) {
     if (lower(x) >= 0) return x;
     if (upper(x) <= 0) return S(0);
-    return hull(Mpfr(0), upper(x));
+    return Scalar<S>::hull(Mpfr(0), upper(x));
   } else {
     return x > 0 ? x : S(0);
   }
@@ -148,14 +148,15 @@ Mpfi hull_of_pieces(const std::vector<Mpfi>& c, std::size_t pieces, const Mpfi& 
 // hull of the touched pieces' images.
 template <class S>
 S piecewise(const std::vector<S>& c, const std::vector<std::pair<S, S>>& pieces, const S& x) {
-  if constexpr (is_ball_v<S>) {  // through MPFI, at the working precision
+  if constexpr (is_ball_v<S> || is_arb_v<S>) {  // through MPFI, at the working precision
     std::vector<Mpfi> ci;
     std::vector<std::pair<Mpfi, Mpfi>> pi;
     for (const S& v : c)
       ci.push_back(to_mpfi(v));
     for (const auto& [slope, icpt] : pieces)
       pi.emplace_back(to_mpfi(slope), to_mpfi(icpt));
-    return ball_of<decltype(S::m)>(piecewise(ci, pi, to_mpfi(x)));
+    const Mpfi y = piecewise(ci, pi, to_mpfi(x));
+    return Scalar<S>::hull(lower(y), upper(y));
   } else if constexpr (Scalar<S>::interval) {
     return hull_of_pieces(c, pieces.size(), x,
                           [&](std::size_t i, const Mpfr& a, const Mpfr& b, Mpfr& lo, Mpfr& hi) {
@@ -277,8 +278,10 @@ void normalise_columns(Mat<S>& A, const LayerSpec& spec, const EvalOptions& opt,
             m = S(
                 std::max_element(col.begin(), col.end(), [](const S& x, const S& y) { return x.m < y.m; })->m,
                 0.0);
-          else
-            m = point(max_enclosure(col).second);
+          else {
+            const Mpfr top = max_enclosure(col).second;
+            m = Scalar<S>::hull(top, top);
+          }
           Vec<S> e(cnt), before(cnt), w(cnt);
           for (Eigen::Index l = 0; l < cnt; ++l)
             e(l) = Scalar<S>::exp(col(l) - m);
@@ -500,6 +503,7 @@ Mat<S> layer_norm(const Mat<S>& Z, const Mat<S>& w, const Mat<S>& b, const S& ep
                       "'s range (MPFR and intervals have a wider one)");
       if constexpr (is_ball_v<S>)  // a sum of squares is ≥ 0, whatever its rounding bounds reach below
         ss = relu_ball(ss);
+      if constexpr (is_arb_v<S>) ss = relu(ss);
       S inv = S(1) / Scalar<S>::sqrt(ss / d + eps);
       out.col(k) = (c * inv).cwiseProduct(w.col(0)) + b.col(0);
     }
@@ -566,7 +570,8 @@ void attention(const Layer<S>& L, const Mat<S>& X, Mat<S>& Z, const EvalOptions&
     if constexpr (Scalar<S>::interval) {
       Mat<S> VA = product<S>(V.middleRows(h * hs, hs), A);
       // Balls serve tight widths, where the values' hull is wider than VA (skipped: no cost)
-      if (s.score != Score::linear && !is_ball_v<S>) within_values(VA, V.middleRows(h * hs, hs), s, first);
+      if (s.score != Score::linear && !is_ball_v<S> && !is_arb_v<S>)
+        within_values(VA, V.middleRows(h * hs, hs), s, first);
       out += product<S>(L.wo.middleCols(h * hs, hs), VA);  // the head's sum, then added (as Eigen's +=)
     } else {
       out.noalias() += L.wo.middleCols(h * hs, hs) * (V.middleRows(h * hs, hs) * A);
@@ -687,7 +692,7 @@ void mixer(const Layer<S>& L, const Mat<S>& X, Mat<S>& Z) {
   Mat<S> M;
   if (L.spec.kind == LayerKind::sepconv)
     M = sepconv_mix(L, X);
-  else if constexpr (is_ball_v<S>)
+  else if constexpr (is_ball_v<S> || is_arb_v<S>)
     M = product<S>(X, bproj_matrix(L, X.cols()));
   else
     M = X * bproj_matrix(L, X.cols());
@@ -727,6 +732,11 @@ Mat<S> forward(const Network<S>& net, const Mat<S>& x, const EvalOptions& opt, A
           throw Error("sub-layer " + std::to_string(i) + " (" + net.arch.layers[i].describe() +
                       "): an enclosure beyond the range of " + Scalar<S>::name +
                       " (a value or its radius past 1.8e308)");
+    if constexpr (is_arb_v<S>)
+      for (const S& v : Z.reshaped())
+        if (!arb_is_finite(v.get()))
+          throw Error("sub-layer " + std::to_string(i) + " (" + net.arch.layers[i].describe() +
+                      "): an enclosure that is not finite (no information left)");
     if constexpr (std::is_floating_point_v<S>)
       if (!Z.allFinite())
         throw Error("sub-layer " + std::to_string(i) + " (" + net.arch.layers[i].describe() +
@@ -756,8 +766,8 @@ Mat<S> forward(const Network<S>& net, const Mat<S>& x, const EvalOptions& opt, A
       mixer(L, in, Z);
   };
   for (std::size_t i = 0; i < net.layers.size(); ++i) {
-    if constexpr (is_ball_v<S>) {  // a ball's error (a NaN, an operation outside its domain) names the
-                                   // sub-layer
+    if constexpr (is_ball_v<S> || is_arb_v<S>) {  // a ball's error (a NaN, an operation outside its
+                                                  // domain) names the sub-layer
       try {
         sub_layer(i);
       } catch (const Error& e) {
@@ -777,7 +787,7 @@ Mat<S> forward(const Network<S>& net, const Mat<S>& x, const EvalOptions& opt, A
   }
   if (a.readout > 0) {
     Mat<S> y;
-    if constexpr (is_ball_v<S>)
+    if constexpr (is_ball_v<S> || is_arb_v<S>)
       y = product<S>(net.readout_w, Z);
     else
       y = net.readout_w * Z;

@@ -8,8 +8,10 @@
 #include <cmath>
 #include <cstdio>
 #include <exception>
+#include <map>
 
 #include "../chunks.hpp"
+#include "../model/arb.hpp"
 #include "uatlab/io/model_file.hpp"
 #include "uatlab/limits.hpp"
 #include "uatlab/verify/bounds.hpp"
@@ -36,6 +38,8 @@ double widest(const Mat<S>& m) {
   for (const S& v : m.reshaped()) {
     if constexpr (is_ball_v<S>)
       w = std::max(w, 2 * v.r);
+    else if constexpr (is_arb_v<S>)
+      w = std::max(w, 2 * mag_get_d(arb_radref(v.get())));  // an upper bound, doubled exactly
     else
       w = std::max(w, to_double_up(mp::width(v)));
   }
@@ -54,7 +58,7 @@ double widest_relative(const Mat<S>& m) {
 
 template <class S>
 Mat<Mpfi> as_mpfi(const Mat<S>& y) {
-  if constexpr (is_ball_v<S>)
+  if constexpr (is_ball_v<S> || is_arb_v<S>)
     return y.unaryExpr([](const S& v) { return to_mpfi(v); });
   else
     return y;
@@ -68,12 +72,59 @@ std::string number_text(double w) {
   return t;
 }
 
+// A tier's enclosure y of one sequence: it replaces the one before when narrower.
+template <class S>
+bool record(CertifiedOutput& o, const std::string& tier, const Mat<S>& y, std::vector<double> widths,
+            const CertifiedOptions& opt, const std::string& seconds) {
+  Mat<Mpfi> enclosure = as_mpfi(y);
+  double rel = 0;
+  for (const Mpfi& v : enclosure.reshaped())
+    rel = std::max(rel, relative_width(v));
+  o.tried.push_back(tier + ": " + upper_text(rel, 3) + seconds);
+  if (!(rel < o.relative_width) && !o.tier.empty()) return false;
+  o.y = std::move(enclosure), o.tier = tier, o.relative_width = rel, o.reached = rel <= opt.max_width;
+  o.layer_widths = opt.layer_widths ? std::move(widths) : std::vector<double>{};
+  return o.reached;
+}
+
+// The bits a tier of `bits` whose widths grew as `widths` (the input, then after each sub-layer) up
+// to where it stopped would need for the target: the growth per sub-layer so far, continued to the
+// output (a guess for speed alone; it decides no enclosure). 0 where the widths tell nothing.
+double bits_from_growth(const std::vector<double>& widths, std::size_t layers, double bits, double target) {
+  std::size_t a = 0;
+  while (a < widths.size() && !(widths[a] > 0))
+    ++a;
+  std::size_t b = widths.size();
+  while (b > a + 1 && !(std::isfinite(widths[b - 1]) && widths[b - 1] > 0))
+    --b;
+  if (b < a + 2) return 0;
+  const double last = widths[b - 1], rate = std::pow(last / widths[a], 1.0 / static_cast<double>(b - 1 - a)),
+               end = std::log2(last) + std::log2(std::max(rate, 1.0)) * static_cast<double>(layers + 2 - b);
+  return bits + std::max(end - std::log2(target), 0.0) + 8;
+}
+
+// A tier's error on one sequence, with the widths up to where it stopped; a sequence that no tier
+// has enclosed yet gets the whole line.
+void record_error(CertifiedOutput& o, const std::string& tier, const std::string& error,
+                  const std::vector<double>& widths, const Architecture& arch, Eigen::Index tokens) {
+  std::string text;
+  for (double w : widths)
+    text += (text.empty() ? "" : ", ") + upper_text(w, 3);
+  o.tried.push_back(tier + ": " + error + (text.empty() ? "" : "; widest enclosures up to there: " + text));
+  if (o.tier.empty() && o.y.size() == 0)
+    o.y = Mat<Mpfi>::Constant(arch.out_dim(), arch.pool ? 1 : tokens, hull(Mpfr(-kInf), Mpfr(kInf)));
+}
+
+Eigen::Index tokens_of(const Dataset& ds, const Sequence& s) {
+  return ds.token_input ? static_cast<Eigen::Index>(s.tokens.size()) : s.x.cols();
+}
+
 // One tier over the pending sequences: each one's result replaces the one before when it is
 // narrower; the sequences that reach the width leave `pending`.
 template <class S>
 void run_tier(const Loader<S>& load, const std::string& what, const Dataset& ds, const std::string& tier,
               const CertifiedOptions& opt, const OnProgress& progress, std::vector<long>& pending,
-              std::vector<CertifiedOutput>& out) {
+              std::vector<CertifiedOutput>& out, std::vector<double>& need) {
   // Balls: the numbers, and a product's copies (its midpoints, radii and slices: about 15 numbers
   // of each entry of a block of at most 4,096 rows of the widest matrix).
   const Network<S> net = load([&](const Architecture& arch) {
@@ -89,6 +140,7 @@ void run_tier(const Loader<S>& load, const std::string& what, const Dataset& ds,
                   number_text(bytes / (1LL << 30)) + " GiB, over the budget (UATLAB_MEMORY_GIB)");
   });
   const long n = static_cast<long>(pending.size());
+  const double tier_bits = std::stod(tier.substr(tier.find(':') + 1));  // ball:53, ball:113, interval:B
   std::vector<char> done(static_cast<std::size_t>(n), 0);
   auto one = [&](long j) {
     const long i = pending[static_cast<std::size_t>(j)];
@@ -100,8 +152,8 @@ void run_tier(const Loader<S>& load, const std::string& what, const Dataset& ds,
              number_text(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()) +
              " s)";
     };
-    Activations<S> capture;  // kept past an error: the widths up to the sub-layer that failed
-    Activations<S>* cap = opt.layer_widths || std::is_same_v<S, Ball53> ? &capture : nullptr;
+    Activations<S> capture;          // kept past an error: the widths up to the sub-layer that failed
+    Activations<S>* cap = &capture;  // its widths also guess the bits a later tier needs
     try {
       EvalOptions eval;
       const std::size_t layers = net.layers.size();
@@ -127,29 +179,20 @@ void run_tier(const Loader<S>& load, const std::string& what, const Dataset& ds,
       };
       const Mat<S> y = ds.token_input ? forward_tokens(net, s.tokens, eval, cap)
                                       : forward(net, matrix_cast<S>(s.x), eval, cap);
-      Mat<Mpfi> enclosure = as_mpfi(y);
-      double rel = 0;
-      for (const Mpfi& v : enclosure.reshaped())
-        rel = std::max(rel, relative_width(v));
-      o.tried.push_back(tier + ": " + upper_text(rel, 3) + seconds());
-      if (!(rel < o.relative_width) && !o.tier.empty()) return;
-      o.y = std::move(enclosure), o.tier = tier, o.relative_width = rel, o.reached = rel <= opt.max_width;
-      o.layer_widths.clear();
+      std::vector<double> widths;
       for (const Mat<S>& r : capture.residual)
-        o.layer_widths.push_back(widest(r));
-      if (cap) o.layer_widths.push_back(widest(y));
-      done[static_cast<std::size_t>(j)] = o.reached;
+        widths.push_back(widest(r));
+      if (cap) widths.push_back(widest(y));
+      need[static_cast<std::size_t>(i)] =
+          bits_from_growth(widths, net.arch.layers.size(), tier_bits, opt.max_width);
+      done[static_cast<std::size_t>(j)] = record(o, tier, y, std::move(widths), opt, seconds());
     } catch (const std::exception& e) {
-      std::string widths;
+      std::vector<double> widths;
       for (const Mat<S>& r : capture.residual)
-        widths += (widths.empty() ? "" : ", ") + upper_text(widest(r), 3);
-      o.tried.push_back(tier + ": " + e.what() + seconds() +
-                        (widths.empty() ? "" : "; widest enclosures up to there: " + widths));
-      if (o.tier.empty() && o.y.size() == 0) {  // no enclosure yet: the whole line, until a tier gives one
-        const Eigen::Index tokens = ds.token_input ? static_cast<Eigen::Index>(s.tokens.size()) : s.x.cols();
-        o.y = Mat<Mpfi>::Constant(net.arch.out_dim(), net.arch.pool ? 1 : tokens,
-                                  hull(Mpfr(-kInf), Mpfr(kInf)));
-      }
+        widths.push_back(widest(r));
+      record_error(o, tier, e.what() + seconds(), widths, net.arch, tokens_of(ds, s));
+      need[static_cast<std::size_t>(i)] =
+          bits_from_growth(widths, net.arch.layers.size(), tier_bits, opt.max_width);
     }
   };
   if (n == 1) {  // one sequence: Eigen's products may use every thread
@@ -166,14 +209,143 @@ void run_tier(const Loader<S>& load, const std::string& what, const Dataset& ds,
   pending = std::move(rest);
 }
 
-// The bits an MPFI evaluation needs for the widths, from the narrowest enclosure a ball tier gave:
-// the widths scale about as 2^-bits (docs/certified.md); 128 where no ball tier gave one.
-unsigned bits_for(const std::vector<long>& pending, const std::vector<CertifiedOutput>& out, double target) {
+// Ball53 → Arb exactly: the midpoint, and the radius rounded up (mag_set_d).
+Arb arb_of(const Ball53& x) {
+  Arb y(x.m);
+  mag_set_d(arb_radref(y.get()), x.r);
+  return y;
+}
+
+// The sub-layers [first, last) of an architecture, with the input's projection and the positions
+// where first is 0 and the pooling and readout where last is the end: run in turn, the pieces
+// are the whole forward pass (each sub-layer maps the residual stream).
+Architecture piece_of(const Architecture& src, std::size_t first, std::size_t last) {
+  Architecture a;
+  a.d = src.d;
+  if (first == 0) a.input = src.input, a.max_len = src.max_len;
+  if (last == src.layers.size()) a.readout = src.readout, a.pool = src.pool;
+  a.layers.assign(src.layers.begin() + static_cast<long>(first),
+                  src.layers.begin() + static_cast<long>(last));
+  return a;
+}
+
+// That piece of a network in Arb: the Arb tier holds one piece's weights in Arb at a time (a
+// GPT-2's would take 7 GiB) beside the Ball53 network it reads them from.
+Network<Arb> arb_piece(const Network<Ball53>& net, std::size_t first, std::size_t last) {
+  std::map<std::string, const Mat<Ball53>*> from;
+  net.for_each_tensor([&](const std::string& name, const Mat<Ball53>& m, Layout) { from[name] = &m; });
+  Network<Arb> piece(piece_of(net.arch, first, last));
+  piece.for_each_tensor([&](const std::string& name, Mat<Arb>& m, Layout) {
+    std::string key = name;  // the piece's layers.j.* is the network's layers.(first + j).*
+    if (name.rfind("layers.", 0) == 0) {
+      const std::size_t dot = name.find('.', 7);
+      key = "layers." + std::to_string(first + std::stoul(name.substr(7, dot - 7))) + name.substr(dot);
+    }
+    m = from.at(key)->unaryExpr([](const Ball53& x) { return arb_of(x); });
+  });
+  return piece;
+}
+
+// The Arb tier at the MPFR precision in force: the pending sequences through the network one
+// sub-layer at a time, each sub-layer's weights made Arb balls once for all the sequences. It runs
+// only where every weight is a double (false otherwise: the exact rationals of a construction, which
+// ball:53 holds with their rounding as radius, are MPFI's).
+bool run_arb_tier(const Loader<Ball53>& load, const std::string& what, const Dataset& ds,
+                  const std::string& tier, const CertifiedOptions& opt, const OnProgress& progress,
+                  std::vector<long>& pending, std::vector<CertifiedOutput>& out, std::vector<double>& need) {
+  const Network<Ball53> net = load([&](const Architecture& arch) {
+    long long piece = 0;  // the largest piece's numbers
+    for (std::size_t i = 0; i < std::max<std::size_t>(arch.layers.size(), 1); ++i)
+      piece = std::max(piece, piece_of(arch, i, std::min(i + 1, arch.layers.size())).parameter_count());
+    // The Ball53 network, one piece in Arb, the passes' balls (with their midpoints' limbs) and
+    // a product's copies: Arb's matrices of the right factor and of 512 rows of the left per thread.
+    const double params = static_cast<double>(arch.parameter_count()),
+                 numbers = static_cast<double>(evaluation_numbers(arch, ds, false)) - params,
+                 ball = static_cast<double>(sizeof(Arb)) + static_cast<double>(mpfr_bits()) / 8,
+                 bytes = params * sizeof(Ball53) + static_cast<double>(piece) * sizeof(Arb) +
+                         numbers * ball * 3 +
+                         omp_get_max_threads() * 512.0 * static_cast<double>(arch.d) * 4 * ball;
+    if (bytes > static_cast<double>(limits::memory_budget()))
+      throw Error("certified evaluation of " + what + " in " + tier + " needs about " +
+                  number_text(bytes / (1LL << 30)) + " GiB, over the budget (UATLAB_MEMORY_GIB)");
+  });
+  bool exact = true;
+  net.for_each_tensor([&](const Mat<Ball53>& m) {
+    for (const Ball53& w : m.reshaped())
+      exact = exact && w.r == 0;
+  });
+  if (!exact) return false;
+  const auto start = std::chrono::steady_clock::now();
+  const std::size_t layers = net.arch.layers.size(), pieces = std::max<std::size_t>(layers, 1);
+  const long n = static_cast<long>(pending.size());
+  std::vector<Mat<Arb>> z(static_cast<std::size_t>(n));
+  std::vector<std::vector<double>> widths(z.size());
+  std::vector<std::string> error(z.size());
+  for (std::size_t j = 0; j < z.size(); ++j) {  // the inputs, exactly
+    const Sequence& s = ds.sequences[static_cast<std::size_t>(pending[j])];
+    if (ds.token_input)
+      z[j] = embed_tokens(net, s.tokens).unaryExpr([](const Ball53& x) { return arb_of(x); });
+    else
+      z[j] = matrix_cast<Arb>(s.x);
+  }
+  for (std::size_t p = 0; p < pieces; ++p) {
+    const Network<Arb> piece = arb_piece(net, p, std::min(p + 1, layers));
+    auto one = [&](long j) {
+      const std::size_t k = static_cast<std::size_t>(j);
+      if (!error[k].empty()) return;
+      try {
+        Activations<Arb> cap;
+        z[k] = forward(piece, z[k], {}, &cap);
+        if (p == 0) widths[k].push_back(widest(cap.residual.front()));
+        if (layers > 0) widths[k].push_back(widest(cap.residual.back()));
+      } catch (const std::exception& e) {
+        std::string m = e.what();  // the piece's sub-layer 0 is the network's p
+        if (m.rfind("sub-layer 0 ", 0) == 0) m = "sub-layer " + std::to_string(p) + m.substr(11);
+        error[k] = m;
+      }
+    };
+    if (n == 1)  // one sequence: Arb's products may use every thread
+      one(0);
+    else
+      in_parallel_chunks(n, one, [](long) { return true; });
+    report(progress, "certified " + tier + ", sub-layer", static_cast<long long>(p) + 1,
+           static_cast<long long>(pieces));
+  }
+  const std::string seconds =
+      " (" + number_text(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()) +
+      " s)";
+  std::vector<long> rest;
+  for (std::size_t j = 0; j < z.size(); ++j) {
+    CertifiedOutput& o = out[static_cast<std::size_t>(pending[j])];
+    const Sequence& s = ds.sequences[static_cast<std::size_t>(pending[j])];
+    bool reached = false;
+    if (!error[j].empty()) {
+      record_error(o, tier, error[j] + seconds, widths[j], net.arch, tokens_of(ds, s));
+      need[static_cast<std::size_t>(pending[j])] =
+          bits_from_growth(widths[j], layers, mpfr_bits(), opt.max_width);
+    } else {
+      widths[j].push_back(widest(z[j]));
+      need[static_cast<std::size_t>(pending[j])] =
+          bits_from_growth(widths[j], layers, mpfr_bits(), opt.max_width);
+      reached = record(o, tier, z[j], std::move(widths[j]), opt, seconds);
+    }
+    if (!reached) rest.push_back(pending[j]);
+  }
+  pending = std::move(rest);
+  return true;
+}
+
+// The bits an Arb or MPFI evaluation needs for the widths, from the narrowest enclosure a ball tier
+// gave (the widths scale about as 2^-bits, docs/certified.md) or, where none gave one, from the
+// growth of the widths before a tier failed; 128 where neither tells.
+unsigned bits_for(const std::vector<long>& pending, const std::vector<CertifiedOutput>& out,
+                  const std::vector<double>& guess, double target) {
   double need = 128;
   for (long i : pending) {
     const CertifiedOutput& o = out[static_cast<std::size_t>(i)];
+    need = std::max(need, guess[static_cast<std::size_t>(i)]);
     if (o.tier.empty() || !std::isfinite(o.relative_width)) continue;
-    const double from = o.tier == "ball:113" ? 113 : 53;
+    const double from = std::stod(o.tier.substr(o.tier.find(':') + 1));  // ball:53, ball:113, arb:B
     need = std::max(need, from + std::log2(std::max(o.relative_width / target, 1.0)) + 8);
   }
   return static_cast<unsigned>(std::min(need, 1e7));
@@ -215,24 +387,28 @@ std::vector<CertifiedOutput> certified_eval(const NetworkSource& src, const Data
   std::vector<long> pending(ds.sequences.size());
   for (std::size_t i = 0; i < pending.size(); ++i)
     pending[i] = static_cast<long>(i);
+  std::vector<double> need(ds.sequences.size(), 0);  // bits guessed from a failed tier's widths
   {
     MpfrPrecision scope(64);  // the transcendental enclosures of ball:53
-    run_tier<Ball53>(src.ball53, src.name, ds, "ball:53", opt, progress, pending, out);
+    run_tier<Ball53>(src.ball53, src.name, ds, "ball:53", opt, progress, pending, out, need);
   }
   if (!pending.empty()) {
     MpfrPrecision scope(128);
-    run_tier<Ball113>(src.ball113, src.name, ds, "ball:113", opt, progress, pending, out);
+    run_tier<Ball113>(src.ball113, src.name, ds, "ball:113", opt, progress, pending, out, need);
   }
-  const unsigned first_bits = bits_for(pending, out, opt.max_width);
+  const unsigned first_bits = bits_for(pending, out, need, opt.max_width);
+  bool arb = true;  // Arb where the weights are doubles, else MPFI
   for (unsigned bits = first_bits; !pending.empty() && bits <= opt.max_bits; bits *= 2) {
     MpfrPrecision scope(bits);
-    run_tier<Mpfi>(src.mpfi, src.name, ds, "interval:" + std::to_string(bits), opt, progress, pending, out);
+    const std::string b = std::to_string(bits);
+    if (arb) arb = run_arb_tier(src.ball53, src.name, ds, "arb:" + b, opt, progress, pending, out, need);
+    if (!arb) run_tier<Mpfi>(src.mpfi, src.name, ds, "interval:" + b, opt, progress, pending, out, need);
   }
   if (opt.max_bits > 0 && first_bits > opt.max_bits)  // said, so that a user knows what to ask for
     for (long i : pending)
-      out[static_cast<std::size_t>(i)].tried.push_back("interval: about " + std::to_string(first_bits) +
-                                                       " bits needed, over max_bits " +
-                                                       std::to_string(opt.max_bits));
+      out[static_cast<std::size_t>(i)].tried.push_back(
+          std::string(arb ? "arb" : "interval") + ": about " + std::to_string(first_bits) +
+          " bits needed, over max_bits " + std::to_string(opt.max_bits));
   for (CertifiedOutput& o : out)
     if (o.tier.empty()) o.tier = "none";  // every tier failed: the whole line, its errors in tried
   return out;

@@ -3,8 +3,10 @@
 //
 // Tiers, tried per sequence in order until the widths are reached: ball:53 (double midpoints),
 // ball:113 (binary128 midpoints), both with double radii and dense products (model/ball.hpp), then
-// MPFI (the reference path) at the bits the best ball width asks for, doubled up to max_bits. A
-// sequence that no tier brings to the width keeps its narrowest enclosure, marked not reached.
+// Arb's balls (model/arb.hpp, one sub-layer's weights at a time) at the bits the best ball width asks
+// for, doubled up to max_bits; MPFI (the reference path) instead of Arb where a weight is no double
+// (an exact rational of a construction). A sequence that no tier brings to the width keeps its
+// narrowest enclosure, marked not reached.
 #pragma once
 
 #include <functional>
@@ -20,13 +22,14 @@ namespace uatlab {
 
 struct CertifiedOptions {
   double max_width = 1e-9;   // every output's width ≤ max_width · max(1, |y|)
-  unsigned max_bits = 256;   // the MPFI tier's limit (0: no MPFI tier)
+  unsigned max_bits = 256;   // the Arb and MPFI tiers' limit (0: neither)
   bool layer_widths = true;  // record the widest enclosure after each sub-layer
 };
 
 struct CertifiedOutput {
   Mat<Mpfi> y;                       // the enclosure of the outputs (out_dim × n)
-  std::string tier;                  // the tier that gave it: "ball:53", "ball:113", "interval:BITS";
+  std::string tier;                  // the tier that gave it: "ball:53", "ball:113", "arb:BITS",
+                                     // "interval:BITS";
                                      // "none": every tier failed (y the whole line, tried says why)
   bool reached = false;              // every width ≤ max_width · max(1, |y|)
   double relative_width = kInf;      // max of width / max(1, |y|), rounded up

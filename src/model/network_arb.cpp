@@ -1,0 +1,5 @@
+#include "network_impl.hpp"
+
+namespace uatlab {
+UATLAB_INSTANTIATE_NETWORK(Arb)
+}  // namespace uatlab
