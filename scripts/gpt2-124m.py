@@ -9,7 +9,7 @@ usage: /usr/bin/python3 scripts/gpt2-124m.py BUILD_DIR [TOKENS] [--mpfi] [--cert
   TOKENS: the sequence length of the evaluated sequence (default 8); --mpfi also evaluates it in
   MPFI at 53 bits (about 20 GiB: set UATLAB_MEMORY_GIB above it, on a machine that has it);
   --certified also encloses every logit with the certified engine (eval --precision certified
-  --max-width WIDTH, default 1e-6, ball arithmetic only) and prints its tiers and the widest
+  --max-width WIDTH, default 1e-6, --max-bits 1024) and prints its tiers and the widest
   enclosure after each sub-layer (docs/certified.md).
 Needs no numpy: each tensor repeats a seeded Gaussian block of 4,099 values (a prime length).
 """
@@ -24,13 +24,12 @@ import sys
 import tempfile
 import time
 
-BUILD = sys.argv[1]
-TOKENS = int(sys.argv[2]) if len(sys.argv) > 2 and not sys.argv[2].startswith("--") else 8
-UATLAB = os.path.join(BUILD, "uatlab")
 D, H, L, V, P = 768, 12, 12, 50257, 1024
 
 
 def write_checkpoint(folder):
+    """GPT-2 small's layout with seeded weights into folder (model.safetensors, config.json); also
+    bench/run_engine.py --gpt2's model. Returns the number of weights."""
     rng = random.Random(0)
     shapes = {"wte.weight": (V, D), "wpe.weight": (P, D), "ln_f.weight": (D,), "ln_f.bias": (D,)}
     for i in range(L):
@@ -64,9 +63,10 @@ def write_checkpoint(folder):
 
 
 def measured(what, args):
+    uatlab = os.path.join(sys.argv[1], "uatlab")
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     t0 = time.time()
-    r = subprocess.run([UATLAB] + args, capture_output=True, text=True)
+    r = subprocess.run([uatlab] + args, capture_output=True, text=True)
     wall = time.time() - t0
     peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss  # KiB, the largest child so far
     if r.returncode != 0:
@@ -77,29 +77,30 @@ def measured(what, args):
 
 
 def main():
+    tokens = int(sys.argv[2]) if len(sys.argv) > 2 and not sys.argv[2].startswith("--") else 8
     with tempfile.TemporaryDirectory() as tmp:
         folder = os.path.join(tmp, "gpt2-124m")
         os.makedirs(folder)
         n = write_checkpoint(folder)
         size = os.path.getsize(os.path.join(folder, "model.safetensors"))
-        print(f"checkpoint: {n:,} weights, {size / 1e6:.0f} MB (F32); sequence of {TOKENS} tokens")
+        print(f"checkpoint: {n:,} weights, {size / 1e6:.0f} MB (F32); sequence of {tokens} tokens")
         data = os.path.join(tmp, "one.jsonl")
         with open(data, "w") as f:
-            f.write(json.dumps({"tokens": [(7 * i + 3) % V for i in range(TOKENS)]}) + "\n")
+            f.write(json.dumps({"tokens": [(7 * i + 3) % V for i in range(tokens)]}) + "\n")
         info = measured("info", ["info", folder])
         assert f"parameters  {n + V * D + V}" in info, info  # + the readout: a copy of wte, zero bias
         measured("convert to uatlab's safetensors", ["convert", folder, os.path.join(tmp, "as-uatlab.safetensors")])
         os.remove(os.path.join(tmp, "as-uatlab.safetensors"))
         out = measured("eval, float64", ["eval", folder, data])
         y = json.loads(out)["y"]
-        assert len(y) == TOKENS and len(y[0]) == V, "per-token logits"
+        assert len(y) == tokens and len(y[0]) == V, "per-token logits"
         if "--certified" in sys.argv:
             at = sys.argv.index("--certified") + 1
             width = sys.argv[at] if at < len(sys.argv) and not sys.argv[at].startswith("--") else "1e-6"
             out = measured("eval, certified", ["eval", folder, data, "--precision", "certified",
-                                                "--max-width", width, "--max-bits", "0"])
+                                                "--max-width", width, "--max-bits", "1024"])
             line = json.loads(out)
-            assert len(line["lo"]) == TOKENS and len(line["lo"][0]) == V
+            assert len(line["lo"]) == tokens and len(line["lo"][0]) == V
             rw = line["relative_width"]
             print(f"  tier {line['tier']}, reached {line['reached']} (width {width}), widest relative width "
                   f"{rw}")  # the JSON's number itself: a bound, not rounded again
@@ -110,7 +111,7 @@ def main():
         if "--mpfi" in sys.argv:
             out = measured("eval, MPFI 53 bits", ["eval", folder, data, "--precision", "interval:53"])
             lo = json.loads(out)["lo"]
-            assert len(lo) == TOKENS and len(lo[0]) == V
+            assert len(lo) == tokens and len(lo[0]) == V
 
 
 if __name__ == "__main__":
