@@ -32,8 +32,11 @@ PACKAGES=(
 # shellcheck disable=SC2086
 "$ROOT/scripts/install.sh" "${PACKAGES[@]}" ${EXTRA_PACKAGES:-}
 
+# Warnings are errors for both set-up commands: the library's objects then compile with the same
+# flags in scripts/run.sh and scripts/test.sh, and test.sh after run.sh compiles only what run.sh did
+# not (the tests, benchmarks and Python module; docs/building.md). CMAKE_EXTRA comes last and wins.
 # shellcheck disable=SC2086
-cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release ${CMAKE_EXTRA:-} >/dev/null
+cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DUATLAB_WERROR=ON ${CMAKE_EXTRA:-} >/dev/null
 # One compile per core: Ninja's default (cores + 2) runs four heavy template files at once on 2 cores,
 # and the build took longer for it (docs/building.md).
 # shellcheck disable=SC2086
