@@ -117,8 +117,8 @@ void AffineForward::group(Sub& s, const Layer<Rational>& L, const std::vector<Ra
     Eigen::Index u1 = u0 + 1;
     for (; f < in && u1 < q && u1 - u0 < max_group && L.w1(u1, f) != 0; ++u1) {
       const Rational r = L.w1(u1, f) / L.w1(u0, f);
-      bool same = true;
-      for (Eigen::Index k = f; k < in && same; ++k)
+      bool same = true;  // every entry, those before f included: (1, 1) is no multiple of (0, 1)
+      for (Eigen::Index k = 0; k < in && same; ++k)
         same = L.w1(u1, k) == r * L.w1(u0, k);
       if (!same) break;
       a.push_back(r);
