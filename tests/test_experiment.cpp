@@ -19,6 +19,7 @@
 #include "../src/experiment/wang_e.hpp"
 #include "sign_classes.hpp"
 #include "uatlab/experiment/approximate.hpp"
+#include "uatlab/experiment/contextual.hpp"
 #include "uatlab/experiment/experiment.hpp"
 #include "uatlab/experiment/fang.hpp"
 #include "uatlab/experiment/memorization.hpp"
@@ -810,4 +811,75 @@ TEST(Experiment, BoundedGainFitBoundsTheLeastErrorFromBothSides) {
     last = f.error;
   }
   EXPECT_THROW(wang_e::bounded_gain_fit(spike, false, rates, 0, 10), Error);
+}
+
+// Certified bounds in the experiments' tables are printed rounded the safe way (issue 78): the
+// sweep over c writes log10 δ's lower bound rounded down, yun-certified its upper bounds rounded up.
+// Each value is one that rounding to nearest at the printed digits moves to the wrong side.
+namespace {
+std::vector<std::vector<std::string>> csv_rows(const std::string& path) {
+  std::vector<std::vector<std::string>> rows;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) {
+    std::vector<std::string> cells;
+    std::stringstream s(line);
+    for (std::string cell; std::getline(s, cell, ',');)
+      cells.push_back(cell);
+    rows.push_back(cells);
+  }
+  return rows;
+}
+}  // namespace
+
+TEST(Experiment, TheSweepOverCPrintsItsLowerBoundsRoundedDown) {
+  kajitsuka::ScaleSweep sw;
+  for (double lo : {-4.9209612, -2.3190249, -1430.7549}) {
+    kajitsuka::ScalePoint p;
+    p.c = -lo;
+    p.separation.certified = true;
+    p.separation.log10_delta = p.separation.log10_delta_lo = p.separation.log10_delta_same_token = lo;
+    p.bits = 68;
+    sw.points.push_back(p);
+  }
+  const std::string dir = fresh_dir("uatlab-sweep-c");
+  write_scale_sweep(sw, "canned", dir);
+  const auto rows = csv_rows(dir + "/sweep_c.csv");
+  ASSERT_EQ(rows.size(), sw.points.size() + 1);
+  ASSERT_EQ(rows[0][2], "log10_delta_certified_lower");
+  for (std::size_t i = 0; i < sw.points.size(); ++i)
+    EXPECT_LE(std::stod(rows[i + 1][2]), sw.points[i].separation.log10_delta_lo) << rows[i + 1][2];
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Experiment, YunCertifiedPrintsItsUpperBoundsRoundedUp) {
+  const double bound = 0.70710678;  // "0.7071" to nearest
+  json net = {{"mc_d1", 0.5},
+              {"cert_d1_regular_cells", bound},
+              {"mc_d2", 0.5},
+              {"cert_d2_regular_cells", bound},
+              {"excluded_measure", 0.0},
+              {"sup_excluded", bound},
+              {"cert_d1", bound},
+              {"cert_d2", bound},
+              {"sup_distinct", bound},
+              {"cells", 1},
+              {"boxes", 1}};
+  const json line = {{"result",
+                      {{"target", "tokenwise-sin"},
+                       {"construction", "yun"},
+                       {"K", 4},
+                       {"modified", net},
+                       {"standard", net}}}};
+  const std::string dir = fresh_dir("uatlab-yun-certified");
+  find_experiment("yun-certified").report({line}, Outputs{dir, "yun-certified"}, Context{});
+  const auto rows = csv_rows(dir + "/yun-certified.csv");
+  ASSERT_EQ(rows.size(), 3u);
+  long checked = 0;
+  for (std::size_t c = 0; c < rows[0].size(); ++c)
+    if (rows[0][c].rfind("certified", 0) == 0) {
+      for (std::size_t r = 1; r < rows.size(); ++r, ++checked)
+        EXPECT_GE(std::stod(rows[r][c]), bound) << rows[0][c] << ": " << rows[r][c];
+    }
+  EXPECT_EQ(checked, 12);  // six certified columns, two networks
+  std::filesystem::remove_all(dir);
 }

@@ -256,10 +256,13 @@ TEST(Hostile, CommandLineRefusalsNameTheFlagAndWriteNothing) {
   EXPECT_EQ(r.out.find("[ "), std::string::npos) << "--quiet printed progress";
   EXPECT_TRUE(fs::exists(out) && fs::file_size(beside) > 100);
   // A check that fails is a failure: Lemma 6 does not hold for n = 1.
-  r = run_cli("approximate tokenwise-sin --d 1 --n 1 --K 2 --report " + tmp("n1.json"));
+  // Nothing is written, the networks included (issue 78: both were left on disk).
+  r = run_cli("approximate tokenwise-sin --d 1 --n 1 --K 2 --report " + tmp("n1.json") + " -o " +
+              tmp("n1.safetensors") + " --standard-out " + tmp("n1-standard.safetensors"));
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.out.find("Lemma 6 does not hold"), std::string::npos) << r.out;
-  EXPECT_FALSE(fs::exists(tmp("n1.json")));
+  for (const char* f : {"n1.json", "n1.safetensors", "n1-standard.safetensors"})
+    EXPECT_FALSE(fs::exists(tmp(f))) << f;
 
   ASSERT_EQ(run_cli("init --d 1 --layer attention:score=hardmax -o " + tmp("hm.safetensors")).code, 0);
   std::ofstream(tmp("hm.jsonl")) << "{\"x\": [[1], [2]]}\n";

@@ -15,6 +15,7 @@
 #include "uatlab/io/json.hpp"
 #include "uatlab/io/model_file.hpp"
 #include "uatlab/io/report.hpp"
+#include "uatlab/verify/bounds.hpp"
 #include "uatlab/verify/precision.hpp"
 
 namespace uatlab::experiment {
@@ -67,6 +68,9 @@ Approximation approximate(const yun::Target& f, int K, const ApproximateOptions&
     r.report["lemma6"] = c.report();
     if (c.max_abs_gc > Scalar<Rational>::to_double(m.plan.M))
       throw Error("an entry of g_c exceeds the bound M: the value map would be wrong");
+    // A network that failed its check is refused before anything is written (a sweep, which
+    // writes no network, reports the failure instead).
+    if (!o.out.empty() || !o.standard_out.empty()) require_checks_passed(r);
   }
   if (kaj && !o.lambda.empty())
     throw Error("--lambda: Proposition 1's attention is softmax already, there is no hardmax to replace");
@@ -321,8 +325,8 @@ Experiment yun_certified() {
                         "boxes"};
     std::vector<Row> rows;
     std::map<std::string, Series> series;
-    auto text = [](const json& x) {
-      return x.is_number() ? fixed(x.get<double>(), 4) : x.get<std::string>();
+    auto text = [](const json& x) {  // a certified upper bound: printed rounded up
+      return x.is_number() ? upper_text(x.get<double>(), 4) : x.get<std::string>();
     };
     for (const json& l : lines) {
       const json& r = l.at("result");

@@ -13,6 +13,7 @@
 #include "uatlab/io/json.hpp"
 #include "uatlab/io/report.hpp"
 #include "uatlab/model/init.hpp"
+#include "uatlab/verify/bounds.hpp"
 
 namespace uatlab::experiment {
 
@@ -302,7 +303,7 @@ std::string write_scale_sweep(const kajitsuka::ScaleSweep& sw, const std::string
   double ymin = 1e300, ymax = 0;
   for (const auto& p : sw.points) {
     const auto& s = p.separation;
-    rows.push_back({fixed(p.c, 6), fixed(s.log10_delta, 6), fixed(s.log10_delta_lo, 6),
+    rows.push_back({fixed(p.c, 6), fixed(s.log10_delta, 6), lower_text(s.log10_delta_lo, 6),
                     fixed(s.log10_delta_same_token, 6), s.certified ? "yes" : "no", std::to_string(p.bits)});
     if (s.certified && s.log10_delta_lo < 0) {
       certified.x.push_back(p.c), certified.y.push_back(-s.log10_delta_lo);
