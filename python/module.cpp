@@ -567,7 +567,7 @@ PYBIND11_MODULE(_core, m) {
       [](const PyNetwork& n, const Dataset& ds, const std::string& labels, const std::string& tolerance,
          unsigned bits, unsigned max_bits, bool min_bits, bool rounding, bool separation, std::uint64_t seed,
          const std::string& plot, bool affine, bool direct_rounding, const std::string& epsilon,
-         int epsilon_steps, const std::string& region_method, const py::object& progress) {
+         int epsilon_steps, const std::string& region_method, bool engine, const py::object& progress) {
         refuse_nested("analyse");
         const CallbackPtr cb = callback(progress);
         AnalyseOptions o;
@@ -575,7 +575,7 @@ PYBIND11_MODULE(_core, m) {
         o.epsilon_steps = epsilon_steps, o.region_method = region_method_names.parse(region_method);
         o.labels = labels, o.tolerance = tolerance, o.bits = bits, o.max_bits = max_bits;
         o.min_bits = min_bits, o.rounding = rounding, o.separation = separation, o.seed = seed;
-        o.progress = progress_of(cb);
+        o.engine = engine, o.progress = progress_of(cb);
         return released({cb}, [&] {
           const Analysis a =
               n.as<Rational>([&](const Network<Rational>& net) { return uatlab::analyse(net, ds, o); });
@@ -587,6 +587,6 @@ PYBIND11_MODULE(_core, m) {
       py::arg("bits") = 64, py::arg("max_bits") = 4096, py::arg("min_bits") = true,
       py::arg("rounding") = true, py::arg("separation") = true, py::arg("seed") = 1, py::arg("plot") = "",
       py::arg("affine") = false, py::arg("direct_rounding") = false, py::arg("epsilon") = "",
-      py::arg("epsilon_steps") = 16, py::arg("region_method") = "intervals",
+      py::arg("epsilon_steps") = 16, py::arg("region_method") = "intervals", py::arg("engine") = true,
       py::arg("progress") = py::none());
 }

@@ -121,6 +121,59 @@ TEST(Analyse, ATrainedClassifierAndAFlippedLabel) {
   EXPECT_EQ(a.predictions.failures[0].predicted, std::to_string(label));
 }
 
+// Without the fewest-bits search, the certified engine's balls decide the predictions where they can
+// (the same verdict as MPFI's, wrong labels included) and say so; where they leave one undecided,
+// MPFI's doubling decides as before.
+TEST(Analyse, TheEngineDecidesWhereItCanAndMpfiWhereItCannot) {
+  Dataset data = memorize_task();
+  const Network<Rational> exact = trained_classifier(data);
+  data.sequences[7].y(0, 1) = (numerator(data.sequences[7].y(0, 1)).convert_to<long>() + 1) % 3;
+  AnalyseOptions o;
+  o.min_bits = false, o.separation = false;
+  const Analysis by_engine = analyse(exact, data, o);
+  o.engine = false;
+  const Analysis by_mpfi = analyse(exact, data, o);
+  EXPECT_EQ(by_engine.predictions.bits, 0u);
+  EXPECT_EQ(by_engine.predictions.tier, "ball:53");
+  EXPECT_GT(by_mpfi.predictions.bits, 0u);
+  for (const Analysis* a : {&by_engine, &by_mpfi}) {
+    EXPECT_EQ(a->predictions.tokens, 48);
+    EXPECT_EQ(a->predictions.certified, 47);
+    ASSERT_EQ(a->predictions.failures.size(), 1u);
+    EXPECT_EQ(a->predictions.failures[0].sequence, 7u);
+    EXPECT_EQ(a->predictions.failures[0].kind, FailureKind::wrong);
+    ASSERT_EQ(a->rounded.size(), 3u);
+    EXPECT_TRUE(a->rounded[0].second.all() || a->rounded[0].second.failures.front().sequence == 7u);
+  }
+  EXPECT_EQ(by_engine.report()["memorization"]["tier"], "ball:53");
+  EXPECT_FALSE(by_engine.report()["memorization"].contains("bits"));
+  EXPECT_EQ(by_mpfi.report()["memorization"]["tier"],
+            "interval:" + std::to_string(by_mpfi.report()["memorization"]["bits"].get<unsigned>()));
+  EXPECT_NE(by_engine.summary().find("the certified engine's ball:53"), std::string::npos)
+      << by_engine.summary();
+  // |y − label| ≤ 1e-30 on outputs of 4/3: too narrow for ball:53's widths (about 1e-16), not for
+  // ball:113's (1e-34); 1e-45 is too narrow for both, and MPFI's doubling certifies it at 256 bits.
+  Network<Rational> third(Architecture::from_json(
+      nlohmann::json::parse(R"({"d":1,"layers":[{"type":"feedforward","width":1}]})")));
+  third.layers[0].w1(0, 0) = 1, third.layers[0].w2(0, 0) = Rational(1, 3);  // x + relu(x)/3
+  Dataset one;
+  one.d = 1, one.label_dim = 1;
+  one.sequences.push_back(
+      {Mat<Rational>::Constant(1, 2, 1), {}, Mat<Rational>::Constant(1, 2, Rational(4, 3)), {}});
+  AnalyseOptions v;
+  v.min_bits = false, v.separation = false, v.rounding = false, v.labels = "values", v.tolerance = "1e-30";
+  const Analysis by_113 = analyse(third, one, v);
+  EXPECT_TRUE(by_113.predictions.all());
+  EXPECT_EQ(by_113.predictions.bits, 0u);
+  EXPECT_EQ(by_113.predictions.tier, "ball:113");
+  v.tolerance = "1e-45";
+  const Analysis fallback = analyse(third, one, v);
+  EXPECT_TRUE(fallback.predictions.all());
+  EXPECT_EQ(fallback.predictions.bits, 256u);
+  EXPECT_TRUE(fallback.predictions.tier.empty());
+  EXPECT_EQ(engine_predictions(third, one, LabelKind::values, parse_rational("1e-45")).certified, 0);
+}
+
 // analyse --epsilon: a sequence certified at radius ε keeps every prediction for every input in the
 // box. Points sampled in each sequence's largest certified box (corners included), evaluated in
 // 200-bit MPFR, never change the argmax; the box at ε itself is certified where the margins say so;

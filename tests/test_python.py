@@ -513,7 +513,7 @@ def test_ctrl_c_stops_memorize():
     # before, where no exception may leave, and ran to the end of the pass).
     Y = [[0] * 16 for _ in X]
     calls = [("analyse", lambda: uatlab.analyse(net, X, Y, labels="classes", bits=2048, min_bits=False,
-                                                 rounding=False, separation=False)),
+                                                 rounding=False, separation=False, engine=False)),
              ("approximate --certify", lambda: uatlab.approximate("center", 1, 2, 16, construction="kajitsuka",
                                                                   certify=True))]
     for what, call in calls:

@@ -391,7 +391,12 @@ void add_model_commands(CLI::App& app, Commands& commands) {
   a->add_option("--seed", an->opt.seed, "Seed of the random directions tried for the projection")
       ->capture_default_str();
   a->add_flag_callback(
-      "--no-min-bits", [an] { an->opt.min_bits = false; }, "Skip the search for the fewest bits");
+      "--no-min-bits", [an] { an->opt.min_bits = false; },
+      "Skip the search for the fewest bits (at points the certified engine's balls then decide the "
+      "predictions where they can, MPFI otherwise)");
+  a->add_flag_callback(
+      "--no-engine", [an] { an->opt.engine = false; },
+      "MPFI for the predictions even where the engine could");
   a->add_flag_callback(
       "--no-rounding", [an] { an->opt.rounding = false; }, "Skip float32 / bfloat16 / float16 weights");
   a->add_flag("--direct-rounding", an->opt.direct_rounding,

@@ -414,7 +414,7 @@ def train(model, X=None, Y=None, data=None, validation=None, mask=None, dtype="d
 
 def analyse(net, X, Y=None, labels="auto", tolerance="1e-6", bits=64, max_bits=4096, min_bits=True,
             rounding=True, separation=True, seed=1, plot=None, progress=None, summary=False, affine=False,
-            direct_rounding=False, epsilon=None, epsilon_steps=16, region_method="intervals"):
+            direct_rounding=False, epsilon=None, epsilon_steps=16, region_method="intervals", engine=True):
     """What the network does on labelled data, certified (docs/analyse.md): the report as a dict
     (with summary=True, also the human summary). plot: a PNG path for the separation per layer.
     affine: feed-forward sub-layers as exact affine maps on the enclosures (the deep value map).
@@ -427,7 +427,9 @@ def analyse(net, X, Y=None, labels="auto", tolerance="1e-6", bits=64, max_bits=4
     on trained models, 19-29x slower; needs softmax/linear attention and ReLU/GELU, as training
     does) or "zonotope" (affine forms over the box's coordinates, every rounding bounded: radii
     730-3,100x larger than the intervals' on trained models, a median 6.8-7.5x below an attack's, 7-21x
-    slower; no hardmax or mixers)."""
+    slower; no hardmax or mixers). engine: with min_bits=False and no epsilon, the predictions are
+    decided by the certified engine's balls where they decide every one (report["memorization"]
+    ["tier"] says which decided), MPFI otherwise; engine=False: MPFI always."""
     if not isinstance(net, Network):
         raise Error(f"analyse: net must be a uatlab.Network, got {_shown(net)}")
     tokens = net.architecture.get("vocab", 0) > 0
@@ -437,7 +439,7 @@ def analyse(net, X, Y=None, labels="auto", tolerance="1e-6", bits=64, max_bits=4
                                  "" if plot is None else _path(plot, "plot"), _flag(affine, "affine"),
                                  _flag(direct_rounding, "direct_rounding"), "" if epsilon is None else _exact(epsilon),
                                  _small(epsilon_steps, "epsilon_steps"), _text(region_method, "region_method"),
-                                 _progress(progress))
+                                 _flag(engine, "engine"), _progress(progress))
     return (_json.loads(report), text) if _flag(summary, "summary") else _json.loads(report)
 
 

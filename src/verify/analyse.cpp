@@ -103,22 +103,28 @@ Analysis analyse(const Network<Rational>& net, const Dataset& ds, const AnalyseO
   if (tol < 0) throw Error("analyse: the tolerance must be >= 0");
   const LabelKind kind = label_kind(o.labels, ds, net.arch.out_dim());
   Analysis a;
-  // Predictions, doubling the bits while some are undecided. A first pass stops at the first
-  // failure (a run with no failure is complete); the full list is computed where the doubling ends.
   auto undecided = [](const Predictions& p) {
     return std::any_of(p.failures.begin(), p.failures.end(),
                        [](const PredictionFailure& f) { return f.kind == FailureKind::undecided; });
   };
-  certify_with_doubling(o.bits, o.max_bits, [&](unsigned bits) {
-    a.predictions = certify_predictions(net, ds, kind, tol, bits, o.progress, true, o.affine);
-    if (a.predictions.all()) return true;
-    if (a.predictions.failures.front().kind == FailureKind::undecided && bits < o.max_bits) return false;
-    a.predictions = certify_predictions(net, ds, kind, tol, bits, o.progress, false, o.affine);
-    return !undecided(a.predictions);
-  });
+  // At points and without the fewest-bits search, the certified engine first: where its balls
+  // decide every prediction, no MPFI pass is needed (the separation then runs at o.bits).
+  const bool engine = o.engine && o.epsilon.empty() && !o.min_bits;
+  if (engine) a.predictions = engine_predictions(net, ds, kind, tol, o.progress);
+  // Else MPFI, doubling the bits while some are undecided. A first pass stops at the first
+  // failure (a run with no failure is complete); the full list is computed where the doubling ends.
+  if (!engine || undecided(a.predictions))
+    certify_with_doubling(o.bits, o.max_bits, [&](unsigned bits) {
+      a.predictions = certify_predictions(net, ds, kind, tol, bits, o.progress, true, o.affine);
+      if (a.predictions.all()) return true;
+      if (a.predictions.failures.front().kind == FailureKind::undecided && bits < o.max_bits) return false;
+      a.predictions = certify_predictions(net, ds, kind, tol, bits, o.progress, false, o.affine);
+      return !undecided(a.predictions);
+    });
   if (a.predictions.tokens == 0)  // zero checked predictions certify nothing
     throw Error("analyse: no prediction to check: every token of the data is masked out");
-  const unsigned bits = a.predictions.bits;
+  const bool by_engine = a.predictions.bits == 0;
+  const unsigned bits = by_engine ? o.bits : a.predictions.bits;
   // The fewest bits: a guess from the margins at `bits` first, then the bisection; every probe
   // starts with the sequences of least margin, so a failing one stops at once.
   const std::vector<std::size_t> order = a.predictions.hardest_first();
@@ -152,6 +158,7 @@ Analysis analyse(const Network<Rational>& net, const Dataset& ds, const AnalyseO
       // verdict is the one above, at the same bits.
       if (overflow == 0)
         a.rounded.emplace_back(format, changed == 0 ? a.predictions
+                                       : by_engine  ? engine_predictions(r, ds, kind, tol)
                                                     : certify_predictions(r, ds, kind, tol, bits, {},
                                                                           o.stop_early, o.affine, order));
     }
@@ -186,9 +193,17 @@ json predictions_json(const Predictions& p) {
                  {"kind", failure_kind_names(x.kind)},
                  {"label", x.label},
                  {"predicted", x.predicted}});
-  return {{"labels", label_kind_names(p.kind)}, {"tokens", p.tokens},
-          {"certified", p.certified},           {"all_certified", p.all()},
-          {"bits", mpfr_carried_bits(p.bits)},  {"failures", f}};
+  json r = {{"labels", label_kind_names(p.kind)},
+            {"tokens", p.tokens},
+            {"certified", p.certified},
+            {"all_certified", p.all()},
+            {"failures", f}};
+  if (p.bits == 0)  // the certified engine's balls decided
+    r["tier"] = p.tier;
+  else
+    r["tier"] = "interval:" + std::to_string(mpfr_carried_bits(p.bits)),
+    r["bits"] = mpfr_carried_bits(p.bits);
+  return r;
 }
 json number(double x) {
   return std::isfinite(x) ? json(x) : std::isnan(x) ? json(nullptr) : json(x > 0 ? "inf" : "-inf");
@@ -256,8 +271,10 @@ std::string Analysis::summary() const {
   std::ostringstream s;
   const Predictions& p = predictions;
   s << "memorization  " << p.certified << " of " << p.tokens << " predictions certified ("
-    << (p.kind == LabelKind::classes ? "argmax" : "|y - label| within the tolerance") << ", MPFI at "
-    << mpfr_carried_bits(p.bits) << " bits)\n";
+    << (p.kind == LabelKind::classes ? "argmax" : "|y - label| within the tolerance") << ", "
+    << (p.bits == 0 ? "the certified engine's " + p.tier
+                    : "MPFI at " + std::to_string(mpfr_carried_bits(p.bits)) + " bits")
+    << ")\n";
   std::size_t shown = 0;
   for (const PredictionFailure& f : p.failures) {
     if (shown++ == 10) {

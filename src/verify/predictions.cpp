@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <optional>
 #include <sstream>
 
@@ -13,6 +14,7 @@
 #include "uatlab/verify/affine.hpp"
 #include "uatlab/verify/analyse.hpp"
 #include "uatlab/verify/bounds.hpp"
+#include "uatlab/verify/certified.hpp"
 #include "uatlab/verify/evaluate.hpp"
 #include "uatlab/verify/precision.hpp"
 #include "uatlab/verify/zonotope.hpp"
@@ -100,6 +102,98 @@ class MeanValue {
   Mat<Mpfi> dx_;
 };
 
+// The verdict on one sequence's predictions from the enclosure y of its outputs (classes: each
+// margin y_c − y_r, or mv_margin's where a region method gave its own); evaluated = false: every
+// prediction undecided.
+struct Verdict {
+  long long counted = 0, certified = 0;
+  std::vector<PredictionFailure> failures;
+  double spare = std::nan("");  // the least spare bits over its predictions (NaN: not judged)
+  std::vector<double> margin;   // per counted token, rounded down
+};
+Verdict judge(std::size_t i, const Sequence& s, LabelKind kind, const Mpfi& tol, bool evaluated,
+              const Mat<Mpfi>& y, const std::optional<Mat<Mpfi>>& mv_margin) {
+  Verdict v;
+  v.spare = kInf;
+  for (Eigen::Index k = 0; k < static_cast<Eigen::Index>(s.n()); ++k) {
+    if (!s.mask.empty() && !s.mask[static_cast<std::size_t>(k)]) continue;
+    ++v.counted;
+    PredictionFailure f{i, static_cast<std::size_t>(k), FailureKind::undecided, "", "?"};
+    bool certified = false, wrong = false;
+    Mpfr margin;            // a lower bound, rounded down
+    bool margined = false;  // set once a margin is computed
+    // One check "above > below" (or ≥): its spare bits (an estimate, over enclosures of total
+    // width `width`) and its margin above − below, rounded down; the prediction keeps the least.
+    auto judge = [&](const Mpfr& above, const Mpfr& below, double width) {
+      v.spare = std::min(v.spare, spare_bits(above - below, width));
+      Mpfr m = above;
+      mpfr_sub(m.backend().data(), m.backend().data(), below.backend().data(), MPFR_RNDD);
+      if (!margined || m < margin) margin = m, margined = true;
+    };
+    if (kind == LabelKind::classes) {
+      const long c = numerator(s.y(0, k)).convert_to<long>();
+      f.label = std::to_string(c);
+      if (evaluated) {
+        certified = true;
+        Eigen::Index best = 0;
+        for (Eigen::Index r = 0; r < y.rows(); ++r) {
+          if (Scalar<Mpfi>::to_double(y(r, k)) > Scalar<Mpfi>::to_double(y(best, k))) best = r;
+          if (r == c) continue;
+          if (mv_margin) {
+            const Mpfi& m = (*mv_margin)(r, k);
+            if (!(lower(m) > 0)) certified = false;
+            if (upper(m) < 0) wrong = true;
+            judge(lower(m), Mpfr(0), enclosure_width(m));
+            continue;
+          }
+          if (!(lower(y(c, k)) > upper(y(r, k)))) certified = false;
+          if (lower(y(r, k)) > upper(y(c, k))) wrong = true;
+          judge(lower(y(c, k)), upper(y(r, k)), enclosure_width(y(c, k)) + enclosure_width(y(r, k)));
+        }
+        f.predicted = std::to_string(best);
+      }
+    } else {
+      std::ostringstream label;
+      label << "[";
+      for (Eigen::Index r = 0; r < s.y.rows(); ++r)
+        label << (r ? ", " : "") << Scalar<Rational>::to_double(s.y(r, k));
+      f.label = label.str() + "]";
+      if (evaluated) {
+        certified = true;
+        for (Eigen::Index r = 0; r < y.rows(); ++r) {
+          const Mpfi e = mp::abs(y(r, k) - Scalar<Mpfi>::from(s.y(r, k)));
+          if (!(upper(e) <= lower(tol))) certified = false;
+          if (lower(e) > upper(tol)) wrong = true;
+          judge(lower(tol), upper(e), enclosure_width(y(r, k)));
+        }
+        f.predicted = midpoints(y, k);
+      }
+    }
+    v.margin.push_back(!evaluated ? -kInf : margined ? to_double_down(margin) : kInf);
+    if (certified) {
+      ++v.certified;
+    } else {
+      v.spare = -kInf;
+      f.kind = wrong ? FailureKind::wrong : FailureKind::undecided;
+      v.failures.push_back(f);
+    }
+  }
+  return v;
+}
+
+// The verdicts of every sequence (in order) as one Predictions at `bits`.
+Predictions collect(LabelKind kind, unsigned bits, std::vector<Verdict>&& verdicts) {
+  Predictions p;
+  p.kind = kind, p.bits = bits;
+  for (Verdict& v : verdicts) {
+    p.tokens += v.counted, p.certified += v.certified;
+    for (PredictionFailure& f : v.failures)
+      p.failures.push_back(std::move(f));
+    p.margin.push_back(std::move(v.margin)), p.spare_bits.push_back(v.spare);
+  }
+  return p;
+}
+
 }  // namespace
 
 LabelKind label_kind(const std::string& labels, const Dataset& ds, int outputs) {
@@ -138,9 +232,6 @@ Predictions certify_predictions(const Network<Rational>& net, const Dataset& ds,
     }
     limits::check_memory(numbers, bits, 2, "analyse at " + std::to_string(bits) + " bits");
   }
-  Predictions p;
-  p.kind = kind;
-  p.bits = bits;
   const MpfrPrecision precision(bits);
   std::optional<AffineForward> af;  // at points: one-direction sub-layers always, patterns with affine
   if (!ds.token_input && epsilon.empty()) af.emplace(net, affine);
@@ -161,10 +252,7 @@ Predictions certify_predictions(const Network<Rational>& net, const Dataset& ds,
   }
   const Mpfi tol = Scalar<Mpfi>::from(tolerance);
   const long N = static_cast<long>(ds.sequences.size());
-  std::vector<std::vector<PredictionFailure>> fails(static_cast<std::size_t>(N));
-  std::vector<long long> counted(static_cast<std::size_t>(N), 0), ok(static_cast<std::size_t>(N), 0);
-  p.spare_bits.assign(static_cast<std::size_t>(N), std::nan(""));
-  p.margin.assign(static_cast<std::size_t>(N), {});
+  std::vector<Verdict> verdicts(static_cast<std::size_t>(N));  // skipped after a failure: left empty
   bool failed = false;
   auto one = [&](long started) {
     const auto i = static_cast<long>(started_item(order, static_cast<std::size_t>(started)));
@@ -173,7 +261,6 @@ Predictions certify_predictions(const Network<Rational>& net, const Dataset& ds,
     skip = failed;
     if (skip && stop_at_failure) return;
     const Sequence& s = ds.sequences[static_cast<std::size_t>(i)];
-    double spare = kInf;  // the least over the sequence's predictions
     Mat<Mpfi> y;
     std::optional<Mat<Mpfi>> mv_margin;  // the region method's class margins (row r: y_c − y_r)
     bool evaluated = true;
@@ -239,86 +326,56 @@ Predictions certify_predictions(const Network<Rational>& net, const Dataset& ds,
     } catch (const mp::interval_error&) {  // a branch on an enclosure that spans both sides: undecided
       evaluated = false;
     }
-    for (Eigen::Index k = 0; k < static_cast<Eigen::Index>(s.n()); ++k) {
-      if (!s.mask.empty() && !s.mask[static_cast<std::size_t>(k)]) continue;
-      ++counted[static_cast<std::size_t>(i)];
-      PredictionFailure f{static_cast<std::size_t>(i), static_cast<std::size_t>(k), FailureKind::undecided,
-                          "", "?"};
-      bool certified = false, wrong = false;
-      Mpfr margin;            // a lower bound, rounded down
-      bool margined = false;  // set once a margin is computed
-      // One check "above > below" (or ≥): its spare bits (an estimate, over enclosures of total
-      // width `width`) and its margin above − below, rounded down; the prediction keeps the least.
-      auto judge = [&](const Mpfr& above, const Mpfr& below, double width) {
-        spare = std::min(spare, spare_bits(above - below, width));
-        Mpfr m = above;
-        mpfr_sub(m.backend().data(), m.backend().data(), below.backend().data(), MPFR_RNDD);
-        if (!margined || m < margin) margin = m, margined = true;
-      };
-      if (kind == LabelKind::classes) {
-        const long c = numerator(s.y(0, k)).convert_to<long>();
-        f.label = std::to_string(c);
-        if (evaluated) {
-          certified = true;
-          Eigen::Index best = 0;
-          for (Eigen::Index r = 0; r < y.rows(); ++r) {
-            if (Scalar<Mpfi>::to_double(y(r, k)) > Scalar<Mpfi>::to_double(y(best, k))) best = r;
-            if (r == c) continue;
-            if (mv_margin) {
-              const Mpfi& m = (*mv_margin)(r, k);
-              if (!(lower(m) > 0)) certified = false;
-              if (upper(m) < 0) wrong = true;
-              judge(lower(m), Mpfr(0), enclosure_width(m));
-              continue;
-            }
-            if (!(lower(y(c, k)) > upper(y(r, k)))) certified = false;
-            if (lower(y(r, k)) > upper(y(c, k))) wrong = true;
-            judge(lower(y(c, k)), upper(y(r, k)), enclosure_width(y(c, k)) + enclosure_width(y(r, k)));
-          }
-          f.predicted = std::to_string(best);
-        }
-      } else {
-        std::ostringstream label;
-        label << "[";
-        for (Eigen::Index r = 0; r < s.y.rows(); ++r)
-          label << (r ? ", " : "") << Scalar<Rational>::to_double(s.y(r, k));
-        f.label = label.str() + "]";
-        if (evaluated) {
-          certified = true;
-          for (Eigen::Index r = 0; r < y.rows(); ++r) {
-            const Mpfi e = mp::abs(y(r, k) - Scalar<Mpfi>::from(s.y(r, k)));
-            if (!(upper(e) <= lower(tol))) certified = false;
-            if (lower(e) > upper(tol)) wrong = true;
-            judge(lower(tol), upper(e), enclosure_width(y(r, k)));
-          }
-          f.predicted = midpoints(y, k);
-        }
-      }
-      p.margin[static_cast<std::size_t>(i)].push_back(!evaluated ? -kInf
-                                                      : margined ? to_double_down(margin)
-                                                                 : kInf);
-      if (certified) {
-        ++ok[static_cast<std::size_t>(i)];
-      } else {
-        spare = -kInf;
-        f.kind = wrong ? FailureKind::wrong : FailureKind::undecided;
-        fails[static_cast<std::size_t>(i)].push_back(f);
+    Verdict& v = verdicts[static_cast<std::size_t>(i)];
+    v = judge(static_cast<std::size_t>(i), s, kind, tol, evaluated, y, mv_margin);
+    if (!v.failures.empty()) {
 #pragma omp atomic write
-        failed = true;
-      }
+      failed = true;
     }
-    p.spare_bits[static_cast<std::size_t>(i)] = spare;
   };
   in_parallel_chunks(N, one, [&](long done) {
     report(progress, "analyse: certify predictions at " + std::to_string(bits) + " bits", done, N);
     return !(failed && stop_at_failure);
   });
-  for (long i = 0; i < N; ++i) {
-    p.tokens += counted[static_cast<std::size_t>(i)];
-    p.certified += ok[static_cast<std::size_t>(i)];
-    for (auto& f : fails[static_cast<std::size_t>(i)])
-      p.failures.push_back(f);
+  return collect(kind, bits, std::move(verdicts));
+}
+
+Predictions engine_predictions(const Network<Rational>& net, const Dataset& ds, LabelKind kind,
+                               const Rational& tolerance, const OnProgress& progress) {
+  check_fit(net, ds, kind);
+  CertifiedOptions opt;
+  opt.max_bits = 0, opt.layer_widths = false;  // the ball tiers: past them, MPFI's own search
+  const NetworkSource src = held_source(net);
+  std::vector<CertifiedOutput> out = certified_eval(src, ds, opt, progress);
+  std::vector<Verdict> verdicts(out.size());
+  auto judged = [&](std::size_t i) {     // true: some prediction left undecided
+    const MpfrPrecision precision(128);  // the enclosures' ends are doubles or binary128 numbers
+    const Mpfi tol = Scalar<Mpfi>::from(tolerance);
+    verdicts[i] = judge(i, ds.sequences[i], kind, tol, out[i].tier != "none", out[i].y, std::nullopt);
+    return std::any_of(verdicts[i].failures.begin(), verdicts[i].failures.end(),
+                       [](const PredictionFailure& f) { return f.kind == FailureKind::undecided; });
+  };
+  // A sequence ball:53 left undecided (its widths reached the engine's default goal) again with
+  // ball:113: asked for a width ball:53 cannot reach, the engine goes on to it.
+  Dataset again = ds;
+  again.sequences.clear();
+  std::vector<std::size_t> which;
+  for (std::size_t i = 0; i < out.size(); ++i)
+    if (judged(i) && out[i].tier == "ball:53") again.sequences.push_back(ds.sequences[i]), which.push_back(i);
+  if (!which.empty()) {
+    opt.max_width = 0x1p-1000;
+    std::vector<CertifiedOutput> more = certified_eval(src, again, opt, progress);
+    for (std::size_t j = 0; j < which.size(); ++j)
+      out[which[j]] = std::move(more[j]), judged(which[j]);
   }
+  std::map<std::string, long> decided;  // sequences per tier
+  for (const CertifiedOutput& o : out)
+    if (o.tier != "none") ++decided[o.tier];
+  Predictions p = collect(kind, 0, std::move(verdicts));
+  for (const auto& [tier, n] : decided)
+    p.tier += (p.tier.empty() ? "" : ", ") + tier +
+              (decided.size() > 1 ? " (" + std::to_string(n) + ")" : std::string());
+  if (p.tier.empty()) p.tier = "none";
   return p;
 }
 

@@ -44,6 +44,10 @@ struct AnalyseOptions {
   std::string tolerance = "1e-6";       // values: |y − label| allowed
   unsigned bits = 64, max_bits = 4096;  // MPFI precision: start, and the cap of the doubling
   bool min_bits = true, rounding = true, separation = true;
+  // At points, without the fewest-bits search (which needs the MPFI precision that certifies):
+  // the predictions (and the rounded weights') decided by the certified engine's balls
+  // (verify/certified.hpp) where they decide every one, MPFI otherwise. false: MPFI always.
+  bool engine = true;
   bool stop_early = true;  // rounded weights: stop at the first failure (the verdict, not the count)
   // bfloat16/float16: the weights rounded through float32, as PyTorch's module.to(dtype) of a
   // float64 model makes them (the default), or straight to the format (direct_rounding).
@@ -81,7 +85,9 @@ struct PredictionFailure {
 struct Predictions {
   LabelKind kind = LabelKind::classes;
   long long tokens = 0, certified = 0;
-  unsigned bits = 0;  // the precision of this verdict
+  unsigned bits = 0;  // the MPFI precision of this verdict (0: decided by the certified engine)
+  std::string tier;   // the engine's tiers that decided ("ball:53", or "ball:53 (38), ball:113 (2)"
+                      // with the sequences each decided); empty: MPFI at bits
   std::vector<PredictionFailure> failures;
   // Per sequence and counted token, a certified lower bound (rounded down) on the margin: classes,
   // the label's output less every other's (> 0: certified); values, the tolerance less |y − label|
@@ -142,6 +148,12 @@ Predictions certify_predictions(const Network<Rational>& net, const Dataset& ds,
                                 const std::vector<std::size_t>& order = {},
                                 const std::vector<Rational>& epsilon = {},
                                 RegionMethod method = RegionMethod::intervals);
+
+// The same verdict from the certified engine's ball tiers (ball:53, then ball:113 where a sequence's
+// widths exceed 1e-9·max(1, |y|)), at points; a sequence no tier encloses is undecided. tier says
+// which decided.
+Predictions engine_predictions(const Network<Rational>& net, const Dataset& ds, LabelKind kind,
+                               const Rational& tolerance, const OnProgress& progress = {});
 
 // x rounded to nearest (ties to even) in a binary format with p significand bits and normal
 // exponents down to emin (subnormals below 2^emin), exactly; `overflow` set when |x| rounds
