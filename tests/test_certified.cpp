@@ -159,6 +159,49 @@ TEST(Certified, ScalarOperationsEncloseTheirExactResults) {
   EXPECT_THROW(Scalar<Ball53>::log(Ball53(-1.0)), Error);  // a NaN is an error, never dropped
 }
 
+// Exact numbers become balls by two paths: a dyadic of at most 53 significant bits in double's normal
+// range is its own midpoint (radius 0); anything else goes through MPFR with the gap as radius. Both
+// sides of each boundary: 53 and 54 bits, the least normal and the greatest subnormal, the largest
+// double and beyond it.
+TEST(Certified, ExactNumbersBecomeBallsThatHoldThem) {
+  const MpfrPrecision bits(300);
+  auto pow2 = [](int e) {
+    Rational q(1);
+    for (int i = 0; i < std::abs(e); ++i)
+      q = e > 0 ? Rational(q * 2) : Rational(q / 2);
+    return q;
+  };
+  const Rational p53 = pow2(53);
+  struct Case {
+    Rational q;
+    bool exact53;  // a double holds it: ball:53's radius is 0
+  };
+  const std::vector<Case> cases = {{Rational(0), true},
+                                   {Rational(-5, 8), true},
+                                   {p53 - 1, true},
+                                   {p53 + 1, false},
+                                   {(p53 - 1) / pow2(60), true},
+                                   {(p53 + 1) / pow2(60), false},
+                                   {pow2(-1022), true},
+                                   {pow2(-1023), true},  // subnormal, but a double holds it: MPFR's path
+                                   {Rational(3) * pow2(-1075), false},    // between two subnormals
+                                   {(2 - pow2(-52)) * pow2(1023), true},  // the largest double
+                                   {Rational(1, 3), false},
+                                   {-Rational(1, 3) * pow2(-1000), false}};
+  for (const Case& c : cases) {
+    const Mpfr e = Scalar<Mpfr>::from(c.q);
+    const Ball53 x = Scalar<Ball53>::from(c.q);
+    const Ball113 y = Scalar<Ball113>::from(c.q);
+    EXPECT_TRUE(lower(x) <= e && e <= upper(x)) << c.q;
+    EXPECT_TRUE(lower(y) <= e && e <= upper(y)) << c.q;
+    EXPECT_EQ(x.r == 0, c.exact53) << c.q << " radius " << x.r;
+    if (c.exact53) {
+      EXPECT_EQ(Scalar<Ball53>::to_rational(x), c.q);
+    }
+  }
+  EXPECT_THROW(Scalar<Ball53>::from(pow2(1024)), Error);  // beyond double's range: refused
+}
+
 TEST(Certified, ArbOperationsEncloseTheirExactResults) {
   const Rational third(1, 3), big = Rational(mp::pow(mp::mpz_int(10), 300)), tiny = 1 / big;
   for (unsigned prec : {64u, 300u}) {
