@@ -176,18 +176,20 @@ TEST(Certified, ExactNumbersBecomeBallsThatHoldThem) {
     Rational q;
     bool exact53;  // a double holds it: ball:53's radius is 0
   };
-  const std::vector<Case> cases = {{Rational(0), true},
-                                   {Rational(-5, 8), true},
-                                   {p53 - 1, true},
-                                   {p53 + 1, false},
-                                   {(p53 - 1) / pow2(60), true},
-                                   {(p53 + 1) / pow2(60), false},
-                                   {pow2(-1022), true},
-                                   {pow2(-1023), true},  // subnormal, but a double holds it: MPFR's path
-                                   {Rational(3) * pow2(-1075), false},    // between two subnormals
-                                   {(2 - pow2(-52)) * pow2(1023), true},  // the largest double
-                                   {Rational(1, 3), false},
-                                   {-Rational(1, 3) * pow2(-1000), false}};
+  const std::vector<Case> cases = {
+      {Rational(0), true},
+      {Rational(-5, 8), true},
+      {p53 - 1, true},
+      {p53 + 1, false},
+      {(p53 - 1) / pow2(60), true},
+      {(p53 + 1) / pow2(60), false},
+      {pow2(-1022), true},
+      {pow2(-1023), true},                   // subnormal, but a double holds it: MPFR's path
+      {Rational(3) * pow2(-1075), false},    // between two subnormals
+      {(p53 - 1) * pow2(-1100), false},      // 53 bits, subnormal: no double holds it
+      {(2 - pow2(-52)) * pow2(1023), true},  // the largest double
+      {Rational(1, 3), false},
+      {-Rational(1, 3) * pow2(-1000), false}};
   for (const Case& c : cases) {
     const Mpfr e = Scalar<Mpfr>::from(c.q);
     const Ball53 x = Scalar<Ball53>::from(c.q);
