@@ -151,6 +151,25 @@ TEST(Analyse, TheEngineDecidesWhereItCanAndMpfiWhereItCannot) {
             "interval:" + std::to_string(by_mpfi.report()["memorization"]["bits"].get<unsigned>()));
   EXPECT_NE(by_engine.summary().find("the certified engine's ball:53"), std::string::npos)
       << by_engine.summary();
+  // Regions by intervals: the boxes through ball:53 find radii close to MPFI's (their soundness at
+  // sampled points: RegionCertificatesHoldAtSampledPointsInsideTheBox).
+  o.epsilon = "1/1000", o.epsilon_steps = 8, o.rounding = false;
+  o.engine = true;
+  const Analysis region_engine = analyse(exact, data, o);
+  o.engine = false;
+  const Analysis region_mpfi = analyse(exact, data, o);
+  ASSERT_TRUE(region_engine.region && region_mpfi.region);
+  EXPECT_EQ(region_engine.region->predictions.tier, "ball:53");
+  EXPECT_EQ(region_engine.report()["region"]["predictions"]["tier"], "ball:53");
+  for (std::size_t i = 0; i < data.sequences.size(); ++i) {
+    const double e = region_engine.region->largest_epsilon[i], m = region_mpfi.region->largest_epsilon[i];
+    if (m == 0) {
+      EXPECT_EQ(e, 0) << i;
+    } else {  // 0.89-0.99 of MPFI's (a ball covers exp's asymmetric range symmetrically)
+      EXPECT_GT(e, 0.85 * m) << i;
+      EXPECT_LT(e, 1.1 * m) << i;
+    }
+  }
   // |y − label| ≤ 1e-30 on outputs of 4/3: too narrow for ball:53's widths (about 1e-16), not for
   // ball:113's (1e-34); 1e-45 is too narrow for both, and MPFI's doubling certifies it at 256 bits.
   Network<Rational> third(Architecture::from_json(

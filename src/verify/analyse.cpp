@@ -31,17 +31,20 @@ namespace {
 // bisection, all sequences in lockstep (one pass over the data per step, each sequence at its own
 // radius). A radius counts only when a pass certified every prediction of the sequence at it.
 Region certify_region(const Network<Rational>& net, const Dataset& ds, LabelKind kind, const Rational& tol,
-                      unsigned bits, const AnalyseOptions& o) {
+                      unsigned bits, const AnalyseOptions& o, bool engine) {
   limits::check_count(o.epsilon_steps, 0, 64, "epsilon steps");
   const Rational eps = parse_rational(o.epsilon);
   if (eps < 0) throw Error("analyse: --epsilon must be >= 0, got " + o.epsilon);
   Region r;
   r.epsilon = o.epsilon, r.steps = o.epsilon_steps, r.method = o.region_method;
   const std::size_t N = ds.sequences.size();
+  std::optional<Network<Ball53>> balls;  // the boxes in the engine's ball:53 (intervals only)
+  if (engine) balls = network_cast<Ball53>(net);
   auto pass = [&](const std::vector<Rational>& radii, const std::string& what) {
     report(o.progress, "analyse: region, " + what, 0, 0);
-    const Predictions p =
-        certify_predictions(net, ds, kind, tol, bits, {}, false, o.affine, {}, radii, o.region_method);
+    const Predictions p = balls ? engine_region_predictions(*balls, ds, kind, tol, radii)
+                                : certify_predictions(net, ds, kind, tol, bits, {}, false, o.affine, {},
+                                                      radii, o.region_method);
     std::vector<bool> all(N, true);
     for (const PredictionFailure& f : p.failures)
       all[f.sequence] = false;
@@ -107,9 +110,11 @@ Analysis analyse(const Network<Rational>& net, const Dataset& ds, const AnalyseO
     return std::any_of(p.failures.begin(), p.failures.end(),
                        [](const PredictionFailure& f) { return f.kind == FailureKind::undecided; });
   };
-  // At points and without the fewest-bits search, the certified engine first: where its balls
-  // decide every prediction, no MPFI pass is needed (the separation then runs at o.bits).
-  const bool engine = o.engine && o.epsilon.empty() && !o.min_bits;
+  // Without the fewest-bits search, the certified engine first: where its balls decide every
+  // prediction, no MPFI pass is needed (the separation then runs at o.bits), and the region's boxes
+  // by intervals go through ball:53 too (with --affine, refused by certify_predictions).
+  const bool engine = o.engine && !o.min_bits &&
+                      (o.epsilon.empty() || (o.region_method == RegionMethod::intervals && !o.affine));
   if (engine) a.predictions = engine_predictions(net, ds, kind, tol, o.progress);
   // Else MPFI, doubling the bits while some are undecided. A first pass stops at the first
   // failure (a run with no failure is complete); the full list is computed where the doubling ends.
@@ -137,7 +142,7 @@ Analysis analyse(const Network<Rational>& net, const Dataset& ds, const AnalyseO
         },
         a.predictions.guess_min_bits());
   }
-  if (!o.epsilon.empty()) a.region = certify_region(net, ds, kind, tol, bits, o);
+  if (!o.epsilon.empty()) a.region = certify_region(net, ds, kind, tol, bits, o, engine);
   if (o.rounding) {
     a.direct_rounding = o.direct_rounding;
     for (const WeightFormat& f : kWeightFormats) {
@@ -294,7 +299,8 @@ std::string Analysis::summary() const {
     for (double e : region->largest_epsilon)
       smallest_eps = std::min(smallest_eps, e);
     s << "region        epsilon " << region->epsilon << " (linf box around every input vector, "
-      << region_method_names(region->method) << "): " << q.certified << " of " << q.tokens
+      << region_method_names(region->method) << (q.bits == 0 ? " in the certified engine's " + q.tier : "")
+      << "): " << q.certified << " of " << q.tokens
       << " predictions certified for every input in it; least margin " << lower_text(least, 4) << "\n";
     s << "              largest epsilon certified per sequence (" << region->steps
       << " bisection steps): least " << lower_text(smallest_eps, 4) << " (every sequence's in the report)\n";

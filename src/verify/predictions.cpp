@@ -379,6 +379,40 @@ Predictions engine_predictions(const Network<Rational>& net, const Dataset& ds, 
   return p;
 }
 
+Predictions engine_region_predictions(const Network<Ball53>& net, const Dataset& ds, LabelKind kind,
+                                      const Rational& tolerance, const std::vector<Rational>& epsilon) {
+  if (epsilon.size() != ds.sequences.size())
+    throw Error("engine_region_predictions: " + std::to_string(epsilon.size()) + " radii for " +
+                std::to_string(ds.sequences.size()) + " sequences");
+  const MpfrPrecision precision(64);  // ball:53's transcendental enclosures, as the engine's
+  const Mpfi tol = Scalar<Mpfi>::from(tolerance);
+  const long N = static_cast<long>(ds.sequences.size());
+  std::vector<Verdict> verdicts(static_cast<std::size_t>(N));
+  in_parallel_chunks(
+      N,
+      [&](long i) {
+        const Sequence& s = ds.sequences[static_cast<std::size_t>(i)];
+        Mat<Mpfi> y;
+        bool evaluated = true;
+        try {
+          Mat<Ball53> x = ds.token_input ? embed_tokens(net, s.tokens) : matrix_cast<Ball53>(s.x);
+          const Ball53 box(0.0,
+                           to_double_up(upper(Scalar<Mpfi>::from(epsilon[static_cast<std::size_t>(i)]))));
+          for (Eigen::Index j = 0; j < x.size(); ++j)
+            x(j) += box;  // every coordinate ± ε, the radii added rounded up
+          y = forward(net, x).unaryExpr([](const Ball53& v) { return to_mpfi(v); });
+        } catch (const Error&) {  // a NaN or an undecided hardmax: nothing decided
+          evaluated = false;
+        }
+        verdicts[static_cast<std::size_t>(i)] =
+            judge(static_cast<std::size_t>(i), s, kind, tol, evaluated, y, std::nullopt);
+      },
+      [](long) { return true; });
+  Predictions p = collect(kind, 0, std::move(verdicts));
+  p.tier = "ball:53";
+  return p;
+}
+
 std::vector<std::size_t> Predictions::hardest_first() const {
   return least_spare_first(spare_bits);
 }

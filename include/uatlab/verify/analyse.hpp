@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "uatlab/io/dataset.hpp"
+#include "uatlab/model/ball.hpp"
 #include "uatlab/model/network.hpp"
 #include "uatlab/names.hpp"
 #include "uatlab/progress.hpp"
@@ -154,6 +155,12 @@ Predictions certify_predictions(const Network<Rational>& net, const Dataset& ds,
 // which decided.
 Predictions engine_predictions(const Network<Rational>& net, const Dataset& ds, LabelKind kind,
                                const Rational& tolerance, const OnProgress& progress = {});
+
+// The region verdict (certify_predictions with epsilon, intervals) in the engine's ball:53: each
+// input coordinate (the embedded tokens for token ids) a ball of radius epsilon[i], rounded up, through
+// `net` (the network in Ball53, made once by the caller).
+Predictions engine_region_predictions(const Network<Ball53>& net, const Dataset& ds, LabelKind kind,
+                                      const Rational& tolerance, const std::vector<Rational>& epsilon);
 
 // x rounded to nearest (ties to even) in a binary format with p significand bits and normal
 // exponents down to emin (subnormals below 2^emin), exactly; `overflow` set when |x| rounds
