@@ -392,8 +392,8 @@ void add_model_commands(CLI::App& app, Commands& commands) {
       ->capture_default_str();
   a->add_flag_callback(
       "--no-min-bits", [an] { an->opt.min_bits = false; },
-      "Skip the search for the fewest bits (at points the certified engine's balls then decide the "
-      "predictions where they can, MPFI otherwise)");
+      "Skip the search for the fewest bits (the certified engine's balls then decide the predictions "
+      "where they can, MPFI otherwise, and --epsilon boxes by intervals go through ball:53)");
   a->add_flag_callback(
       "--no-engine", [an] { an->opt.engine = false; },
       "MPFI for the predictions even where the engine could");

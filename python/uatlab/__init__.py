@@ -427,9 +427,10 @@ def analyse(net, X, Y=None, labels="auto", tolerance="1e-6", bits=64, max_bits=4
     on trained models, 19-29x slower; needs softmax/linear attention and ReLU/GELU, as training
     does) or "zonotope" (affine forms over the box's coordinates, every rounding bounded: radii
     730-3,100x larger than the intervals' on trained models, a median 6.8-7.5x below an attack's, 7-21x
-    slower; no hardmax or mixers). engine: with min_bits=False and no epsilon, the predictions are
-    decided by the certified engine's balls where they decide every one (report["memorization"]
-    ["tier"] says which decided), MPFI otherwise; engine=False: MPFI always."""
+    slower; no hardmax or mixers). engine: with min_bits=False, the predictions are decided by the
+    certified engine's balls where they decide every one (report["memorization"]["tier"] says which
+    decided), MPFI otherwise, and epsilon boxes by "intervals" go through its ball:53
+    (report["region"]["predictions"]["tier"]); engine=False: MPFI always."""
     if not isinstance(net, Network):
         raise Error(f"analyse: net must be a uatlab.Network, got {_shown(net)}")
     tokens = net.architecture.get("vocab", 0) > 0

@@ -45,9 +45,10 @@ struct AnalyseOptions {
   std::string tolerance = "1e-6";       // values: |y − label| allowed
   unsigned bits = 64, max_bits = 4096;  // MPFI precision: start, and the cap of the doubling
   bool min_bits = true, rounding = true, separation = true;
-  // At points, without the fewest-bits search (which needs the MPFI precision that certifies):
-  // the predictions (and the rounded weights') decided by the certified engine's balls
-  // (verify/certified.hpp) where they decide every one, MPFI otherwise. false: MPFI always.
+  // Without the fewest-bits search (which needs the MPFI precision that certifies): the predictions
+  // (and the rounded weights') decided by the certified engine's balls (verify/certified.hpp) where
+  // they decide every one, MPFI otherwise; region boxes by intervals through ball:53 (not with
+  // affine). false: MPFI always.
   bool engine = true;
   bool stop_early = true;  // rounded weights: stop at the first failure (the verdict, not the count)
   // bfloat16/float16: the weights rounded through float32, as PyTorch's module.to(dtype) of a
