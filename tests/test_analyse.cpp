@@ -151,13 +151,14 @@ TEST(Analyse, TheEngineDecidesWhereItCanAndMpfiWhereItCannot) {
             "interval:" + std::to_string(by_mpfi.report()["memorization"]["bits"].get<unsigned>()));
   EXPECT_NE(by_engine.summary().find("the certified engine's ball:53"), std::string::npos)
       << by_engine.summary();
-  // Regions by intervals: the boxes through ball:53 find radii close to MPFI's (their soundness at
-  // sampled points: RegionCertificatesHoldAtSampledPointsInsideTheBox).
-  o.epsilon = "1/1000", o.epsilon_steps = 8, o.rounding = false;
-  o.engine = true;
+  // Regions by balls: the boxes through ball:53 find radii close to the intervals' on this shallow
+  // network (their soundness at sampled points: RegionCertificatesHoldAtSampledPointsInsideTheBox).
+  o.epsilon = "1/1000", o.epsilon_steps = 8, o.rounding = false, o.engine = true;
+  o.region_method = RegionMethod::balls;
   const Analysis region_engine = analyse(exact, data, o);
-  o.engine = false;
+  o.region_method = RegionMethod::intervals;
   const Analysis region_mpfi = analyse(exact, data, o);
+  EXPECT_TRUE(region_mpfi.predictions.tier.empty());  // a region by intervals: the points by MPFI
   ASSERT_TRUE(region_engine.region && region_mpfi.region);
   EXPECT_EQ(region_engine.region->predictions.tier, "ball:53");
   EXPECT_EQ(region_engine.report()["region"]["predictions"]["tier"], "ball:53");
@@ -259,6 +260,9 @@ TEST(Analyse, RegionCertificatesHoldAtSampledPointsInsideTheBox) {
   const Network<Rational> exact = trained_classifier(data);
   std::vector<double> plain, mv;
   region_holds_at_sampled_points(data, exact, RegionMethod::intervals, plain);
+  // The certified engine's balls (a looser propagation than intervals, as sound).
+  std::vector<double> balls;
+  region_holds_at_sampled_points(data, exact, RegionMethod::balls, balls);
   // The mean-value form (intersected with the intervals) certifies larger boxes on this network.
   region_holds_at_sampled_points(data, exact, RegionMethod::mean_value, mv);
   // So do the affine forms (the zonotope), on every sequence.

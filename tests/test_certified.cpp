@@ -400,4 +400,21 @@ TEST(Certified, SharpSoftmaxWeightsBelowDoublesRangeStayEnclosed) {
     EXPECT_GE(upper(y(i)), ref(i));
     EXPECT_LT(2 * y(i).r, 1e-9);
   }
+  // Score gaps of 739 and 740: e^-740 is subnormal, a ball above its radius, and Σ_{j≠l} e_j / e_l
+  // overflowed double (a sharp head of a trained model stopped ball:53 and ball:113 so); such a
+  // weight is formed as e_l / Σ_j e_j too.
+  Network<Rational> sharp(Architecture::from_json(
+      {{"d", 1}, {"layers", {{{"type", "attention"}, {"heads", 1}, {"head_size", 1}, {"scale", "1"}}}}}));
+  Layer<Rational>& L = sharp.layers[0];
+  L.wq(0, 0) = L.wk(0, 0) = L.wv(0, 0) = L.wo(0, 0) = 1;
+  Mat<Rational> t(1, 3);
+  t << Rational(1), Rational(740), Rational(0);
+  const Mat<Mpfr> exact = reference(sharp, t);
+  const Mat<Ball53> z = forward(network_cast<Ball53>(sharp), matrix_cast<Ball53>(t));
+  const Mat<Ball113> z113 = forward(network_cast<Ball113>(sharp), matrix_cast<Ball113>(t));
+  for (Eigen::Index i = 0; i < exact.size(); ++i) {
+    EXPECT_TRUE(lower(z(i)) <= exact(i) && exact(i) <= upper(z(i))) << i;
+    EXPECT_TRUE(lower(z113(i)) <= exact(i) && exact(i) <= upper(z113(i))) << i;
+    EXPECT_LT(z(i).r, 1e-9 * std::max(1.0, std::abs(static_cast<double>(z(i).m))));
+  }
 }

@@ -290,10 +290,12 @@ void normalise_columns(Mat<S>& A, const LayerSpec& spec, const EvalOptions& opt,
             before(l) = run, run += e(l);
           run = S(0);
           for (Eigen::Index l = cnt - 1; l >= 0; --l) {
-            // A ball's exponential can reach 0 (below double's range): then e_l / (e_l + Σ_{j≠l} e_j),
-            // whose denominator holds e_M ≈ 1; the weight is within a radius of 0 either way.
+            // A ball's exponential can reach 0 (below double's range), or come so close to it that
+            // Σ_{j≠l} e_j / e_l overflows (a sharp head of a trained model: e_l = e^-740 is
+            // subnormal): then e_l / (e_l + Σ_{j≠l} e_j), whose denominator holds e_M ≈ 1; the
+            // weight is within a radius of 0 either way.
             if constexpr (is_ball_v<S>)
-              if (e(l).m <= static_cast<decltype(e(l).m)>(e(l).r)) {
+              if (e(l).m <= static_cast<decltype(e(l).m)>(e(l).r) || e(l).m < 0x1p-900) {
                 w(l) = e(l) / (e(l) + before(l) + run);
                 run += e(l);
                 continue;

@@ -31,20 +31,24 @@ namespace {
 // bisection, all sequences in lockstep (one pass over the data per step, each sequence at its own
 // radius). A radius counts only when a pass certified every prediction of the sequence at it.
 Region certify_region(const Network<Rational>& net, const Dataset& ds, LabelKind kind, const Rational& tol,
-                      unsigned bits, const AnalyseOptions& o, bool engine) {
+                      unsigned bits, const AnalyseOptions& o, const std::string& tier) {
   limits::check_count(o.epsilon_steps, 0, 64, "epsilon steps");
   const Rational eps = parse_rational(o.epsilon);
   if (eps < 0) throw Error("analyse: --epsilon must be >= 0, got " + o.epsilon);
   Region r;
   r.epsilon = o.epsilon, r.steps = o.epsilon_steps, r.method = o.region_method;
   const std::size_t N = ds.sequences.size();
-  std::optional<Network<Ball53>> balls;  // the boxes in the engine's ball:53 (intervals only)
-  if (engine) balls = network_cast<Ball53>(net);
+  // The boxes in the engine's ball tier (RegionMethod::balls; tier empty: the method's MPFI at bits).
+  std::optional<Network<Ball53>> b53;
+  std::optional<Network<Ball113>> b113;
+  if (tier == Scalar<Ball53>::name) b53 = network_cast<Ball53>(net);
+  if (tier == Scalar<Ball113>::name) b113 = network_cast<Ball113>(net);
   auto pass = [&](const std::vector<Rational>& radii, const std::string& what) {
     report(o.progress, "analyse: region, " + what, 0, 0);
-    const Predictions p = balls ? engine_region_predictions(*balls, ds, kind, tol, radii)
-                                : certify_predictions(net, ds, kind, tol, bits, {}, false, o.affine, {},
-                                                      radii, o.region_method);
+    const Predictions p = b53    ? engine_region_predictions(*b53, ds, kind, tol, radii)
+                          : b113 ? engine_region_predictions(*b113, ds, kind, tol, radii)
+                                 : certify_predictions(net, ds, kind, tol, bits, {}, false, o.affine, {},
+                                                       radii, o.region_method);
     std::vector<bool> all(N, true);
     for (const PredictionFailure& f : p.failures)
       all[f.sequence] = false;
@@ -111,10 +115,10 @@ Analysis analyse(const Network<Rational>& net, const Dataset& ds, const AnalyseO
                        [](const PredictionFailure& f) { return f.kind == FailureKind::undecided; });
   };
   // Without the fewest-bits search, the certified engine first: where its balls decide every
-  // prediction, no MPFI pass is needed (the separation then runs at o.bits), and the region's boxes
-  // by intervals go through ball:53 too (with --affine, refused by certify_predictions).
-  const bool engine = o.engine && !o.min_bits &&
-                      (o.epsilon.empty() || (o.region_method == RegionMethod::intervals && !o.affine));
+  // prediction, no MPFI pass is needed (the separation then runs at o.bits). A region by an MPFI
+  // method needs the precision that certified the points: then MPFI decides them.
+  const bool engine =
+      o.engine && !o.min_bits && (o.epsilon.empty() || o.region_method == RegionMethod::balls);
   if (engine) a.predictions = engine_predictions(net, ds, kind, tol, o.progress);
   // Else MPFI, doubling the bits while some are undecided. A first pass stops at the first
   // failure (a run with no failure is complete); the full list is computed where the doubling ends.
@@ -142,7 +146,13 @@ Analysis analyse(const Network<Rational>& net, const Dataset& ds, const AnalyseO
         },
         a.predictions.guess_min_bits());
   }
-  if (!o.epsilon.empty()) a.region = certify_region(net, ds, kind, tol, bits, o, engine);
+  // Regions by balls in the tier that decided the points (ball:113 if it decided any, or where
+  // MPFI did); by the other methods in MPFI at the points' bits.
+  const std::string region_tier = o.region_method != RegionMethod::balls ? ""
+                                  : by_engine && a.predictions.tier.find("ball:113") == std::string::npos
+                                      ? Scalar<Ball53>::name
+                                      : Scalar<Ball113>::name;
+  if (!o.epsilon.empty()) a.region = certify_region(net, ds, kind, tol, bits, o, region_tier);
   if (o.rounding) {
     a.direct_rounding = o.direct_rounding;
     for (const WeightFormat& f : kWeightFormats) {

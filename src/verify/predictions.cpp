@@ -194,6 +194,41 @@ Predictions collect(LabelKind kind, unsigned bits, std::vector<Verdict>&& verdic
   return p;
 }
 
+// engine_region_predictions in B: Ball53 or Ball113.
+template <class B>
+Predictions region_in_balls(const Network<B>& net, const Dataset& ds, LabelKind kind,
+                            const Rational& tolerance, const std::vector<Rational>& epsilon) {
+  if (epsilon.size() != ds.sequences.size())
+    throw Error("engine_region_predictions: " + std::to_string(epsilon.size()) + " radii for " +
+                std::to_string(ds.sequences.size()) + " sequences");
+  const MpfrPrecision precision(std::is_same_v<B, Ball53> ? 64 : 128);  // as the engine's
+  const Mpfi tol = Scalar<Mpfi>::from(tolerance);
+  const long N = static_cast<long>(ds.sequences.size());
+  std::vector<Verdict> verdicts(static_cast<std::size_t>(N));
+  in_parallel_chunks(
+      N,
+      [&](long i) {
+        const Sequence& s = ds.sequences[static_cast<std::size_t>(i)];
+        Mat<Mpfi> y;
+        bool evaluated = true;
+        try {
+          Mat<B> x = ds.token_input ? embed_tokens(net, s.tokens) : matrix_cast<B>(s.x);
+          const B box(0.0, to_double_up(upper(Scalar<Mpfi>::from(epsilon[static_cast<std::size_t>(i)]))));
+          for (Eigen::Index j = 0; j < x.size(); ++j)
+            x(j) += box;  // every coordinate ± ε, the radii added rounded up
+          y = forward(net, x).unaryExpr([](const B& v) { return to_mpfi(v); });
+        } catch (const Error&) {  // a NaN or an undecided hardmax: nothing decided
+          evaluated = false;
+        }
+        verdicts[static_cast<std::size_t>(i)] =
+            judge(static_cast<std::size_t>(i), s, kind, tol, evaluated, y, std::nullopt);
+      },
+      [](long) { return true; });
+  Predictions p = collect(kind, 0, std::move(verdicts));
+  p.tier = Scalar<B>::name;
+  return p;
+}
+
 }  // namespace
 
 LabelKind label_kind(const std::string& labels, const Dataset& ds, int outputs) {
@@ -236,6 +271,8 @@ Predictions certify_predictions(const Network<Rational>& net, const Dataset& ds,
   std::optional<AffineForward> af;  // at points: one-direction sub-layers always, patterns with affine
   if (!ds.token_input && epsilon.empty()) af.emplace(net, affine);
   const Network<Mpfi> ni = af ? Network<Mpfi>() : network_cast<Mpfi>(net);  // one of the two
+  if (!epsilon.empty() && method == RegionMethod::balls)
+    throw Error("certify_predictions: the balls region method runs in analyse (engine_region_predictions)");
   const bool mean_value = !epsilon.empty() && method == RegionMethod::mean_value;
   const bool zonotope = !epsilon.empty() && method == RegionMethod::zonotope;
   if (zonotope) check_zonotope_supported(net.arch);
@@ -381,36 +418,11 @@ Predictions engine_predictions(const Network<Rational>& net, const Dataset& ds, 
 
 Predictions engine_region_predictions(const Network<Ball53>& net, const Dataset& ds, LabelKind kind,
                                       const Rational& tolerance, const std::vector<Rational>& epsilon) {
-  if (epsilon.size() != ds.sequences.size())
-    throw Error("engine_region_predictions: " + std::to_string(epsilon.size()) + " radii for " +
-                std::to_string(ds.sequences.size()) + " sequences");
-  const MpfrPrecision precision(64);  // ball:53's transcendental enclosures, as the engine's
-  const Mpfi tol = Scalar<Mpfi>::from(tolerance);
-  const long N = static_cast<long>(ds.sequences.size());
-  std::vector<Verdict> verdicts(static_cast<std::size_t>(N));
-  in_parallel_chunks(
-      N,
-      [&](long i) {
-        const Sequence& s = ds.sequences[static_cast<std::size_t>(i)];
-        Mat<Mpfi> y;
-        bool evaluated = true;
-        try {
-          Mat<Ball53> x = ds.token_input ? embed_tokens(net, s.tokens) : matrix_cast<Ball53>(s.x);
-          const Ball53 box(0.0,
-                           to_double_up(upper(Scalar<Mpfi>::from(epsilon[static_cast<std::size_t>(i)]))));
-          for (Eigen::Index j = 0; j < x.size(); ++j)
-            x(j) += box;  // every coordinate ± ε, the radii added rounded up
-          y = forward(net, x).unaryExpr([](const Ball53& v) { return to_mpfi(v); });
-        } catch (const Error&) {  // a NaN or an undecided hardmax: nothing decided
-          evaluated = false;
-        }
-        verdicts[static_cast<std::size_t>(i)] =
-            judge(static_cast<std::size_t>(i), s, kind, tol, evaluated, y, std::nullopt);
-      },
-      [](long) { return true; });
-  Predictions p = collect(kind, 0, std::move(verdicts));
-  p.tier = "ball:53";
-  return p;
+  return region_in_balls(net, ds, kind, tolerance, epsilon);
+}
+Predictions engine_region_predictions(const Network<Ball113>& net, const Dataset& ds, LabelKind kind,
+                                      const Rational& tolerance, const std::vector<Rational>& epsilon) {
+  return region_in_balls(net, ds, kind, tolerance, epsilon);
 }
 
 std::vector<std::size_t> Predictions::hardest_first() const {

@@ -34,9 +34,9 @@ enum class LabelKind { classes, values };
 inline constexpr EnumNames<LabelKind::values> label_kind_names{"labels", {"classes", "values"}};
 static_assert(label_kind_names.complete());
 
-enum class RegionMethod { intervals, mean_value, zonotope };
-inline constexpr EnumNames<RegionMethod::zonotope> region_method_names{
-    "region method", {"intervals", "mean-value", "zonotope"}};
+enum class RegionMethod { intervals, mean_value, zonotope, balls };
+inline constexpr EnumNames<RegionMethod::balls> region_method_names{
+    "region method", {"intervals", "mean-value", "zonotope", "balls"}};
 static_assert(region_method_names.complete());
 
 struct AnalyseOptions {
@@ -45,10 +45,10 @@ struct AnalyseOptions {
   std::string tolerance = "1e-6";       // values: |y − label| allowed
   unsigned bits = 64, max_bits = 4096;  // MPFI precision: start, and the cap of the doubling
   bool min_bits = true, rounding = true, separation = true;
-  // Without the fewest-bits search (which needs the MPFI precision that certifies): the predictions
-  // (and the rounded weights') decided by the certified engine's balls (verify/certified.hpp) where
-  // they decide every one, MPFI otherwise; region boxes by intervals through ball:53 (not with
-  // affine). false: MPFI always.
+  // Without the fewest-bits search and without a region by an MPFI method (both need the MPFI
+  // precision that certifies the points): the predictions (and the rounded weights') decided by the
+  // certified engine's balls (verify/certified.hpp) where they decide every one, MPFI otherwise.
+  // false: MPFI always.
   bool engine = true;
   bool stop_early = true;  // rounded weights: stop at the first failure (the verdict, not the count)
   // bfloat16/float16: the weights rounded through float32, as PyTorch's module.to(dtype) of a
@@ -66,7 +66,9 @@ struct AnalyseOptions {
   int epsilon_steps = 16;
   // How the box is propagated: intervals (each input coordinate an interval through the network)
   // or the mean-value form, y(x) ∈ y(x0) + J(B)·(x − x0) with the Jacobian J enclosed over the box B
-  // by the training passes in intervals, intersected with the intervals' enclosure.
+  // by the training passes in intervals, intersected with the intervals' enclosure; the zonotope;
+  // or balls: the box as balls through the certified engine's tier (ball:53, or ball:113 where the
+  // points needed it), fast but looser than intervals on deep networks.
   RegionMethod region_method = RegionMethod::intervals;
   std::uint64_t seed = 1;  // the random directions tried for the projection
   OnProgress progress;
@@ -157,10 +159,12 @@ Predictions certify_predictions(const Network<Rational>& net, const Dataset& ds,
 Predictions engine_predictions(const Network<Rational>& net, const Dataset& ds, LabelKind kind,
                                const Rational& tolerance, const OnProgress& progress = {});
 
-// The region verdict (certify_predictions with epsilon, intervals) in the engine's ball:53: each
-// input coordinate (the embedded tokens for token ids) a ball of radius epsilon[i], rounded up, through
-// `net` (the network in Ball53, made once by the caller).
+// The region verdict (certify_predictions with epsilon, intervals) in one of the engine's ball tiers
+// (B: Ball53 or Ball113): each input coordinate (the embedded tokens for token ids) a ball of radius
+// epsilon[i], rounded up, through `net` (the network in B, made once by the caller).
 Predictions engine_region_predictions(const Network<Ball53>& net, const Dataset& ds, LabelKind kind,
+                                      const Rational& tolerance, const std::vector<Rational>& epsilon);
+Predictions engine_region_predictions(const Network<Ball113>& net, const Dataset& ds, LabelKind kind,
                                       const Rational& tolerance, const std::vector<Rational>& epsilon);
 
 // x rounded to nearest (ties to even) in a binary format with p significand bits and normal
