@@ -124,7 +124,7 @@ Verdict judge(std::size_t i, const Sequence& s, LabelKind kind, const Mpfi& tol,
     bool margined = false;  // set once a margin is computed
     // One check "above > below" (or ≥): its spare bits (an estimate, over enclosures of total
     // width `width`) and its margin above − below, rounded down; the prediction keeps the least.
-    auto judge = [&](const Mpfr& above, const Mpfr& below, double width) {
+    auto check = [&](const Mpfr& above, const Mpfr& below, double width) {
       v.spare = std::min(v.spare, spare_bits(above - below, width));
       Mpfr m = above;
       mpfr_sub(m.backend().data(), m.backend().data(), below.backend().data(), MPFR_RNDD);
@@ -143,12 +143,12 @@ Verdict judge(std::size_t i, const Sequence& s, LabelKind kind, const Mpfi& tol,
             const Mpfi& m = (*mv_margin)(r, k);
             if (!(lower(m) > 0)) certified = false;
             if (upper(m) < 0) wrong = true;
-            judge(lower(m), Mpfr(0), enclosure_width(m));
+            check(lower(m), Mpfr(0), enclosure_width(m));
             continue;
           }
           if (!(lower(y(c, k)) > upper(y(r, k)))) certified = false;
           if (lower(y(r, k)) > upper(y(c, k))) wrong = true;
-          judge(lower(y(c, k)), upper(y(r, k)), enclosure_width(y(c, k)) + enclosure_width(y(r, k)));
+          check(lower(y(c, k)), upper(y(r, k)), enclosure_width(y(c, k)) + enclosure_width(y(r, k)));
         }
         f.predicted = std::to_string(best);
       }
@@ -164,7 +164,7 @@ Verdict judge(std::size_t i, const Sequence& s, LabelKind kind, const Mpfi& tol,
           const Mpfi e = mp::abs(y(r, k) - Scalar<Mpfi>::from(s.y(r, k)));
           if (!(upper(e) <= lower(tol))) certified = false;
           if (lower(e) > upper(tol)) wrong = true;
-          judge(lower(tol), upper(e), enclosure_width(y(r, k)));
+          check(lower(tol), upper(e), enclosure_width(y(r, k)));
         }
         f.predicted = midpoints(y, k);
       }
