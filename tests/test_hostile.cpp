@@ -256,6 +256,10 @@ TEST(Hostile, CommandLineRefusalsNameTheFlagAndWriteNothing) {
   EXPECT_EQ(r.out.find("[ "), std::string::npos) << "--quiet printed progress";
   EXPECT_TRUE(fs::exists(out) && fs::file_size(beside) > 100);
   // A check that fails is a failure: Lemma 6 does not hold for n = 1.
+  // An empty radius is an error, not "no region" (issue 78).
+  r = run_cli("analyse m.safetensors d.jsonl --epsilon ''");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.out.find("--epsilon: an empty radius"), std::string::npos) << r.out;
   // Nothing is written, the networks included (issue 78: both were left on disk).
   r = run_cli("approximate tokenwise-sin --d 1 --n 1 --K 2 --report " + tmp("n1.json") + " -o " +
               tmp("n1.safetensors") + " --standard-out " + tmp("n1-standard.safetensors"));

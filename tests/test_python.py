@@ -318,6 +318,11 @@ def test_whole_models():
     check(region["epsilon"] == "1/1000000" and len(region["largest_epsilon_certified"]) == len(seqs) and
           len(region["margin_certified"][0]) == L and region["method"] == "intervals",
           f"analyse(epsilon=...) reports the region: {sorted(region)}")
+    try:
+        uatlab.analyse(net, seqs[:1], [[0] * L], min_bits=False, rounding=False, separation=False, epsilon="")
+        check(False, "analyse(epsilon=\"\") is refused")
+    except uatlab.Error as e:
+        check("empty string" in str(e), f"analyse(epsilon=\"\") is refused: {e}")
     mv = uatlab.analyse(net, seqs[:2], [[0] * L for _ in seqs[:2]], min_bits=False, rounding=False, separation=False,
                         epsilon=Fraction(1, 10**6), epsilon_steps=4, region_method="mean-value")["region"]
     check(mv["method"] == "mean-value" and all(m >= p for m, p in zip(mv["largest_epsilon_certified"],

@@ -408,7 +408,12 @@ void add_model_commands(CLI::App& app, Commands& commands) {
   a->add_option("--epsilon", an->opt.epsilon,
                 "Also certify every prediction for every input in the linf box of this radius (exact) around "
                 "each token's input vector (its embedding for token ids), with certified margins, and search "
-                "each sequence's largest certified radius");
+                "each sequence's largest certified radius")
+      ->check(CLI::Validator(
+          [](const std::string& s) {
+            return s.empty() ? std::string("an empty radius: give a number >= 0") : "";
+          },
+          "RADIUS"));
   a->add_option("--epsilon-steps", an->opt.epsilon_steps, "Bisection steps of that search")
       ->check(CLI::Range(0, 64))
       ->capture_default_str();

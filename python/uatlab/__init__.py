@@ -34,6 +34,8 @@ def _exact(v):
     if isinstance(v, (int, _np.integer)):
         return str(int(v))
     if isinstance(v, str):
+        if not v.strip():  # "" would read as "not given" (analyse's epsilon: no region)
+            raise Error("an empty string is not a number")
         return v
     if isinstance(v, _Fraction):
         return f"{v.numerator}/{v.denominator}"
