@@ -503,9 +503,8 @@ Mat<S> layer_norm(const Mat<S>& Z, const Mat<S>& w, const Mat<S>& b, const S& ep
         if (!std::isfinite(ss))
           throw Error(std::string("layer norm: a token's variance is beyond ") + Scalar<S>::name +
                       "'s range (MPFR and intervals have a wider one)");
-      if constexpr (is_ball_v<S>)  // a sum of squares is ≥ 0, whatever its rounding bounds reach below
-        ss = relu_ball(ss);
-      if constexpr (is_arb_v<S>) ss = relu(ss);
+      if constexpr (is_ball_v<S> || is_arb_v<S>)  // a sum of squares is ≥ 0, whatever its rounding
+        ss = relu(ss);                            // bounds reach below
       S inv = S(1) / Scalar<S>::sqrt(ss / d + eps);
       out.col(k) = (c * inv).cwiseProduct(w.col(0)) + b.col(0);
     }

@@ -152,8 +152,9 @@ void run_tier(const Loader<S>& load, const std::string& what, const Dataset& ds,
              number_text(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()) +
              " s)";
     };
-    Activations<S> capture;          // kept past an error: the widths up to the sub-layer that failed
-    Activations<S>* cap = &capture;  // its widths also guess the bits a later tier needs
+    // Kept past an error: the widths up to the sub-layer that failed, which also guess the bits a
+    // later tier needs.
+    Activations<S> capture;
     try {
       EvalOptions eval;
       const std::size_t layers = net.layers.size();
@@ -177,12 +178,12 @@ void run_tier(const Loader<S>& load, const std::string& what, const Dataset& ds,
                         " times a sub-layer, would reach about " + number_text(end));
         }
       };
-      const Mat<S> y = ds.token_input ? forward_tokens(net, s.tokens, eval, cap)
-                                      : forward(net, matrix_cast<S>(s.x), eval, cap);
+      const Mat<S> y = ds.token_input ? forward_tokens(net, s.tokens, eval, &capture)
+                                      : forward(net, matrix_cast<S>(s.x), eval, &capture);
       std::vector<double> widths;
       for (const Mat<S>& r : capture.residual)
         widths.push_back(widest(r));
-      if (cap) widths.push_back(widest(y));
+      widths.push_back(widest(y));
       need[static_cast<std::size_t>(i)] =
           bits_from_growth(widths, net.arch.layers.size(), tier_bits, opt.max_width);
       done[static_cast<std::size_t>(j)] = record(o, tier, y, std::move(widths), opt, seconds());
@@ -318,17 +319,15 @@ bool run_arb_tier(const Loader<Ball53>& load, const std::string& what, const Dat
   for (std::size_t j = 0; j < z.size(); ++j) {
     CertifiedOutput& o = out[static_cast<std::size_t>(pending[j])];
     const Sequence& s = ds.sequences[static_cast<std::size_t>(pending[j])];
+    const bool enclosed = error[j].empty();
+    if (enclosed) widths[j].push_back(widest(z[j]));
+    need[static_cast<std::size_t>(pending[j])] =
+        bits_from_growth(widths[j], layers, mpfr_bits(), opt.max_width);
     bool reached = false;
-    if (!error[j].empty()) {
-      record_error(o, tier, error[j] + seconds, widths[j], net.arch, tokens_of(ds, s));
-      need[static_cast<std::size_t>(pending[j])] =
-          bits_from_growth(widths[j], layers, mpfr_bits(), opt.max_width);
-    } else {
-      widths[j].push_back(widest(z[j]));
-      need[static_cast<std::size_t>(pending[j])] =
-          bits_from_growth(widths[j], layers, mpfr_bits(), opt.max_width);
+    if (enclosed)
       reached = record(o, tier, z[j], std::move(widths[j]), opt, seconds);
-    }
+    else
+      record_error(o, tier, error[j] + seconds, widths[j], net.arch, tokens_of(ds, s));
     if (!reached) rest.push_back(pending[j]);
   }
   pending = std::move(rest);

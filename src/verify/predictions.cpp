@@ -254,6 +254,8 @@ Predictions certify_predictions(const Network<Rational>& net, const Dataset& ds,
     throw Error(
         "analyse: --epsilon and --affine together are not supported (affine pieces need point inputs)");
   check_order(order, ds.sequences.size(), "certify_predictions");
+  if (!epsilon.empty() && method == RegionMethod::balls)
+    throw Error("certify_predictions: the balls region method runs in analyse (engine_region_predictions)");
   // The memory estimated first: the network in MPFI and the passes' numbers (evaluation_numbers),
   // and for the mean-value form a copy of the weights and, per thread, their gradients and the
   // training trace (about the activations of every sub-layer).
@@ -271,8 +273,6 @@ Predictions certify_predictions(const Network<Rational>& net, const Dataset& ds,
   std::optional<AffineForward> af;  // at points: one-direction sub-layers always, patterns with affine
   if (!ds.token_input && epsilon.empty()) af.emplace(net, affine);
   const Network<Mpfi> ni = af ? Network<Mpfi>() : network_cast<Mpfi>(net);  // one of the two
-  if (!epsilon.empty() && method == RegionMethod::balls)
-    throw Error("certify_predictions: the balls region method runs in analyse (engine_region_predictions)");
   const bool mean_value = !epsilon.empty() && method == RegionMethod::mean_value;
   const bool zonotope = !epsilon.empty() && method == RegionMethod::zonotope;
   if (zonotope) check_zonotope_supported(net.arch);
