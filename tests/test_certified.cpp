@@ -309,6 +309,15 @@ TEST(Certified, EngineEscalatesPerSequenceAndReportsWhatItCouldNotReach) {
     EXPECT_TRUE(o.reached);
     ASSERT_EQ(o.tried.size(), 2u);
   }
+  opt.ball53 = false;  // told to start at ball:113, the engine does not try ball:53
+  out = certified_eval(src, ds, opt);
+  check(out);
+  for (const CertifiedOutput& o : out) {
+    EXPECT_EQ(o.tier, "ball:113");
+    ASSERT_EQ(o.tried.size(), 1u);
+    EXPECT_EQ(o.tried[0].rfind("ball:113: ", 0), 0u) << o.tried[0];
+  }
+  opt.ball53 = true;
   opt.max_width = 1e-45, opt.max_bits = 512;  // past binary128: Arb at the bits the widths ask for
   out = certified_eval(src, ds, opt);
   check(out);
@@ -369,6 +378,24 @@ TEST(Certified, RangesPastDoubleFallToArb) {
   EXPECT_TRUE(mpfr_inf_p(lower(none[0].y(0)).backend().data()) &&
               mpfr_inf_p(upper(none[0].y(0)).backend().data()));
   EXPECT_EQ(certified_json(none[0])["relative_width"], "inf");
+  // With a bias of 1, y = 2^2000 + 2^1000 + 1 is inexact at 128 bits: Arb doubles its bits to 256,
+  // reading the network once for both (ball:53's tier read it once before).
+  net.layers[0].b1(0) = 1;
+  NetworkSource counted = held_source(net);
+  int reads = 0;
+  counted.ball53 = [&, read = counted.ball53](const auto& check) { return ++reads, read(check); };
+  opt.max_width = 1e-45, opt.max_bits = 256;
+  const std::vector<CertifiedOutput> doubled = certified_eval(counted, ds, opt);
+  EXPECT_EQ(doubled[0].tier, "arb:256");
+  EXPECT_TRUE(doubled[0].reached);
+  ASSERT_EQ(doubled[0].tried.size(), 4u);
+  EXPECT_EQ(doubled[0].tried[2].rfind("arb:128: ", 0), 0u) << doubled[0].tried[2];
+  EXPECT_EQ(reads, 2);
+  const Mpfi& y = doubled[0].y(0);
+  const MpfrPrecision bits(2100);
+  const Mpfr exact = mp::pow(Mpfr(2), 2000) + mp::pow(Mpfr(2), 1000) + 1;
+  EXPECT_LE(lower(y), exact);
+  EXPECT_GE(upper(y), exact);
 }
 
 TEST(Certified, RefusesAnyRoundingModeButNearest) {

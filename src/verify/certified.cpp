@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <exception>
 #include <map>
+#include <optional>
 
 #include "../chunks.hpp"
 #include "../model/arb.hpp"
@@ -247,35 +248,41 @@ Network<Arb> arb_piece(const Network<Ball53>& net, std::size_t first, std::size_
   return piece;
 }
 
-// The Arb tier at the MPFR precision in force: the pending sequences through the network one
-// sub-layer at a time, each sub-layer's weights made Arb balls once for all the sequences. It runs
-// only where every weight is a double (false otherwise: the exact rationals of a construction, which
-// ball:53 holds with their rounding as radius, are MPFI's).
-bool run_arb_tier(const Loader<Ball53>& load, const std::string& what, const Dataset& ds,
-                  const std::string& tier, const CertifiedOptions& opt, const OnProgress& progress,
-                  std::vector<long>& pending, std::vector<CertifiedOutput>& out, std::vector<double>& need) {
-  const Network<Ball53> net = load([&](const Architecture& arch) {
-    long long piece = 0;  // the largest piece's numbers
-    for (std::size_t i = 0; i < std::max<std::size_t>(arch.layers.size(), 1); ++i)
-      piece = std::max(piece, piece_of(arch, i, std::min(i + 1, arch.layers.size())).parameter_count());
-    // The Ball53 network, one piece in Arb, the passes' balls (with their midpoints' limbs) and
-    // a product's copies: Arb's matrices of the right factor and of 512 rows of the left per thread.
-    const double params = static_cast<double>(arch.parameter_count()),
-                 numbers = static_cast<double>(evaluation_numbers(arch, ds, false)) - params,
-                 ball = static_cast<double>(sizeof(Arb)) + static_cast<double>(mpfr_bits()) / 8,
-                 bytes = params * sizeof(Ball53) + static_cast<double>(piece) * sizeof(Arb) +
-                         numbers * ball * 3 +
-                         omp_get_max_threads() * 512.0 * static_cast<double>(arch.d) * 4 * ball;
-    if (bytes > static_cast<double>(limits::memory_budget()))
-      throw Error("certified evaluation of " + what + " in " + tier + " needs about " +
-                  number_text(bytes / (1LL << 30)) + " GiB, over the budget (UATLAB_MEMORY_GIB)");
-  });
+// Throws where the Arb tier at the MPFR precision in force would not fit the memory budget: the
+// Ball53 network, one piece in Arb, the passes' balls (with their midpoints' limbs) and a product's
+// copies (Arb's matrices of the right factor and of 512 rows of the left per thread).
+void check_arb_memory(const Architecture& arch, const Dataset& ds, const std::string& what,
+                      const std::string& tier) {
+  long long piece = 0;  // the largest piece's numbers
+  for (std::size_t i = 0; i < std::max<std::size_t>(arch.layers.size(), 1); ++i)
+    piece = std::max(piece, piece_of(arch, i, std::min(i + 1, arch.layers.size())).parameter_count());
+  const double params = static_cast<double>(arch.parameter_count()),
+               numbers = static_cast<double>(evaluation_numbers(arch, ds, false)) - params,
+               ball = static_cast<double>(sizeof(Arb)) + static_cast<double>(mpfr_bits()) / 8,
+               bytes = params * sizeof(Ball53) + static_cast<double>(piece) * sizeof(Arb) +
+                       numbers * ball * 3 +
+                       omp_get_max_threads() * 512.0 * static_cast<double>(arch.d) * 4 * ball;
+  if (bytes > static_cast<double>(limits::memory_budget()))
+    throw Error("certified evaluation of " + what + " in " + tier + " needs about " +
+                number_text(bytes / (1LL << 30)) + " GiB, over the budget (UATLAB_MEMORY_GIB)");
+}
+
+// Whether every weight is a double (a ball of radius 0): the Arb tier runs only then (the exact
+// rationals of a construction, which ball:53 holds with their rounding as radius, are MPFI's).
+bool doubles_only(const Network<Ball53>& net) {
   bool exact = true;
   net.for_each_tensor([&](const Mat<Ball53>& m) {
     for (const Ball53& w : m.reshaped())
       exact = exact && w.r == 0;
   });
-  if (!exact) return false;
+  return exact;
+}
+
+// The Arb tier at the MPFR precision in force: the pending sequences through the network one
+// sub-layer at a time, each sub-layer's weights made Arb balls once for all the sequences.
+void run_arb_tier(const Network<Ball53>& net, const Dataset& ds, const std::string& tier,
+                  const CertifiedOptions& opt, const OnProgress& progress, std::vector<long>& pending,
+                  std::vector<CertifiedOutput>& out, std::vector<double>& need) {
   const auto start = std::chrono::steady_clock::now();
   const std::size_t layers = net.arch.layers.size(), pieces = std::max<std::size_t>(layers, 1);
   const long n = static_cast<long>(pending.size());
@@ -331,7 +338,6 @@ bool run_arb_tier(const Loader<Ball53>& load, const std::string& what, const Dat
     if (!reached) rest.push_back(pending[j]);
   }
   pending = std::move(rest);
-  return true;
 }
 
 // The bits an Arb or MPFI evaluation needs for the widths, from the narrowest enclosure a ball tier
@@ -387,7 +393,7 @@ std::vector<CertifiedOutput> certified_eval(const NetworkSource& src, const Data
   for (std::size_t i = 0; i < pending.size(); ++i)
     pending[i] = static_cast<long>(i);
   std::vector<double> need(ds.sequences.size(), 0);  // bits guessed from a failed tier's widths
-  {
+  if (opt.ball53) {
     MpfrPrecision scope(64);  // the transcendental enclosures of ball:53
     run_tier<Ball53>(src.ball53, src.name, ds, "ball:53", opt, progress, pending, out, need);
   }
@@ -396,11 +402,23 @@ std::vector<CertifiedOutput> certified_eval(const NetworkSource& src, const Data
     run_tier<Ball113>(src.ball113, src.name, ds, "ball:113", opt, progress, pending, out, need);
   }
   const unsigned first_bits = bits_for(pending, out, need, opt.max_width);
-  bool arb = true;  // Arb where the weights are doubles, else MPFI
+  bool arb = true;                      // Arb where the weights are doubles, else MPFI
+  std::optional<Network<Ball53>> held;  // Arb's source, read once for all its doublings
   for (unsigned bits = first_bits; !pending.empty() && bits <= opt.max_bits; bits *= 2) {
     MpfrPrecision scope(bits);
     const std::string b = std::to_string(bits);
-    if (arb) arb = run_arb_tier(src.ball53, src.name, ds, "arb:" + b, opt, progress, pending, out, need);
+    if (arb) {
+      auto check = [&](const Architecture& arch) { check_arb_memory(arch, ds, src.name, "arb:" + b); };
+      if (held)
+        check(held->arch);
+      else
+        held = src.ball53(check);
+      arb = doubles_only(*held);
+      if (arb)
+        run_arb_tier(*held, ds, "arb:" + b, opt, progress, pending, out, need);
+      else
+        held.reset();
+    }
     if (!arb) run_tier<Mpfi>(src.mpfi, src.name, ds, "interval:" + b, opt, progress, pending, out, need);
   }
   if (opt.max_bits > 0 && first_bits > opt.max_bits)  // said, so that a user knows what to ask for

@@ -392,15 +392,15 @@ Predictions engine_predictions(const Network<Rational>& net, const Dataset& ds, 
     return std::any_of(verdicts[i].failures.begin(), verdicts[i].failures.end(),
                        [](const PredictionFailure& f) { return f.kind == FailureKind::undecided; });
   };
-  // A sequence ball:53 left undecided (its widths reached the engine's default goal) again with
-  // ball:113: asked for a width ball:53 cannot reach, the engine goes on to it.
+  // A sequence ball:53 left undecided (its widths reached the engine's default goal) again, from
+  // ball:113 on, asked for the narrowest width it can reach.
   Dataset again = ds;
   again.sequences.clear();
   std::vector<std::size_t> which;
   for (std::size_t i = 0; i < out.size(); ++i)
     if (judged(i) && out[i].tier == "ball:53") again.sequences.push_back(ds.sequences[i]), which.push_back(i);
   if (!which.empty()) {
-    opt.max_width = 0x1p-1000;
+    opt.max_width = 0x1p-1000, opt.ball53 = false;
     std::vector<CertifiedOutput> more = certified_eval(src, again, opt, progress);
     for (std::size_t j = 0; j < which.size(); ++j)
       out[which[j]] = std::move(more[j]), judged(which[j]);

@@ -24,6 +24,7 @@ struct CertifiedOptions {
   double max_width = 1e-9;   // every output's width ≤ max_width · max(1, |y|)
   unsigned max_bits = 256;   // the Arb and MPFI tiers' limit (0: neither)
   bool layer_widths = true;  // record the widest enclosure after each sub-layer
+  bool ball53 = true;        // false: start at ball:113 (where ball:53 is known not to suffice)
 };
 
 struct CertifiedOutput {
