@@ -182,6 +182,33 @@ TEST(Model, CausalAttentionIgnoresTheFuture) {
   EXPECT_FALSE(y.col(5) == y2.col(5));
 }
 
+// Eigen's packet exp clamps its argument: exp(−∞) came out 5.6e-309 in double (2.9e-39 in float),
+// so a masked key of 1e300 (1e30) leaked about 5e-9 into the queries before it, whose exact
+// outputs do not depend on it. Zero query and key weights: every score 0, finite at any value.
+// Both softmax paths (fixed sizes at 8 tokens, the whole-matrix form at 3 and 9); training
+// normalises its scores with the same function.
+template <class S>
+void expect_masked_keys_silent(S huge) {
+  for (int n : {3, 8, 9}) {
+    Network<S> net = network_cast<S>(random_net(R"({"d": 2, "layers": [
+      {"type": "attention", "heads": 2, "head_size": 2, "causal": true}, {"type": "feedforward", "width": 4}]})",
+                                                11));
+    net.layers[0].wq.setZero();
+    net.layers[0].wk.setZero();
+    Mat<S> x = matrix_cast<S>(random_input(2, n, 12)), far = x;
+    far.col(n - 1).setConstant(huge);
+    const Mat<S> y = forward(net, x), y_far = forward(net, far);
+    EXPECT_TRUE(y.leftCols(n - 1) == y_far.leftCols(n - 1))
+        << n << " tokens, largest difference " << (y - y_far).leftCols(n - 1).cwiseAbs().maxCoeff();
+    EXPECT_TRUE(y_far.allFinite());
+  }
+}
+
+TEST(Model, MaskedKeysAddNothingBesideHugeValues) {
+  expect_masked_keys_silent<double>(1e300);
+  expect_masked_keys_silent<float>(1e30f);
+}
+
 // Rotary positions make a score depend on the two tokens and their offset alone: a query that sees
 // the same window of tokens at another place computes the same output (to MPFR's last bits), while
 // the network is no longer permutation equivariant. Bad settings and exact arithmetic are refused.

@@ -219,16 +219,12 @@ void normalise_columns(Mat<S>& A, const LayerSpec& spec, const EvalOptions& opt,
   if constexpr (std::is_floating_point_v<S>) {
     if (spec.score == Score::softmax) {  // Eigen vectorises exp for float/double
       constexpr S kMasked = -std::numeric_limits<S>::infinity();
-      std::vector<Eigen::Index> empty;
       const bool every_key = !spec.causal && spec.window == 0;  // attended_keys is [0, n) for all k
       for (Eigen::Index k = 0; k < A.cols() && !every_key; ++k) {
         const KeyRange r = attended_keys(spec, first_query + k, n);
         A.col(k).head(r.first).setConstant(kMasked);
         A.col(k).tail(n - r.end).setConstant(kMasked);
-        if (r.first == r.end) {  // keeps the column finite; zeroed below
-          empty.push_back(k);
-          A(0, k) = S(0);
-        }
+        if (r.first == r.end) A(0, k) = S(0);  // keeps the column finite; zeroed below
       }
       // Every query of a sequence of 8, 16 or 32 tokens: fixed sizes, faster than the whole-matrix
       // form (docs/benchmarks.md, "The kernels' design figures").
@@ -244,8 +240,18 @@ void normalise_columns(Mat<S>& A, const LayerSpec& spec, const EvalOptions& opt,
         row = A.colwise().sum().cwiseInverse();
         A.array().rowwise() *= row.array();
       }
-      for (Eigen::Index k : empty)
-        A.col(k).setZero();
+      // Eigen's packet exp clamps its argument, so exp(−∞) is 5.6e-309 in double (2.9e-39 in
+      // float), not 0: a masked key would leak its value (times 1e300, 5.6e-9). Its weight is 0,
+      // exactly; the sums it entered are ≥ 1 (the largest key's exp(0)), which it did not move.
+      for (Eigen::Index k = 0; k < A.cols() && !every_key; ++k) {
+        const KeyRange r = attended_keys(spec, first_query + k, n);
+        if (r.first == r.end) {
+          A.col(k).setZero();
+        } else {
+          A.col(k).head(r.first).setZero();
+          A.col(k).tail(n - r.end).setZero();
+        }
+      }
       return;
     }
   }
