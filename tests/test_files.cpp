@@ -238,4 +238,15 @@ TEST(Files, AnOutputNeverOverwritesAnInputOrAnotherOutput) {
   EXPECT_NO_THROW(
       check_outputs({{"--data", data}}, {{"--out", dir + "/m.json"}, {"--report", "-"}, {"--plot", ""}}));
   EXPECT_THROW(check_outputs({}, {{"-o", dir + "/no/such/folder/m.safetensors"}}), Error);  // before training
+  // A folder read as a model (a GPT-2 checkpoint): no output inside it, at any depth or spelling,
+  // whether the file exists or not; beside it is fine.
+  const std::string folder = dir + "/gpt2";
+  std::filesystem::create_directories(folder + "/sub");
+  write_file_atomic(folder + "/config.json", "{}");
+  for (const std::string out : {"/model.safetensors", "/config.json", "/sub/new.json", "/../gpt2/new.json"})
+    EXPECT_THROW(check_outputs({{"model", folder}}, {{"-o", folder + out}}), Error) << out;
+  EXPECT_THROW(check_outputs({{"model", folder + "/"}}, {{"-o", folder + "/config.json"}}), Error);
+  EXPECT_NO_THROW(check_outputs({{"model", folder}}, {{"-o", dir + "/gpt2-model.safetensors"}}));
+  EXPECT_NO_THROW(check_outputs({{"model", folder}}, {{"-o", dir + "/gpt2.json"}}));
+  EXPECT_EQ(read_file(folder + "/config.json"), "{}");
 }

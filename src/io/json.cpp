@@ -1,5 +1,6 @@
 #include "uatlab/io/json.hpp"
 
+#include <algorithm>
 #include <filesystem>
 
 #include <unistd.h>
@@ -136,6 +137,15 @@ void check_outputs(const NamedPaths& inputs, const NamedPaths& outputs) {
     const auto ca = std::filesystem::weakly_canonical(a, ea), cb = std::filesystem::weakly_canonical(b, eb);
     return !ea && !eb && ca == cb;
   };
+  // A folder given as input (a GPT-2 checkpoint) is read file by file: an output anywhere in it
+  // could replace one of them.
+  auto within = [](const std::string& path, const std::string& folder) {
+    std::error_code ec, ef, ep;
+    if (!std::filesystem::is_directory(folder, ec)) return false;
+    const auto f = std::filesystem::weakly_canonical(folder, ef),
+               p = std::filesystem::weakly_canonical(path, ep);
+    return !ef && !ep && std::mismatch(f.begin(), f.end(), p.begin(), p.end()).first == f.end();
+  };
   auto used = [](const std::string& p) { return !p.empty() && p != "-"; };
   for (std::size_t i = 0; i < outputs.size(); ++i) {
     const auto& [flag, path] = outputs[i];
@@ -144,10 +154,14 @@ void check_outputs(const NamedPaths& inputs, const NamedPaths& outputs) {
     const std::filesystem::path folder = std::filesystem::path(path).parent_path();
     if (!folder.empty() && !std::filesystem::is_directory(folder))  // found now, not after the work
       throw Error(flag + " " + path + ": the folder " + folder.string() + " does not exist");
-    for (const auto& [in_flag, in_path] : inputs)
+    for (const auto& [in_flag, in_path] : inputs) {
       if (used(in_path) && same(path, in_path))
         throw Error(flag + " " + path + " is the input " + in_flag +
                     ": the run would overwrite what it reads");
+      if (used(in_path) && within(path, in_path))
+        throw Error(flag + " " + path + " is inside the input folder " + in_flag + " " + in_path +
+                    ": the run could overwrite a file it reads; write it elsewhere");
+    }
     for (std::size_t j = 0; j < i; ++j)
       if (used(outputs[j].second) && same(path, outputs[j].second))
         throw Error(flag + " " + path + " is also " + outputs[j].first +
