@@ -4,6 +4,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <exception>
 
 namespace uatlab {
 
@@ -20,6 +21,25 @@ void in_parallel_chunks(long n, const Body& body, const More& more) {
       body(i);
     if (!more(c1)) return;
   }
+}
+
+// body(i) for every i in [0, n), in parallel (dynamic chunks of `chunk`). An exception thrown inside
+// a parallel region would end the process: each is caught, and the one of the lowest i is rethrown
+// after the loop (the same one at any thread count).
+template <class Body>
+void parallel_for(long n, const Body& body, int chunk = 1) {
+  std::exception_ptr first;
+  long first_at = n;
+#pragma omp parallel for schedule(dynamic, chunk)
+  for (long i = 0; i < n; ++i) {
+    try {
+      body(i);
+    } catch (...) {
+#pragma omp critical(uatlab_parallel_for)
+      if (i < first_at) first_at = i, first = std::current_exception();
+    }
+  }
+  if (first) std::rethrow_exception(first);
 }
 
 }  // namespace uatlab

@@ -267,6 +267,13 @@ TEST(Hostile, CommandLineRefusalsNameTheFlagAndWriteNothing) {
   EXPECT_NE(r.out.find("Lemma 6 does not hold"), std::string::npos) << r.out;
   for (const char* f : {"n1.json", "n1.safetensors", "n1-standard.safetensors"})
     EXPECT_FALSE(fs::exists(tmp(f))) << f;
+  // A network past double's range in the Monte Carlo distance: an error, not an exception leaving
+  // its parallel loop (issue 78: "1e300*x" printed -nan; later it ended in std::terminate, rc 134).
+  r = run_cli("approximate '1e300*x' --K 2 --samples 100 --samples-standard 100 --report " + tmp("big.json"));
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("uatlab: error:"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("beyond the range of double"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(tmp("big.json")));
 
   ASSERT_EQ(run_cli("init --d 1 --layer attention:score=hardmax -o " + tmp("hm.safetensors")).code, 0);
   std::ofstream(tmp("hm.jsonl")) << "{\"x\": [[1], [2]]}\n";

@@ -55,14 +55,13 @@ template <class S>
 std::vector<Mat<S>> context_ids(const Network<Rational>& attention, const Facts& f) {
   const Network<S> net = network_cast<S>(attention);
   std::vector<Mat<S>> out(f.sets.size());
-#pragma omp parallel for schedule(dynamic)
-  for (long s = 0; s < static_cast<long>(f.sets.size()); ++s) {
+  parallel_for(static_cast<long>(f.sets.size()), [&](long s) {
     const auto& toks = f.tokens[f.first_with_set[s]];
     Mat<S> x(f.d, f.n);
     for (int k = 0; k < f.n; ++k)
       x.col(k) = f.vocab[toks[k]].unaryExpr([](const Rational& q) { return Scalar<S>::from(q); });
     out[s] = forward(net, x);
-  }
+  });
   return out;
 }
 

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <map>
 
+#include "../chunks.hpp"
 #include "uatlab/construct/blocks.hpp"
 #include "uatlab/construct/deep_value_map.hpp"
 #include "uatlab/construct/kajitsuka.hpp"
@@ -205,15 +206,17 @@ bool ids_apart(const Prepared& p, const Drawn& dr, std::vector<Located>& ids) {
   const Network<Mpfi> net = network_cast<Mpfi>(dr.attention);
   const Vec<Mpfi> v = dr.v.unaryExpr([](const Rational& q) { return Scalar<Mpfi>::from(q); });
   std::vector<std::vector<Located>> per(p.work.sequences.size());
-#pragma omp parallel for schedule(dynamic, 16)
-  for (long i = 0; i < static_cast<long>(per.size()); ++i) {
-    const auto j = static_cast<std::size_t>(i);
-    EvalOptions from;  // the counted queries' outputs alone (next-token: the last)
-    from.first_query = p.counted[j].front();
-    const Mat<Mpfi> z = forward(net, matrix_cast<Mpfi>(p.work.sequences[j].x), from);
-    for (int k : p.counted[j])
-      per[j].push_back({Mpfi(v.dot(z.col(k))), j, k});
-  }
+  parallel_for(
+      static_cast<long>(per.size()),
+      [&](long i) {
+        const auto j = static_cast<std::size_t>(i);
+        EvalOptions from;  // the counted queries' outputs alone (next-token: the last)
+        from.first_query = p.counted[j].front();
+        const Mat<Mpfi> z = forward(net, matrix_cast<Mpfi>(p.work.sequences[j].x), from);
+        for (int k : p.counted[j])
+          per[j].push_back({Mpfi(v.dot(z.col(k))), j, k});
+      },
+      16);
   ids.clear();
   for (auto& v_ : per)
     ids.insert(ids.end(), v_.begin(), v_.end());

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <map>
 
+#include "../chunks.hpp"
 #include "uatlab/construct/yun.hpp"
 #include "uatlab/model/init.hpp"
 
@@ -171,15 +172,26 @@ Distance distance(const Network<S>& g, const Target& f, int d, int n, int p, lon
   std::vector<double> v(static_cast<std::size_t>(samples));
   std::optional<MpfrPrecision> precision;  // an MPFR network is evaluated at its own precision
   if constexpr (!std::is_floating_point_v<S>) precision.emplace(weight_bits(g));
-#pragma omp parallel for schedule(dynamic, 16)
-  for (long s = 0; s < samples; ++s) {
-    Rng rng(seed * 0x9e3779b97f4a7c15ULL +
-            static_cast<std::uint64_t>(s));  // per sample: independent of threads
-    Mat<double> X(d, n);
-    for (Eigen::Index i = 0; i < X.size(); ++i)
-      X(i) = rng.uniform();
-    const Mat<double> y = matrix_cast<double>(forward(g, matrix_cast<S>(X)));
-    v[static_cast<std::size_t>(s)] = (y - f.f(X)).array().abs().pow(p).sum();
+  const std::string what = "d_" + std::to_string(p) + " by Monte Carlo: ";
+  try {
+    parallel_for(
+        samples,
+        [&](long s) {
+          Rng rng(seed * 0x9e3779b97f4a7c15ULL +
+                  static_cast<std::uint64_t>(s));  // per sample: independent of threads
+          Mat<double> X(d, n);
+          for (Eigen::Index i = 0; i < X.size(); ++i)
+            X(i) = rng.uniform();
+          const Mat<double> y = matrix_cast<double>(forward(g, matrix_cast<S>(X)));
+          v[static_cast<std::size_t>(s)] = (y - f.f(X)).array().abs().pow(p).sum();
+          if (!std::isfinite(v[static_cast<std::size_t>(s)]))
+            throw Error(
+                "|g - f|^p is beyond the range of double at a sample point: the target's values are too "
+                "large for this estimate");
+        },
+        16);
+  } catch (const Error& e) {
+    throw Error(what + e.what());
   }
   double mean = 0, sq = 0;
   for (double x : v)
