@@ -208,6 +208,10 @@ TEST(Hostile, SweepConfigKeysAreTyped) {
                            "m": [1, 2, 3, 4, 5, 6, 7, 8, 9, 10], "seeds": 11})");
       },
       "more than 10^6 runs", "grid size");
+  // An integer past int's range is refused, not wrapped (issue 78: "steps": 4294967346 ran 50).
+  refuses([&] { cells(R"({"steps": 4294967346})"); }, "\"steps\" is beyond the range", "wrapped steps");
+  refuses([&] { cells(R"({"d": 9223372036854775808})"); }, "\"d\" is beyond the range", "2^63");
+  refuses([&] { cells(R"({"d": -4294967292})"); }, "\"d\" is beyond the range", "wrapped to 4");
   EXPECT_EQ(cells(R"({"N": [8, 16], "seeds": 3})").size(), 6u);
 }
 
@@ -279,6 +283,21 @@ TEST(Hostile, CommandLineRefusalsNameTheFlagAndWriteNothing) {
   std::ofstream(tmp("hm.jsonl")) << "{\"x\": [[1], [2]]}\n";
   r = run_cli("eval " + tmp("hm.safetensors") + " " + tmp("hm.jsonl") + " --hardmax-tol -1");
   EXPECT_NE(r.out.find("hardmax tie tolerance must be"), std::string::npos) << r.out;
+  // Contradictory flags and NaN are refused, not resolved silently (issue 78), before any work.
+  const std::string trained = tmp("contradictory.safetensors"),
+                    rest = " --task memorize --task-N 8 --steps 1 -o " + trained;
+  fs::remove(trained);
+  for (const auto& [flags, says] : std::vector<std::pair<std::string, std::string>>{
+           {"--init " + tmp("hm.safetensors") + " --layer feedforward:width=4",
+            "--init takes the architecture"},
+           {"--d 4 --layer feedforward:width=4,width=8", "width is given twice"},
+           {"--d 4 --layer feedforward:width=4 --val-fraction nan", "--val-fraction must be a number"},
+           {"--d 4 --layer feedforward:width=4 --gain nan", "gain must be a number"}}) {
+    r = run_cli("train " + flags + rest);
+    EXPECT_EQ(r.code, 1) << flags << ": " << r.out;
+    EXPECT_NE(r.out.find(says), std::string::npos) << flags << ": " << r.out;
+  }
+  EXPECT_FALSE(fs::exists(trained));
 }
 
 TEST(Hostile, AResumedResultWithoutItsFieldsIsAnError) {

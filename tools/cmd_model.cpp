@@ -46,6 +46,7 @@ json layer_from_flag(const std::string& spec) {
     const std::size_t eq = kv.find('=');
     if (eq == std::string::npos) throw Error(what + ": expected key=value, got \"" + kv + "\"");
     const std::string k = kv.substr(0, eq), v = kv.substr(eq + 1);
+    if (j.contains(k)) throw Error(what + ": " + k + " is given twice");  // not the last one silently
     if (v == "true" || v == "false")
       j[k] = v == "true";
     else if (!v.empty() && v.find_first_not_of("0123456789") == std::string::npos)
@@ -424,7 +425,7 @@ void add_model_commands(CLI::App& app, Commands& commands) {
        "trained models, 19-29x slower) or zonotope (affine forms over the box's coordinates, rounding-safe: "
        "radii 730-3,100x larger than the intervals', a median 6.8-7.5x below an attack's, 7-21x slower; no "
        "hardmax or mixers) or balls (the box through the certified engine's ball tier: 7x faster than "
-       "intervals on a trained 1.6M-weight model, radii 1.1-110x smaller there); "
+       "intervals on a trained 1.6M-weight model, radii 1.0-110x smaller on two such models); "
        "docs/analyse.md")
       ->check(CLI::IsMember({"intervals", "mean-value", "zonotope", "balls"}));
   a->add_flag("--check", an->check, "Fail (exit 1) unless every prediction is certified");

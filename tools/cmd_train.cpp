@@ -92,6 +92,12 @@ int cmd_train(TrainOpts& o) {
       {{"--data", o.data}, {"--val", o.val}, {"--init", o.init_model}, {"--task-corpus", o.task_opt.corpus}},
       {{"--out", o.out}, {"--metrics", o.cfg.metrics}, {"--checkpoint", o.cfg.checkpoint}});
   check_outputs({{"--resume", o.resume}}, {{"--out", o.out}, {"--metrics", o.cfg.metrics}});
+  limits::check_real(o.val_fraction, 0, 1, "--val-fraction");  // NaN passes CLI11's range check
+  const ArchitectureFlags& a = o.arch;
+  if (!o.init_model.empty() &&
+      (!a.arch.empty() || !a.layers.empty() || a.d || a.vocab || a.input || a.max_len || a.readout))
+    throw Error("--init takes the architecture from " + o.init_model +
+                ": give no --arch, --layer, --d, --vocab, --input, --max-len or --readout with it");
   Dataset data, val;
   if (!o.task.empty()) {
     const TaskSpec& spec = task(o.task);
@@ -195,8 +201,8 @@ void add_train_commands(CLI::App& app, Commands& commands) {
   t->add_option("--task-val-N", o->task_val_N,
                 "Also make a validation set of this many sequences (chars: from the held-out 10%)");
   t->add_option("--val", o->val, "Validation data (JSONL)");
-  t->add_option("--val-fraction", o->val_fraction, "Hold out this fraction of the data (the last sequences)")
-      ->check(CLI::Range(0.0, 1.0));
+  t->add_option("--val-fraction", o->val_fraction,
+                "Hold out this fraction of the data (the last sequences), from 0 to 1");
   add_architecture_flags(t, o->arch);
   t->add_option("--init", o->init_model, "Start from this model file instead of a random one");
   t->add_option("--init-seed", o->init_seed, "Seed of the random initial weights")->capture_default_str();

@@ -9,6 +9,7 @@
 
 #include <omp.h>
 #include <algorithm>
+#include <limits>
 
 #include <cmath>
 #include <future>
@@ -231,6 +232,15 @@ T one_value(const json& j, const std::string& key, T fallback) {
                  : std::is_integral_v<T>          ? "integer"
                                                   : "number") +
                 ", got " + limits::excerpt(v.dump()));
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {  // get<T> would wrap it
+    const bool fits =
+        v.is_number_unsigned()
+            ? v.get<unsigned long long>() <= static_cast<unsigned long long>(std::numeric_limits<T>::max())
+            : v.get<long long>() >= std::numeric_limits<T>::min();
+    if (!fits)
+      throw Error("sweep config: \"" + key + "\" is beyond the range of a 32-bit integer, got " +
+                  limits::excerpt(v.dump()));
+  }
   return v.get<T>();
 }
 

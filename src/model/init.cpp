@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "uatlab/limits.hpp"
+
 namespace uatlab {
 
 // xoshiro256** seeded by splitmix64: tiny, fast and fully specified.
@@ -32,6 +34,7 @@ double Rng::gauss() {
 }
 
 void init_random(Network<double>& net, std::uint64_t seed, double gain) {
+  limits::check_real(gain, 0, 1e6, "the initial weights' gain");
   Rng rng(seed);
   net.for_each_tensor([&](const std::string&, Mat<double>& m, Layout, Role role) {
     auto fill = [&](double a, double b) { m = m.unaryExpr([&](double) { return rng.uniform(a, b); }); };
