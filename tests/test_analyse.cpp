@@ -653,6 +653,43 @@ TEST(Analyse, ZonotopeEnclosesTheNetworkAtSampledPointsOfTheBox) {
   EXPECT_GT(narrower, entries / 2) << narrower << " of " << entries << " enclosures narrower than intervals'";
 }
 
+// A sharp head (scores 800·x_q·x_k, differences up to 1,600): exp's chord over them would leave
+// double's range (the 1.6M-weight model of docs/analyse.md: every margin −inf, no radius), so a
+// weight whose differences may pass 512 is a constant form, enclosed in MPFI. Every sampled point
+// of the box stays inside the enclosures, and they are narrow.
+TEST(Analyse, ZonotopeFollowsSharpHeads) {
+  Network<double> net(Architecture::from_json(nlohmann::json::parse(
+      R"({"d":2,"readout":2,"layers":[{"type":"attention","heads":1,"head_size":2,"scale":"400"},
+          {"type":"feedforward","width":3}]})")));
+  init_random(net, 5);
+  net.layers[0].wq << 2, 0, 0, 2;
+  net.layers[0].wk << 1, 0, 0, 1;
+  const Network<Rational> exact = network_cast<Rational>(net);
+  Mat<Rational> x0(2, 4);
+  x0 << 1, -1, Rational(1, 2), 0, 0, 0, Rational(1, 2), -1;
+  const double e = 1e-3;
+  Zonotope z;
+  {
+    const MpfrPrecision p(128);
+    z = zonotope_forward(network_cast<Mpfi>(exact), matrix_cast<Mpfi>(x0), rational_of(e));
+  }
+  const MpfrPrecision p(200);
+  const Network<Mpfr> hp = network_cast<Mpfr>(exact);
+  Rng rng(3);
+  for (int sample = 0; sample < 24; ++sample) {
+    Mat<Mpfr> x = matrix_cast<Mpfr>(x0);
+    for (Eigen::Index j = 0; j < x.size(); ++j)
+      x(j) += Mpfr(sample < 2 ? (sample == 0 ? -1.0 : 1.0) : rng.uniform(-1, 1)) * Mpfr(e);
+    const Mat<Mpfr> y = forward(hp, x);
+    for (Eigen::Index k = 0; k < y.cols(); ++k)
+      for (Eigen::Index r = 0; r < y.rows(); ++r) {
+        const Mpfi box = z.enclose(r, k);
+        EXPECT_TRUE(lower(box) <= y(r, k) && y(r, k) <= upper(box)) << "output " << r << " of token " << k;
+        EXPECT_LT(enclosure_width(box), 0.1) << "output " << r << " of token " << k;
+      }
+  }
+}
+
 // The forms take n·d doubles per value: a box too large for the memory budget is refused, named,
 // before the generators are allocated; hardmax and the mixers are refused by name.
 TEST(Analyse, ZonotopeRefusesWhatItCannotHoldOrFollow) {
@@ -665,6 +702,26 @@ TEST(Analyse, ZonotopeRefusesWhatItCannotHoldOrFollow) {
     ADD_FAILURE() << "a box of 128,000 coordinates is refused";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("memory budget"), std::string::npos) << e.what();
+  }
+  {  // through analyse: the whole run refused, named, before any pass (it read as undecided, −inf)
+    Network<double> net(Architecture::from_json(
+        nlohmann::json::parse(R"({"d":64,"readout":2,"layers":[{"type":"feedforward","width":64}]})")));
+    init_random(net, 1);
+    Dataset ds;
+    Sequence seq;
+    seq.x = Mat<Rational>::Zero(64, 600);  // 38,400 symbols: about 140 GiB of generators
+    seq.y = Mat<Rational>::Zero(1, 600);
+    ds.sequences.push_back(seq);
+    ds.d = 64, ds.label_dim = 1;
+    AnalyseOptions o = quick();
+    o.min_bits = false, o.separation = false;
+    o.epsilon = "1/1000", o.region_method = RegionMethod::zonotope;
+    try {
+      analyse(network_cast<Rational>(net), ds, o);
+      ADD_FAILURE() << "a box of 38,400 coordinates is refused";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("memory budget"), std::string::npos) << e.what();
+    }
   }
   for (const char* text : {R"({"d":2,"layers":[{"type":"attention","score":"hardmax"}]})",
                            R"({"d":2,"layers":[{"type":"sepconv","heads":1,"kernel":3}]})"}) {

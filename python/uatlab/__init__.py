@@ -430,7 +430,7 @@ def analyse(net, X, Y=None, labels="auto", tolerance="1e-6", bits=64, max_bits=4
     does), "zonotope" (affine forms over the box's coordinates, every rounding bounded: radii
     730-3,100x larger than the intervals' on trained models, a median 6.8-7.5x below an attack's, 7-21x
     slower; no hardmax or mixers) or "balls" (the box through the certified engine's ball tier: fast,
-    radii 1.1-110x smaller than the intervals' on a trained 1.6M-weight model; report["region"]["predictions"]
+    radii 1.0-110x smaller than the intervals' on two trained 1.6M-weight models; report["region"]["predictions"]
     ["tier"]). engine: with min_bits=False (and no region by an MPFI method), the predictions are
     decided by the certified engine's balls where they decide every one (report["memorization"]
     ["tier"] says which decided), MPFI otherwise; engine=False: MPFI always."""

@@ -275,7 +275,15 @@ Predictions certify_predictions(const Network<Rational>& net, const Dataset& ds,
   const Network<Mpfi> ni = af ? Network<Mpfi>() : network_cast<Mpfi>(net);  // one of the two
   const bool mean_value = !epsilon.empty() && method == RegionMethod::mean_value;
   const bool zonotope = !epsilon.empty() && method == RegionMethod::zonotope;
-  if (zonotope) check_zonotope_supported(net.arch);
+  if (zonotope) {  // refused for the whole run, named (inside a pass it would read as undecided)
+    check_zonotope_supported(net.arch);
+    Eigen::Index longest = 0;
+    for (const Sequence& s : ds.sequences)
+      longest = std::max(longest, ds.token_input ? static_cast<Eigen::Index>(s.tokens.size()) : s.x.cols());
+    check_zonotope_memory(net.arch, longest, ds.token_input ? net.arch.d : net.arch.in_dim(),
+                          std::min<int>(omp_get_max_threads(),
+                                        static_cast<int>(std::max<std::size_t>(ds.sequences.size(), 1))));
+  }
   if (mean_value) try {
       check_differentiable(net.arch);
     } catch (const Error& e) {

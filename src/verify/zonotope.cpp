@@ -256,17 +256,22 @@ Linear piecewise_linear(const Mpfr& lo, const Mpfr& hi, const std::vector<Mpfi>&
   return linear_of(alpha, rest);
 }
 
-// f(x) as a form: the argument's enclosure [c − R, c + R], raised to `floor` where the true value
-// is known to be at least that, linearised by `lin`.
-template <class L>
-Form unary(const Form& x, L&& lin, const Mpfr* floor = nullptr) {
-  double below, above;  // x.c − R rounded down, x.c + R rounded up
+// A form's enclosure [c − R, c + R], its ends rounded outward.
+std::pair<Mpfr, Mpfr> range_of(const Form& x) {
+  double below, above;
   {
     const Rounding up(FE_UPWARD);
     const double R = radius(x);
     below = -(R - x.c), above = x.c + R;
   }
-  Mpfr lo = mpfr_of(below, MPFR_RNDD), hi = mpfr_of(above, MPFR_RNDU);
+  return {mpfr_of(below, MPFR_RNDD), mpfr_of(above, MPFR_RNDU)};
+}
+
+// f(x) as a form: the argument's enclosure, raised to `floor` where the true value is known to be at
+// least that, linearised by `lin`.
+template <class L>
+Form unary(const Form& x, L&& lin, const Mpfr* floor = nullptr) {
+  auto [lo, hi] = range_of(x);
   if (floor && lo < *floor) lo = *floor;
   if (!(lo <= hi)) throw Error("zonotope: an enclosure below a bound its value is known to meet");
   const Linear l = lin(lo, hi);
@@ -535,19 +540,34 @@ class Forward {
   }
 
   // w_l = 1 / (1 + Σ_{j≠l} exp(s_j − s_l)), the form the intervals use too: the denominator is at
-  // least 1, so 1/x is linearised on [1, ∞) whatever the exponentials' forms reach.
+  // least 1, so 1/x is linearised on [1, ∞) whatever the exponentials' forms reach. Where a
+  // difference may exceed 512 (a sharp head of a trained model), exp's chord would be steeper than
+  // e^512 ≈ 2e222 and its forms would leave double's range: there w_l is at most
+  // 1/(1 + e^lo), a constant form enclosing 1 / (1 + Σ_j exp(range of s_j − s_l)) in MPFI.
   std::vector<Form> softmax(const std::vector<Form>& score) const {
-    static const Mpfr one(1);
+    static const Mpfr one(1), steep(512);
     std::vector<Form> w;
     for (std::size_t l = 0; l < score.size(); ++l) {
-      std::vector<Form> e;
-      e.reserve(score.size());
+      std::vector<Form> diff, e;
       for (std::size_t j = 0; j < score.size(); ++j)
-        if (j != l)
-          e.push_back(unary(combine({{1.0, &score[j]}, {-1.0, &score[l]}}, 0, m_),
-                            [](const Mpfr& lo, const Mpfr& hi) {
-                              return convex(lo, hi, exp_of, exp_of, [](double a) { return std::log(a); });
-                            }));
+        if (j != l) diff.push_back(combine({{1.0, &score[j]}, {-1.0, &score[l]}}, 0, m_));
+      if (std::any_of(diff.begin(), diff.end(), [](const Form& d) { return range_of(d).second > steep; })) {
+        Mpfi denominator(1);
+        for (const Form& d : diff) {
+          const auto [lo, hi] = range_of(d);
+          denominator += mp::exp(hull(lo, hi));
+        }
+        const Constant k = constant_of(Mpfi(Mpfi(1) / denominator));
+        Form f(m_);
+        f.c = k.v, f.r = k.rad;
+        w.push_back(std::move(f));
+        continue;
+      }
+      e.reserve(diff.size());
+      for (const Form& d : diff)
+        e.push_back(unary(d, [](const Mpfr& lo, const Mpfr& hi) {
+          return convex(lo, hi, exp_of, exp_of, [](double a) { return std::log(a); });
+        }));
       std::vector<std::pair<double, const Form*>> terms;
       for (const Form& f : e)
         terms.emplace_back(1.0, &f);
@@ -595,17 +615,13 @@ void check_zonotope_supported(const Architecture& a) {
   }
 }
 
-Zonotope zonotope_forward(const Network<Mpfi>& net, const Mat<Mpfi>& x0, const Rational& e) {
-  const Architecture& a = net.arch;
-  check_zonotope_supported(a);
-  if (e < 0) throw Error("zonotope: the radius must be >= 0, got " + e.str());
-  const Index n = x0.cols(), m = x0.size();
+void check_zonotope_memory(const Architecture& a, Eigen::Index n, Eigen::Index in_rows, int threads) {
   // The largest generator matrix, a few copies alive: its rows per token (the widest matrix, the
   // attention weights n per token) times the tokens times the symbols, the input's m and at most
   // one per entry of each matrix given fresh symbols (Forward::fresh_symbols).
   using limits::saturating_add, limits::saturating_mul;
   const long long d = a.d, tokens = n;
-  long long rows = std::max<long long>({d, a.in_dim(), a.readout, tokens}), symbols = m;
+  long long rows = std::max<long long>({d, a.in_dim(), a.readout, tokens}), symbols = in_rows * tokens;
   for (const LayerSpec& s : a.layers) {
     rows = std::max<long long>({rows, s.width, 3LL * s.heads * s.head_size});
     const long long stream = saturating_mul(d, tokens);
@@ -615,13 +631,21 @@ Zonotope zonotope_forward(const Network<Mpfi>& net, const Mat<Mpfi>& x0, const R
     if (s.kind == LayerKind::feedforward) added = saturating_add(added, saturating_mul(s.width, tokens));
     symbols = saturating_add(symbols, added);
   }
-  // ... per thread of the team that runs this (analyse's passes run one sequence per thread).
-  const long long copies = saturating_mul(4, omp_get_num_threads());
+  // ... per thread of the team that runs the forms (analyse's passes run one sequence per thread).
+  const long long copies = saturating_mul(4, threads);
   const long long doubles = saturating_mul(saturating_mul(rows, tokens), saturating_mul(symbols, copies));
   if (static_cast<double>(doubles) * 8 > static_cast<double>(limits::memory_budget()))
-    throw Error("zonotope: " + std::to_string(n) + " tokens of " + std::to_string(x0.rows()) +
+    throw Error("zonotope: " + std::to_string(n) + " tokens of " + std::to_string(in_rows) +
                 " numbers need about " + std::to_string(doubles / (1LL << 27)) +
                 " GiB of generators, over the memory budget (fewer tokens, or the intervals)");
+}
+
+Zonotope zonotope_forward(const Network<Mpfi>& net, const Mat<Mpfi>& x0, const Rational& e) {
+  const Architecture& a = net.arch;
+  check_zonotope_supported(a);
+  if (e < 0) throw Error("zonotope: the radius must be >= 0, got " + e.str());
+  const Index n = x0.cols(), m = x0.size();
+  check_zonotope_memory(a, n, x0.rows(), omp_get_num_threads());
   const Constant eps = constant_of(Scalar<Mpfi>::from(e));
   double radius;
   {

@@ -28,6 +28,10 @@ struct Zonotope {
 // the mixers, pooling).
 void check_zonotope_supported(const Architecture& a);
 
+// Throws Error where the forms of n tokens of in_rows numbers (x0's shape below) would not fit the
+// memory budget with `threads` of them at work at once; zonotope_forward checks it too.
+void check_zonotope_memory(const Architecture& a, Eigen::Index n, Eigen::Index in_rows, int threads);
+
 // The network's output over every input of the box x0 ± e: x0 the network's input after its
 // embedding (d×n for a token-id network, the continuous tokens otherwise), e ≥ 0 the radius on
 // every coordinate. The weights and constants come from `net` in MPFI (each taken as the nearest
