@@ -140,4 +140,29 @@ with tempfile.TemporaryDirectory() as tmp:
         check(False, "an unknown activation_function is refused")
     except uatlab.Error as e:
         check("activation_function" in str(e), f"refused: {e}")
+    # What a config or a file may say that would change the model, or that no model could hold
+    # (issue 78, "GPT-2 folders"): refused, naming it, before the architecture is built.
+    def refused(name, fragment, config=None, tensors=None, mask=None):
+        bad = os.path.join(tmp, "bad-" + name)
+        t = tiny_gpt2(bad, d, H, L, V, P)
+        if config or tensors is not None or mask is not None:
+            with open(os.path.join(bad, "config.json")) as f:
+                cfg = json.load(f)
+            cfg.update(config or {})
+            with open(os.path.join(bad, "config.json"), "w") as f:
+                json.dump(cfg, f)
+            file = {k: v.float() for k, v in t.items()}
+            if mask is not None:
+                file["h.0.attn.bias"] = mask
+            file.update(tensors or {})
+            write_safetensors(os.path.join(bad, "model.safetensors"), file)
+        r = subprocess.run([cli, "info", bad], capture_output=True, text=True, timeout=20)
+        check(r.returncode == 1 and fragment in r.stderr, f"{name}: refused ({r.returncode}: {r.stderr.strip()})")
+    refused("n_layer", "n_layer 1000000000 needs 12 tensors a block", {"n_layer": 10**9})
+    refused("model_type", "model_type \"llama\"", {"model_type": "llama"})
+    refused("untied", "tie_word_embeddings false", {"tie_word_embeddings": False})
+    refused("eps-type", "\"layer_norm_epsilon\" must be a number", {"layer_norm_epsilon": "1e-5"})
+    refused("flag-type", "\"scale_attn_weights\" must be true or false", {"scale_attn_weights": "no"})
+    refused("twice", "are both GPT-2's \"wpe.weight\"", tensors={"transformer.wpe.weight": t["wpe.weight"].float()})
+    refused("not-causal", "is not GPT-2's causal mask", mask=torch.ones(1, 1, P, P))
 print(f"gpt2: {passed()} checks passed")

@@ -139,8 +139,49 @@ namespace {
 // size) and a pre-norm feed-forward with GELU's tanh form, then ln_f as a layernorm sub-layer and a
 // readout equal to wte (bias 0). Buffers (attn.bias, attn.masked_bias: the causal mask) are skipped;
 // an optional "transformer." prefix is dropped.
+// Whether t is GPT-2's causal-mask buffer: shape (1, 1, Q, Q) with Q >= positions, 1 on and below
+// the diagonal and 0 above (bool, 8-bit or float).
+bool is_causal_mask(const Tensor& t, long long positions) {
+  if (t.shape.size() != 4 || t.shape[0] != 1 || t.shape[1] != 1 || t.shape[2] != t.shape[3] ||
+      t.shape[2] < positions)
+    return false;
+  const bool bytes = t.dtype == "BOOL" || t.dtype == "U8" || t.dtype == "I8";
+  if (!bytes && t.dtype != "F32" && t.dtype != "F64") return false;
+  if (t.size != static_cast<std::size_t>(t.numel()) * (bytes ? 1 : t.dtype == "F32" ? 4 : 8)) return false;
+  const std::int64_t q = t.shape[2];
+  for (std::int64_t i = 0; i < q; ++i)
+    for (std::int64_t j = 0; j < q; ++j) {
+      const std::int64_t k = i * q + j;
+      const double v = bytes ? static_cast<double>(static_cast<unsigned char>(t.data()[k])) : t.at(k);
+      if (v != (j <= i ? 1.0 : 0.0)) return false;
+    }
+  return true;
+}
+
 template <class S>
 std::pair<json, Sources<S>> gpt2(const Safetensors& st, const json& config) {
+  if (!config.is_object()) throw Error("config.json must hold a JSON object");
+  // A key's value of one type, or the fallback where it is absent or null; a wrong type names the key.
+  auto typed = [&](const char* key, auto fallback) {
+    using T = decltype(fallback);
+    if (!config.contains(key) || config[key].is_null()) return fallback;
+    const json& v = config[key];
+    const bool ok = std::is_same_v<T, bool>     ? v.is_boolean()
+                    : std::is_same_v<T, double> ? v.is_number()
+                                                : v.is_string();
+    if (!ok)
+      throw Error(std::string("config.json: \"") + key + "\" must be " +
+                  (std::is_same_v<T, bool>     ? "true or false"
+                   : std::is_same_v<T, double> ? "a number"
+                                               : "a string") +
+                  ", got " + limits::excerpt(v.dump()));
+    return v.get<T>();
+  };
+  const std::string type = typed("model_type", std::string("gpt2"));
+  if (type != "gpt2")
+    throw Error("config.json: model_type \"" + type + "\" (uatlab reads GPT-2's layout, \"gpt2\")");
+  if (!typed("tie_word_embeddings", true))
+    throw Error("config.json: tie_word_embeddings false: an untied LM head is not GPT-2's layout");
   auto count = [&](const char* key, const char* fallback = nullptr) -> long long {
     const char* k = config.contains(key) || !fallback ? key : fallback;
     if (!config.contains(k) || !config[k].is_number_unsigned() || config[k].get<long long>() < 1)
@@ -151,15 +192,19 @@ std::pair<json, Sources<S>> gpt2(const Safetensors& st, const json& config) {
                   P = count("n_positions", "n_ctx");
   const long long m = config.contains("n_inner") && !config["n_inner"].is_null() ? count("n_inner") : 4 * d;
   if (d % H) throw Error("config.json: n_embd " + std::to_string(d) + " is not a multiple of n_head");
-  const std::string act = config.value("activation_function", std::string("gelu_new"));
+  // Before the architecture is built (2 sub-layers a block): 12 tensors a block must be in the file.
+  if (L > static_cast<long long>(st.tensors.size()) / 12)
+    throw Error("config.json: n_layer " + std::to_string(L) + " needs 12 tensors a block, the file holds " +
+                std::to_string(st.tensors.size()));
+  const std::string act = typed("activation_function", std::string("gelu_new"));
   if (act != "gelu_new" && act != "gelu_pytorch_tanh" && act != "gelu")
     throw Error("config.json: activation_function \"" + act +
                 "\" (uatlab has gelu_new, i.e. GELU's tanh form, and gelu)");
   for (const char* flag : {"scale_attn_by_inverse_layer_idx", "add_cross_attention"})
-    if (config.value(flag, false)) throw Error(std::string("config.json: ") + flag + " is not supported");
-  if (config.contains("scale_attn_weights") && !config["scale_attn_weights"].get<bool>())
+    if (typed(flag, false)) throw Error(std::string("config.json: ") + flag + " is not supported");
+  if (!typed("scale_attn_weights", true))
     throw Error("config.json: scale_attn_weights false is not supported");
-  const double eps_value = config.value("layer_norm_epsilon", 1e-5);
+  const double eps_value = typed("layer_norm_epsilon", 1e-5);
   const std::string eps = rational_of(eps_value).str();  // the double the checkpoint's code divides by
   json layers = json::array();
   for (long long i = 0; i < L; ++i) {
@@ -182,14 +227,23 @@ std::pair<json, Sources<S>> gpt2(const Safetensors& st, const json& config) {
   }
   layers.push_back({{"type", "layernorm"}, {"eps", eps}, {"source", "ln_f"}});
   const json arch = {{"d", d}, {"vocab", V}, {"max_len", P}, {"readout", V}, {"layers", layers}};
-  // The file's tensors by GPT-2 name (prefix dropped, buffers skipped).
+  // The file's tensors by GPT-2 name (prefix dropped; the buffers checked, then skipped).
   std::map<std::string, const Tensor*> file;
+  std::map<std::string, std::string> spelled;  // GPT-2 name → the file's
+  auto ends_with = [](const std::string& n, const std::string& end) {
+    return n.size() >= end.size() && n.compare(n.size() - end.size(), end.size(), end) == 0;
+  };
   for (const auto& [name, t] : st.tensors) {
-    std::string n = name.rfind("transformer.", 0) == 0 ? name.substr(12) : name;
-    const std::string buffer = ".attn.bias";
-    if ((n.size() >= buffer.size() && n.compare(n.size() - buffer.size(), buffer.size(), buffer) == 0) ||
-        n.find(".attn.masked_bias") != std::string::npos)
+    const std::string n = name.rfind("transformer.", 0) == 0 ? name.substr(12) : name;
+    if (!spelled.emplace(n, name).second)
+      throw Error("tensors \"" + spelled[n] + "\" and \"" + name + "\" are both GPT-2's \"" + n + "\"");
+    if (ends_with(n, ".attn.bias")) {  // the causal mask: uatlab's attention is causal, so it must be
+      if (!is_causal_mask(t, P))
+        throw Error("tensor \"" + name + "\" is not GPT-2's causal mask (shape (1, 1, Q, Q), Q >= " +
+                    std::to_string(P) + ", ones on and below the diagonal): uatlab's layout is causal");
       continue;
+    }
+    if (ends_with(n, ".attn.masked_bias")) continue;  // the masked scores' fill value (uatlab's is −∞)
     file[n] = &t;
   }
   // Each file tensor is used once, as one or more views (the values stay in the file's bytes).
