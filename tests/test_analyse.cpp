@@ -255,6 +255,32 @@ void region_holds_at_sampled_points(const Dataset& data, const Network<Rational>
 }
 }  // namespace
 
+// The radius search starts above 0 (issue 78: --epsilon 0 and 1e-400 reported 0 where 1.1e-3
+// certifies) and says when a sequence is still certified where its doubling stops.
+TEST(Analyse, RadiusSearchStartsAboveZeroAndSaysWhereItStopped) {
+  Network<Rational> net(Architecture::from_json(nlohmann::json::parse(R"({"d":1,"readout":2,"layers":[]})")));
+  net.readout_b(0, 0) = 1;  // class 0 whatever the input: every box is certified
+  const Dataset ds = parse_dataset("{\"x\": [[1], [2]], \"y\": [[0], [0]]}\n", "data");
+  AnalyseOptions o = quick();
+  o.min_bits = false, o.separation = false, o.labels = "classes", o.epsilon = "1/1024", o.epsilon_steps = 2;
+  const Analysis a = analyse(net, ds, o);
+  ASSERT_TRUE(a.region.has_value());
+  EXPECT_EQ(a.region->at_cap, 1);
+  EXPECT_EQ(a.region->largest_epsilon[0], 1024.0);  // 2^20 / 1024
+  EXPECT_EQ(a.report()["region"]["sequences_at_cap"], 1);
+  EXPECT_NE(a.summary().find("1 sequences still certified where the search stops"), std::string::npos)
+      << a.summary();
+  for (const char* e : {"0", "1e-400"}) {
+    o.epsilon = e;
+    try {
+      analyse(net, ds, o);
+      ADD_FAILURE() << e << " is refused";
+    } catch (const Error& err) {
+      EXPECT_NE(std::string(err.what()).find("at least 2^-1000"), std::string::npos) << err.what();
+    }
+  }
+}
+
 TEST(Analyse, RegionCertificatesHoldAtSampledPointsInsideTheBox) {
   const Dataset data = memorize_task();
   const Network<Rational> exact = trained_classifier(data);

@@ -34,7 +34,11 @@ Region certify_region(const Network<Rational>& net, const Dataset& ds, LabelKind
                       unsigned bits, const AnalyseOptions& o, const std::string& tier) {
   limits::check_count(o.epsilon_steps, 0, 64, "epsilon steps");
   const Rational eps = parse_rational(o.epsilon);
-  if (eps < 0) throw Error("analyse: --epsilon must be >= 0, got " + o.epsilon);
+  // From 2^-1000 on, the radii the search reaches (up to 2^20·ε) print as normal doubles; a radius of
+  // 0 is the points themselves, which the memorization part certifies.
+  if (eps < Rational(1, mp::mpz_int(1) << 1000))
+    throw Error("analyse: --epsilon must be at least 2^-1000 (about 9.3e-302), got " + o.epsilon +
+                (eps == 0 ? " (a box of radius 0 is the points themselves)" : ""));
   Region r;
   r.epsilon = o.epsilon, r.steps = o.epsilon_steps, r.method = o.region_method;
   const std::size_t N = ds.sequences.size();
@@ -64,7 +68,7 @@ Region certify_region(const Network<Rational>& net, const Dataset& ds, LabelKind
     else
       hi[i] = eps, bounded[i] = true;
   }
-  for (int doubling = 0; doubling < 20 && eps > 0; ++doubling) {
+  for (int doubling = 0; doubling < 20; ++doubling) {
     std::vector<Rational> radii(N);
     bool any = false;
     for (std::size_t i = 0; i < N; ++i)
@@ -93,8 +97,10 @@ Region certify_region(const Network<Rational>& net, const Dataset& ds, LabelKind
     }
   }
   r.largest_epsilon.resize(N);
-  for (std::size_t i = 0; i < N; ++i)
+  for (std::size_t i = 0; i < N; ++i) {
     r.largest_epsilon[i] = found[i] ? to_double_down(lower(Scalar<Mpfi>::from(lo[i]))) : 0;
+    r.at_cap += !bounded[i];
+  }
   return r;
 }
 
@@ -276,6 +282,7 @@ json Analysis::report() const {
                    {"predictions", predictions_json(region->predictions)},
                    {"margin_certified", margins(region->predictions)},
                    {"largest_epsilon_certified", largest},
+                   {"sequences_at_cap", region->at_cap},
                    {"bisection_steps", region->steps}};
   }
   r["memorization"]["margin_certified"] = margins(predictions);
@@ -314,6 +321,10 @@ std::string Analysis::summary() const {
       << " predictions certified for every input in it; least margin " << lower_text(least, 4) << "\n";
     s << "              largest epsilon certified per sequence (" << region->steps
       << " bisection steps): least " << lower_text(smallest_eps, 4) << " (every sequence's in the report)\n";
+    if (region->at_cap > 0)
+      s << "              " << region->at_cap
+        << " sequences still certified where the search stops (2^20 times epsilon): a larger --epsilon "
+           "finds more\n";
   }
   if (min_bits > 0)
     s << "bits          every prediction certified at " << min_bits

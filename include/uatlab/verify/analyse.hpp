@@ -124,7 +124,8 @@ struct Region {
   Predictions predictions;              // certified over the boxes of radius epsilon
   std::vector<double> largest_epsilon;  // per sequence: the largest ε found certified (rounded down; 0: none)
   RegionMethod method = RegionMethod::intervals;
-  int steps = 0;  // bisection steps of that search
+  int steps = 0;    // bisection steps of that search
+  long at_cap = 0;  // sequences still certified where the doubling stops (2^20·epsilon)
 };
 
 struct Analysis {
