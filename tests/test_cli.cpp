@@ -186,8 +186,35 @@ TEST(Cli, ConvertRoundTripsThroughLosslessJson) {
   Result b = run("eval " + d + "b.safetensors " + d + "data.jsonl -p 300");
   EXPECT_EQ(a.code, 0);
   EXPECT_EQ(a.out, b.out);
-  ASSERT_EQ(run("convert " + d + "a.json " + d + "c.safetensors --dtype F32").code, 0);
+  // Doubles into F32, or 1/10 into F64: refused unless rounding is asked for (issue 78: "weights
+  // exact" was printed for both).
+  fs::remove(d + "c.safetensors");
+  Result refused = run("convert " + d + "a.json " + d + "c.safetensors --dtype F32");
+  EXPECT_EQ(refused.code, 1);
+  EXPECT_NE(refused.out.find("which F32 does not hold exactly; round first with --precision float"),
+            std::string::npos)
+      << refused.out;
+  EXPECT_FALSE(fs::exists(d + "c.safetensors"));
+  EXPECT_EQ(run("convert " + d + "a.json " + d + "c.safetensors --dtype F32 --precision double").code, 1);
+  Result rounded = run("convert " + d + "a.json " + d + "c.safetensors --dtype F32 --precision float");
+  ASSERT_EQ(rounded.code, 0) << rounded.out;
+  EXPECT_NE(rounded.out.find("weights rounded to float first"), std::string::npos) << rounded.out;
   EXPECT_LT(fs::file_size(d + "c.safetensors"), fs::file_size(d + "b.safetensors"));
+  std::string tenth;
+  {
+    std::ifstream in(d + "a.json");
+    tenth.assign((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  }
+  const std::size_t first = tenth.find("\"data\": [\n");
+  ASSERT_NE(first, std::string::npos);
+  const std::size_t value = tenth.find('"', first + 10);
+  tenth.replace(value, tenth.find('"', value + 1) - value + 1, "\"1/10\"");
+  write(d + "tenth.json", tenth);
+  refused = run("convert " + d + "tenth.json " + d + "tenth.safetensors");
+  EXPECT_EQ(refused.code, 1);
+  EXPECT_NE(refused.out.find("holds 1/10, which F64 does not hold exactly"), std::string::npos)
+      << refused.out;
+  EXPECT_EQ(run("convert " + d + "tenth.json " + d + "tenth.safetensors --precision double").code, 0);
   // The bits asked for are the bits written (MPFR carries 513 for 512: Boost's decimal digits).
   ASSERT_EQ(run("convert " + d + "a.json " + d + "m.json --precision 512").code, 0);
   std::ifstream in(d + "m.json");

@@ -271,6 +271,17 @@ TEST(Hostile, CommandLineRefusalsNameTheFlagAndWriteNothing) {
   EXPECT_NE(r.out.find("Lemma 6 does not hold"), std::string::npos) << r.out;
   for (const char* f : {"n1.json", "n1.safetensors", "n1-standard.safetensors"})
     EXPECT_FALSE(fs::exists(tmp(f))) << f;
+  // Two outputs at one path, refused before the work (issue 78: both ran, exit 0, one output lost).
+  for (const std::string& cmd :
+       {"approximate tokenwise-sin --d 1 --n 2 --K 2 -o " + tmp("same.safetensors") + " --standard-out " +
+            tmp("same.safetensors"),
+        "polynomial x1 -o " + tmp("same.json") + " --report " + tmp("same.json"),
+        "contextual demo -o " + tmp("same.json") + " --report " + tmp("same.json")}) {
+    r = run_cli(cmd);
+    EXPECT_EQ(r.code, 1) << cmd << ": " << r.out;
+    EXPECT_NE(r.out.find("one output would overwrite the other"), std::string::npos) << cmd << ": " << r.out;
+  }
+  EXPECT_FALSE(fs::exists(tmp("same.safetensors")) || fs::exists(tmp("same.json")));
   // A network past double's range in the Monte Carlo distance: an error, not an exception leaving
   // its parallel loop (issue 78: "1e300*x" printed -nan; later it ended in std::terminate, rc 134).
   r = run_cli("approximate '1e300*x' --K 2 --samples 100 --samples-standard 100 --report " + tmp("big.json"));

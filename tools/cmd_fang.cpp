@@ -26,6 +26,7 @@ struct PolynomialOpts {
 };
 
 int cmd_polynomial(const PolynomialOpts& o) {
+  check_outputs({}, {{"--out", o.out}, {"--report", o.report}});
   const fang::Compiled c =
       fang::compile(o.expr, parse_list(o.vars, "--vars"), parse_rational(o.box), o.variant, o.degree, o.seed);
   const fang::Layout& L = c.layout;

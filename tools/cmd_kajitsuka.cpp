@@ -104,6 +104,8 @@ ks::ContextualOptions contextual_options(const Opts& o) {
 }
 
 int cmd_contextual(const Opts& o) {
+  check_outputs({{"data", o.data == "demo" || o.data == "theorem1" ? "" : o.data}},
+                {{"--out", o.out}, {"--report", o.report}});
   const Dataset ds = load_data(o);
   const ks::Facts f = ks::analyse(ds);
   const ks::ContextualOptions opt = contextual_options(o);
@@ -330,6 +332,7 @@ int cmd_memorize(const Opts& o) {
 }
 
 int cmd_hardmax(const Opts& o) {
+  check_outputs({}, {{"--report", o.report}});
   const ks::HardmaxCounterexample h = ks::hardmax_counterexample(o.draws, o.seed);
   std::printf("Theorem 1: tokens lambda*u, u = (3/5, 4/5); Lambda1 = {1,3,5,7}, Lambda2 = {1,2,6,7}\n");
   std::printf("           same min (1), max (7) and mean (4), different vocabularies\n");

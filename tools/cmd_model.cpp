@@ -15,6 +15,7 @@
 #include "uatlab/io/json.hpp"
 #include "uatlab/io/lists.hpp"
 #include "uatlab/io/model_file.hpp"
+#include "uatlab/limits.hpp"
 #include "uatlab/model/init.hpp"
 #include "uatlab/verify/analyse.hpp"
 #include "uatlab/verify/certified.hpp"
@@ -139,12 +140,47 @@ struct ConvertOpts {
   std::string in, out, dtype = "F64", precision;  // precision empty: keep every value exact
 };
 
+// The first weight a safetensors file of this dtype would not hold exactly ("" when it holds them
+// all): "TENSOR holds VALUE".
+template <class S>
+std::string first_inexact(const Network<S>& net, const std::string& dtype) {
+  std::string found;
+  if (std::is_same_v<S, float> || (std::is_same_v<S, double> && dtype == "F64")) return found;
+  net.for_each_tensor([&](const std::string& name, const Mat<S>& m, Layout) {
+    for (Eigen::Index i = 0; i < m.size() && found.empty(); ++i) {
+      const S& x = m.data()[i];
+      bool held = false;
+      try {
+        const double d = Scalar<S>::to_double(x);  // to nearest
+        if constexpr (std::is_same_v<S, double>)
+          held = true;
+        else
+          held = std::isfinite(d) && rational_of(d) == Scalar<S>::to_rational(x);
+        held = held && (dtype == "F64" || static_cast<double>(static_cast<float>(d)) == d);
+      } catch (const Error&) {  // beyond double's range
+      }
+      if (!held) found = name + " holds " + limits::excerpt(Scalar<S>::to_rational(x).str());
+    }
+  });
+  return found;
+}
+
 int cmd_convert(const ConvertOpts& o) {
   check_outputs({{"input", o.in}}, {{"output", o.out}});
+  const bool json_out = format_for_path(o.out) == FileFormat::json;
   std::string weights = "exact";
+  // A safetensors file holds what it is given, or the conversion is refused: rounding is asked for.
+  auto save = [&](const auto& net, const std::string& source) {
+    const std::string inexact = json_out ? "" : first_inexact(net, o.dtype);
+    if (!inexact.empty())
+      throw Error("convert: " + inexact + ", which " + o.dtype + " does not hold exactly; round first with " +
+                  (o.dtype == "F32" ? "--precision float" : "--precision double or float") +
+                  ", or write lossless .json");
+    save_network(net, o.out, o.dtype, source);
+  };
   const auto params = with_exact_network(o.in, [&](const auto& net) {
     if (o.precision.empty() || o.precision == "rational") {
-      save_network(net, o.out, o.dtype, "exact");
+      save(net, "exact");
     } else {
       const Precision p = Precision::parse(o.precision);
       with_scalar(p, [&](auto zero) {
@@ -153,7 +189,7 @@ int cmd_convert(const ConvertOpts& o) {
           throw Error("convert: --precision must be float, double, BITS or rational");
         else {
           const auto scope = precision_scope(p);
-          save_network(network_cast<S>(net), o.out, o.dtype, p.name());
+          save(network_cast<S>(net), p.name());
         }
       });
       weights = "rounded to " + p.name() + " first";
@@ -174,6 +210,7 @@ struct InitOpts {
 };
 
 int cmd_init(const InitOpts& o) {
+  check_outputs({}, {{"--out", o.out}});
   Network<double> net(architecture_from_flags(o.arch));
   init_random(net, o.seed, o.gain);
   save_network(net, o.out, o.dtype, "double");

@@ -88,6 +88,7 @@ std::string approximate_summary(const json& r) {
 }
 
 int cmd_approximate(ApproximateOpts& o) {
+  check_outputs({}, {{"--out", o.run.out}, {"--standard-out", o.run.standard_out}, {"--report", o.report}});
   o.run.ps = parse_int_list(o.ps, "--p", 1, 16);
   if (o.run.ps.size() > 2) throw Error("--p takes one or two exponents, e.g. 1,2");
   o.run.check = !o.no_check;
