@@ -134,6 +134,17 @@ TEST(Train, ResumeContinuesExactly) {
   Network<double> resumed = small_net(99);  // weights come from the checkpoint
   train(resumed, data, nullptr, c, ck);
   EXPECT_EQ(flat(resumed), flat(straight));
+  // A checkpoint at or past the steps asked for has nothing left to train: refused (issue 78: the
+  // run reported a loss of 0.0 that no step had measured).
+  TrainConfig shorter = c;
+  shorter.steps = 17;
+  try {
+    train(resumed, data, nullptr, shorter, ck);
+    ADD_FAILURE() << "resuming at step 17 of 17 is refused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("at step 17, at or past the 17 steps"), std::string::npos)
+        << e.what();
+  }
   std::filesystem::remove(ck);
 }
 

@@ -390,6 +390,10 @@ TrainReport train(Network<S>& net, const Dataset& data, const Dataset* validatio
     if (step.empty() || step.size() > 12 || step.find_first_not_of("0123456789") != std::string::npos)
       throw Error(resume + ": uatlab_step must be a step count, got \"" + step + "\"");
     opt.step = std::stol(step);
+    if (opt.step >= config.steps)  // nothing to train: its loss would be a 0 no step measured
+      throw Error(resume + ": the checkpoint is at step " + step + ", at or past the " +
+                  std::to_string(config.steps) +
+                  " steps asked for: nothing left to train (ask for more steps)");
   }
   std::vector<std::size_t> everyone(data.sequences.size());
   std::iota(everyone.begin(), everyone.end(), 0);
