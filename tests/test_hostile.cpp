@@ -311,6 +311,40 @@ TEST(Hostile, CommandLineRefusalsNameTheFlagAndWriteNothing) {
   EXPECT_FALSE(fs::exists(trained));
 }
 
+// A write stopped by a signal leaves no temporary, and a file-size limit is an error with its
+// reason, not a kill by SIGXFSZ (issue 78: both left a .tmp.PID; the limit ended uatlab silently).
+TEST(Hostile, AStoppedOrLimitedWriteLeavesNothing) {
+  const std::string out = tmp("stopped.safetensors");
+  const std::string init =
+      std::string(UATLAB_BIN) + " init --d 2048 --layer feedforward:width=8192 --dtype F32 -o ";
+  fs::remove(out);
+  // SIGINT once the temporary exists (134 MB to write: the signal comes long before the rename).
+  const CliResult r = run_cli("-c '" + init + out + " & p=$!; while ! ls " + out +
+                                  ".tmp.* >/dev/null 2>&1; do sleep 0.01; done; kill -INT $p; wait $p'",
+                              "sh");
+  EXPECT_EQ(r.code, 130) << r.out;  // stopped by the signal, as without the handler
+  for (const auto& e : fs::directory_iterator(fs::path(out).parent_path()))
+    EXPECT_EQ(e.path().filename().string().rfind("stopped.safetensors", 0), std::string::npos) << e.path();
+  // --metrics M beside an M.partial that is not this run's: refused, that file kept (it was truncated).
+  fs::remove(tmp("m.csv"));
+  std::ofstream(tmp("m.csv.partial")) << "mine";
+  const CliResult metrics = run_cli(
+      "train --task memorize --task-N 8 --d 4 --layer feedforward:width=4 --steps 2 "
+      "--metrics " +
+      tmp("m.csv") + " -o " + tmp("m.safetensors"));
+  EXPECT_EQ(metrics.code, 1) << metrics.out;
+  EXPECT_NE(metrics.out.find("m.csv.partial exists"), std::string::npos) << metrics.out;
+  std::string kept;
+  std::ifstream(tmp("m.csv.partial")) >> kept;
+  EXPECT_EQ(kept, "mine");
+  fs::remove(tmp("m.csv.partial"));
+  const CliResult limited = run_cli("-c 'ulimit -f 64; " + init + out + "'", "sh");
+  EXPECT_EQ(limited.code, 1) << limited.out;
+  EXPECT_NE(limited.out.find("cannot write " + out + ": File too large"), std::string::npos) << limited.out;
+  for (const auto& e : fs::directory_iterator(fs::path(out).parent_path()))
+    EXPECT_EQ(e.path().filename().string().rfind("stopped.safetensors", 0), std::string::npos) << e.path();
+}
+
 TEST(Hostile, AResumedResultWithoutItsFieldsIsAnError) {
   const std::string dir = tmp("sweep"), config = "'{\"N\": [8], \"n\": [4], \"steps\": 3}'";
   fs::remove_all(dir);

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -24,6 +25,7 @@
 #include <string_view>
 
 #include "commands.hpp"
+#include "uatlab/io/json.hpp"
 #include "uatlab/version.hpp"
 
 namespace {
@@ -109,6 +111,15 @@ int run_lab_command(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A file-size limit makes a write fail (EFBIG, reported) instead of killing the process; a
+  // stopping signal removes the temporary of a write in progress, then stops as it would have.
+  std::signal(SIGXFSZ, SIG_IGN);
+  for (int s : {SIGINT, SIGTERM, SIGHUP})
+    std::signal(s, [](int sig) {
+      uatlab::remove_partial_output();
+      std::signal(sig, SIG_DFL);
+      std::raise(sig);
+    });
 #ifndef UATLAB_LAB
   if (const int status = run_lab_command(argc, argv); status >= 0) return status;
 #endif

@@ -4,7 +4,11 @@
 #include <filesystem>
 
 #include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -154,6 +158,10 @@ void check_outputs(const NamedPaths& inputs, const NamedPaths& outputs) {
     const std::filesystem::path folder = std::filesystem::path(path).parent_path();
     if (!folder.empty() && !std::filesystem::is_directory(folder))  // found now, not after the work
       throw Error(flag + " " + path + ": the folder " + folder.string() + " does not exist");
+    // The temporary and the rename need a writable folder (a read-only file system, no permission).
+    if (::access(folder.empty() ? "." : folder.c_str(), W_OK | X_OK) != 0)
+      throw Error(flag + " " + path + ": the folder " + (folder.empty() ? "." : folder.string()) +
+                  " is not writable: " + std::strerror(errno));
     for (const auto& [in_flag, in_path] : inputs) {
       if (used(in_path) && same(path, in_path))
         throw Error(flag + " " + path + " is the input " + in_flag +
@@ -192,23 +200,54 @@ void write_file_atomic(const std::string& path, const std::string& content) {
   });
 }
 
+namespace {
+// The temporary a write is filling, for remove_partial_output (a signal handler: a fixed buffer, a
+// flag, unlink). One at a time: the CLI writes its outputs one after another.
+char partial_path[4096];
+volatile std::sig_atomic_t partial_set = 0;
+
+// "cannot write PATH: REASON", the reason from errno where the failing call set it.
+Error write_error(const std::string& path) {
+  const int e = errno;
+  return Error("cannot write " + path + (e ? std::string(": ") + std::strerror(e) : std::string()));
+}
+}  // namespace
+
+void remove_partial_output() noexcept {
+  if (partial_set) ::unlink(partial_path);
+}
+
 void write_file_atomic(const std::string& path, const std::function<void(std::ostream&)>& write) {
   check_regular_file(path, true);
-  std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  try {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw Error("cannot write " + path);
-    write(out);
-    out.flush();
-    if (!out) throw Error("cannot write " + path);
-  } catch (...) {
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  const bool tracked = tmp.size() < sizeof partial_path;
+  if (tracked) {
+    std::memcpy(partial_path, tmp.c_str(), tmp.size() + 1);
+    partial_set = 1;
+  }
+  auto forget = [&] {
     std::remove(tmp.c_str());
+    partial_set = 0;
+  };
+  try {
+    errno = 0;
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) throw write_error(path);
+    write(out);
+    if (!out) throw write_error(path);  // errno: the failed write's (a full disk, a size limit)
+    out.close();                        // flushes: the last bytes' failure shows here
+    if (!out) throw write_error(path);
+  } catch (...) {
+    forget();
     throw;
   }
+  errno = 0;
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    throw Error("cannot write " + path);
+    const Error e = write_error(path);
+    forget();
+    throw e;
   }
+  partial_set = 0;
 }
 
 void make_dirs(const std::string& dir) {

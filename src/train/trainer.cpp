@@ -408,6 +408,10 @@ TrainReport train(Network<S>& net, const Dataset& data, const Dataset* validatio
   if (!config.metrics.empty()) {
     const bool append = !resume.empty() && std::ifstream(config.metrics).good();
     std::error_code ec;
+    std::error_code absent;  // set where the partial file does not exist
+    if (std::filesystem::exists(std::filesystem::symlink_status(partial, absent)))  // not ours to replace
+      throw Error("--metrics " + config.metrics + ": " + partial +
+                  " exists (a failed run's metrics?): move it away, or choose another --metrics");
     if (append)
       std::filesystem::copy_file(config.metrics, partial, std::filesystem::copy_options::overwrite_existing,
                                  ec);
@@ -495,10 +499,13 @@ TrainReport train(Network<S>& net, const Dataset& data, const Dataset* validatio
                 " is left as it was; this run's metrics are in " + partial + ")");
   }
   if (csv.is_open()) {
-    csv.close();
+    csv.close();  // a line that did not reach the disk (full, a size limit) fails the stream
+    if (!csv)
+      throw Error("cannot write metrics to " + partial +
+                  " (a full disk or a file-size limit?): " + config.metrics + " is left as it was");
     std::error_code ec;
     std::filesystem::rename(partial, config.metrics, ec);
-    if (ec || !csv) throw Error("cannot write metrics to " + config.metrics + ": " + ec.message());
+    if (ec) throw Error("cannot write metrics to " + config.metrics + ": " + ec.message());
   }
   rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return rep;

@@ -25,12 +25,15 @@ std::string read_file(const std::string& path);
 void make_dirs(const std::string& dir);
 
 // Write a file atomically: a temporary beside it, renamed into place. On any failure nothing is
-// left at `path` (a previous file there is kept).
+// left at `path` (a previous file there is kept); the error says why (errno's reason).
 void write_file_atomic(const std::string& path, const std::string& content);
 // The same, with the content written by `write` into the stream of the temporary file (a file
 // too large to hold twice in memory, streamed piece by piece); an exception from write leaves no
 // file behind and path as it was.
 void write_file_atomic(const std::string& path, const std::function<void(std::ostream&)>& write);
+// Removes the temporary file a write_file_atomic in progress is filling; async-signal-safe, for a
+// program's handler of SIGINT/SIGTERM (the CLI's), so that a stopped write leaves nothing behind.
+void remove_partial_output() noexcept;
 // Throws Error unless `path` is absent or a regular file: uatlab reads and writes regular files
 // only (a device, FIFO, folder or symbolic link is never read to the end nor replaced).
 void check_regular_file(const std::string& path, bool for_writing);
