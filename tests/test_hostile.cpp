@@ -345,6 +345,28 @@ TEST(Hostile, AStoppedOrLimitedWriteLeavesNothing) {
     EXPECT_EQ(e.path().filename().string().rfind("stopped.safetensors", 0), std::string::npos) << e.path();
 }
 
+// eval in float and double estimates its memory before the work, as MPFR does (issue 78: a
+// 20,000-token sequence took 6.3 GB or ended in a bare std::bad_alloc; an 89 KB input with
+// --capture took 5.4 GB and wrote 1.6 GB).
+TEST(Hostile, EvalEstimatesMemoryInEveryArithmetic) {
+  const std::string model = tmp("long.safetensors"), data = tmp("long.jsonl"), out = tmp("long-out.jsonl");
+  ASSERT_EQ(run_cli("init --d 4 --vocab 8 --layer attention:heads=4,head_size=1 -o " + model).code, 0);
+  std::string ids;
+  for (int k = 0; k < 30000; ++k)  // 4 heads of 30,000² weights: 14 GB in float, over the 8 GiB default
+    ids += (k ? "," : "") + std::to_string(k % 8);
+  std::ofstream(data) << "{\"tokens\": [" << ids << "]}\n";
+  fs::remove(out);
+  for (const std::string how : {"-p double", "-p float", "-p double --capture"}) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const CliResult r = run_cli("eval " + model + " " + data + " " + how + " -o " + out);
+    EXPECT_EQ(r.code, 1) << how << ": " << r.out;
+    EXPECT_NE(r.out.find("needs about"), std::string::npos) << how << ": " << r.out;
+    EXPECT_NE(r.out.find("UATLAB_MEMORY_GIB"), std::string::npos) << how << ": " << r.out;
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0) << how;
+    EXPECT_FALSE(fs::exists(out)) << how;
+  }
+}
+
 TEST(Hostile, AResumedResultWithoutItsFieldsIsAnError) {
   const std::string dir = tmp("sweep"), config = "'{\"N\": [8], \"n\": [4], \"steps\": 3}'";
   fs::remove_all(dir);

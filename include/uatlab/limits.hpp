@@ -41,15 +41,20 @@ inline double mpfr_bytes(long long bits) {
 }
 // Throws Error("WHAT needs about N GiB ...") when `numbers` MPFR numbers of `bits` bits (each
 // `per_number` of them: 2 for an interval) would pass the budget.
-inline void check_memory(long long numbers, long long bits, int per_number, const std::string& what) {
-  const double bytes = static_cast<double>(numbers) * per_number * mpfr_bytes(bits);
+// Throws where `bytes` are over the memory budget: "WHAT needs about X GiB[ at B bits], ...".
+inline void check_bytes(double bytes, const std::string& what, long long bits = 0) {
   const long long budget = memory_budget();
   if (bytes > static_cast<double>(budget)) {
     char text[200];
-    std::snprintf(text, sizeof text, " needs about %.3g GiB at %lld bits, over the budget of %lld GiB",
-                  bytes / (1LL << 30), bits, budget >> 30);
-    throw Error(what + text + " (fewer bits, a smaller model or data, or a larger UATLAB_MEMORY_GIB)");
+    std::snprintf(text, sizeof text, " needs about %.3g GiB%s, over the budget of %lld GiB",
+                  bytes / (1LL << 30), bits > 0 ? (" at " + std::to_string(bits) + " bits").c_str() : "",
+                  budget >> 30);
+    throw Error(what + text + (bits > 0 ? " (fewer bits, " : " (") +
+                "a smaller model or data, or a larger UATLAB_MEMORY_GIB)");
   }
+}
+inline void check_memory(long long numbers, long long bits, int per_number, const std::string& what) {
+  check_bytes(static_cast<double>(numbers) * per_number * mpfr_bytes(bits), what, bits);
 }
 
 // Context ids a memorization builds its value map over (memorize --setting next-token |

@@ -89,20 +89,38 @@ json matrix_json(const Mat<S>& y) {
 }
 template json matrix_json(const Mat<Mpfi>&);
 
-long long evaluation_numbers(const Architecture& arch, const Dataset& ds, bool capture) {
-  long long widest = arch.d, heads = 0, live = 0, kept = 0;
-  for (const LayerSpec& l : arch.layers) {
-    widest = std::max<long long>(widest, std::max(l.width, 3 * l.heads * l.head_size));
+namespace {
+long long most_heads(const Architecture& arch) {
+  long long heads = 0;
+  for (const LayerSpec& l : arch.layers)
     heads = std::max<long long>(heads, l.heads);
-  }
-  const auto stages = static_cast<long long>(arch.layers.size()) + 1;
+  return heads;
+}
+}  // namespace
+
+long long captured_numbers(const Architecture& arch, const Dataset& ds) {
+  const long long heads = most_heads(arch), stages = static_cast<long long>(arch.layers.size()) + 1;
+  long long kept = 0;
   for (const Sequence& s : ds.sequences) {
     const long long n = static_cast<long long>(s.n());
-    live = std::max(live, limits::saturating_add(limits::saturating_mul(4 * n, widest), heads * n * n));
-    if (capture)
-      kept = limits::saturating_add(
-          kept, limits::saturating_mul(stages, limits::saturating_add(arch.d * n, heads * n * n)));
+    kept = limits::saturating_add(
+        kept, limits::saturating_mul(
+                  stages, limits::saturating_add(arch.d * n, limits::saturating_mul(heads * n, n))));
   }
+  return kept;
+}
+
+long long evaluation_numbers(const Architecture& arch, const Dataset& ds, bool capture) {
+  long long widest = arch.d, live = 0;
+  const long long heads = most_heads(arch);
+  for (const LayerSpec& l : arch.layers)
+    widest = std::max<long long>(widest, std::max(l.width, 3 * l.heads * l.head_size));
+  for (const Sequence& s : ds.sequences) {
+    const long long n = static_cast<long long>(s.n());
+    live = std::max(live, limits::saturating_add(limits::saturating_mul(4 * n, widest),
+                                                 limits::saturating_mul(heads * n, n)));
+  }
+  const long long kept = capture ? captured_numbers(arch, ds) : 0;
   const long long threads =
       std::min<long long>(omp_get_max_threads(), std::max<std::size_t>(ds.sequences.size(), 1));
   return limits::saturating_add(arch.parameter_count(),
@@ -110,6 +128,10 @@ long long evaluation_numbers(const Architecture& arch, const Dataset& ds, bool c
 }
 
 namespace {
+
+// A captured number held as a JSON value (16 bytes, in arrays that grow by doubling) and printed
+// as text (up to 25 characters).
+constexpr double kCapturedBytes = 64;
 
 template <class S>
 std::vector<json> run(const std::string& path, const Dataset& ds, const EvalOptions& opt,
@@ -120,6 +142,11 @@ std::vector<json> run(const std::string& path, const Dataset& ds, const EvalOpti
     if constexpr (std::is_same_v<S, Mpfr> || std::is_same_v<S, Mpfi>)
       limits::check_memory(evaluation_numbers(arch, ds, capture), mpfr_bits(), Scalar<S>::interval ? 2 : 1,
                            "evaluating " + path);
+    else if constexpr (std::is_floating_point_v<S>)  // the numbers; a captured one also as JSON and text
+      limits::check_bytes(
+          static_cast<double>(evaluation_numbers(arch, ds, capture)) * sizeof(S) +
+              (capture ? static_cast<double>(captured_numbers(arch, ds)) * kCapturedBytes : 0.0),
+          "evaluating " + path);
   });
   std::vector<Activations<S>> captures;
   std::vector<Mat<S>> ys = forward_dataset(net, ds, opt, progress, capture ? &captures : nullptr);

@@ -26,6 +26,8 @@ std::vector<Mat<S>> forward_dataset(const Network<S>& net, const Dataset& ds, co
 // thread's activations and attention for the longest sequence, and with capture every sequence's
 // residual streams and patterns (saturating). limits::check_memory turns it into bytes.
 long long evaluation_numbers(const Architecture& arch, const Dataset& ds, bool capture);
+// The numbers a capture of ds keeps (every sequence's residual streams and attention patterns).
+long long captured_numbers(const Architecture& arch, const Dataset& ds);
 
 // One JSON object per sequence: {"y": n tokens × out_dim values}; doubles and floats as JSON
 // numbers, MPFR values and rationals as exact strings, intervals as "y" (midpoint), "lo", "hi"
