@@ -4,6 +4,7 @@ in double; the round trip exact in float64), errors as exceptions, callbacks, th
 
 usage: /usr/bin/python3 tests/test_python.py BUILD_DIR
 """
+import json
 import os
 import sys
 import tempfile
@@ -60,6 +61,24 @@ def test_numbers_and_precisions():
           "certify says which tier decided and the widths per layer")
     lo, hi = r[1]["y"]
     check(((lo <= e) & (e <= hi)).all(), "certify's enclosure holds")
+    # Numbers past Python's 4,300-digit limit of int <-> str, both ways (issue 78: a ValueError).
+    huge = Fraction(1, 3 ** 10000)  # 4,772 digits
+    Xh = [[huge, 1], [2, -huge]]
+    exact_h = net.eval(Xh, precision="rational")
+    check(all(isinstance(v, Fraction) for tok in exact_h for v in tok), "a 4,772-digit input, exact results")
+    check(abs(float(exact_h[0][0] - exact[0][0])) < 1 and exact_h != exact, "and they are its results")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "h.json")
+        net.save(path)
+        with open(path) as f:
+            model = json.load(f)
+        limit = sys.get_int_max_str_digits()
+        sys.set_int_max_str_digits(0)  # the test writes the digits; uatlab reads them under the limit
+        model["tensors"]["layers.0.q.weight"]["data"][0] = f"1/{3 ** 10000}"
+        sys.set_int_max_str_digits(limit)
+        with open(path, "w") as f:
+            json.dump(model, f)
+        check(uatlab.load(path).exact_tensor("layers.0.q.weight").flat[0] == huge, "a 4,772-digit weight, exactly")
 
 
 def test_constructions():

@@ -27,18 +27,44 @@ __all__ = ["Error", "Network", "load", "memorize", "contextual", "polynomial", "
            "init", "analyse", "from_torch", "dataset", "task"]
 
 
+def _digits(n):
+    """str(n) for an int of any size (Python 3.11 converts at most 4,300 digits at once)."""
+    if n < 0:
+        return "-" + _digits(-n)
+    if n < 10 ** 4000:
+        return str(n)
+    k = n.bit_length() * 3 // 20  # about half its digits
+    high, low = divmod(n, 10 ** k)
+    return _digits(high) + _digits(low).rjust(k, "0")
+
+
+def _integer(text):
+    """int(text) for decimal digits of any length."""
+    if len(text) <= 4000:
+        return int(text)
+    k = len(text) // 2
+    return _integer(text[:k]) * 10 ** (len(text) - k) + _integer(text[k:])
+
+
+def _fraction(text):
+    """The Fraction of an exact number as the core writes it ("p/q" or "p"), of any length."""
+    num, _, den = text.partition("/")
+    n = _integer(num.lstrip("-"))
+    return _Fraction(-n if num.startswith("-") else n, _integer(den) if den else 1)
+
+
 def _exact(v):
     """The exact text of one number."""
     if isinstance(v, (bool, _np.bool_)):
         raise Error(f"a boolean is not a number: {v!r}")
     if isinstance(v, (int, _np.integer)):
-        return str(int(v))
+        return _digits(int(v))
     if isinstance(v, str):
         if not v.strip():  # "" would read as "not given" (analyse's epsilon: no region)
             raise Error("an empty string is not a number")
         return v
     if isinstance(v, _Fraction):
-        return f"{v.numerator}/{v.denominator}"
+        return f"{_digits(v.numerator)}/{_digits(v.denominator)}"
     if isinstance(v, (float, _np.floating)):
         f = float(v)
         if f != f or f in (float("inf"), float("-inf")):
@@ -215,7 +241,7 @@ class Network:
     def exact_tensor(self, name):
         """One tensor's exact values as a numpy object array of Fractions."""
         flat, shape = self._core.tensor(_text(name, "tensor name"), True)
-        return _np.array([_Fraction(v) for v in flat], dtype=object).reshape(shape)
+        return _np.array([_fraction(v) for v in flat], dtype=object).reshape(shape)
 
     @property
     def parameter_count(self):
@@ -244,7 +270,7 @@ class Network:
         if p.startswith("interval"):
             out = [tuple(t) for t in out]
         elif p not in ("float", "double"):
-            out = [[[_Fraction(v) for v in tok] for tok in y] for y in out]
+            out = [[[_fraction(v) for v in tok] for tok in y] for y in out]
         return out[0] if single else out
 
     def certify(self, X, max_width=1e-9, max_bits=256):
@@ -285,7 +311,7 @@ class Network:
                 return tuple(m)
             if p in ("float", "double"):
                 return m
-            return [[_Fraction(v) for v in tok] for tok in m]
+            return [[_fraction(v) for v in tok] for tok in m]
         out = [{"y": convert(o["y"]), "resid": [convert(r) for r in o["resid"]],
                 "pattern": {int(k): [convert(h) for h in v] for k, v in o["pattern"].items()}} for o in out]
         return out[0] if single else out
