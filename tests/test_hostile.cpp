@@ -1,7 +1,10 @@
 // Hostile inputs, by class: every reader of a kind refuses the same attack with an Error that
 // names the problem, quickly and before allocating (limits.hpp). tests/test_hostile_flags.py does
 // the same for every command-line flag; tests/fuzz/ holds the inputs the fuzzers found.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/file.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
@@ -383,6 +386,32 @@ TEST(Hostile, AResumedResultWithoutItsFieldsIsAnError) {
       << r.out;
   EXPECT_NE(r.out.find("accuracy"), std::string::npos) << r.out;
   EXPECT_FALSE(fs::exists(dir + "/summary.csv"));
+  // A stored line is checked for meaning, and one cell's two different results are refused (issue
+  // 78: an accuracy of 2.5 and contradictory lines were accepted).
+  json bad = json::parse(line);
+  bad["result"]["accuracy"] = 2.5;
+  std::ofstream(dir + "/runs.jsonl") << bad.dump() << "\n";
+  CliResult refused = run_cli("sweep " + config + " --out-dir " + dir);
+  EXPECT_EQ(refused.code, 1);
+  EXPECT_NE(refused.out.find("runs.jsonl line 1: \"accuracy\" must be an accuracy from 0 to 1, got 2.5"),
+            std::string::npos)
+      << refused.out;
+  json other = json::parse(line);
+  other["result"]["parameters"] = other["result"]["parameters"].get<long>() + 1;
+  std::ofstream(dir + "/runs.jsonl") << line << "\n" << other.dump() << "\n";
+  refused = run_cli("sweep " + config + " --out-dir " + dir);
+  EXPECT_EQ(refused.code, 1);
+  EXPECT_NE(refused.out.find("two different results for the cell"), std::string::npos) << refused.out;
+  // Two sweeps on one folder: the second is refused while the first holds it (issue 78: not locked).
+  std::ofstream(dir + "/runs.jsonl") << line << "\n";
+  const int held = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+  ASSERT_GE(held, 0);
+  ASSERT_EQ(::flock(held, LOCK_EX | LOCK_NB), 0);
+  refused = run_cli("sweep " + config + " --out-dir " + dir);
+  EXPECT_EQ(refused.code, 1);
+  EXPECT_NE(refused.out.find("another sweep is running in " + dir), std::string::npos) << refused.out;
+  ::close(held);
+  EXPECT_EQ(run_cli("sweep " + config + " --quiet --out-dir " + dir).code, 0);
 }
 
 TEST(Hostile, MemoryIsEstimatedBeforeAPrecisionThatCannotFit) {

@@ -1,16 +1,23 @@
 #include "uatlab/experiment/sweep.hpp"
 
+#include <fcntl.h>
 #include <omp.h>
+#include <sys/file.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <sstream>
 
 #include "uatlab/io/json.hpp"
+#include "uatlab/limits.hpp"
 #include "uatlab/model/scalar.hpp"
 
 #ifdef UATLAB_MPI
@@ -55,6 +62,49 @@ Mpi& mpi() {
 
 // Read the finished lines of a results file. A last line without its newline (the process was
 // killed while writing it) is cut off, so that appending continues on a clean line.
+// Fields whose meaning a stored result must keep (a hand-edited or corrupted line is refused, not
+// averaged into a report): accuracies in [0, 1] (−1: none, for mse), counts non-negative integers.
+void check_result(const json& result, const std::string& where) {
+  if (!result.is_object()) throw Error(where + ": \"result\" must be an object");
+  for (const char* key : {"accuracy", "train_accuracy", "val_accuracy"}) {
+    if (!result.contains(key) || result[key].is_null()) continue;
+    const json& v = result[key];
+    if (!v.is_number() || !((v.get<double>() >= 0 && v.get<double>() <= 1) || v.get<double>() == -1))
+      throw Error(where + ": \"" + key + "\" must be an accuracy from 0 to 1, got " +
+                  limits::excerpt(v.dump()));
+  }
+  for (const char* key : {"parameters", "steps"})
+    if (result.contains(key) && !result[key].is_number_unsigned())
+      throw Error(where + ": \"" + key + "\" must be a count, got " + limits::excerpt(result[key].dump()));
+  if (result.contains("seconds") && !(result["seconds"].is_number() && result["seconds"].get<double>() >= 0))
+    throw Error(where + ": \"seconds\" must be a time, got " + limits::excerpt(result["seconds"].dump()));
+}
+
+// Held by the writing rank for the whole sweep: a second sweep on the same folder would interleave
+// its lines with this one's and rewrite the file under it.
+class FolderLock {
+ public:
+  explicit FolderLock(const std::string& results) {
+    std::string dir = std::filesystem::path(results).parent_path().string();
+    if (dir.empty()) dir = ".";
+    fd_ = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd_ < 0) throw Error("cannot open the folder " + dir + ": " + std::strerror(errno));
+    if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+      const int e = errno;
+      ::close(fd_);
+      throw Error(e == EWOULDBLOCK
+                      ? "another sweep is running in " + dir + " (" + results + "): wait for it to end"
+                      : "cannot lock the folder " + dir + ": " + std::strerror(e));
+    }
+  }
+  FolderLock(const FolderLock&) = delete;
+  FolderLock& operator=(const FolderLock&) = delete;
+  ~FolderLock() { ::close(fd_); }
+
+ private:
+  int fd_ = -1;
+};
+
 std::vector<json> read_results(const std::string& path) {
   std::vector<json> lines;
   if (!std::filesystem::exists(path)) return lines;
@@ -70,6 +120,7 @@ std::vector<json> read_results(const std::string& path) {
     json j = parse_json(row, path + " line " + std::to_string(number));
     if (!j.is_object() || !j.contains("cell") || !j.contains("result"))
       throw Error(path + " line " + std::to_string(number) + ": expected {\"cell\": ..., \"result\": ...}");
+    check_result(j["result"], path + " line " + std::to_string(number));
     lines.push_back(std::move(j));
   }
   // Only once every finished line has been read: a file refused above is left as it was.
@@ -231,10 +282,15 @@ std::vector<json> run_sweep(const std::vector<json>& cells, const std::function<
   std::vector<json> found(cells.size());
   std::vector<int> pending;
   std::string failure;
+  std::optional<FolderLock> lock;
   if (rank == 0) try {
+      lock.emplace(o.results);
       for (json& line : read_results(o.results)) {
         auto it = index.find(line.at("cell").dump());
-        if (it != index.end()) found[it->second] = std::move(line);
+        if (it == index.end()) continue;
+        if (!found[it->second].is_null() && found[it->second] != line)  // which one would a report take?
+          throw Error(o.results + ": two different results for the cell " + limits::excerpt(it->first));
+        found[it->second] = std::move(line);
       }
       for (std::size_t i = 0; i < cells.size(); ++i)
         if (found[i].is_null()) pending.push_back(static_cast<int>(i));
