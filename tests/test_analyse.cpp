@@ -255,6 +255,28 @@ void region_holds_at_sampled_points(const Dataset& data, const Network<Rational>
 }
 }  // namespace
 
+// "Bits" in both senses (issue 78): min_bits (MPFI, certified) and rounded_bits (the network run at
+// b bits, round to nearest at every operation, gives every label: measured with MPFR). y = x/3 with
+// |y - label| <= 2^-20: both need about 20 bits; at 8 bits the rounded network misses the labels.
+TEST(Analyse, BitsAreReportedInBothSenses) {
+  Network<Rational> net(Architecture::from_json(nlohmann::json::parse(R"({"d":1,"readout":1,"layers":[]})")));
+  net.readout_w(0, 0) = Rational(1, 3);
+  const Dataset ds = parse_dataset("{\"x\": [[1], [2]], \"y\": [[\"1/3\"], [\"2/3\"]]}\n", "data");
+  AnalyseOptions o = quick();
+  o.separation = false, o.labels = "values", o.tolerance = "1/1048576";
+  const Analysis a = analyse(net, ds, o);
+  ASSERT_GT(a.min_bits, 0u);
+  ASSERT_GT(a.rounded_bits, 0u);
+  EXPECT_GE(a.rounded_bits, 18u);
+  EXPECT_LE(a.rounded_bits, 2 * a.min_bits);
+  EXPECT_TRUE(
+      labels_at_rounded_bits(net, ds, LabelKind::values, parse_rational(o.tolerance), a.rounded_bits));
+  EXPECT_FALSE(labels_at_rounded_bits(net, ds, LabelKind::values, parse_rational(o.tolerance), 8));
+  EXPECT_EQ(a.report()["rounded_bits"], a.rounded_bits);
+  EXPECT_NE(a.summary().find("rounding to nearest at every operation, gives every label"), std::string::npos)
+      << a.summary();
+}
+
 // The radius search starts above 0 (issue 78: --epsilon 0 and 1e-400 reported 0 where 1.1e-3
 // certifies) and says when a sequence is still certified where its doubling stops.
 TEST(Analyse, RadiusSearchStartsAboveZeroAndSaysWhereItStopped) {

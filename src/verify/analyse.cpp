@@ -151,6 +151,13 @@ Analysis analyse(const Network<Rational>& net, const Dataset& ds, const AnalyseO
           return certify_predictions(net, ds, kind, tol, b, {}, true, o.affine, order).all();
         },
         a.predictions.guess_min_bits());
+    // The same word in a b-bit machine's sense: the network evaluated at b bits, round to nearest.
+    auto rounded = [&](unsigned b) {
+      report(o.progress, "analyse: fewest bits rounding to nearest, trying " + std::to_string(b), 0, 0);
+      return labels_at_rounded_bits(net, ds, kind, tol, b);
+    };
+    const Doubling found = certify_with_doubling(a.min_bits, o.max_bits, rounded);
+    if (found.finished) a.rounded_bits = mpfr_carried_bits(min_certified_bits(found.bits, rounded, 0));
   }
   // Regions by balls in the tier that decided the points (ball:113 if it decided any, or where
   // MPFI did); by the other methods in MPFI at the points' bits.
@@ -234,6 +241,7 @@ json number(double x) {
 json Analysis::report() const {
   json r = {{"memorization", predictions_json(predictions)}};
   if (min_bits > 0) r["min_bits"] = min_bits;
+  if (rounded_bits > 0) r["rounded_bits"] = rounded_bits;
   json rounding = json::object();
   for (const auto& [name, over] : overflow) {
     rounding[name] = {{"overflowing_weights", over}, {"path", rounding_path(name, direct_rounding)}};
@@ -329,6 +337,13 @@ std::string Analysis::summary() const {
   if (min_bits > 0)
     s << "bits          every prediction certified at " << min_bits
       << " bits (tested; the fewest found by a search that assumes more bits never hurt)\n";
+  if (rounded_bits > 0)
+    s << "              the network run at " << rounded_bits
+      << " bits, rounding to nearest at every operation, gives every label (measured: MPFR, the same "
+         "search)\n";
+  else if (min_bits > 0)
+    s << "              the network run rounding to nearest gives some label wrong at every precision "
+         "tried\n";
   for (const auto& [name, over] : overflow) {
     s << "rounded       " << rounding_path(name, direct_rounding) << ": ";
     if (over > 0) {

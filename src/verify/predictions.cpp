@@ -424,6 +424,30 @@ Predictions engine_predictions(const Network<Rational>& net, const Dataset& ds, 
   return p;
 }
 
+bool labels_at_rounded_bits(const Network<Rational>& net, const Dataset& ds, LabelKind kind,
+                            const Rational& tolerance, unsigned bits) {
+  check_fit(net, ds, kind);
+  const MpfrPrecision precision(bits);
+  const Network<Mpfr> rounded = network_cast<Mpfr>(net);  // each weight rounded to nearest at `bits`
+  const Mpfi tol = Scalar<Mpfi>::from(tolerance);
+  std::vector<char> reproduced(ds.sequences.size(), 1);
+  parallel_for(static_cast<long>(ds.sequences.size()), [&](long i) {
+    const Sequence& s = ds.sequences[static_cast<std::size_t>(i)];
+    bool evaluated = true;
+    Mat<Mpfi> y;
+    try {
+      const Mat<Mpfr> point =
+          ds.token_input ? forward_tokens(rounded, s.tokens) : forward(rounded, matrix_cast<Mpfr>(s.x));
+      y = point.unaryExpr([](const Mpfr& v) { return hull(v, v); });  // the point itself: judged exactly
+    } catch (const Error&) {  // a NaN or an undecided hardmax at these bits: not reproduced
+      evaluated = false;
+    }
+    reproduced[static_cast<std::size_t>(i)] =
+        judge(static_cast<std::size_t>(i), s, kind, tol, evaluated, y, std::nullopt).failures.empty();
+  });
+  return std::all_of(reproduced.begin(), reproduced.end(), [](char r) { return r != 0; });
+}
+
 Predictions engine_region_predictions(const Network<Ball53>& net, const Dataset& ds, LabelKind kind,
                                       const Rational& tolerance, const std::vector<Rational>& epsilon) {
   return region_in_balls(net, ds, kind, tolerance, epsilon);

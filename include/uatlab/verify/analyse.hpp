@@ -130,8 +130,12 @@ struct Region {
 
 struct Analysis {
   Predictions predictions;
-  std::optional<Region> region;                              // analyse --epsilon
-  unsigned min_bits = 0;                                     // 0: not computed (not all certified)
+  std::optional<Region> region;  // analyse --epsilon
+  unsigned min_bits = 0;         // 0: not computed (not all certified)
+  // The fewest bits at which labels_at_rounded_bits holds (same search; the precision MPFR carries
+  // for it; 0: not computed, or none up to max_bits): "bits" in the sense of a b-bit machine,
+  // beside min_bits' certified sense.
+  unsigned rounded_bits = 0;
   std::vector<std::pair<std::string, Predictions>> rounded;  // float32, bfloat16, float16
   std::vector<std::pair<std::string, long long>> overflow;   // weights out of each format's range
   bool direct_rounding = false;                              // how they were rounded (AnalyseOptions)
@@ -159,6 +163,13 @@ Predictions certify_predictions(const Network<Rational>& net, const Dataset& ds,
 // which decided.
 Predictions engine_predictions(const Network<Rational>& net, const Dataset& ds, LabelKind kind,
                                const Rational& tolerance, const OnProgress& progress = {});
+
+// Whether the network itself, evaluated in MPFR at `bits` with round-to-nearest at every operation
+// (its weights rounded to nearest there too, no AffineForward), gives every label: the argmax for
+// classes, |y − label| <= tolerance for values. A measurement of that one evaluator, exact in it; not
+// a certificate of the network.
+bool labels_at_rounded_bits(const Network<Rational>& net, const Dataset& ds, LabelKind kind,
+                            const Rational& tolerance, unsigned bits);
 
 // The region verdict (certify_predictions with epsilon, intervals) in one of the engine's ball tiers
 // (B: Ball53 or Ball113): each input coordinate (the embedded tokens for token ids) a ball of radius
