@@ -405,10 +405,12 @@ void add_kajitsuka_commands(CLI::App& app, Commands& commands) {
                   "value map")
       ->capture_default_str()
       ->check(CLI::IsMember({"contextual", "next-token", "seq-to-seq"}));
-  mem->add_option("--value-map", o->value_map,
-                  "zhang (Zhang et al.'s layer; the default of --setting contextual), bounded (knots at the "
-                  "data, flat outside them) or deep (bit extraction: parameters growing like sqrt(q) log; "
-                  "integer labels, d >= 4; the only map of next-token and seq-to-seq)")
+  mem->add_option(
+         "--value-map", o->value_map,
+         "zhang (Zhang et al.'s layer; the default of --setting contextual), bounded (knots at the "
+         "data, flat outside them) or deep (bit extraction: parameters growing like sqrt(q) log; "
+         "integer labels, d >= 4; the only map of next-token and seq-to-seq, which lift tokens of fewer "
+         "numbers to 4 by an input projection)")
       ->check(CLI::IsMember({"zhang", "bounded", "deep"}));
   mem->add_option("--blocks", o->blocks, "deep: the number of blocks B (0: the fewest parameters)")
       ->capture_default_str()

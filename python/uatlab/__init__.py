@@ -380,7 +380,8 @@ def memorize(X, Y, mode="tuned", tied=False, value_map=None, tolerance="1e-6", s
     contextual mapping and a value map: "zhang" (default), "bounded" or "deep" (bit extraction,
     integer labels, d >= 4; blocks: its B, 0 for the fewest parameters).
     setting "next-token" (one integer label per sequence, its last token's; sqrt(N) parameters) or
-    "seq-to-seq" (integer labels per token, positions; sqrt(nN)): the averaging attention and the deep
+    "seq-to-seq" (integer labels per token, positions; sqrt(nN); tokens of fewer than 4 numbers are
+    lifted to 4 by an input projection [I; 0]): the averaging attention and the deep
     value map (docs/theory/optimal-capacity.md); mode, tied and value_map other than "deep" are refused.
     """
     if _text(setting, "setting") not in ("contextual", "next-token", "seq-to-seq"):

@@ -31,6 +31,8 @@ struct Prepared {
   std::vector<Vec<Rational>> vocab;       // distinct tokens
   Mat<Rational> embed;                    // token ids: their vectors (4×vocabulary), else empty
   int n = 0, d = 0;
+  int lifted_from = 0;   // continuous tokens of fewer than 4 numbers: padded with zeros to 4 (an
+                         // input projection [I; 0] in front of the network), else 0
   long label_count = 0;  // labels lie in [0, label_count)
 };
 
@@ -59,12 +61,12 @@ Prepared prepare(const Dataset& ds, Setting setting, long long max_points, std::
   if (ds.label_dim != 1)
     throw Error("the deep value map takes one integer label per point; the labels have " +
                 std::to_string(ds.label_dim) + " numbers");
-  if (!ds.token_input && ds.d < 4)
-    throw Error("the deep value map needs d >= 4 (four entries of the residual stream as registers); d = " +
-                std::to_string(ds.d));
+  // The deep value map needs four entries of the residual stream as registers: token ids are
+  // embedded in 4 numbers, and tokens of fewer numbers are lifted to 4 by zeros.
   Prepared p;
   if (ds.token_input) p.embed = token_embedding(ds, seed);
-  p.d = ds.token_input ? 4 : ds.d;
+  if (!ds.token_input && ds.d < 4) p.lifted_from = ds.d;
+  p.d = ds.token_input ? 4 : std::max(ds.d, 4);
   p.n = static_cast<int>(ds.sequences[0].n());
   const bool next = setting == Setting::next_token;
   const int most_n = next ? 2048 : 1024;  // the T5 table: one bucket per distance, at most 4096
@@ -76,7 +78,11 @@ Prepared prepare(const Dataset& ds, Setting setting, long long max_points, std::
   long long points = 0;
   for (std::size_t i = 0; i < ds.sequences.size(); ++i) {
     const Sequence& s = ds.sequences[i];
-    const Mat<Rational> x = ds.token_input ? Mat<Rational>(p.embed(Eigen::all, s.tokens)) : s.x;
+    Mat<Rational> x = ds.token_input ? Mat<Rational>(p.embed(Eigen::all, s.tokens)) : s.x;
+    if (p.lifted_from > 0) {
+      x.conservativeResize(p.d, Eigen::NoChange);
+      x.bottomRows(p.d - p.lifted_from).setZero();
+    }
     const std::string where = "sequence " + std::to_string(i + 1);
     if (static_cast<int>(s.n()) != p.n)
       throw Error(where + " has " + std::to_string(s.n()) + " tokens, sequence 1 has " + std::to_string(p.n));
@@ -402,13 +408,23 @@ Memorized memorize(const Dataset& ds, const Options& opt) {
   m.plan_parameters = plan.parameters;
   m.net = deep::build(dr.attention, dr.v, pts, plan);
   m.seconds_build = since(t0);
-  // Token ids: the embedding in front (the certificate runs on its vectors, before it).
+  // Token ids: the embedding in front; lifted tokens: the projection [I; 0] (the certificate runs on
+  // the vectors they give, exactly, before them).
   const auto finish = [&] {
     if (p.embed.size() > 0) {
       m.net.arch.vocab = static_cast<int>(p.embed.cols());
       m.net.arch.validate();
       m.net.embed = p.embed;
       m.plan_parameters += p.embed.size();
+    }
+    if (p.lifted_from > 0) {
+      if (m.net.arch.input > 0) throw Error("internal: the value map has an input projection already");
+      m.net.arch.input = p.lifted_from;
+      m.net.arch.validate();
+      m.net.in_w = Mat<Rational>::Zero(p.d, p.lifted_from);
+      m.net.in_w.topRows(p.lifted_from) = Mat<Rational>::Identity(p.lifted_from, p.lifted_from);
+      m.net.in_b = Mat<Rational>::Zero(p.d, 1);
+      m.plan_parameters += m.net.in_w.size() + m.net.in_b.size();
     }
     m.stored = count_stored_bits(m.net);
   };
