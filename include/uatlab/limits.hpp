@@ -39,8 +39,6 @@ inline double mpfr_bytes(long long bits) {
   const long long limbs = (bits + 63) / 64, chunk = ((limbs + 1) * 8 + 8 + 15) / 16 * 16;
   return 32.0 + static_cast<double>(chunk < 32 ? 32 : chunk);
 }
-// Throws Error("WHAT needs about N GiB ...") when `numbers` MPFR numbers of `bits` bits (each
-// `per_number` of them: 2 for an interval) would pass the budget.
 // Throws where `bytes` are over the memory budget: "WHAT needs about X GiB[ at B bits], ...".
 inline void check_bytes(double bytes, const std::string& what, long long bits = 0) {
   const long long budget = memory_budget();
@@ -53,6 +51,8 @@ inline void check_bytes(double bytes, const std::string& what, long long bits = 
                 "a smaller model or data, or a larger UATLAB_MEMORY_GIB)");
   }
 }
+// Throws Error("WHAT needs about N GiB ...") when `numbers` MPFR numbers of `bits` bits (each
+// `per_number` of them: 2 for an interval) would pass the budget.
 inline void check_memory(long long numbers, long long bits, int per_number, const std::string& what) {
   check_bytes(static_cast<double>(numbers) * per_number * mpfr_bytes(bits), what, bits);
 }

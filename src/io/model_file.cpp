@@ -132,13 +132,6 @@ Network<S> assemble(const json& arch_json, const Sources<S>& stored) {
 
 namespace {
 
-// ---- GPT-2 in its public layout (Hugging Face's): model.safetensors beside config.json ----------
-// Blocks h.{i}: ln_1, attn.c_attn (q, k, v side by side) and attn.c_proj, ln_2, mlp.c_fc and
-// mlp.c_proj, stored as Conv1D (in × out, the transpose of nn.Linear's out × in); wte, wpe, ln_f; the
-// LM head tied to wte. uatlab's network: per block a pre-norm causal attention (biases, 1/√head
-// size) and a pre-norm feed-forward with GELU's tanh form, then ln_f as a layernorm sub-layer and a
-// readout equal to wte (bias 0). Buffers (attn.bias, attn.masked_bias: the causal mask) are skipped;
-// an optional "transformer." prefix is dropped.
 // Whether t is GPT-2's causal-mask buffer: shape (1, 1, Q, Q) with Q >= positions, 1 on and below
 // the diagonal and 0 above (bool, 8-bit or float).
 bool is_causal_mask(const Tensor& t, long long positions) {
@@ -158,6 +151,13 @@ bool is_causal_mask(const Tensor& t, long long positions) {
   return true;
 }
 
+// ---- GPT-2 in its public layout (Hugging Face's): model.safetensors beside config.json ----------
+// Blocks h.{i}: ln_1, attn.c_attn (q, k, v side by side) and attn.c_proj, ln_2, mlp.c_fc and
+// mlp.c_proj, stored as Conv1D (in × out, the transpose of nn.Linear's out × in); wte, wpe, ln_f; the
+// LM head tied to wte. uatlab's network: per block a pre-norm causal attention (biases, 1/√head
+// size) and a pre-norm feed-forward with GELU's tanh form, then ln_f as a layernorm sub-layer and a
+// readout equal to wte (bias 0). Buffers: attn.bias must be the causal mask (then skipped),
+// attn.masked_bias (the masked scores' fill) is skipped; an optional "transformer." prefix is dropped.
 template <class S>
 std::pair<json, Sources<S>> gpt2(const Safetensors& st, const json& config) {
   if (!config.is_object()) throw Error("config.json must hold a JSON object");

@@ -243,14 +243,11 @@ void normalise_columns(Mat<S>& A, const LayerSpec& spec, const EvalOptions& opt,
       // Eigen's packet exp clamps its argument, so exp(−∞) is 5.6e-309 in double (2.9e-39 in
       // float), not 0: a masked key would leak its value (times 1e300, 5.6e-9). Its weight is 0,
       // exactly; the sums it entered are ≥ 1 (the largest key's exp(0)), which it did not move.
+      // A column with no key (first == end) is zeroed whole by the two.
       for (Eigen::Index k = 0; k < A.cols() && !every_key; ++k) {
         const KeyRange r = attended_keys(spec, first_query + k, n);
-        if (r.first == r.end) {
-          A.col(k).setZero();
-        } else {
-          A.col(k).head(r.first).setZero();
-          A.col(k).tail(n - r.end).setZero();
-        }
+        A.col(k).head(r.first).setZero();
+        A.col(k).tail(n - r.end).setZero();
       }
       return;
     }

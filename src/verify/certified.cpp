@@ -409,15 +409,14 @@ std::vector<CertifiedOutput> certified_eval(const NetworkSource& src, const Data
     const std::string b = std::to_string(bits);
     if (arb) {
       auto check = [&](const Architecture& arch) { check_arb_memory(arch, ds, src.name, "arb:" + b); };
-      if (held)
+      if (held) {
         check(held->arch);
-      else
+      } else {
         held = src.ball53(check);
-      arb = doubles_only(*held);
-      if (arb)
-        run_arb_tier(*held, ds, "arb:" + b, opt, progress, pending, out, need);
-      else
-        held.reset();
+        arb = doubles_only(*held);  // once: the weights are the same at every doubling
+        if (!arb) held.reset();
+      }
+      if (arb) run_arb_tier(*held, ds, "arb:" + b, opt, progress, pending, out, need);
     }
     if (!arb) run_tier<Mpfi>(src.mpfi, src.name, ds, "interval:" + b, opt, progress, pending, out, need);
   }

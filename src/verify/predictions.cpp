@@ -277,10 +277,11 @@ Predictions certify_predictions(const Network<Rational>& net, const Dataset& ds,
   const bool zonotope = !epsilon.empty() && method == RegionMethod::zonotope;
   if (zonotope) {  // refused for the whole run, named (inside a pass it would read as undecided)
     check_zonotope_supported(net.arch);
-    Eigen::Index longest = 0;
+    std::size_t longest = 0;
     for (const Sequence& s : ds.sequences)
-      longest = std::max(longest, ds.token_input ? static_cast<Eigen::Index>(s.tokens.size()) : s.x.cols());
-    check_zonotope_memory(net.arch, longest, ds.token_input ? net.arch.d : net.arch.in_dim(),
+      longest = std::max(longest, s.n());
+    check_zonotope_memory(net.arch, static_cast<Eigen::Index>(longest),
+                          ds.token_input ? net.arch.d : net.arch.in_dim(),
                           std::min<int>(omp_get_max_threads(),
                                         static_cast<int>(std::max<std::size_t>(ds.sequences.size(), 1))));
   }
