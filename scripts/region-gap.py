@@ -20,6 +20,8 @@ sequences, by intervals (MPFI) and by the certified engine's balls; the mean-val
 zonotope are not run there (one MPFI backward pass per output; generators beyond the memory).
 
 usage: /usr/bin/python3 scripts/region-gap.py BUILD_DIR [--large]
+(PyTorch's attack on the large model needs an optimised BLAS: `bash scripts/bench-setup.sh` installs
+OpenBLAS; with Debian's reference BLAS the attack alone took more than half an hour.)
 """
 import json
 import os
