@@ -21,7 +21,8 @@ zonotope are not run there (one MPFI backward pass per output; generators beyond
 
 usage: /usr/bin/python3 scripts/region-gap.py BUILD_DIR [--large]
 (PyTorch's attack on the large model needs an optimised BLAS: `bash scripts/bench-setup.sh` installs
-OpenBLAS; with Debian's reference BLAS the attack alone took more than half an hour.)
+OpenBLAS; with Debian's reference BLAS the attack had not finished when it was stopped, well past the
+few minutes it takes with OpenBLAS.)
 """
 import json
 import os
