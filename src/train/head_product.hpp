@@ -215,19 +215,14 @@ bool blocked_head_product(D&& dst, const A& a, const B& b, const S& scale) {
     if constexpr (IsTranspose<B>::value && !IsTranspose<A>::value) {
       const auto& m = b.nestedExpression();  // T×k
       if constexpr (!Add) dst.setZero();
-      by_row_blocks<S, kBlockWidth, 2 * kBlockWidth>(
+      by_row_blocks<S, kBlockWidth, kHeadHalfWidth>(
           r, [&](auto block, auto width, Eigen::Index r0, Eigen::Index count, Eigen::Index) {
-            constexpr int RB = decltype(block)::value, P = decltype(width)::value;
-            const auto columns = [&](auto w, Eigen::Index c0) {
-              block_outer<decltype(w)::value, false, S, RB>(dst.data() + r0, dst.colStride(), a.data() + r0,
+            constexpr int RB = decltype(block)::value;
+            in_groups<decltype(width)::value>(T, [&](auto p, Eigen::Index c0) {
+              block_outer<decltype(p)::value, false, S, RB>(dst.data() + r0, dst.colStride(), a.data() + r0,
                                                             a.colStride(), m.data(), m.colStride(), count, c0,
                                                             0, k, nullptr, scale);
-            };
-            const Eigen::Index whole = T - T % P;
-            for (Eigen::Index c0 = 0; c0 < whole; c0 += P)
-              columns(width, c0);
-            for (Eigen::Index c0 = whole; c0 < T; ++c0)
-              columns(std::integral_constant<int, 1>{}, c0);
+            });
           });
       return true;
     } else {

@@ -72,6 +72,28 @@ bool with_product_shape(Eigen::Index rows, Eigen::Index cols, F&& f) {
 // positive and 0 elsewhere. In registers, where a separate pass read and wrote all of y again.
 enum class Epilogue { none, relu, gate };
 
+// y[i] = v[i] where g[i] > 0, else 0, for i < count, in SIMD registers: Eigen 3.4's select() has
+// no vector path, and ran number by number with a branch each (the ReLU's slope in the backward
+// pass was 30% of the small train step on AVX2).
+// (Eigen's packet types carry vector attributes, which GCC warns that a template argument drops.)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wignored-attributes"
+template <class S>
+inline void gate_numbers(S* y, const S* v, const S* g, Eigen::Index count) {
+  namespace ei = Eigen::internal;
+  using P = typename ei::packet_traits<S>::type;
+  constexpr int L = ei::packet_traits<S>::size;
+  Eigen::Index i = 0;
+  if constexpr (L > 1) {
+    const P zero = ei::pset1<P>(S(0));
+    for (; i + L <= count; i += L)
+      ei::pstoreu(y + i, ei::pselect(ei::pcmp_lt(zero, ei::ploadu<P>(g + i)), ei::ploadu<P>(v + i), zero));
+  }
+  for (; i < count; ++i)
+    y[i] = g[i] > S(0) ? v[i] : S(0);
+}
+#pragma GCC diagnostic pop
+
 // Sums v into y (a column of one token or a block of them): added (add), set, or set to the
 // epilogue's value, the gate laid out as y (its columns `stride` numbers apart). Every kernel's
 // epilogue is this one.
@@ -80,9 +102,9 @@ void store_sums(Y&& y, const V& v, bool add, const S* gate, Eigen::Index stride)
   if constexpr (E == Epilogue::relu) {
     y = v.cwiseMax(S(0));
   } else if constexpr (E == Epilogue::gate) {
-    using Plain = typename std::decay_t<Y>::PlainObject;
-    const Eigen::Map<const Plain, 0, Eigen::OuterStride<>> g(gate, Eigen::OuterStride<>(stride));
-    y = (g.array() > S(0)).select(v, S(0));
+    const auto sums = v.eval();  // column-major, its columns consecutive
+    for (Eigen::Index t = 0; t < sums.cols(); ++t)
+      gate_numbers(&y.coeffRef(0, t), sums.data() + t * sums.rows(), gate + t * stride, sums.rows());
   } else if (add) {
     y += v;
   } else {
@@ -215,10 +237,11 @@ void paired_outer(Mat<float>& g, const Mat<float>& a, const Mat<float>& b, Mat<f
 #endif
 
 // The blocked kernels: rows in blocks of two SIMD registers (32 floats with AVX-512), against
-// eight tokens (Y = W·X) or eight columns of G (G += dY·Xᵀ) at a time, so that sixteen registers
-// hold the sums while a column of W (or a token of dY) and eight broadcast numbers stream past.
-// Eigen's GEMM first copies both operands into its own layout. One core, 1,024 tokens, float
-// (bench_train's products/ benchmarks, docs/benchmarks.md): Y = W·X 1.57× Eigen's speed at 32×32,
+// kBlockWidth tokens (Y = W·X) or columns of G (G += dY·Xᵀ) at a time (eight with AVX-512, six with
+// AVX2), so that most registers hold the sums while a column of W (or a token of dY) and the
+// broadcast numbers stream past. Eigen's GEMM first copies both operands into its own layout. With
+// AVX-512, one core, 1,024 tokens, float (bench_train's products/ benchmarks, docs/benchmarks.md):
+// Y = W·X 1.57× Eigen's speed at 32×32,
 // 1.28× at 128×32, 1.16-1.17× at 128×128, 512×128 and 128×512; G += dY·Xᵀ 2.07×, 1.45× and 1.24×
 // at the first three. G += dY·Xᵀ ran at 0.65× at 512×128 when every block of G's columns read all
 // of dY again (2 MB at 1,024 tokens); it now runs over chunks of tokens whose columns of dY and X fit
@@ -227,15 +250,46 @@ void paired_outer(Mat<float>& g, const Mat<float>& a, const Mat<float>& b, Mat<f
 // (three runs each).
 template <class S>
 constexpr int kBlockRows = 2 * Eigen::internal::packet_traits<S>::size;
-constexpr int kBlockWidth = 8;
 constexpr Eigen::Index kBlockMax = 512;
 // Y = W·X also takes rows in half blocks (one SIMD register), for heads of 16 rows in float
-// (head_product.hpp), against the same eight tokens: eight independent sums (sixteen tokens ran
-// at 0.70× of eight: their sixteen offsets into x took more integer registers than there are, and
-// GCC kept them in vector registers, moved back for every column; 16×128 over 1,024 tokens, one
-// core: 92 GFLOP/s against Eigen's 71).
+// (head_product.hpp).
 template <class S>
 constexpr int kHalfBlockRows = Eigen::internal::packet_traits<S>::size;
+// How many tokens (or columns of G) a block takes depends on how many vector registers hold its
+// sums: 32 with AVX-512 (and on AArch64), 16 with SSE and AVX2.
+#if defined(__AVX512F__) || defined(__aarch64__)
+constexpr int kVectorRegisters = 32;
+#else
+constexpr int kVectorRegisters = 16;
+#endif
+// A whole block: eight tokens are 16 sums of the 32 registers. Of 16, they left none for W's column
+// and the broadcast number, and GCC reloaded sums from the stack: six tokens (12 sums) ran Y = W·X
+// at 1.4-1.6× the speed of eight (16×128 to 512×128 over 1,024 tokens, one core of a family-23 AMD
+// EPYC with AVX2: 78-86 GFLOP/s against 56-58).
+constexpr int kBlockWidth = kVectorRegisters >= 32 ? 8 : 6;
+// A half block (one register per token) of Y = W·X and of G += dY·Xᵀ: eight with 32 registers
+// (sixteen tokens ran at 0.70× of eight: their sixteen offsets into x took more integer registers
+// than there are, and GCC kept them in vector registers, moved back for every column; 16×128 over
+// 1,024 tokens, one core: 92 GFLOP/s against Eigen's 71); with 16, twelve ran at 1.2-1.3× of eight
+// (the same AVX2 machine: 69-78 GFLOP/s against 52-60).
+constexpr int kHalfBlockWidth = kVectorRegisters >= 32 ? 8 : 12;
+// The attention heads' X·Mᵀ takes G's columns consecutive in M, one pointer for all (head_product.hpp):
+// sixteen of them in a half block with 32 registers, twelve with 16.
+constexpr int kHeadHalfWidth = kVectorRegisters >= 32 ? 16 : 12;
+
+// f(p, j) over the tokens (or columns) j = 0 … T − 1, P at a time (p an integral constant), then the
+// rest in pairs and a last one alone: a single one's sums are each one chain of multiply-adds that
+// wait on each other's latency.
+template <int P, class F>
+void in_groups(Eigen::Index T, F&& f) {
+  Eigen::Index j = 0;
+  for (; j + P <= T; j += P)
+    f(std::integral_constant<int, P>{}, j);
+  if constexpr (P > 2)
+    for (; j + 2 <= T; j += 2)
+      f(std::integral_constant<int, 2>{}, j);
+  if (j < T) f(std::integral_constant<int, 1>{}, j);
+}
 
 // f(block, width, r0, count, skip) for r ≥ kHalfBlockRows<S> rows: the whole blocks (block =
 // kBlockRows<S> rows, taken Whole columns or tokens at a time) from row 0, then a half block (Half at
@@ -344,19 +398,17 @@ template <Epilogue E = Epilogue::none, class S>
 void blocked_tokens(const Strided<S>& w, const S* b, const S* x, Eigen::Index xs, Eigen::Index T, S* y,
                     Eigen::Index ys, bool add, const S* gate = nullptr) {
   // An overlapping last block sets its rows again (the same sums): y is set, never added to, there.
-  by_row_blocks<S, kBlockWidth, kBlockWidth>(
+  by_row_blocks<S, kBlockWidth, kHalfBlockWidth>(
       w.rows(),
       [&](auto block, auto width, Eigen::Index r0, Eigen::Index count, [[maybe_unused]] Eigen::Index skip) {
         constexpr int RB = decltype(block)::value, P = decltype(width)::value;
         eigen_assert(skip == 0 || !add);
         const Strided<S> wr(w.data() + r0, count, w.cols(), Eigen::OuterStride<>(w.outerStride()));
         const S* br = b ? b + r0 : nullptr;
-        const auto at = [&](Eigen::Index j) { return gate ? gate + r0 + j * ys : nullptr; };
-        const Eigen::Index whole = T - T % P;
-        for (Eigen::Index j = 0; j < whole; j += P)
-          block_tokens<P, S, E, RB>(wr, br, x + j * xs, xs, y + r0 + j * ys, ys, add, at(j));
-        for (Eigen::Index j = whole; j < T; ++j)
-          block_tokens<1, S, E, RB>(wr, br, x + j * xs, xs, y + r0 + j * ys, ys, add, at(j));
+        in_groups<P>(T, [&](auto p, Eigen::Index j) {
+          block_tokens<decltype(p)::value, S, E, RB>(wr, br, x + j * xs, xs, y + r0 + j * ys, ys, add,
+                                                     gate ? gate + r0 + j * ys : nullptr);
+        });
       });
 }
 
@@ -379,26 +431,22 @@ inline Eigen::Index outer_chunk(Eigen::Index per_token) {
 // chunk by chunk of tokens.
 template <class S>
 void blocked_outer(Mat<S>& g, const Mat<S>& a, const Mat<S>& b, S* a_sum = nullptr) {
-  const Eigen::Index k = b.rows(), whole = k - k % kBlockWidth, T = a.cols();
+  const Eigen::Index k = b.rows(), T = a.cols();
   const Eigen::Index chunk = outer_chunk((a.rows() + k) * Eigen::Index{sizeof(S)});
   for (Eigen::Index j0 = 0; j0 < T; j0 += chunk) {
     const Eigen::Index j1 = std::min(T, j0 + chunk);
-    by_row_blocks<S, kBlockWidth, kBlockWidth>(
-        a.rows(), [&](auto block, auto, Eigen::Index r0, Eigen::Index count, Eigen::Index skip) {
+    by_row_blocks<S, kBlockWidth, kHalfBlockWidth>(
+        a.rows(), [&](auto block, auto width, Eigen::Index r0, Eigen::Index count, Eigen::Index skip) {
           constexpr int RB = decltype(block)::value;
-          const auto columns = [&](auto width, Eigen::Index c0) {
-            constexpr int P = decltype(width)::value;
+          in_groups<decltype(width)::value>(k, [&](auto p, Eigen::Index c0) {
+            constexpr int P = decltype(p)::value;
             if (c0 == 0 && a_sum)
               block_outer<P, true, S, RB>(g.data() + r0, g.rows(), a.data() + r0, a.rows(), b.data(), k,
                                           count, c0, j0, j1, a_sum + r0, S(1), skip);
             else
               block_outer<P, false, S, RB>(g.data() + r0, g.rows(), a.data() + r0, a.rows(), b.data(), k,
                                            count, c0, j0, j1, nullptr, S(1), skip);
-          };
-          for (Eigen::Index c0 = 0; c0 < whole; c0 += kBlockWidth)
-            columns(std::integral_constant<int, kBlockWidth>{}, c0);
-          for (Eigen::Index c0 = whole; c0 < k; ++c0)
-            columns(std::integral_constant<int, 1>{}, c0);
+          });
         });
   }
 }
@@ -545,7 +593,7 @@ void relu_gated_times(Mat<S>& dst, const Eigen::Transpose<const Mat<S>>& w, cons
   } else {
     weights_times(dst, w, x);
   }
-  dst = (act.array() > S(0)).select(dst, S(0));
+  gate_numbers(dst.data(), dst.data(), act.data(), dst.size());
 }
 
 // g += the sum of m's columns (a bias gradient), as one matrix-vector product: Eigen's
