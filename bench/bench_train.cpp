@@ -220,6 +220,26 @@ void fixed_head_products(benchmark::State& state, int which) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // The SIMD path that ran (bench/run_train.py prints it beside every table): what the build's flags
+  // let the compiler use (Eigen's list omits AVX2 and FMA), and the kernels' block widths.
+  const char* isa =
+#if defined(__AVX512F__)
+      "AVX-512";
+#elif defined(__AVX2__) && defined(__FMA__)
+      "AVX2 + FMA";
+#elif defined(__AVX__)
+      "AVX";
+#elif defined(__ARM_NEON)
+      "NEON";
+#elif defined(__SSE2__)
+      "SSE2";
+#else
+      "no SIMD";
+#endif
+  benchmark::AddCustomContext("simd", std::string(isa) + " (Eigen: " + Eigen::SimdInstructionSetsInUse() +
+                                          "); " + std::to_string(train_detail::kVectorRegisters) +
+                                          " vector registers, blocks of " +
+                                          std::to_string(train_detail::kBlockWidth) + " tokens");
   const std::pair<int, int> shapes[] = {{8, 8},    {8, 32},   {32, 8},    {32, 32},  {16, 128},
                                         {128, 32}, {32, 128}, {128, 128}, {29, 64},  {62, 64},
                                         {126, 64}, {64, 62},  {512, 128}, {128, 512}};

@@ -86,13 +86,14 @@ def run(args):
         doc["rows"].append({"config": name, "B": B, "n": n, "d": d, "H": h, "m": m, "flops": flops(B, n, d, m),
                             "torch_threads": split,
                             "phases": phases, **rounds, **({"baseline_phases": base_phases} if args.baseline else {})})
+        doc["simd"] = stats.SIMD.get(cmd[0], "not reported by this build")
     return doc
 
 
 def table(doc):
     lines = [f"Train step (fwd + bwd + AdamW), float32, {doc['threads']} threads, torch {doc['torch']}; "
              f"median (min-max) of {doc['reps']} interleaved rounds; peaks: each side's 1024^3 SGEMM in the "
-             "same rounds\n",
+             f"same rounds; uatlab's SIMD path: {doc.get('simd', 'not recorded')}\n",
              "| config | B | n | d | H | m | uatlab ms/step | PyTorch ms/step (threads) | speed-up | goal "
              "| uatlab GFLOP/s | of uatlab's SGEMM (goal) | of PyTorch's SGEMM |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]

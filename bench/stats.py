@@ -52,6 +52,10 @@ def spread(s, scale=1.0):
     return f"{number(s['median'] * scale)} ({number(s['min'] * scale)}-{number(s['max'] * scale)})"
 
 
+# Each Google Benchmark binary's "simd" context (bench_train: the SIMD path that ran), by its path.
+SIMD = {}
+
+
 def google_benchmark_seconds(cmd, name, env, min_time, counters=None):
     """Seconds per iteration of the Google Benchmark `name` (with or without /real_time), one
     repetition; its user counters are appended to `counters` when given."""
@@ -59,7 +63,10 @@ def google_benchmark_seconds(cmd, name, env, min_time, counters=None):
     out = subprocess.run(cmd + [f"--benchmark_filter={pattern}", "--benchmark_format=json",
                                 f"--benchmark_min_time={min_time}", "--benchmark_repetitions=1"],
                          check=True, capture_output=True, text=True, env=env).stdout
-    for b in json.loads(out)["benchmarks"]:
+    doc = json.loads(out)
+    if "simd" in doc["context"]:
+        SIMD[cmd[0]] = doc["context"]["simd"]
+    for b in doc["benchmarks"]:
         if b.get("run_type") != "aggregate" and b["name"] in (name, name + "/real_time"):
             if counters is not None:
                 counters.append({k: v for k, v in b.items() if k.startswith("s_")})

@@ -20,7 +20,8 @@ void check_thin_products(double tol) {
   const auto random = [&](Eigen::Index r, Eigen::Index c) {
     return Mat<S>(Mat<S>::NullaryExpr(r, c, [&] { return S(u(rng)); }));
   };
-  // 45 tokens: five groups of eight and five alone; the 8-row AVX-512 kernel takes two groups of
+  // 45 tokens: five groups of eight and five alone (the blocked kernels with 16 vector registers:
+  // seven groups of six, a pair and one alone); the 8-row AVX-512 kernel takes two groups of
   // sixteen, then one of eight.
   const Eigen::Index T = 45;
   int thin = 0, fixed = 0, blocked = 0;
@@ -63,7 +64,8 @@ void check_thin_products(double tol) {
   EXPECT_EQ(fixed, 7 * 6 + 3);  // and W·X for r in {4, 8, 16}, k = 32, 8 tokens at a time (T = 45)
   // The blocked kernels (rows from one SIMD register's on, the rows past the last whole or half
   // block in one more half block that overlaps the one before: r = 29 and 33; T = 45 leaves five
-  // tokens after five blocks of eight, k = 17 one column after two): at least r = 29, 32, 33, 64
+  // tokens after five blocks of eight, k = 17 one column after two; with 16 registers, three tokens
+  // after seven blocks of six, and five columns after two): at least r = 29, 32, 33, 64
   // and 160 with every k when a register holds 4 to 16 numbers; 640 rows for none. Added to
   // (add_weights_times), rows not a multiple of a register go to Eigen's product.
   EXPECT_GE(blocked, 5 * 9);

@@ -4,7 +4,7 @@
 // costs more than the multiply-adds, and its fixed-size product of a transposed block was slower
 // still (measured). Here the N-entry column being summed stays in registers:
 //   scores and dS:  A = Xᵀ·Y·scale, A's column j = Σ_r (row r of X)ᵀ · Y(r, j);
-//   the others:     G (+)= X·M·scale and X·Mᵀ·scale, sixteen columns of G at a time.
+//   the others:     G (+)= X·M·scale and X·Mᵀ·scale, sixteen columns of G at a time (eight with AVX2).
 // The train step at n = 16 and 32 is faster with them (docs/benchmarks.md, "The kernels' design
 // figures"). Larger heads go to the blocked kernel of thin_product.hpp (blocked_head_product). Last,
 // the views of one head that attention_forward/backward compute with (with_head_view) and the
@@ -42,13 +42,15 @@ void head_gram(const X& x, const Y& y, S scale, Mat<S>& a) {
 }
 
 // G (+)= X·M·scale, or X·Mᵀ·scale when Transposed, for an R×N block X and an N×N matrix M: column
-// j of G is Σ_i X(:, i)·M(i, j) (M(j, i) when Transposed), sixteen columns of G at a time in
+// j of G is Σ_i X(:, i)·M(i, j) (M(j, i) when Transposed), sixteen columns of G at a time (J) in
 // registers, while the columns of X stream past; neither M nor G is transposed. (Summing Gᵀ in
 // N-number registers, as before, took a transposed copy of G, element by element, and of M for
 // X·M: the one took half of these products' time at R = 8, N = 16, float.)
 template <bool Add, bool Transposed, int R, int N, class S, class G, class X, class M>
 void head_times(G&& g, const X& x, const M& m, S scale) {
-  constexpr int J = N < 16 ? N : 16;  // columns of G per block, all in registers
+  // Columns of G per block, all in registers: sixteen with 32 vector registers; with 16 (AVX2),
+  // sixteen columns of a head of 8 floats filled every register and GCC reloaded sums from the stack.
+  constexpr int J = std::min(N, kVectorRegisters >= 32 ? 16 : 8);
   static_assert(N % J == 0);
   // M(i, j0 + j) is m[(j0 + j)·N + i], and Mᵀ's m[i·N + j0 + j]: the J numbers an i needs lie at
   // constant offsets from one pointer. (Indexing m(i, j0 + j) made GCC 12 keep J addresses for X·M,
@@ -197,8 +199,8 @@ void fixed_head_product(D&& dst, const A& a, const B& b, const S& scale) {
 // - Xᵀ·Y (the scores Kᵀ·Q, and Vᵀ·dO): W = a copy of Xᵀ, scaled (n rows);
 // - X·Mᵀ (dO·Aᵀ, Q·dSᵀ): dst's columns as sums of outer products Σ_j x_j m_jᵀ over X's n columns
 //   (the outer products' kernel), M read in place where Y = W·X needed a copy of Mᵀ (n² numbers,
-//   transposed); a half block takes sixteen columns of dst at a time, whose numbers in m are
-//   consecutive (one pointer), where sixteen tokens of Y = W·X need sixteen.
+//   transposed); a half block takes sixteen columns of dst at a time (twelve with AVX2), whose
+//   numbers in m are consecutive (one pointer), where sixteen tokens of Y = W·X need sixteen.
 // The copies hold n·hs numbers against the n²·hs multiply-adds. Returns false, having done
 // nothing, for other shapes (Eigen's GEMM then). Figures: docs/benchmarks.md ("The kernels'
 // design figures"), bench_train's heads/ benchmarks.
