@@ -241,13 +241,12 @@ void paired_outer(Mat<float>& g, const Mat<float>& a, const Mat<float>& b, Mat<f
 // AVX2), so that most registers hold the sums while a column of W (or a token of dY) and the
 // broadcast numbers stream past. Eigen's GEMM first copies both operands into its own layout. With
 // AVX-512, one core, 1,024 tokens, float (bench_train's products/ benchmarks, docs/benchmarks.md):
-// Y = W·X 1.57× Eigen's speed at 32×32,
-// 1.28× at 128×32, 1.16-1.17× at 128×128, 512×128 and 128×512; G += dY·Xᵀ 2.07×, 1.45× and 1.24×
-// at the first three. G += dY·Xᵀ ran at 0.65× at 512×128 when every block of G's columns read all
-// of dY again (2 MB at 1,024 tokens); it now runs over chunks of tokens whose columns of dY and X fit
-// in 512 KB together (outer_chunk; half of the L2 of the family-25 AMD VM, 1 MB a core), and was
-// 1.32× and 1.44× Eigen's speed at 512×128 and 128×512 on that VM on 2026-11-29, 1.49× at 128×32
-// (three runs each).
+// Y = W·X 1.57× Eigen's speed at 32×32, 1.28× at 128×32, 1.16-1.17× at 128×128, 512×128 and
+// 128×512; G += dY·Xᵀ 2.07×, 1.45× and 1.24× at the first three. G += dY·Xᵀ ran at 0.65× at
+// 512×128 when every block of G's columns read all of dY again (2 MB at 1,024 tokens); it now runs
+// over chunks of tokens whose columns of dY and X fit in 512 KB together (outer_chunk; half of the
+// L2 of the family-25 AMD VM, 1 MB a core), and was 1.32× and 1.44× Eigen's speed at 512×128 and
+// 128×512 on that VM on 2026-11-29, 1.49× at 128×32 (three runs each).
 template <class S>
 constexpr int kBlockRows = 2 * Eigen::internal::packet_traits<S>::size;
 constexpr Eigen::Index kBlockMax = 512;
