@@ -86,7 +86,7 @@ def run(args):
         doc["rows"].append({"config": name, "B": B, "n": n, "d": d, "H": h, "m": m, "flops": flops(B, n, d, m),
                             "torch_threads": split,
                             "phases": phases, **rounds, **({"baseline_phases": base_phases} if args.baseline else {})})
-        doc["simd"] = stats.SIMD.get(cmd[0], "not reported by this build")
+    doc["simd"] = stats.SIMD.get(cmd[0], "not reported by this build")
     return doc
 
 

@@ -60,8 +60,6 @@ Mpi& mpi() {
 }
 #endif
 
-// Read the finished lines of a results file. A last line without its newline (the process was
-// killed while writing it) is cut off, so that appending continues on a clean line.
 // Fields whose meaning a stored result must keep (a hand-edited or corrupted line is refused, not
 // averaged into a report): accuracies in [0, 1] (−1: none, for mse), counts non-negative integers.
 void check_result(const json& result, const std::string& where) {
@@ -105,6 +103,8 @@ class FolderLock {
   int fd_ = -1;
 };
 
+// Read the finished lines of a results file. A last line without its newline (the process was
+// killed while writing it) is cut off, so that appending continues on a clean line.
 std::vector<json> read_results(const std::string& path) {
   std::vector<json> lines;
   if (!std::filesystem::exists(path)) return lines;
