@@ -220,9 +220,9 @@ void fixed_head_products(benchmark::State& state, int which) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // The SIMD path that ran (bench/run_train.py prints it beside every table): what the build's flags
-  // let the compiler use (Eigen's list omits AVX2 and FMA), and the kernels' block widths.
-  const char* isa =
+  // The SIMD paths that ran (bench/run_train.py prints them beside every table): the kernels' (Highway,
+  // chosen at run time) and what the build's flags let Eigen's code use (its list omits AVX2 and FMA).
+  const char* eigen_isa =
 #if defined(__AVX512F__)
       "AVX-512";
 #elif defined(__AVX2__) && defined(__FMA__)
@@ -236,10 +236,8 @@ int main(int argc, char** argv) {
 #else
       "no SIMD";
 #endif
-  benchmark::AddCustomContext("simd", std::string(isa) + " (Eigen: " + Eigen::SimdInstructionSetsInUse() +
-                                          "); " + std::to_string(train_detail::kVectorRegisters) +
-                                          " vector registers, blocks of " +
-                                          std::to_string(train_detail::kBlockWidth) + " tokens");
+  benchmark::AddCustomContext("simd", "kernels " + simd::path() + "; Eigen " + eigen_isa + " (" +
+                                          Eigen::SimdInstructionSetsInUse() + ")");
   const std::pair<int, int> shapes[] = {{8, 8},    {8, 32},   {32, 8},    {32, 32},  {16, 128},
                                         {128, 32}, {32, 128}, {128, 128}, {29, 64},  {62, 64},
                                         {126, 64}, {64, 62},  {512, 128}, {128, 512}};
@@ -248,8 +246,8 @@ int main(int argc, char** argv) {
   for (int kind : {0, 1})
     for (const auto& [r, k] : shapes)
       for (const auto& [side, label] : sides) {
-        // The blocked kernels take any rows from one register's (16 floats) on.
-        if (side == Side::blocked && r < train_detail::kHalfBlockRows<float>) continue;
+        // The blocked kernels take any rows from one register's on.
+        if (side == Side::blocked && r < simd::half_block_rows<float>()) continue;
         const std::string name = std::string("products/") + (kind == 0 ? "WX/" : "dYXt/") +
                                  std::to_string(r) + "x" + std::to_string(k) + label;
         benchmark::RegisterBenchmark(name.c_str(), products, kind, side, Eigen::Index{r}, Eigen::Index{k});

@@ -5,7 +5,7 @@ dispatch (portable flags, the best target chosen at start-up). The three run int
 round (bench/stats.py); prints GFLOP/s, median (min-max), and each against Eigen for this CPU.
 
 usage: /usr/bin/python3 bench/run_simd_paths.py [--reps 7] [--json F]
-Needs g++, Eigen and Highway (libhwy-dev; scripts/bench-setup.sh installs it).
+Needs g++, Eigen and Highway (libhwy-dev, which scripts/setup.sh installs).
 """
 import argparse
 import os

@@ -26,6 +26,7 @@
 #include "uatlab/limits.hpp"
 #include "uatlab/model/init.hpp"
 #include "uatlab/train/tasks.hpp"
+#include "uatlab/train/simd.hpp"
 #include "uatlab/train/trainer.hpp"
 #include "uatlab/verify/analyse.hpp"
 #include "uatlab/verify/bounds.hpp"
@@ -295,6 +296,9 @@ PYBIND11_MODULE(_core, m) {
   m.doc() = "uatlab's C++ library (the Python API is the package uatlab)";
   py::register_exception<Error>(m, "Error", PyExc_RuntimeError);
   m.attr("version") = UATLAB_VERSION;
+  m.def("simd_path", &simd::path,
+        "The vector instruction set training's kernels run on (the best this CPU has, or the one "
+        "UATLAB_SIMD names), e.g. 'AVX2 (16 vector registers, blocks of 6 tokens)'");
 
   py::class_<Dataset>(m, "Dataset")
       .def_static(

@@ -2,7 +2,7 @@
 # ARM (a heavy check, docs/building.md): the portable build's tests (tests/portable/check.sh's
 # uatlab_portable_tests: the token and head kernels against Eigen, every attention option in every
 # arithmetic, training, lag convolutions) cross-compiled for aarch64 with Debian's cross toolchain
-# and run under qemu-user, so that Eigen's NEON packets and the kernels' 32-register blocks run.
+# and run under qemu-user, so that Eigen's NEON packets and the Highway kernels' NEON copies run.
 # Tree in build-aarch64/ (CROSS_DIR), kept, so a rerun rebuilds only what changed; arguments go to
 # the test binary (e.g. --gtest_filter='TokenProducts.*').
 set -euo pipefail
@@ -16,7 +16,7 @@ fi
 # The host's packages (scripts/setup.sh's) and the ARM64 libraries that install beside them.
 "$ROOT/scripts/install.sh" g++ cmake ninja-build libeigen3-dev nlohmann-json3-dev libcli11-dev \
   g++-aarch64-linux-gnu qemu-user libgomp1:arm64 libmpfi-dev:arm64 libmpfr-dev:arm64 libgmp-dev:arm64 \
-  libfftw3-dev:arm64 libgtest-dev:arm64 libgmock-dev:arm64 libflint-arb2:arm64 libmuparser2v5:arm64
+  libfftw3-dev:arm64 libhwy-dev:arm64 libgtest-dev:arm64 libgmock-dev:arm64 libflint-arb2:arm64 libmuparser2v5:arm64
 # FLINT/Arb's and muParser's -dev packages cannot be installed for two architectures at once (each
 # would remove the host's): their ARM64 files are unpacked into a folder of the tree instead.
 SYSROOT="$WORK/sysroot" LIB=/usr/lib/aarch64-linux-gnu

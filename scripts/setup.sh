@@ -17,6 +17,7 @@ PACKAGES=(
   libmpfr-dev libmpfi-dev libgmp-dev    # arbitrary precision, certified intervals, exact rationals
   "$ARB_PACKAGE"                        # Arb's balls: the certified engine past binary128
   libfftw3-dev                          # FFTs: DP-free heads' lag convolutions over long sequences
+  libhwy-dev                            # Highway: training's kernels for every SIMD instruction set, chosen at run time
   nlohmann-json3-dev                    # JSON: architecture headers, lossless model files, datasets
   libcli11-dev                          # the command line
   libmuparser-dev                       # user expressions for target functions

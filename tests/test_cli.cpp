@@ -482,6 +482,31 @@ TEST(Cli, OutputsThatWouldOverwriteAnInputAreRefusedBeforeAnyWork) {
   EXPECT_FALSE(fs::exists(d + "same.json"));
 }
 
+// UATLAB_SIMD restricts the kernels' instruction set: the emulated path trains; an unknown name, or a
+// path this CPU lacks, is an error before any work and any output.
+TEST(Cli, UatlabSimdChoosesTheKernelsPathOrIsRefused) {
+  const std::string d = dir(), data = d + "simd.jsonl";
+  write(data, "{\"x\": [[1, 0], [0, 1]], \"y\": [[1, 0], [0, 1]]}\n");
+  const std::string train = " train --data " + data + " --d 2 --layer attention --steps 2 -o " + d;
+  fs::remove(d + "simd.safetensors");
+  Result r = run_cli(train + "simd.safetensors", "UATLAB_SIMD=scalar " + std::string(UATLAB_BIN));
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(fs::exists(d + "simd.safetensors"));
+#if defined(__x86_64__) || defined(__i386__)
+  const std::string absent = "neon";
+#else
+  const std::string absent = "avx512";
+#endif
+  for (const auto& [name, says] : std::vector<std::pair<std::string, std::string>>{
+           {"bogus", "unknown (avx512, avx2, sse4, neon or scalar)"}, {absent, "has no such path"}}) {
+    r = run_cli(train + "refused.safetensors", "UATLAB_SIMD=" + name + " " + std::string(UATLAB_BIN));
+    EXPECT_EQ(r.code, 1) << name;
+    EXPECT_NE(r.out.find("uatlab: error: UATLAB_SIMD=" + name + ": "), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find(says), std::string::npos) << r.out;
+    EXPECT_FALSE(fs::exists(d + "refused.safetensors"));
+  }
+}
+
 TEST(Cli, ContradictoryFlagsAreRefused) {  // accepted silently before, one of them ignored
   for (const auto& [args, says] : std::vector<std::pair<std::string, std::string>>{
            {"train --task memorize --arch {\"d\":4} --layer attention --steps 1 -o " + dir() +

@@ -4,6 +4,7 @@
 // test_token_products.cpp. These are internal headers: these files and bench/bench_train.cpp are the
 // only includers outside src/.
 #include "../src/train/backward_impl.hpp"  // counted_queries
+#include "../src/train/simd_kernels.hpp"
 #include "head_products_check.hpp"
 
 using namespace uatlab;
@@ -19,6 +20,13 @@ TEST(Kernels, HeadProductsEqualEigensProducts) {
   train_detail::with_head_view<Rational>(
       8, 0, 0, 16, 16, [&](auto view, auto) { fixed += train_detail::fixed_size<decltype(view(M))>; });
   EXPECT_EQ(fixed, 0);
+}
+
+// The heads' products on every instruction set this CPU runs (the blocked kernels' copies, chosen in
+// turn), the emulated one among them; in double: test_head_products_double.cpp.
+TEST(Kernels, HeadProductsEqualEigensProductsOnEveryInstructionSet) {
+  for (const std::string& name : simd::paths_here())
+    simd::on_path(name, [&] { EXPECT_EQ(test::check_head_products<float>(1e-4), 9) << name; });
 }
 
 // The queries the last attention computes: empty (every query, nothing to leave out) when each

@@ -430,6 +430,9 @@ def test_train_and_analyse():
     net, summary = uatlab.train(arch, data=ds, loss="ce", steps=3000, batch=6, lr=2e-2, warmup=50, seed=5,
                                 stop_at_full_accuracy=True, nonnegative_rates=True)  # every TrainConfig field
     check(summary["train_accuracy"] == 1.0, "uatlab.train memorizes the task")
+    path = uatlab.simd_path()
+    check(path.split(" (")[0] in ("AVX3", "AVX3_DL", "AVX2", "SSE4", "SSSE3", "NEON", "EMU128", "SCALAR")
+          and "vector registers" in path, "uatlab.simd_path names the kernels' instruction set: " + path)
     rep = uatlab.analyse(net, ds)
     check(rep["memorization"]["all_certified"] and rep["memorization"]["labels"] == "classes",
           "analyse certifies a uatlab-trained model")

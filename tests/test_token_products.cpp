@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <random>
 
+#include "../src/train/simd_kernels.hpp"
 #include "../src/train/thin_product.hpp"
 
 using namespace uatlab;
@@ -67,7 +68,7 @@ void check_thin_products(double tol) {
   // tokens after five blocks of eight, k = 17 one column after two; with 16 registers, three tokens
   // after seven blocks of six, and five columns after two): at least r = 29, 32, 33, 64
   // and 160 with every k when a register holds 4 to 16 numbers; 640 rows for none. Added to
-  // (add_weights_times), rows not a multiple of a register go to Eigen's product.
+  // (add_weights_times), the overlapping half block keeps the rows the one before it set.
   EXPECT_GE(blocked, 5 * 9);
   EXPECT_TRUE(train_detail::blocked_shape<S>(160, 32));
   EXPECT_FALSE(train_detail::blocked_shape<S>(640, 32));
@@ -82,6 +83,20 @@ void check_thin_products(double tol) {
   add_outer(g, dy, x, &gb);
   EXPECT_LE((g - g0 - dy * x.transpose()).cwiseAbs().maxCoeff(), S(10 * tol));
   EXPECT_LE((gb - b - dy.rowwise().sum()).cwiseAbs().maxCoeff(), S(10 * tol));
+}
+
+// The same on every instruction set this CPU runs (the blocked kernels' copies, chosen in turn:
+// simd::on_path), the emulated one among them. The heads' products: test_head_products.cpp.
+TEST(Kernels, ThinProductsEqualEigensProductsOnEveryInstructionSet) {
+  const std::vector<std::string> paths = simd::paths_here();
+  ASSERT_GE(paths.size(), 2u) << "the best path and the emulated one";
+  for (const std::string& name : paths)
+    simd::on_path(name, [&] {
+      EXPECT_EQ(simd::path().rfind(name + " (", 0), 0u) << simd::path();
+      check_thin_products<float>(1e-4);
+      check_thin_products<double>(1e-12);
+    });
+  EXPECT_THROW(simd::on_path("no such path", [] {}), Error);
 }
 
 TEST(Kernels, ThinProductsEqualEigensProducts) {

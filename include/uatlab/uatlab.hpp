@@ -34,6 +34,7 @@
 #include "uatlab/names.hpp"
 #include "uatlab/progress.hpp"
 #include "uatlab/train/backward.hpp"
+#include "uatlab/train/simd.hpp"
 #include "uatlab/train/tasks.hpp"
 #include "uatlab/train/trainer.hpp"
 #include "uatlab/verify/affine.hpp"

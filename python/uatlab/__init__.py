@@ -22,9 +22,10 @@ from . import _core
 
 Error = _core.Error
 version = _core.version
+simd_path = _core.simd_path
 
 __all__ = ["Error", "Network", "load", "memorize", "contextual", "polynomial", "approximate", "train",
-           "init", "analyse", "from_torch", "dataset", "task"]
+           "init", "analyse", "from_torch", "dataset", "task", "simd_path"]
 
 
 def _digits(n):

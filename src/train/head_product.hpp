@@ -192,15 +192,15 @@ void fixed_head_product(D&& dst, const A& a, const B& b, const S& scale) {
   }
 }
 
-// dst (+)= a·b·scale through the blocked kernels (thin_product.hpp) for the heads without
+// dst (+)= a·b·scale through the blocked kernels (simd_kernels.hpp) for the heads without
 // fixed-size kernels (float and double, dynamic blocks), when the operand whose rows become the
-// kernel's rows has a multiple of kHalfBlockRows rows (16 floats or 8 doubles with AVX-512):
+// kernel's rows has at least one vector register's numbers (simd::half_block_rows):
 // - X·M (V·A, K·dS): Y = W·X with W = X, read in place (scaled: a copy of X, hs·n numbers);
 // - Xᵀ·Y (the scores Kᵀ·Q, and Vᵀ·dO): W = a copy of Xᵀ, scaled (n rows);
 // - X·Mᵀ (dO·Aᵀ, Q·dSᵀ): dst's columns as sums of outer products Σ_j x_j m_jᵀ over X's n columns
-//   (the outer products' kernel), M read in place where Y = W·X needed a copy of Mᵀ (n² numbers,
-//   transposed); a half block takes sixteen columns of dst at a time (twelve with AVX2), whose
-//   numbers in m are consecutive (one pointer), where sixteen tokens of Y = W·X need sixteen.
+//   (simd::outer with heads: dst's columns consecutive in m, one pointer for all, so a half block
+//   takes more of them at a time), M read in place where Y = W·X needed a copy of Mᵀ (n² numbers,
+//   transposed).
 // The copies hold n·hs numbers against the n²·hs multiply-adds. Returns false, having done
 // nothing, for other shapes (Eigen's GEMM then). Figures: docs/benchmarks.md ("The kernels'
 // design figures"), bench_train's heads/ benchmarks.
@@ -210,39 +210,42 @@ bool blocked_head_product(D&& dst, const A& a, const B& b, const S& scale) {
     return false;
   } else {
     const Eigen::Index r = a.rows(), k = a.cols(), T = b.cols();
-    if (r % kHalfBlockRows<S> != 0 || r > kBlockMax || k > kBlockMax) return false;
+    if (!blocked_shape<S>(r, k)) return false;
     if constexpr (!Add && std::is_same_v<std::decay_t<D>, Mat<S>>) dst.resize(r, T);
     eigen_assert(dst.rows() == r && dst.cols() == T && dst.rowStride() == 1);
     thread_local Mat<S> w_copy, x_copy;
     if constexpr (IsTranspose<B>::value && !IsTranspose<A>::value) {
       const auto& m = b.nestedExpression();  // T×k
       if constexpr (!Add) dst.setZero();
-      by_row_blocks<S, kBlockWidth, kHeadHalfWidth>(
-          r, [&](auto block, auto width, Eigen::Index r0, Eigen::Index count, Eigen::Index) {
-            constexpr int RB = decltype(block)::value;
-            in_groups<decltype(width)::value>(T, [&](auto p, Eigen::Index c0) {
-              block_outer<decltype(p)::value, false, S, RB>(dst.data() + r0, dst.colStride(), a.data() + r0,
-                                                            a.colStride(), m.data(), m.colStride(), count, c0,
-                                                            0, k, nullptr, scale);
-            });
-          });
+      simd::outer(simd::Outer<S>{dst.data(),
+                                 dst.colStride(),
+                                 r,
+                                 T,
+                                 {a.data(), a.colStride()},
+                                 {m.data(), m.colStride()},
+                                 k,
+                                 0,
+                                 nullptr,
+                                 scale,
+                                 true});
       return true;
     } else {
-      const S* x;
-      Eigen::Index xs;
-      if constexpr (IsTranspose<B>::value) {  // both transposed: b copied
-        x_copy.noalias() = b;
-        x = x_copy.data(), xs = k;
-      } else {
-        x = b.data(), xs = b.colStride();
-      }
-      const Strided<S> w = [&] {
-        if constexpr (!IsTranspose<A>::value)
-          if (scale == S(1)) return Strided<S>(a.data(), r, k, Eigen::OuterStride<>(a.colStride()));
-        w_copy.noalias() = a * scale;
-        return strided(w_copy);
+      const simd::Columns<S> x = [&]() -> simd::Columns<S> {
+        if constexpr (IsTranspose<B>::value) {  // both transposed: b copied
+          x_copy.noalias() = b;
+          return {x_copy.data(), k};
+        } else {
+          return {b.data(), b.colStride()};
+        }
       }();
-      blocked_tokens(w, static_cast<const S*>(nullptr), x, xs, T, dst.data(), dst.colStride(), Add);
+      const simd::Columns<S> w = [&]() -> simd::Columns<S> {
+        if constexpr (!IsTranspose<A>::value)
+          if (scale == S(1)) return {a.data(), a.colStride()};
+        w_copy.noalias() = a * scale;
+        return {w_copy.data(), r};
+      }();
+      simd::product(simd::Product<S>{w, r, k, nullptr, x, T, dst.data(), dst.colStride(), Add,
+                                     simd::Epilogue::none, nullptr});
       return true;
     }
   }

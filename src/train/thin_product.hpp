@@ -4,16 +4,18 @@
 // 32 back to d, and its input's gradient). Eigen's GEMM first copies (packs) all T token columns
 // into its own layout, which costs as much as the product when k is this small. Here W, or the
 // running sum of G, is a fixed-size matrix that stays in registers, and the tokens stream through
-// once, column by column. Larger weights, with r a multiple of a block of rows and both sizes up to
-// 512 (up to 128 for G; the small and medium benchmarks' d = 32, 128 and m = 128, 512), go to the
-// blocked kernels below. Other shapes and scalars go to Eigen's product.
+// once, column by column. Larger weights, with r at least one vector register's numbers and both
+// sizes up to 512 (the small and medium benchmarks' d = 32, 128 and m = 128, 512), go to the blocked
+// kernels (simd_kernels.hpp, dispatched at run time). Other shapes and scalars go to Eigen's product.
 #pragma once
 
+#include <algorithm>
 #include <cstring>
 #include <type_traits>
 
 #include "../model/interval_product.hpp"
 #include "../model/sizes.hpp"
+#include "simd_kernels.hpp"
 #include "uatlab/model/scalar.hpp"  // and through it uatlab/model/eigen.hpp, before immintrin.h
 
 #ifdef __AVX512F__
@@ -21,6 +23,15 @@
 #endif
 
 namespace uatlab::train_detail {
+
+// Vector registers of the instruction set Eigen's code is compiled for (the fixed-size kernels here
+// and in head_product.hpp size their blocks by it): 32 with AVX-512 and on AArch64, 16 with SSE and
+// AVX2.
+#if defined(__AVX512F__) || defined(__aarch64__)
+constexpr int kVectorRegisters = 32;
+#else
+constexpr int kVectorRegisters = 16;
+#endif
 
 using ThinRows = Sizes<1, 2, 3, 4, 8, 16, 32>;
 using ThinCols = Sizes<1, 2, 3, 4, 8, 16>;
@@ -67,10 +78,9 @@ bool with_product_shape(Eigen::Index rows, Eigen::Index cols, F&& f) {
   }
 }
 
-// What a product kernel does to its sums before it sets y: nothing; the feed-forward's ReLU,
-// max(sum, 0); or the ReLU's slope, sum where the gate (laid out as y: the ReLU's output) is
-// positive and 0 elsewhere. In registers, where a separate pass read and wrote all of y again.
-enum class Epilogue { none, relu, gate };
+// What a product kernel does to its sums before it sets y (simd_kernels.hpp): in registers, where a
+// separate pass read and wrote all of y again.
+using simd::Epilogue;
 
 // y[i] = v[i] where g[i] > 0, else 0, for i < count, in SIMD registers: Eigen 3.4's select() has
 // no vector path, and ran number by number with a branch each (the ReLU's slope in the backward
@@ -236,218 +246,65 @@ void paired_outer(Mat<float>& g, const Mat<float>& a, const Mat<float>& b, Mat<f
 }
 #endif
 
-// The blocked kernels: rows in blocks of two SIMD registers (32 floats with AVX-512), against
-// kBlockWidth tokens (Y = W·X) or columns of G (G += dY·Xᵀ) at a time (eight with AVX-512, six with
-// AVX2), so that most registers hold the sums while a column of W (or a token of dY) and the
-// broadcast numbers stream past. Eigen's GEMM first copies both operands into its own layout. With
-// AVX-512, one core, 1,024 tokens, float (bench_train's products/ benchmarks, docs/benchmarks.md):
-// Y = W·X 1.57× Eigen's speed at 32×32, 1.28× at 128×32, 1.16-1.17× at 128×128, 512×128 and
-// 128×512; G += dY·Xᵀ 2.07×, 1.45× and 1.24× at the first three. G += dY·Xᵀ ran at 0.65× at
-// 512×128 when every block of G's columns read all of dY again (2 MB at 1,024 tokens); it now runs
-// over chunks of tokens whose columns of dY and X fit in 512 KB together (outer_chunk; half of the
-// L2 of the family-25 AMD VM, 1 MB a core), and was 1.32× and 1.44× Eigen's speed at 512×128 and
-// 128×512 on that VM on 2026-11-29, 1.49× at 128×32 (three runs each).
-template <class S>
-constexpr int kBlockRows = 2 * Eigen::internal::packet_traits<S>::size;
+// The blocked kernels (simd_kernels.hpp; Highway, the instruction set chosen at run time) take
+// weights of at least one vector register's rows (simd::half_block_rows) and at most 512 rows and
+// columns. With AVX-512 (Eigen-written kernels of the same design, which Highway's replaced), one
+// core, 1,024 tokens, float (bench_train's products/ benchmarks, docs/benchmarks.md): Y = W·X 1.57×
+// Eigen's GEMM at 32×32, 1.28× at 128×32, 1.16-1.17× at 128×128, 512×128 and 128×512; G += dY·Xᵀ
+// 2.07×, 1.45× and 1.24× at the first three, 1.32× and 1.44× at 512×128 and 128×512 summed over
+// chunks of tokens (outer_chunk).
 constexpr Eigen::Index kBlockMax = 512;
-// Y = W·X also takes rows in half blocks (one SIMD register), for heads of 16 rows in float
-// (head_product.hpp).
-template <class S>
-constexpr int kHalfBlockRows = Eigen::internal::packet_traits<S>::size;
-// How many tokens (or columns of G) a block takes depends on how many vector registers hold its
-// sums: 32 with AVX-512 (and on AArch64), 16 with SSE and AVX2.
-#if defined(__AVX512F__) || defined(__aarch64__)
-constexpr int kVectorRegisters = 32;
-#else
-constexpr int kVectorRegisters = 16;
-#endif
-// A whole block: eight tokens are 16 sums of the 32 registers. Of 16, they left none for W's column
-// and the broadcast number, and GCC reloaded sums from the stack: six tokens (12 sums) ran Y = W·X
-// at 1.4-1.6× the speed of eight (16×128 to 512×128 over 1,024 tokens, one core of a family-23 AMD
-// EPYC with AVX2: 78-86 GFLOP/s against 56-58).
-constexpr int kBlockWidth = kVectorRegisters >= 32 ? 8 : 6;
-// A half block (one register per token) of Y = W·X and of G += dY·Xᵀ: eight with 32 registers
-// (sixteen tokens ran at 0.70× of eight: their sixteen offsets into x took more integer registers
-// than there are, and GCC kept them in vector registers, moved back for every column; 16×128 over
-// 1,024 tokens, one core: 92 GFLOP/s against Eigen's 71); with 16, twelve ran at 1.2-1.3× of eight
-// (the same AVX2 machine: 69-78 GFLOP/s against 52-60).
-constexpr int kHalfBlockWidth = kVectorRegisters >= 32 ? 8 : 12;
-// The attention heads' X·Mᵀ takes G's columns consecutive in M, one pointer for all (head_product.hpp):
-// sixteen of them in a half block with 32 registers, twelve with 16.
-constexpr int kHeadHalfWidth = kVectorRegisters >= 32 ? 16 : 12;
-
-// f(p, j) over the tokens (or columns) j = 0 … T − 1, P at a time (p an integral constant), then the
-// rest in pairs and a last one alone: a single one's sums are each one chain of multiply-adds that
-// wait on each other's latency.
-template <int P, class F>
-void in_groups(Eigen::Index T, F&& f) {
-  Eigen::Index j = 0;
-  for (; j + P <= T; j += P)
-    f(std::integral_constant<int, P>{}, j);
-  if constexpr (P > 2)
-    for (; j + 2 <= T; j += 2)
-      f(std::integral_constant<int, 2>{}, j);
-  if (j < T) f(std::integral_constant<int, 1>{}, j);
-}
-
-// f(block, width, r0, count, skip) for r ≥ kHalfBlockRows<S> rows: the whole blocks (block =
-// kBlockRows<S> rows, taken Whole columns or tokens at a time) from row 0, then a half block (Half at
-// a time), and where fewer rows than a half block are left, one more half block that ends at row r:
-// it overlaps the one before by `skip` rows, which it computes again but must not add (a weight of
-// 62 rows goes 32 + 16 + 16 rows, the last from row 46, skip 14; Eigen's GEMM took such rows).
-// block and width as integral constants; skip is 0 unless r is not a multiple of the half block.
-template <class S, int Whole, int Half, class F>
-void by_row_blocks(Eigen::Index r, F&& f) {
-  constexpr int RB = kHalfBlockRows<S>;
-  eigen_assert(r >= RB);
-  const Eigen::Index full = r - r % kBlockRows<S>;
-  if (full > 0)
-    f(std::integral_constant<int, kBlockRows<S>>{}, std::integral_constant<int, Whole>{}, 0, full,
-      Eigen::Index{0});
-  Eigen::Index r0 = full;
-  if (r - r0 >= RB) {
-    f(std::integral_constant<int, RB>{}, std::integral_constant<int, Half>{}, r0, Eigen::Index{RB},
-      Eigen::Index{0});
-    r0 += RB;
-  }
-  if (r0 < r)
-    f(std::integral_constant<int, RB>{}, std::integral_constant<int, Half>{}, r - RB, Eigen::Index{RB},
-      RB - (r - r0));
-}
 
 template <class S>
 bool blocked_shape(Eigen::Index rows, Eigen::Index cols) {
   if constexpr (!std::is_same_v<S, float> && !std::is_same_v<S, double>)
     return false;
   else
-    return rows >= kHalfBlockRows<S> && rows <= kBlockMax && cols <= kBlockMax;
+    return rows >= simd::half_block_rows<S>() && rows <= kBlockMax && cols <= kBlockMax;
 }
 
-// A column-major operand whose columns lie `stride` numbers apart: a whole weight, or one head's
-// rows of a batch's matrix (head_product.hpp).
-template <class S>
-using Strided = Eigen::Map<const Mat<S>, 0, Eigen::OuterStride<>>;
-template <class S>
-Strided<S> strided(const Mat<S>& m) {
-  return Strided<S>(m.data(), m.rows(), m.cols(), Eigen::OuterStride<>(m.rows()));
-}
-
-// y (+)= w·x + b for the P token columns at x and y (xs and ys numbers apart); w is r×k with r a
-// multiple of RB rows; the epilogues set y (add is false), the gate laid out as y.
-template <int P, class S, Epilogue E = Epilogue::none, int RB = kBlockRows<S>>
-void block_tokens(const Strided<S>& w, const S* b, const S* x, Eigen::Index xs, S* y, Eigen::Index ys,
-                  bool add, const S* gate = nullptr) {
-  using Block = Eigen::Matrix<S, RB, P>;
-  const Eigen::Index r = w.rows(), k = w.cols(), ws = w.outerStride();
-  for (Eigen::Index r0 = 0; r0 < r; r0 += RB) {
-    const Eigen::Matrix<S, RB, 1> bias =
-        b ? Eigen::Matrix<S, RB, 1>(Eigen::Map<const Eigen::Matrix<S, RB, 1>>(b + r0))
-          : Eigen::Matrix<S, RB, 1>::Zero();
-    Block acc;
-    for (int t = 0; t < P; ++t)
-      acc.col(t) = bias;
-    for (Eigen::Index c = 0; c < k; ++c) {
-      const Eigen::Map<const Eigen::Matrix<S, RB, 1>> wc(w.data() + c * ws + r0);
-      for (int t = 0; t < P; ++t)
-        acc.col(t) += wc * x[t * xs + c];
-    }
-    store_sums<E>(Eigen::Map<Block, 0, Eigen::OuterStride<>>(y + r0, Eigen::OuterStride<>(ys)), acc, add,
-                  gate ? gate + r0 : nullptr, ys);
-  }
-}
-
-// g += a·bᵀ·scale summed over the tokens j0 … j1 − 1, for g's P columns from c0 on (g's columns gs
-// numbers apart): a is r×T with r a multiple of RB rows (its tokens `as` numbers apart), b is k×T (`bs`
-// apart); and a_sum += the sum of a's columns when Sum (a bias gradient, summed in the same pass:
-// two more additions per token against sixteen multiply-adds, where a separate matrix-vector
-// product read all of a again). The weights' gradients have scale 1 (x·1 is x: the same sums).
-// The first `skip` rows (of one block: r = RB) are summed but not added (by_row_blocks).
-template <int P, bool Sum, class S, int RB = kBlockRows<S>>
-void block_outer(S* g, Eigen::Index gs, const S* a, Eigen::Index as, const S* b, Eigen::Index bs,
-                 Eigen::Index r, Eigen::Index c0, Eigen::Index j0, Eigen::Index j1, S* a_sum, S scale = S(1),
-                 Eigen::Index skip = 0) {
-  eigen_assert(skip == 0 || r == RB);
-  using Block = Eigen::Matrix<S, RB, P>;
-  using Column = Eigen::Matrix<S, RB, 1>;
-  for (Eigen::Index r0 = 0; r0 < r; r0 += RB) {
-    Block acc = Block::Zero();
-    Column sum = Column::Zero();
-    for (Eigen::Index j = j0; j < j1; ++j) {
-      const Eigen::Map<const Column> aj(a + j * as + r0);
-      for (int t = 0; t < P; ++t)
-        acc.col(t) += aj * b[j * bs + c0 + t];
-      if constexpr (Sum) sum += aj;
-    }
-    if (skip == 0) {
-      Eigen::Map<Block, 0, Eigen::OuterStride<>>(g + c0 * gs + r0, Eigen::OuterStride<>(gs)) += acc * scale;
-      if constexpr (Sum) Eigen::Map<Column>(a_sum + r0) += sum;
-    } else {
-      const Eigen::Index rows = RB - skip;
-      Eigen::Map<Eigen::Matrix<S, Eigen::Dynamic, P>, 0, Eigen::OuterStride<>>(
-          g + c0 * gs + r0 + skip, rows, P, Eigen::OuterStride<>(gs)) += acc.bottomRows(rows) * scale;
-      if constexpr (Sum) Eigen::Map<Vec<S>>(a_sum + r0 + skip, rows) += sum.tail(rows);
-    }
-  }
-}
-
-// y (+)= w·x + b over T tokens at x and y (xs and ys numbers apart), w's rows a multiple of the half
-// block: the whole blocks first, then the half block left over; the gate, when E needs it, is laid
-// out as y.
-template <Epilogue E = Epilogue::none, class S>
-void blocked_tokens(const Strided<S>& w, const S* b, const S* x, Eigen::Index xs, Eigen::Index T, S* y,
-                    Eigen::Index ys, bool add, const S* gate = nullptr) {
-  // An overlapping last block sets its rows again (the same sums): y is set, never added to, there.
-  by_row_blocks<S, kBlockWidth, kHalfBlockWidth>(
-      w.rows(),
-      [&](auto block, auto width, Eigen::Index r0, Eigen::Index count, [[maybe_unused]] Eigen::Index skip) {
-        constexpr int RB = decltype(block)::value, P = decltype(width)::value;
-        eigen_assert(skip == 0 || !add);
-        const Strided<S> wr(w.data() + r0, count, w.cols(), Eigen::OuterStride<>(w.outerStride()));
-        const S* br = b ? b + r0 : nullptr;
-        in_groups<P>(T, [&](auto p, Eigen::Index j) {
-          block_tokens<decltype(p)::value, S, E, RB>(wr, br, x + j * xs, xs, y + r0 + j * ys, ys, add,
-                                                     gate ? gate + r0 + j * ys : nullptr);
-        });
-      });
-}
-
-// dst (+)= w·x + b over all of x's tokens (dst already sized), w's rows a multiple of the block;
-// the gate, when E needs it, has dst's shape.
+// dst (+)= w·x + b over all of x's tokens (dst already sized), w of a blocked_shape; the gate, when
+// E needs it, has dst's shape.
 template <Epilogue E = Epilogue::none, class S>
 void blocked_product(Mat<S>& dst, const Mat<S>& w, const Mat<S>& x, const S* b, bool add,
                      const S* gate = nullptr) {
-  blocked_tokens<E>(strided(w), b, x.data(), x.rows(), x.cols(), dst.data(), dst.rows(), add, gate);
+  simd::product(simd::Product<S>{{w.data(), w.rows()},
+                                 w.rows(),
+                                 w.cols(),
+                                 b,
+                                 {x.data(), x.rows()},
+                                 x.cols(),
+                                 dst.data(),
+                                 dst.rows(),
+                                 add,
+                                 E,
+                                 gate});
 }
 
 // Tokens per chunk of the blocked outer product: as many as keep a chunk's columns of both
 // operands (per_token bytes a token) within 512 KB, so that they stay in L2 while every block of G
-// reads them; at least 64.
+// reads them (512 KB: half of the L2 of the family-25 AMD VM, 1 MB a core; G += dY·Xᵀ at 512×128
+// ran at 0.65× Eigen's speed when every block of G's columns read all of dY, 2 MB at 1,024 tokens);
+// at least 64.
 inline Eigen::Index outer_chunk(Eigen::Index per_token) {
   return std::max<Eigen::Index>(64, (Eigen::Index{512} << 10) / per_token);
 }
 
-// g += a·bᵀ, and a_sum (when given) += the sum of a's columns (with g's first block of columns),
-// chunk by chunk of tokens.
+// g += a·bᵀ, and a_sum (when given) += the sum of a's columns, a of a blocked_shape's rows.
 template <class S>
 void blocked_outer(Mat<S>& g, const Mat<S>& a, const Mat<S>& b, S* a_sum = nullptr) {
-  const Eigen::Index k = b.rows(), T = a.cols();
-  const Eigen::Index chunk = outer_chunk((a.rows() + k) * Eigen::Index{sizeof(S)});
-  for (Eigen::Index j0 = 0; j0 < T; j0 += chunk) {
-    const Eigen::Index j1 = std::min(T, j0 + chunk);
-    by_row_blocks<S, kBlockWidth, kHalfBlockWidth>(
-        a.rows(), [&](auto block, auto width, Eigen::Index r0, Eigen::Index count, Eigen::Index skip) {
-          constexpr int RB = decltype(block)::value;
-          in_groups<decltype(width)::value>(k, [&](auto p, Eigen::Index c0) {
-            constexpr int P = decltype(p)::value;
-            if (c0 == 0 && a_sum)
-              block_outer<P, true, S, RB>(g.data() + r0, g.rows(), a.data() + r0, a.rows(), b.data(), k,
-                                          count, c0, j0, j1, a_sum + r0, S(1), skip);
-            else
-              block_outer<P, false, S, RB>(g.data() + r0, g.rows(), a.data() + r0, a.rows(), b.data(), k,
-                                           count, c0, j0, j1, nullptr, S(1), skip);
-          });
-        });
-  }
+  const Eigen::Index chunk = outer_chunk((a.rows() + b.rows()) * Eigen::Index{sizeof(S)});
+  simd::outer(simd::Outer<S>{g.data(),
+                             g.rows(),
+                             a.rows(),
+                             b.rows(),
+                             {a.data(), a.rows()},
+                             {b.data(), b.rows()},
+                             a.cols(),
+                             chunk,
+                             a_sum,
+                             S(1),
+                             false});
 }
 
 template <class S>
@@ -523,7 +380,7 @@ void product_into(Mat<S>& dst, const Mat<S>& w, const Mat<S>& x, const Mat<S>* b
   if (!add) dst.resize(w.rows(), x.cols());
   eigen_assert(dst.rows() == w.rows() && dst.cols() == x.cols());
   if (fixed_product(dst, w, x, b, add)) return;
-  if (blocked_shape<S>(w.rows(), w.cols()) && (!add || w.rows() % kHalfBlockRows<S> == 0)) {
+  if (blocked_shape<S>(w.rows(), w.cols())) {
     blocked_product(dst, w, x, b ? b->data() : nullptr, add);
     return;
   }

@@ -1,6 +1,7 @@
 #include "uatlab/train/trainer.hpp"
 
 #include "uatlab/limits.hpp"
+#include "uatlab/train/simd.hpp"
 
 #include <omp.h>
 #ifdef __GLIBC__
@@ -369,6 +370,7 @@ template <class S>
 TrainReport train(Network<S>& net, const Dataset& data, const Dataset* validation, const TrainConfig& config,
                   const std::string& resume, const std::function<void(const Progress&)>& on_log) {
   config.validate();
+  simd::select_path();  // an error in UATLAB_SIMD before any work (the kernels run in parallel loops)
   if (data.sequences.empty()) throw Error("no training sequences");
   if (config.plateau_evals > 0 && (config.eval_every == 0 || !validation))
     throw Error(

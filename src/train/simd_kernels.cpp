@@ -1,0 +1,392 @@
+// The blocked kernels (simd_kernels.hpp) in Highway's operations. Highway's foreach_target.h
+// includes this file once per instruction set, each time with HWY_NAMESPACE naming it and the
+// compiler told to use it; HWY_EXPORT gathers the copies into a table and HWY_DYNAMIC_DISPATCH
+// calls the best the CPU has. Nothing here includes Eigen (see the header).
+//
+// The kernels: rows of w (or of g) in blocks of two vector registers, against a few tokens (or
+// columns of g) at a time, so that most registers hold the sums while a column of w (or a token of
+// a) and the broadcast numbers stream past. Eigen's GEMM first copies both operands into its own
+// layout, which at these sizes costs as much as the product (figures: docs/benchmarks.md).
+// A copy of this file's code exists per instruction set; SVE is left out: its vectors have no size
+// at compile time and cannot be held in arrays.
+#ifndef HWY_DISABLED_TARGETS
+#define HWY_DISABLED_TARGETS (HWY_SVE | HWY_SVE2 | HWY_SVE_256 | HWY_SVE2_128)
+#endif
+#include <cstdint>
+
+#define HWY_COMPILE_ALL_ATTAINABLE  // every instruction set, whatever the build's baseline
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "train/simd_kernels.cpp"  // src/ is on this file's include path
+#include <hwy/foreach_target.h>                      // includes this file again for every instruction set
+#include <hwy/highway.h>
+
+#include "simd_kernels.hpp"
+
+HWY_BEFORE_NAMESPACE();
+namespace uatlab::simd::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// How many tokens a block takes depends on how many vector registers hold its sums: 32 with
+// AVX-512 and on AArch64, 16 with AVX2 and SSE.
+#if HWY_TARGET <= HWY_AVX3 || HWY_ARCH_ARM_A64
+constexpr int kRegisters = 32;
+#else
+constexpr int kRegisters = 16;
+#endif
+// A whole block (two registers a token): eight tokens are 16 sums of the 32 registers. Of 16, they
+// left none for w's column and the broadcast number, and GCC reloaded sums from the stack: six
+// tokens (12 sums) ran y = w·x at 1.4-1.6× the speed of eight (16×128 to 512×128 over 1,024 tokens,
+// one core of a family-23 AMD EPYC with AVX2: 78-86 GFLOP/s against 56-58).
+constexpr int kWhole = kRegisters >= 32 ? 8 : 6;
+// A half block (one register a token): eight with 32 registers (sixteen tokens ran at 0.70× of
+// eight: their sixteen offsets into x took more integer registers than there are, and GCC kept them
+// in vector registers, moved back for every column); with 16, twelve ran at 1.2-1.3× of eight.
+constexpr int kHalf = kRegisters >= 32 ? 8 : 12;
+// The heads' X·Mᵀ (Outer::heads) has g's columns consecutive in b, one pointer for all: sixteen of
+// them in a half block with 32 registers.
+constexpr int kHeadsHalf = kRegisters >= 32 ? 16 : 12;
+
+template <class S>
+using Tag = hn::ScalableTag<S>;
+template <class S>
+using V = hn::Vec<Tag<S>>;
+
+// Rows [begin, end) of y, in blocks of NV registers, for the P tokens from j on. `keep` rows at the
+// block's start (a last half block that overlaps the one before: by_rows) keep their numbers.
+template <int NV, int P, Epilogue E, class S>
+void product_block(const Product<S>& p, Index begin, Index end, Index keep, Index j) {
+  const Tag<S> d;
+  const Index L = hn::Lanes(d);
+  const S* x = p.x.data + j * p.x.stride;
+  S* y = p.y + j * p.y_stride;
+  for (Index r0 = begin; r0 < end; r0 += NV * L) {
+    V<S> acc[P][NV];
+    for (int v = 0; v < NV; ++v) {
+      const V<S> bias = p.bias ? hn::LoadU(d, p.bias + r0 + v * L) : hn::Zero(d);
+      for (int t = 0; t < P; ++t)
+        acc[t][v] = bias;
+    }
+    for (Index c = 0; c < p.cols; ++c) {
+      const S* wc = p.w.data + c * p.w.stride + r0;
+      V<S> w[NV];
+      for (int v = 0; v < NV; ++v)
+        w[v] = hn::LoadU(d, wc + v * L);
+      for (int t = 0; t < P; ++t) {
+        const V<S> xt = hn::Set(d, x[t * p.x.stride + c]);
+        for (int v = 0; v < NV; ++v)
+          acc[t][v] = hn::MulAdd(w[v], xt, acc[t][v]);
+      }
+    }
+    for (int t = 0; t < P; ++t)
+      for (int v = 0; v < NV; ++v) {
+        S* out = y + t * p.y_stride + r0 + v * L;
+        V<S> sums = acc[t][v];
+        if constexpr (E == Epilogue::relu) {
+          sums = hn::Max(sums, hn::Zero(d));
+        } else if constexpr (E == Epilogue::gate) {
+          const S* gate = p.gate + j * p.y_stride + t * p.y_stride + r0 + v * L;
+          sums = hn::IfThenElseZero(hn::Lt(hn::Zero(d), hn::LoadU(d, gate)), sums);
+        } else if (p.add) {
+          sums = hn::Add(hn::LoadU(d, out), sums);
+        }
+        if (keep > 0) sums = hn::IfThenElse(hn::FirstN(d, keep), hn::LoadU(d, out), sums);
+        hn::StoreU(sums, d, out);
+      }
+  }
+}
+
+// Rows [begin, end) for every token, W at a time, then in pairs, then a last one alone: a single
+// token's sums are each one chain of multiply-adds that wait on each other's latency.
+template <int NV, int W, Epilogue E, class S>
+void product_rows(const Product<S>& p, Index begin, Index end, Index keep) {
+  Index j = 0;
+  for (; j + W <= p.tokens; j += W)
+    product_block<NV, W, E>(p, begin, end, keep, j);
+  if constexpr (W > 2)
+    for (; j + 2 <= p.tokens; j += 2)
+      product_block<NV, 2, E>(p, begin, end, keep, j);
+  if (j < p.tokens) product_block<NV, 1, E>(p, begin, end, keep, j);
+}
+
+// The rows of a weight with r ≥ L rows (L numbers a register): whole blocks from row 0, then a half
+// block, and where fewer than L rows are left, one more half block that ends at row r. It overlaps
+// the one before by `keep` rows, which it computes again but does not store (a weight of 62 floats
+// with AVX-512 goes 32 + 16 + 16 rows, the last from row 46, keeping 14).
+struct RowBlocks {
+  Index whole_end, half_begin, half_end, last_begin, keep;
+  RowBlocks(Index r, Index L) {
+    whole_end = r - r % (2 * L);
+    half_begin = whole_end;
+    half_end = r - whole_end >= L ? whole_end + L : whole_end;
+    last_begin = half_end < r ? r - L : r;
+    keep = half_end < r ? L - (r - half_end) : 0;
+  }
+};
+
+template <Epilogue E, class S>
+void product_epilogue(const Product<S>& p) {
+  const RowBlocks b(p.rows, Index(hn::Lanes(Tag<S>())));
+  if (b.whole_end > 0) product_rows<2, kWhole, E>(p, 0, b.whole_end, 0);
+  if (b.half_end > b.half_begin) product_rows<1, kHalf, E>(p, b.half_begin, b.half_end, 0);
+  if (b.last_begin < p.rows) product_rows<1, kHalf, E>(p, b.last_begin, p.rows, b.keep);
+}
+
+template <class S>
+void product_any(const Product<S>& p) {
+  switch (p.epilogue) {
+    case Epilogue::none:
+      return product_epilogue<Epilogue::none>(p);
+    case Epilogue::relu:
+      return product_epilogue<Epilogue::relu>(p);
+    case Epilogue::gate:
+      return product_epilogue<Epilogue::gate>(p);
+  }
+}
+
+// g's P columns from c0 on, rows [begin, end) in blocks of NV registers, += scale · the sums over
+// the tokens [j0, j1); and, when Sum, a_sum += the sum of a's columns (two more additions a token
+// against P·NV multiply-adds, where a separate pass read all of a again).
+template <int NV, int P, bool Sum, class S>
+void outer_block(const Outer<S>& o, Index begin, Index end, Index keep, Index c0, Index j0, Index j1) {
+  const Tag<S> d;
+  const Index L = hn::Lanes(d);
+  const V<S> scale = hn::Set(d, o.scale);
+  for (Index r0 = begin; r0 < end; r0 += NV * L) {
+    V<S> acc[P][NV], sum[NV];
+    for (int v = 0; v < NV; ++v) {
+      sum[v] = hn::Zero(d);
+      for (int t = 0; t < P; ++t)
+        acc[t][v] = hn::Zero(d);
+    }
+    for (Index j = j0; j < j1; ++j) {
+      const S* aj = o.a.data + j * o.a.stride + r0;
+      V<S> a[NV];
+      for (int v = 0; v < NV; ++v)
+        a[v] = hn::LoadU(d, aj + v * L);
+      for (int t = 0; t < P; ++t) {
+        const V<S> bt = hn::Set(d, o.b.data[j * o.b.stride + c0 + t]);
+        for (int v = 0; v < NV; ++v)
+          acc[t][v] = hn::MulAdd(a[v], bt, acc[t][v]);
+      }
+      if constexpr (Sum)
+        for (int v = 0; v < NV; ++v)
+          sum[v] = hn::Add(sum[v], a[v]);
+    }
+    const auto kept = hn::FirstN(d, size_t(keep));
+    for (int v = 0; v < NV; ++v) {
+      for (int t = 0; t < P; ++t) {
+        S* out = o.g + (c0 + t) * o.g_stride + r0 + v * L;
+        const V<S> old = hn::LoadU(d, out);
+        hn::StoreU(hn::IfThenElse(kept, old, hn::MulAdd(acc[t][v], scale, old)), d, out);
+      }
+      if constexpr (Sum) {
+        S* out = o.a_sum + r0 + v * L;
+        const V<S> old = hn::LoadU(d, out);
+        hn::StoreU(hn::IfThenElse(kept, old, hn::Add(old, sum[v])), d, out);
+      }
+    }
+  }
+}
+
+// g's P columns from c0 on, with a_sum when they are the first.
+template <int NV, int P, class S>
+void outer_group(const Outer<S>& o, Index begin, Index end, Index keep, Index c0, Index j0, Index j1) {
+  if (c0 == 0 && o.a_sum)
+    outer_block<NV, P, true>(o, begin, end, keep, c0, j0, j1);
+  else
+    outer_block<NV, P, false>(o, begin, end, keep, c0, j0, j1);
+}
+
+// g's columns W at a time, then in pairs, then alone.
+template <int NV, int W, class S>
+void outer_columns(const Outer<S>& o, Index begin, Index end, Index keep, Index j0, Index j1) {
+  Index c = 0;
+  for (; c + W <= o.cols; c += W)
+    outer_group<NV, W>(o, begin, end, keep, c, j0, j1);
+  if constexpr (W > 2)
+    for (; c + 2 <= o.cols; c += 2)
+      outer_group<NV, 2>(o, begin, end, keep, c, j0, j1);
+  if (c < o.cols) outer_group<NV, 1>(o, begin, end, keep, c, j0, j1);
+}
+
+// Rows [begin, end) of one half block (a register), columns as wide as the heads allow.
+template <class S>
+void outer_half(const Outer<S>& o, Index begin, Index end, Index keep, Index j0, Index j1) {
+  if (begin >= end) return;
+  if (o.heads && kHeadsHalf != kHalf)
+    outer_columns<1, kHeadsHalf>(o, begin, end, keep, j0, j1);
+  else
+    outer_columns<1, kHalf>(o, begin, end, keep, j0, j1);
+}
+
+template <class S>
+void outer_any(const Outer<S>& o) {
+  const RowBlocks b(o.rows, Index(hn::Lanes(Tag<S>())));
+  const Index chunk = o.chunk > 0 ? o.chunk : o.tokens;
+  for (Index j0 = 0; j0 < o.tokens; j0 += chunk) {
+    const Index j1 = j0 + chunk < o.tokens ? j0 + chunk : o.tokens;
+    if (b.whole_end > 0) outer_columns<2, kWhole>(o, 0, b.whole_end, 0, j0, j1);
+    outer_half(o, b.half_begin, b.half_end, 0, j0, j1);
+    outer_half(o, b.last_begin, o.rows, b.keep, j0, j1);
+  }
+}
+
+// The exported entries (HWY_EXPORT takes plain functions).
+void ProductFloat(const Product<float>& p) {
+  product_any(p);
+}
+void ProductDouble(const Product<double>& p) {
+  product_any(p);
+}
+void OuterFloat(const Outer<float>& o) {
+  outer_any(o);
+}
+void OuterDouble(const Outer<double>& o) {
+  outer_any(o);
+}
+Index LanesFloat() {
+  return Index(hn::Lanes(Tag<float>()));
+}
+Index LanesDouble() {
+  return Index(hn::Lanes(Tag<double>()));
+}
+// The instruction set, its vector registers and a whole block's tokens (built into text once
+// outside: nothing of the standard library is compiled per instruction set).
+void Describe(int64_t* target, int* registers, int* whole) {
+  *target = HWY_TARGET, *registers = kRegisters, *whole = kWhole;
+}
+
+}  // namespace uatlab::simd::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+#include <cstdlib>
+
+#include "uatlab/error.hpp"
+
+namespace uatlab::simd {
+
+HWY_EXPORT(ProductFloat);
+HWY_EXPORT(ProductDouble);
+HWY_EXPORT(OuterFloat);
+HWY_EXPORT(OuterDouble);
+HWY_EXPORT(LanesFloat);
+HWY_EXPORT(LanesDouble);
+HWY_EXPORT(Describe);
+
+namespace {
+
+// UATLAB_SIMD's names and the instruction sets (Highway's targets) each allows.
+struct PathName {
+  const char* name;
+  int64_t targets;
+};
+constexpr PathName kPaths[] = {
+    {"avx512", HWY_AVX3 | HWY_AVX3_DL},  {"avx2", HWY_AVX2}, {"sse4", HWY_SSE4}, {"neon", HWY_NEON},
+    {"scalar", HWY_EMU128 | HWY_SCALAR},
+};
+
+// The targets this build compiled and this CPU runs, best first, as Highway names them.
+std::string available(int64_t targets) {
+  std::string names;
+  for (int64_t t = targets; t != 0; t &= t - 1)
+    names += std::string(names.empty() ? "" : ", ") + hwy::TargetName(t & -t);
+  return names;
+}
+
+void restrict_to_environment() {
+  const char* value = std::getenv("UATLAB_SIMD");
+  if (!value || !*value) return;
+  const std::string name(value);
+  const int64_t runs = hwy::SupportedTargets() & HWY_TARGETS;
+  for (const PathName& path : kPaths)
+    if (name == path.name) {
+      if ((runs & path.targets) == 0)
+        throw Error("UATLAB_SIMD=" + name + ": this CPU or build has no such path (it has " +
+                    available(runs) + ")");
+      hwy::DisableTargets(~path.targets);
+      return;
+    }
+  throw Error("UATLAB_SIMD=" + name + ": unknown (avx512, avx2, sse4, neon or scalar)");
+}
+
+}  // namespace
+
+void select_path() {
+  // Once, before the first kernel; an error is thrown again at every call.
+  static const std::string error = [] {
+    try {
+      restrict_to_environment();
+      return std::string();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+  }();
+  if (!error.empty()) throw Error(error);
+}
+
+template <>
+void product<float>(const Product<float>& p) {
+  select_path();
+  HWY_DYNAMIC_DISPATCH(ProductFloat)(p);
+}
+template <>
+void product<double>(const Product<double>& p) {
+  select_path();
+  HWY_DYNAMIC_DISPATCH(ProductDouble)(p);
+}
+template <>
+void outer<float>(const Outer<float>& o) {
+  select_path();
+  HWY_DYNAMIC_DISPATCH(OuterFloat)(o);
+}
+template <>
+void outer<double>(const Outer<double>& o) {
+  select_path();
+  HWY_DYNAMIC_DISPATCH(OuterDouble)(o);
+}
+template <>
+Index half_block_rows<float>() {
+  select_path();
+  return HWY_DYNAMIC_DISPATCH(LanesFloat)();
+}
+template <>
+Index half_block_rows<double>() {
+  select_path();
+  return HWY_DYNAMIC_DISPATCH(LanesDouble)();
+}
+
+std::vector<std::string> paths_here() {
+  select_path();
+  std::vector<std::string> names;
+  for (int64_t t = hwy::SupportedTargets() & HWY_TARGETS; t != 0; t &= t - 1)
+    names.push_back(hwy::TargetName(t & -t));
+  return names;
+}
+
+void on_path(const std::string& name, const std::function<void()>& f) {
+  select_path();
+  int64_t target = 0;
+  for (int64_t t = hwy::SupportedTargets() & HWY_TARGETS; t != 0; t &= t - 1)
+    if (name == hwy::TargetName(t & -t)) target = t & -t;
+  if (target == 0)
+    throw Error("no instruction set " + name + " here (" + available(hwy::SupportedTargets() & HWY_TARGETS) +
+                ")");
+  struct Restore {
+    ~Restore() { hwy::SetSupportedTargetsForTest(0); }
+  } restore;
+  hwy::SetSupportedTargetsForTest(target);
+  f();
+}
+
+std::string path() {
+  select_path();
+  int64_t target;
+  int registers, whole;
+  HWY_DYNAMIC_DISPATCH(Describe)(&target, &registers, &whole);
+  return std::string(hwy::TargetName(target)) + " (" + std::to_string(registers) +
+         " vector registers, blocks of " + std::to_string(whole) + " tokens)";
+}
+
+}  // namespace uatlab::simd
+#endif

@@ -1,0 +1,80 @@
+// The blocked kernels of the training passes, written once in Google Highway's operations and
+// compiled for every vector instruction set Highway knows (AVX-512, AVX2, SSE4, SSSE3, NEON and an
+// emulated 128-bit path), the best one the CPU has chosen at run time (simd_kernels.cpp). This
+// header is the whole interface, on raw column-major numbers, so that neither Eigen nor Highway
+// reaches the callers (thin_product.hpp, head_product.hpp): Eigen's code compiled once per
+// instruction set would collide in the linker (docs/benchmarks.md, "SIMD paths").
+// UATLAB_SIMD restricts the choice (uatlab/train/simd.hpp).
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "uatlab/train/simd.hpp"
+
+namespace uatlab::simd {
+
+using Index = std::ptrdiff_t;
+
+// Columns of a column-major operand: column j at data + j·stride.
+template <class S>
+struct Columns {
+  const S* data;
+  Index stride;
+};
+
+// What a product does to its sums before it sets y: nothing; the feed-forward's ReLU, max(sum, 0);
+// or the ReLU's slope, sum where the gate (laid out as y: the ReLU's output) is positive, else 0.
+enum class Epilogue { none, relu, gate };
+
+// y (+)= w·x + b over `tokens` columns of x and y: w is rows×cols, at least half_block_rows<S>()
+// rows; bias (rows numbers) may be null; y is added to when add (Epilogue::none only), else set.
+template <class S>
+struct Product {
+  Columns<S> w;
+  Index rows, cols;
+  const S* bias;
+  Columns<S> x;
+  Index tokens;
+  S* y;
+  Index y_stride;
+  bool add;
+  Epilogue epilogue;
+  const S* gate;  // Epilogue::gate: laid out as y
+};
+
+// g(:, 0 … cols − 1) += scale · Σ_j a_j b_jᵀ over `tokens` columns j of a (rows numbers each, at least
+// half_block_rows<S>()) and b (cols numbers each), and a_sum (rows numbers, when not null) += Σ_j a_j.
+// The tokens are summed `chunk` at a time (0: all at once), each chunk's sums added to g, so that a
+// chunk's columns of a and b stay in the cache while every block of g reads them. heads: g's columns
+// consecutive in b (the heads' X·Mᵀ), which lets a block take more of them at a time.
+template <class S>
+struct Outer {
+  S* g;
+  Index g_stride, rows, cols;
+  Columns<S> a, b;
+  Index tokens, chunk;
+  S* a_sum;
+  S scale;
+  bool heads;
+};
+
+// The kernels, for S = float and double, on the chosen instruction set.
+template <class S>
+void product(const Product<S>& p);
+template <class S>
+void outer(const Outer<S>& o);
+
+// Numbers of S in one vector register of the chosen instruction set: a half block's rows (a whole
+// block has twice as many).
+template <class S>
+Index half_block_rows();
+
+// For tests: the instruction sets this CPU and build run (Highway's names, best first), and f run
+// with the kernels on the one named (the choice restored after, also when f throws).
+std::vector<std::string> paths_here();
+void on_path(const std::string& name, const std::function<void()>& f);
+
+}  // namespace uatlab::simd
