@@ -3,8 +3,8 @@
 // last attention computes (in double: test_head_products_double.cpp). Part 2, the token products:
 // test_token_products.cpp. These are internal headers: these files and bench/bench_train.cpp are the
 // only includers outside src/.
+#include "../src/simd/kernels.hpp"
 #include "../src/train/backward_impl.hpp"  // counted_queries
-#include "../src/train/simd_kernels.hpp"
 #include "head_products_check.hpp"
 
 using namespace uatlab;

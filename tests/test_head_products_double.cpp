@@ -1,7 +1,7 @@
 // The products of one attention head against Eigen's in double (float and the other scalars:
 // test_head_products.cpp, which says what is checked), on the chosen instruction set and on every
 // one this CPU runs.
-#include "../src/train/simd_kernels.hpp"
+#include "../src/simd/kernels.hpp"
 #include "head_products_check.hpp"
 
 TEST(Kernels, HeadProductsEqualEigensProductsInDouble) {

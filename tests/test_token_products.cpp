@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 #include <random>
 
-#include "../src/train/simd_kernels.hpp"
+#include "../src/simd/kernels.hpp"
 #include "../src/train/thin_product.hpp"
 
 using namespace uatlab;
@@ -105,4 +105,47 @@ TEST(Kernels, ThinProductsEqualEigensProducts) {
   EXPECT_FALSE(train_detail::with_thin_shape<Rational>(4, 4, [](auto, auto) {}));
   EXPECT_FALSE(train_detail::with_product_shape<Rational>(8, 32, [](auto, auto, auto) {}));
   EXPECT_FALSE(train_detail::blocked_shape<Rational>(32, 32));
+}
+
+// The attention's softmax (simd::softmax_columns, every column of a matrix) on every instruction set
+// this CPU runs, against exp in long double: lengths with and without a partial last register, −∞
+// entries (masked keys) exactly 0, a column holding a NaN all NaN, huge and tiny scores.
+template <class S>
+void check_softmax(double tol) {
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<double> u(-30, 30);
+  for (Eigen::Index n : {1, 2, 3, 7, 8, 9, 16, 17, 32, 33}) {
+    const Eigen::Index columns = 4;
+    Mat<S> a = Mat<S>::NullaryExpr(n, columns, [&] { return S(u(rng)); });
+    if (n > 1) a(0, 1) = -std::numeric_limits<S>::infinity();  // a masked key
+    a(n - 1, 2) = S(1e30);                                     // a huge score beside the others
+    a(n / 2, 3) = std::numeric_limits<S>::quiet_NaN();         // a NaN
+    Mat<S> y = a;
+    simd::softmax_columns(simd::Softmax<S>{y.data(), n, columns});
+    for (Eigen::Index k = 0; k < 3; ++k) {
+      long double high = -INFINITY, sum = 0;
+      for (Eigen::Index i = 0; i < n; ++i)
+        high = std::max(high, (long double)a(i, k));
+      for (Eigen::Index i = 0; i < n; ++i)
+        sum += std::exp((long double)a(i, k) - high);
+      for (Eigen::Index i = 0; i < n; ++i) {
+        const long double want = std::exp((long double)a(i, k) - high) / sum;
+        EXPECT_LE(std::abs(y(i, k) - want), tol * want + std::numeric_limits<S>::min())
+            << "n " << n << ", column " << k << ", row " << i;
+      }
+    }
+    if (n > 1) {
+      EXPECT_EQ(y(0, 1), S(0)) << n;
+    }
+    EXPECT_TRUE(y.col(3).array().isNaN().all()) << n;
+  }
+}
+
+TEST(Kernels, SoftmaxColumnsOnEveryInstructionSet) {
+  for (const std::string& name : simd::paths_here())
+    simd::on_path(name, [&] {
+      SCOPED_TRACE(name);
+      check_softmax<float>(4e-6);
+      check_softmax<double>(1e-14);
+    });
 }

@@ -26,7 +26,7 @@
 
 #include "commands.hpp"
 #include "uatlab/io/json.hpp"
-#include "uatlab/train/simd.hpp"
+#include "uatlab/simd.hpp"
 #include "uatlab/version.hpp"
 
 namespace {
@@ -155,9 +155,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-#ifdef UATLAB_LAB
     uatlab::simd::select_path();  // UATLAB_SIMD checked before any work
-#endif
     for (auto& [sub, run] : commands)
       if (sub->parsed()) return run();
   } catch (const std::exception& e) {

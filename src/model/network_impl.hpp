@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "../simd/kernels.hpp"
 #include "interval_product.hpp"
 #include "sizes.hpp"
 #include "uatlab/model/network.hpp"
@@ -176,30 +177,6 @@ S piecewise(const Layer<S>& l, const S& x) {
 
 // ---- attention ----------------------------------------------------------------------------------
 
-// The softmax of each column of an N×N matrix. On the transpose, row k of the scores (key k for
-// every query) is one vector, so the maximum, the sum and the scaling of all N columns are
-// element-wise operations between vectors, with no sum across a register: summing inside each
-// column in turn made a chain of dependent steps per column (max, exp, sum, divide). Float, N = 16,
-// one core: 142 ns a matrix against 195, of which Eigen's packet exp alone takes about 90. Fixed
-// sizes let Eigen unroll it.
-template <int N, class S>
-void softmax_columns(S* data) {
-  Eigen::Map<Eigen::Matrix<S, N, N>> a(data);
-  Eigen::Matrix<S, N, N> t = a.transpose();  // column k: row k of a
-  Eigen::Matrix<S, N, 1> high = t.col(0);    // entry j: column j's maximum
-  for (int k = 1; k < N; ++k)
-    high = high.cwiseMax(t.col(k));
-  Eigen::Matrix<S, N, 1> sum = Eigen::Matrix<S, N, 1>::Zero();
-  for (int k = 0; k < N; ++k) {
-    t.col(k) = (t.col(k) - high).array().exp();
-    sum += t.col(k);
-  }
-  const Eigen::Matrix<S, N, 1> inverse = sum.cwiseInverse();
-  for (int k = 0; k < N; ++k)
-    t.col(k) = t.col(k).cwiseProduct(inverse);
-  a = t.transpose();
-}
-
 // Where the largest of a column of interval scores lies: [largest lower end, largest upper end].
 template <class Col>
 std::pair<Mpfr, Mpfr> max_enclosure(const Col& col) {
@@ -217,7 +194,7 @@ void normalise_columns(Mat<S>& A, const LayerSpec& spec, const EvalOptions& opt,
                        Eigen::Index first_query = 0) {
   const Eigen::Index n = A.rows();
   if constexpr (std::is_floating_point_v<S>) {
-    if (spec.score == Score::softmax) {  // Eigen vectorises exp for float/double
+    if (spec.score == Score::softmax) {
       constexpr S kMasked = -std::numeric_limits<S>::infinity();
       const bool every_key = !spec.causal && spec.window == 0;  // attended_keys is [0, n) for all k
       for (Eigen::Index k = 0; k < A.cols() && !every_key; ++k) {
@@ -226,24 +203,12 @@ void normalise_columns(Mat<S>& A, const LayerSpec& spec, const EvalOptions& opt,
         A.col(k).tail(n - r.end).setConstant(kMasked);
         if (r.first == r.end) A(0, k) = S(0);  // keeps the column finite; zeroed below
       }
-      // Every query of a sequence of 8, 16 or 32 tokens: fixed sizes, faster than the whole-matrix
-      // form (docs/benchmarks.md, "The kernels' design figures").
-      const bool fixed = A.cols() == n && with_size(FixedLengths{}, n, [&](auto length) {
-                           softmax_columns<decltype(length)::value>(A.data());
-                         });
-      if (!fixed) {
-        thread_local Eigen::Matrix<S, 1, Eigen::Dynamic> row;  // per column: max, then 1/sum
-        row = A.colwise().maxCoeff();
-        A.rowwise() -= row;
-        A = A.array()
-                .exp();  // in place: Eigen's packet exp (a replicated operand would fall back to scalar expf)
-        row = A.colwise().sum().cwiseInverse();
-        A.array().rowwise() *= row.array();
-      }
-      // Eigen's packet exp clamps its argument, so exp(−∞) is 5.6e-309 in double (2.9e-39 in
-      // float), not 0: a masked key would leak its value (times 1e300, 5.6e-9). Its weight is 0,
-      // exactly; the sums it entered are ≥ 1 (the largest key's exp(0)), which it did not move.
-      // A column with no key (first == end) is zeroed whole by the two.
+      // The SIMD kernel (src/simd/kernels.cpp: Highway's exp, the instruction set chosen at run time).
+      simd::softmax_columns(simd::Softmax<S>{A.data(), n, A.cols()});
+      // A masked key's weight is 0, exactly, whatever the exp gives for −∞ (Eigen's packet exp, used
+      // before, gave 5.6e-309 in double: times 1e300, a leak of 5.6e-9); the sums it entered are ≥ 1
+      // (the largest key's exp(0)), which it did not move. A column with no key (first == end) is
+      // zeroed whole by the two.
       for (Eigen::Index k = 0; k < A.cols() && !every_key; ++k) {
         const KeyRange r = attended_keys(spec, first_query + k, n);
         A.col(k).head(r.first).setZero();

@@ -21,10 +21,9 @@ constexpr bool contains(Sizes<N...>, int v) {
   return ((v == N) || ...);
 }
 
-// Sequence lengths with fixed-size kernels: the softmax of every column (softmax_columns) and,
-// when every query is computed, the products of one attention head (src/train/head_product.hpp):
-// the sweeps' and the memorization experiments' sequences (8) and the training benchmark's tiny
-// and small configurations (16, 32).
+// Sequence lengths with fixed-size kernels: when every query is computed, the products of one
+// attention head (src/train/head_product.hpp, simd::head_shape): the sweeps' and the memorization
+// experiments' sequences (8) and the training benchmark's tiny and small configurations (16, 32).
 using FixedLengths = Sizes<8, 16, 32>;
 
 }  // namespace uatlab

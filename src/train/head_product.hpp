@@ -2,13 +2,14 @@
 // both compile-time sizes (float and double, R ∈ HeadRows, N ∈ FixedLengths, every query computed:
 // with_head_view hands such blocks). Eigen's GEMM packs both operands first, which at these sizes
 // costs more than the multiply-adds, and its fixed-size product of a transposed block was slower
-// still (measured). Here the N-entry column being summed stays in registers:
+// still (measured). The kernels (simd::head_gram and simd::head_times in simd/kernels.cpp, Highway,
+// the instruction set chosen at run time) keep the column being summed in registers:
 //   scores and dS:  A = Xᵀ·Y·scale, A's column j = Σ_r (row r of X)ᵀ · Y(r, j);
 //   the others:     G (+)= X·M·scale and X·Mᵀ·scale, sixteen columns of G at a time (eight with AVX2).
 // The train step at n = 16 and 32 is faster with them (docs/benchmarks.md, "The kernels' design
-// figures"). Larger heads go to the blocked kernel of thin_product.hpp (blocked_head_product). Last,
-// the views of one head that attention_forward/backward compute with (with_head_view) and the
-// dispatch of their products among these kernels and Eigen's (set_head_product, add_head_product).
+// figures"). Larger heads go to the blocked kernels (blocked_head_product). Last, the views of one
+// head that attention_forward/backward compute with (with_head_view) and the dispatch of their
+// products among these kernels and Eigen's (set_head_product, add_head_product).
 #pragma once
 
 #include "thin_product.hpp"
@@ -21,72 +22,28 @@ template <class T>
 struct IsTranspose : std::false_type {};
 template <class X>
 struct IsTranspose<Eigen::Transpose<X>> : std::true_type {};
+// M of Mᵀ, else M.
+template <class M>
+const auto& untransposed(const M& m) {
+  if constexpr (IsTranspose<M>::value)
+    return m.nestedExpression();
+  else
+    return m;
+}
 template <class X>
 constexpr bool fixed_size = X::RowsAtCompileTime != Eigen::Dynamic&& X::ColsAtCompileTime != Eigen::Dynamic;
 
-// A = Xᵀ·Y·scale (N×N) for R×N blocks X and Y. X is copied before it is transposed and the scale
-// applied to A's columns: Eigen transposes a plain fixed-size matrix with packet shuffles, but a
-// scaled block element by element (docs/benchmarks.md, "The kernels' design figures").
-template <int R, int N, class S, class X, class Y>
-void head_gram(const X& x, const Y& y, S scale, Mat<S>& a) {
-  a.resize(N, N);
-  const Eigen::Matrix<S, R, N> xf = x;
-  const Eigen::Matrix<S, N, R> xt = xf.transpose();
-  Eigen::Map<Eigen::Matrix<S, N, N>> af(a.data());
-  for (int j = 0; j < N; ++j) {
-    Eigen::Matrix<S, N, 1> acc = xt.col(0) * y(0, j);
-    for (int r = 1; r < R; ++r)
-      acc += xt.col(r) * y(r, j);
-    af.col(j) = acc * scale;
-  }
-}
-
-// G (+)= X·M·scale, or X·Mᵀ·scale when Transposed, for an R×N block X and an N×N matrix M: column
-// j of G is Σ_i X(:, i)·M(i, j) (M(j, i) when Transposed), sixteen columns of G at a time (J) in
-// registers, while the columns of X stream past; neither M nor G is transposed. (Summing Gᵀ in
-// N-number registers, as before, took a transposed copy of G, element by element, and of M for
-// X·M: the one took half of these products' time at R = 8, N = 16, float.)
-template <bool Add, bool Transposed, int R, int N, class S, class G, class X, class M>
-void head_times(G&& g, const X& x, const M& m, S scale) {
-  // Columns of G per block, all in registers: sixteen with 32 vector registers; with 16 (AVX2),
-  // sixteen columns of a head of 8 floats filled every register and GCC reloaded sums from the stack.
-  constexpr int J = std::min(N, kVectorRegisters >= 32 ? 16 : 8);
-  static_assert(N % J == 0);
-  // M(i, j0 + j) is m[(j0 + j)·N + i], and Mᵀ's m[i·N + j0 + j]: the J numbers an i needs lie at
-  // constant offsets from one pointer. (Indexing m(i, j0 + j) made GCC 12 keep J addresses for X·M,
-  // more than it has registers: five of them were reloaded from the stack for every i.)
-  constexpr int stride = Transposed ? 1 : N;
-  for (int j0 = 0; j0 < N; j0 += J) {
-    Eigen::Matrix<S, R, J> sum = Eigen::Matrix<S, R, J>::Zero();
-    for (int i = 0; i < N; ++i) {
-      const Eigen::Matrix<S, R, 1> xi = x.col(i);
-      const S* mi = m.data() + (Transposed ? i * N + j0 : j0 * N + i);
-      for (int j = 0; j < J; ++j)
-        sum.col(j) += xi * mi[j * stride];
-    }
-    if constexpr (Add)
-      g.template middleCols<J>(j0) += sum * scale;
-    else
-      g.template middleCols<J>(j0) = sum * scale;
-  }
-}
-
 #ifdef __AVX512F__
-// Two of these products for a head of 8 rows, float, on AVX-512, at lengths N that are multiples
-// of 16, with every multiply-add filling a register:
-//   Xᵀ·Y:  head_gram summed each of A's columns as one chain of R multiply-adds that waited on
-//          each other's latency; here J columns at a time, each N/16 registers, 16 independent
-//          chains;
-//   X·Mᵀ:  a column of 8 floats fills half a register, so head_times ran at half the machine's
-//          width; here G's columns go in pairs, lane 2r + e of pair p summing X(r, i)·M(2p + e, i)
-//          over i, with X(r, i) in two lanes (one permute per i) and M(2p, i), M(2p + 1, i)
-//          consecutive (one 64-bit broadcast): paired_sums (thin_product.hpp).
-// Both add in head_gram's and head_times' order, each multiply-add rounded once; those round it
-// once or twice as the compiler inlines them (with_head_view's callers and a test differed), so
-// models with such heads round differently from earlier builds (docs/training.md). X·M stays with
-// head_times: pairing its sums over i (even and odd apart, as paired_tokens_product) measured
-// 1.0-1.18×, a transposed copy of M first 0.65×. Figures: docs/benchmarks.md, bench_train's
-// heads/8x16 and heads/8x32.
+// X·Mᵀ for a head of 8 rows, float, on AVX-512, at lengths N that are multiples of 16: a column of
+// 8 floats fills half a register, so simd::head_times runs at half the machine's width; here G's
+// columns go in pairs, lane 2r + e of pair p summing X(r, i)·M(2p + e, i) over i, with X(r, i) in
+// two lanes (one permute per i) and M(2p, i), M(2p + 1, i) consecutive (one 64-bit broadcast):
+// paired_sums (thin_product.hpp). It adds in simd::head_times' order, each multiply-add rounded
+// once. X·M stays with head_times: pairing its sums over i (even and odd apart, as
+// paired_tokens_product) measured 1.0-1.18×, a transposed copy of M first 0.65×. (Xᵀ·Y had a
+// kernel here too, J columns of A at a time in 16 independent chains: simd::head_gram does the
+// same on every instruction set.) Figures: docs/benchmarks.md, bench_train's heads/8x16 and
+// heads/8x32.
 namespace paired_head {
 
 // Columns c (lanes 0-7 of v) and c + 1 (lanes 8-15) of G, `stride` numbers apart, set to v·s or
@@ -103,32 +60,6 @@ inline void store_columns(float* g, Eigen::Index stride, __m512 v, __m512 s) {
   }
   _mm256_storeu_ps(g, _mm512_castps512_ps256(v));
   _mm256_storeu_ps(g + stride, _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
-}
-
-// A = Xᵀ·Y·scale (N×N, contiguous) for 8×N blocks X and Y (columns xs and ys numbers apart).
-template <int N>
-void gram(const float* x, Eigen::Index xs, const float* y, Eigen::Index ys, float scale, float* a) {
-  constexpr int C = N / 16, J = 16 / C;  // registers per column of A; columns of A at a time
-  // Row r of X at rows + r·N: a plain copy transposed, as head_gram (Eigen's packet shuffles).
-  const Eigen::Matrix<float, 8, N> xf =
-      Eigen::Map<const Eigen::Matrix<float, 8, N>, 0, Eigen::OuterStride<>>(x, Eigen::OuterStride<>(xs));
-  const Eigen::Matrix<float, N, 8> xt = xf.transpose();
-  const float* rows = xt.data();
-  const __m512 s = _mm512_set1_ps(scale);
-  for (int j0 = 0; j0 < N; j0 += J) {
-    __m512 acc[J][C];
-    for (int r = 0; r < 8; ++r)
-      for (int j = 0; j < J; ++j) {
-        const __m512 b = _mm512_set1_ps(y[(j0 + j) * ys + r]);
-        for (int c = 0; c < C; ++c) {
-          const __m512 xr = _mm512_loadu_ps(rows + r * N + 16 * c);
-          acc[j][c] = r == 0 ? _mm512_mul_ps(xr, b) : _mm512_fmadd_ps(xr, b, acc[j][c]);
-        }
-      }
-    for (int j = 0; j < J; ++j)
-      for (int c = 0; c < C; ++c)
-        _mm512_storeu_ps(a + (j0 + j) * N + 16 * c, _mm512_mul_ps(acc[j][c], s));
-  }
 }
 
 // G (+)= X·Mᵀ·scale for 8×N blocks G, X (columns gs, xs apart) and an N×N M (contiguous): G's
@@ -161,13 +92,7 @@ void fixed_head_product(D&& dst, const A& a, const B& b, const S& scale) {
     using X = std::conditional_t<IsTranspose<A>::value, std::decay_t<decltype(a.nestedExpression())>, A>;
     constexpr int R = X::RowsAtCompileTime, N = X::ColsAtCompileTime;
     if constexpr (R == 8 && N % 16 == 0) {
-      if constexpr (IsTranspose<A>::value) {
-        static_assert(!Add, "the scores are set, not added");
-        dst.resize(N, N);
-        const auto& x = a.nestedExpression();
-        paired_head::gram<N>(x.data(), x.outerStride(), b.data(), b.outerStride(), scale, dst.data());
-        return;
-      } else if constexpr (IsTranspose<B>::value) {
+      if constexpr (!IsTranspose<A>::value && IsTranspose<B>::value) {
         const auto& m = b.nestedExpression();
         eigen_assert(m.rows() == N && m.cols() == N && m.outerStride() == N);
         paired_head::times_transposed<Add, N>(dst.data(), dst.outerStride(), a.data(), a.outerStride(),
@@ -177,22 +102,30 @@ void fixed_head_product(D&& dst, const A& a, const B& b, const S& scale) {
     }
   }
 #endif
+  // Columns colStride() apart: a block of one row is a row vector to Eigen, whose outerStride() is
+  // not the distance between its numbers.
+  simd::Head<S> h{};
+  h.scale = scale;
   if constexpr (IsTranspose<A>::value) {
     static_assert(!Add, "the scores are set, not added");
-    head_gram<B::RowsAtCompileTime, B::ColsAtCompileTime>(a.nestedExpression(), b, scale, dst);
-  } else if constexpr (!IsTranspose<B>::value) {
-    constexpr int R = A::RowsAtCompileTime, N = A::ColsAtCompileTime;
-    eigen_assert(b.rows() == N && b.cols() == N);
-    head_times<Add, false, R, N>(dst, a, Eigen::Map<const Eigen::Matrix<S, N, N>>(b.data()), scale);
+    const auto& x = a.nestedExpression();
+    h.rows = B::RowsAtCompileTime, h.length = B::ColsAtCompileTime;
+    h.x = {x.data(), x.colStride()}, h.y = {b.data(), b.colStride()};
+    dst.resize(h.length, h.length);
+    h.out = dst.data(), h.out_stride = h.length;
+    simd::head_gram(h);
   } else {
-    constexpr int R = A::RowsAtCompileTime, N = A::ColsAtCompileTime;
-    const auto& m = b.nestedExpression();
-    eigen_assert(m.rows() == N && m.cols() == N);
-    head_times<Add, true, R, N>(dst, a, Eigen::Map<const Eigen::Matrix<S, N, N>>(m.data()), scale);
+    const auto& m = untransposed(b);
+    h.rows = A::RowsAtCompileTime, h.length = A::ColsAtCompileTime;
+    eigen_assert(m.rows() == h.length && m.cols() == h.length && m.colStride() == h.length);
+    h.x = {a.data(), a.colStride()}, h.m = m.data();
+    h.out = dst.data(), h.out_stride = dst.colStride();
+    h.add = Add, h.transposed = IsTranspose<B>::value;
+    simd::head_times(h);
   }
 }
 
-// dst (+)= a·b·scale through the blocked kernels (simd_kernels.hpp) for the heads without
+// dst (+)= a·b·scale through the blocked kernels (simd/kernels.hpp) for the heads without
 // fixed-size kernels (float and double, dynamic blocks), when the operand whose rows become the
 // kernel's rows has at least one vector register's numbers (simd::half_block_rows):
 // - X·M (V·A, K·dS): Y = W·X with W = X, read in place (scaled: a copy of X, hs·n numbers);

@@ -6,7 +6,7 @@
 // running sum of G, is a fixed-size matrix that stays in registers, and the tokens stream through
 // once, column by column. Larger weights, with r at least one vector register's numbers and both
 // sizes up to 512 (the small and medium benchmarks' d = 32, 128 and m = 128, 512), go to the blocked
-// kernels (simd_kernels.hpp, dispatched at run time). Other shapes and scalars go to Eigen's product.
+// kernels (simd/kernels.hpp, dispatched at run time). Other shapes and scalars go to Eigen's product.
 #pragma once
 
 #include <algorithm>
@@ -15,7 +15,7 @@
 
 #include "../model/interval_product.hpp"
 #include "../model/sizes.hpp"
-#include "simd_kernels.hpp"
+#include "../simd/kernels.hpp"
 #include "uatlab/model/scalar.hpp"  // and through it uatlab/model/eigen.hpp, before immintrin.h
 
 #ifdef __AVX512F__
@@ -23,15 +23,6 @@
 #endif
 
 namespace uatlab::train_detail {
-
-// Vector registers of the instruction set Eigen's code is compiled for (the fixed-size kernels here
-// and in head_product.hpp size their blocks by it): 32 with AVX-512 and on AArch64, 16 with SSE and
-// AVX2.
-#if defined(__AVX512F__) || defined(__aarch64__)
-constexpr int kVectorRegisters = 32;
-#else
-constexpr int kVectorRegisters = 16;
-#endif
 
 using ThinRows = Sizes<1, 2, 3, 4, 8, 16, 32>;
 using ThinCols = Sizes<1, 2, 3, 4, 8, 16>;
@@ -78,7 +69,7 @@ bool with_product_shape(Eigen::Index rows, Eigen::Index cols, F&& f) {
   }
 }
 
-// What a product kernel does to its sums before it sets y (simd_kernels.hpp): in registers, where a
+// What a product kernel does to its sums before it sets y (simd/kernels.hpp): in registers, where a
 // separate pass read and wrote all of y again.
 using simd::Epilogue;
 
@@ -246,7 +237,7 @@ void paired_outer(Mat<float>& g, const Mat<float>& a, const Mat<float>& b, Mat<f
 }
 #endif
 
-// The blocked kernels (simd_kernels.hpp; Highway, the instruction set chosen at run time) take
+// The blocked kernels (simd/kernels.hpp; Highway, the instruction set chosen at run time) take
 // weights of at least one vector register's rows (simd::half_block_rows) and at most 512 rows and
 // columns. With AVX-512 (Eigen-written kernels of the same design, which Highway's replaced), one
 // core, 1,024 tokens, float (bench_train's products/ benchmarks, docs/benchmarks.md): Y = W·X 1.57×

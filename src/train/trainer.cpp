@@ -1,7 +1,7 @@
 #include "uatlab/train/trainer.hpp"
 
 #include "uatlab/limits.hpp"
-#include "uatlab/train/simd.hpp"
+#include "uatlab/simd.hpp"
 
 #include <omp.h>
 #ifdef __GLIBC__

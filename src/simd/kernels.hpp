@@ -1,10 +1,11 @@
-// The blocked kernels of the training passes, written once in Google Highway's operations and
+// The SIMD kernels: the products of the training passes and the attention's softmax, written once
+// in Google Highway's operations and
 // compiled for every vector instruction set Highway knows (AVX-512, AVX2, SSE4, SSSE3, NEON and an
-// emulated 128-bit path), the best one the CPU has chosen at run time (simd_kernels.cpp). This
+// emulated 128-bit path), the best one the CPU has chosen at run time (simd/kernels.cpp). This
 // header is the whole interface, on raw column-major numbers, so that neither Eigen nor Highway
-// reaches the callers (thin_product.hpp, head_product.hpp): Eigen's code compiled once per
-// instruction set would collide in the linker (docs/benchmarks.md, "SIMD paths").
-// UATLAB_SIMD restricts the choice (uatlab/train/simd.hpp).
+// reaches the callers (thin_product.hpp, head_product.hpp, model/network_impl.hpp): Eigen's code compiled
+// once per instruction set would collide in the linker (docs/benchmarks.md, "SIMD paths"). UATLAB_SIMD
+// restricts the choice (uatlab/simd.hpp).
 #pragma once
 
 #include <cstddef>
@@ -12,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "uatlab/train/simd.hpp"
+#include "uatlab/simd.hpp"
 
 namespace uatlab::simd {
 
@@ -61,11 +62,44 @@ struct Outer {
   bool heads;
 };
 
+// The products of one attention head and one sequence with R ∈ {1, 4, 8} rows and N ∈ {8, 16, 32}
+// tokens (head_product.hpp's fixed-size views), the N numbers of a column of the result (gram) or
+// its R numbers (times) in registers, several columns at a time:
+//   head_gram:  out (N×N, columns N apart) = scale · Xᵀ·Y for R×N blocks X and Y;
+//   head_times: out (R×N) (+)= scale · X·M, or X·Mᵀ when transposed, for an R×N block X and an
+//               N×N matrix m (columns N apart); added to when add.
+template <class S>
+struct Head {
+  int rows, length;
+  Columns<S> x, y;  // y: head_gram's
+  const S* m;       // head_times'
+  S* out;
+  Index out_stride;
+  S scale;
+  bool add, transposed;
+};
+// Whether rows×length is one of those shapes.
+bool head_shape(Index rows, Index length);
+
+// The softmax of each of the `columns` columns of an n×columns matrix (column-major, n numbers a
+// column), in place; −∞ counts as a masked entry (weight 0), a NaN stays NaN.
+template <class S>
+struct Softmax {
+  S* data;
+  Index n, columns;
+};
+
 // The kernels, for S = float and double, on the chosen instruction set.
 template <class S>
 void product(const Product<S>& p);
 template <class S>
 void outer(const Outer<S>& o);
+template <class S>
+void head_gram(const Head<S>& h);
+template <class S>
+void head_times(const Head<S>& h);
+template <class S>
+void softmax_columns(const Softmax<S>& s);
 
 // Numbers of S in one vector register of the chosen instruction set: a half block's rows (a whole
 // block has twice as many).

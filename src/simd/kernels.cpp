@@ -1,4 +1,4 @@
-// The blocked kernels (simd_kernels.hpp) in Highway's operations. Highway's foreach_target.h
+// The blocked kernels (simd/kernels.hpp) in Highway's operations. Highway's foreach_target.h
 // includes this file once per instruction set, each time with HWY_NAMESPACE naming it and the
 // compiler told to use it; HWY_EXPORT gathers the copies into a table and HWY_DYNAMIC_DISPATCH
 // calls the best the CPU has. Nothing here includes Eigen (see the header).
@@ -12,15 +12,19 @@
 #ifndef HWY_DISABLED_TARGETS
 #define HWY_DISABLED_TARGETS (HWY_SVE | HWY_SVE2 | HWY_SVE_256 | HWY_SVE2_128)
 #endif
+#include <algorithm>
 #include <cstdint>
+#include <limits>
 
 #define HWY_COMPILE_ALL_ATTAINABLE  // every instruction set, whatever the build's baseline
 #undef HWY_TARGET_INCLUDE
-#define HWY_TARGET_INCLUDE "train/simd_kernels.cpp"  // src/ is on this file's include path
-#include <hwy/foreach_target.h>                      // includes this file again for every instruction set
+#define HWY_TARGET_INCLUDE "simd/kernels.cpp"  // src/ is on this file's include path
+#include <hwy/foreach_target.h>                // includes this file again for every instruction set
 #include <hwy/highway.h>
+// After highway.h, once per instruction set:
+#include <hwy/contrib/math/math-inl.h>
 
-#include "simd_kernels.hpp"
+#include "kernels.hpp"
 
 HWY_BEFORE_NAMESPACE();
 namespace uatlab::simd::HWY_NAMESPACE {
@@ -231,6 +235,150 @@ void outer_any(const Outer<S>& o) {
   }
 }
 
+// ---- one attention head's products (Head) ----
+
+// Columns of A = scale · Xᵀ·Y, J at a time, each N numbers in C registers (vectors of at most N
+// lanes): J·C independent chains of R multiply-adds. Row r of X, copied once into xt (R·N numbers
+// against R·N² multiply-adds), is column r of Xᵀ.
+template <int R, int N, class S>
+void gram(const Head<S>& h) {
+  const hn::CappedTag<S, N> d;
+  constexpr int L = int(hn::MaxLanes(hn::CappedTag<S, N>())), C = N / L;
+  constexpr int J = std::min(N, std::max(1, kRegisters / 2 / C));
+  S xt[R * N];
+  for (int r = 0; r < R; ++r)
+    for (int k = 0; k < N; ++k)
+      xt[r * N + k] = h.x.data[r + k * h.x.stride];
+  const auto scale = hn::Set(d, h.scale);
+  for (int j0 = 0; j0 < N; j0 += J) {
+    hn::Vec<decltype(d)> acc[J][C];
+    for (int r = 0; r < R; ++r)
+      for (int j = 0; j < J; ++j) {
+        const auto y = hn::Set(d, h.y.data[(j0 + j) * h.y.stride + r]);
+        for (int c = 0; c < C; ++c) {
+          const auto xr = hn::LoadU(d, xt + r * N + c * L);
+          acc[j][c] = r == 0 ? hn::Mul(xr, y) : hn::MulAdd(xr, y, acc[j][c]);
+        }
+      }
+    for (int j = 0; j < J; ++j)
+      for (int c = 0; c < C; ++c)
+        hn::StoreU(hn::Mul(acc[j][c], scale), d, h.out + (j0 + j) * h.out_stride + c * L);
+  }
+}
+
+// Columns of G (+)= scale · X·M (or X·Mᵀ), J at a time, each R numbers in C registers, while the
+// columns of X stream past. M(i, j0 + j) is m[(j0 + j)·N + i], Mᵀ's m[i·N + j0 + j]: the J numbers
+// an i needs lie at constant offsets from one pointer (J addresses made GCC reload some from the
+// stack for every i).
+template <int R, int N, bool Transposed, class S>
+void times(const Head<S>& h) {
+  const hn::CappedTag<S, R> d;
+  constexpr int L = int(hn::MaxLanes(hn::CappedTag<S, R>())), C = R / L;
+  constexpr int J = std::min(N, (kRegisters >= 32 ? 16 : 8) / C);
+  constexpr int stride = Transposed ? 1 : N;
+  const auto scale = hn::Set(d, h.scale);
+  for (int j0 = 0; j0 < N; j0 += J) {
+    hn::Vec<decltype(d)> sum[J][C];
+    for (int j = 0; j < J; ++j)
+      for (int c = 0; c < C; ++c)
+        sum[j][c] = hn::Zero(d);
+    for (int i = 0; i < N; ++i) {
+      hn::Vec<decltype(d)> xi[C];
+      for (int c = 0; c < C; ++c)
+        xi[c] = hn::LoadU(d, h.x.data + i * h.x.stride + c * L);
+      const S* mi = h.m + (Transposed ? i * N + j0 : j0 * N + i);
+      for (int j = 0; j < J; ++j) {
+        const auto mij = hn::Set(d, mi[j * stride]);
+        for (int c = 0; c < C; ++c)
+          sum[j][c] = hn::MulAdd(xi[c], mij, sum[j][c]);
+      }
+    }
+    for (int j = 0; j < J; ++j)
+      for (int c = 0; c < C; ++c) {
+        S* out = h.out + (j0 + j) * h.out_stride + c * L;
+        hn::StoreU(h.add ? hn::MulAdd(sum[j][c], scale, hn::LoadU(d, out)) : hn::Mul(sum[j][c], scale), d,
+                   out);
+      }
+  }
+}
+
+// The kernel for the head's shape (head_shape): Gram, or times (X·M or X·Mᵀ).
+template <bool Gram, int R, int N, class S>
+void head_kernel(const Head<S>& h) {
+  if constexpr (Gram)
+    gram<R, N>(h);
+  else if (h.transposed)
+    times<R, N, true>(h);
+  else
+    times<R, N, false>(h);
+}
+template <bool Gram, int R, class S>
+void head_length(const Head<S>& h) {
+  switch (h.length) {
+    case 8:
+      return head_kernel<Gram, R, 8>(h);
+    case 16:
+      return head_kernel<Gram, R, 16>(h);
+    case 32:
+      return head_kernel<Gram, R, 32>(h);
+  }
+}
+template <bool Gram, class S>
+void head_any(const Head<S>& h) {
+  switch (h.rows) {
+    case 1:
+      return head_length<Gram, 1>(h);
+    case 4:
+      return head_length<Gram, 4>(h);
+    case 8:
+      return head_length<Gram, 8>(h);
+  }
+}
+
+// ---- the attention's softmax (Softmax) ----
+
+// Each column in turn: its maximum, e^(x − max) with the sum of those, then each times 1/sum; the
+// last L or fewer numbers of a column through a lane mask (FirstN), so no read or write passes the
+// column's end. Highway's Exp (1 ulp) gives 0 below −104 (float) or −1000 (double), so a masked −∞
+// is exactly 0; it also gives 0 for a NaN, which is kept instead.
+template <class S>
+V<S> exp_from(V<S> x, V<S> high) {
+  x = hn::Sub(x, high);
+  return hn::IfThenElse(hn::IsNaN(x), x, hn::Exp(Tag<S>(), x));
+}
+
+template <class S>
+void softmax_any(const Softmax<S>& s) {
+  const Tag<S> d;
+  const Index L = hn::Lanes(d);
+  const V<S> lowest = hn::Set(d, -std::numeric_limits<S>::infinity()), zero = hn::Zero(d);
+  for (Index k = 0; k < s.columns; ++k) {
+    S* col = s.data + k * s.n;
+    V<S> high = lowest;
+    Index i = 0;
+    for (; i + L <= s.n; i += L)
+      high = hn::Max(high, hn::LoadU(d, col + i));
+    const auto tail = hn::FirstN(d, size_t(s.n - i));
+    if (i < s.n) high = hn::Max(high, hn::IfThenElse(tail, hn::LoadU(d, col + i), lowest));
+    high = hn::MaxOfLanes(d, high);
+    V<S> sum = zero;
+    for (i = 0; i + L <= s.n; i += L) {
+      const V<S> e = exp_from<S>(hn::LoadU(d, col + i), high);
+      sum = hn::Add(sum, e);
+      hn::StoreU(e, d, col + i);
+    }
+    V<S> last = zero;
+    if (i < s.n) {
+      last = hn::IfThenElseZero(tail, exp_from<S>(hn::LoadU(d, col + i), high));
+      sum = hn::Add(sum, last);
+    }
+    const V<S> inverse = hn::Div(hn::Set(d, S(1)), hn::SumOfLanes(d, sum));
+    for (i = 0; i + L <= s.n; i += L)
+      hn::StoreU(hn::Mul(hn::LoadU(d, col + i), inverse), d, col + i);
+    if (i < s.n) hn::BlendedStore(hn::Mul(last, inverse), tail, d, col + i);
+  }
+}
+
 // The exported entries (HWY_EXPORT takes plain functions).
 void ProductFloat(const Product<float>& p) {
   product_any(p);
@@ -243,6 +391,24 @@ void OuterFloat(const Outer<float>& o) {
 }
 void OuterDouble(const Outer<double>& o) {
   outer_any(o);
+}
+void HeadGramFloat(const Head<float>& h) {
+  head_any<true>(h);
+}
+void HeadGramDouble(const Head<double>& h) {
+  head_any<true>(h);
+}
+void HeadTimesFloat(const Head<float>& h) {
+  head_any<false>(h);
+}
+void HeadTimesDouble(const Head<double>& h) {
+  head_any<false>(h);
+}
+void SoftmaxFloat(const Softmax<float>& s) {
+  softmax_any(s);
+}
+void SoftmaxDouble(const Softmax<double>& s) {
+  softmax_any(s);
 }
 Index LanesFloat() {
   return Index(hn::Lanes(Tag<float>()));
@@ -270,6 +436,12 @@ HWY_EXPORT(ProductFloat);
 HWY_EXPORT(ProductDouble);
 HWY_EXPORT(OuterFloat);
 HWY_EXPORT(OuterDouble);
+HWY_EXPORT(HeadGramFloat);
+HWY_EXPORT(HeadGramDouble);
+HWY_EXPORT(HeadTimesFloat);
+HWY_EXPORT(HeadTimesDouble);
+HWY_EXPORT(SoftmaxFloat);
+HWY_EXPORT(SoftmaxDouble);
 HWY_EXPORT(LanesFloat);
 HWY_EXPORT(LanesDouble);
 HWY_EXPORT(Describe);
@@ -345,6 +517,40 @@ void outer<double>(const Outer<double>& o) {
   select_path();
   HWY_DYNAMIC_DISPATCH(OuterDouble)(o);
 }
+template <>
+void head_gram<float>(const Head<float>& h) {
+  select_path();
+  HWY_DYNAMIC_DISPATCH(HeadGramFloat)(h);
+}
+template <>
+void head_gram<double>(const Head<double>& h) {
+  select_path();
+  HWY_DYNAMIC_DISPATCH(HeadGramDouble)(h);
+}
+template <>
+void head_times<float>(const Head<float>& h) {
+  select_path();
+  HWY_DYNAMIC_DISPATCH(HeadTimesFloat)(h);
+}
+template <>
+void head_times<double>(const Head<double>& h) {
+  select_path();
+  HWY_DYNAMIC_DISPATCH(HeadTimesDouble)(h);
+}
+template <>
+void softmax_columns<float>(const Softmax<float>& s) {
+  select_path();
+  HWY_DYNAMIC_DISPATCH(SoftmaxFloat)(s);
+}
+template <>
+void softmax_columns<double>(const Softmax<double>& s) {
+  select_path();
+  HWY_DYNAMIC_DISPATCH(SoftmaxDouble)(s);
+}
+bool head_shape(Index rows, Index length) {
+  return (rows == 1 || rows == 4 || rows == 8) && (length == 8 || length == 16 || length == 32);
+}
+
 template <>
 Index half_block_rows<float>() {
   select_path();
