@@ -296,6 +296,7 @@ PYBIND11_MODULE(_core, m) {
   m.doc() = "uatlab's C++ library (the Python API is the package uatlab)";
   py::register_exception<Error>(m, "Error", PyExc_RuntimeError);
   m.attr("version") = UATLAB_VERSION;
+  simd::select_path();  // a wrong UATLAB_SIMD fails the import, before any work
   m.def("simd_path", &simd::path,
         "The vector instruction set training's kernels run on (the best this CPU has, or the one "
         "UATLAB_SIMD names), e.g. 'AVX2 (16 vector registers, blocks of 6 tokens)'");

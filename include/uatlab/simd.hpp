@@ -10,7 +10,8 @@ namespace uatlab::simd {
 
 // Reads UATLAB_SIMD and restricts the choice (once; every kernel calls it). Throws uatlab::Error for
 // an unknown name or a path this CPU or build lacks, at every call; the command line, the Python
-// module and train() call it first, so that the error comes before any work.
+// module (at import) and train() call it first, so that the error comes before any work (a kernel
+// that throws inside a parallel loop would end the process).
 void select_path();
 
 // The chosen instruction set as Highway names it (AVX3 is AVX-512), with its vector registers and a
