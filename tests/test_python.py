@@ -433,6 +433,16 @@ def test_train_and_analyse():
     path = uatlab.simd_path()
     check(path.split(" (")[0] in ("AVX3", "AVX3_DL", "AVX2", "SSE4", "SSSE3", "NEON", "EMU128", "SCALAR")
           and "vector registers" in path, "uatlab.simd_path names the kernels' instruction set: " + path)
+    import subprocess
+    env = dict(os.environ, UATLAB_SIMD="bogus", PYTHONPATH=os.path.join(sys.argv[1], "python"))
+    r = subprocess.run([sys.executable, "-c", "import uatlab"], env=env, capture_output=True, text=True)
+    check(r.returncode != 0 and "UATLAB_SIMD=bogus: unknown" in r.stderr,
+          "a wrong UATLAB_SIMD fails the import with its message")
+    env["UATLAB_SIMD"] = "scalar"
+    r = subprocess.run([sys.executable, "-c", "import uatlab; print(uatlab.simd_path())"], env=env,
+                       capture_output=True, text=True)
+    check(r.returncode == 0 and r.stdout.split(" (")[0] in ("EMU128", "SCALAR"),
+          "UATLAB_SIMD=scalar chooses the emulated path: " + r.stdout + r.stderr)
     rep = uatlab.analyse(net, ds)
     check(rep["memorization"]["all_certified"] and rep["memorization"]["labels"] == "classes",
           "analyse certifies a uatlab-trained model")
