@@ -1,12 +1,13 @@
-// The blocked kernels (simd/kernels.hpp) in Highway's operations. Highway's foreach_target.h
-// includes this file once per instruction set, each time with HWY_NAMESPACE naming it and the
-// compiler told to use it; HWY_EXPORT gathers the copies into a table and HWY_DYNAMIC_DISPATCH
-// calls the best the CPU has. Nothing here includes Eigen (see the header).
+// The SIMD kernels (kernels.hpp) in Highway's operations. Highway's foreach_target.h includes this
+// file once per instruction set, each time with HWY_NAMESPACE naming it and the compiler told to
+// use it; HWY_EXPORT gathers the copies into a table and HWY_DYNAMIC_DISPATCH calls the best the CPU
+// has. Nothing here includes Eigen (see the header).
 //
-// The kernels: rows of w (or of g) in blocks of two vector registers, against a few tokens (or
-// columns of g) at a time, so that most registers hold the sums while a column of w (or a token of
-// a) and the broadcast numbers stream past. Eigen's GEMM first copies both operands into its own
-// layout, which at these sizes costs as much as the product (figures: docs/benchmarks.md).
+// The blocked products: rows of w (or of g) in blocks of two vector registers, against a few tokens
+// (or columns of g) at a time, so that most registers hold the sums while a column of w (or a token
+// of a) and the broadcast numbers stream past. Eigen's GEMM first copies both operands into its own
+// layout, which at these sizes costs as much as the product (figures: docs/benchmarks.md). Then one
+// attention head's fixed-size products and the softmax.
 // A copy of this file's code exists per instruction set; SVE is left out: its vectors have no size
 // at compile time and cannot be held in arrays.
 #ifndef HWY_DISABLED_TARGETS
@@ -56,7 +57,7 @@ template <class S>
 using V = hn::Vec<Tag<S>>;
 
 // Rows [begin, end) of y, in blocks of NV registers, for the P tokens from j on. `keep` rows at the
-// block's start (a last half block that overlaps the one before: by_rows) keep their numbers.
+// block's start (a last half block that overlaps the one before: RowBlocks) keep their numbers.
 template <int NV, int P, Epilogue E, class S>
 void product_block(const Product<S>& p, Index begin, Index end, Index keep, Index j) {
   const Tag<S> d;
@@ -114,8 +115,8 @@ void product_rows(const Product<S>& p, Index begin, Index end, Index keep) {
 
 // The rows of a weight with r ≥ L rows (L numbers a register): whole blocks from row 0, then a half
 // block, and where fewer than L rows are left, one more half block that ends at row r. It overlaps
-// the one before by `keep` rows, which it computes again but does not store (a weight of 62 floats
-// with AVX-512 goes 32 + 16 + 16 rows, the last from row 46, keeping 14).
+// the one before by `keep` rows, which it computes again but leaves as they were (a weight of 62
+// floats with AVX-512 goes 32 + 16 + 16 rows, the last from row 46, keeping 14).
 struct RowBlocks {
   Index whole_end, half_begin, half_end, last_begin, keep;
   RowBlocks(Index r, Index L) {
@@ -337,10 +338,11 @@ void head_any(const Head<S>& h) {
 
 // ---- the attention's softmax (Softmax) ----
 
-// Each column in turn: its maximum, e^(x − max) with the sum of those, then each times 1/sum; the
-// last L or fewer numbers of a column through a lane mask (FirstN), so no read or write passes the
-// column's end. Highway's Exp (1 ulp) gives 0 below −104 (float) or −1000 (double), so a masked −∞
-// is exactly 0; it also gives 0 for a NaN, which is kept instead.
+// Each column in turn: its maximum, e^(x − max) with the sum of those, then each times 1/sum. The
+// last numbers of a column that do not fill a register go through a buffer (padded with −∞, whose
+// e^x is 0): a vector load or store there would pass the column's end, and the matrix's. Highway's
+// Exp (1 ulp) gives 0 below −104 (float) or −1000 (double), so a masked −∞ is exactly 0; it also
+// gives 0 for a NaN, which is kept instead.
 template <class S>
 V<S> exp_from(V<S> x, V<S> high) {
   x = hn::Sub(x, high);
@@ -351,31 +353,38 @@ template <class S>
 void softmax_any(const Softmax<S>& s) {
   const Tag<S> d;
   const Index L = hn::Lanes(d);
-  const V<S> lowest = hn::Set(d, -std::numeric_limits<S>::infinity()), zero = hn::Zero(d);
+  constexpr S kLowest = -std::numeric_limits<S>::infinity();
+  HWY_ALIGN S rest[HWY_MAX_BYTES / sizeof(S)];
   for (Index k = 0; k < s.columns; ++k) {
     S* col = s.data + k * s.n;
-    V<S> high = lowest;
-    Index i = 0;
-    for (; i + L <= s.n; i += L)
+    const Index whole = s.n - s.n % L, left = s.n - whole;
+    V<S> high = hn::Set(d, kLowest);
+    if (left > 0) {
+      for (Index i = 0; i < L; ++i)
+        rest[i] = i < left ? col[whole + i] : kLowest;
+      high = hn::Load(d, rest);
+    }
+    for (Index i = 0; i < whole; i += L)
       high = hn::Max(high, hn::LoadU(d, col + i));
-    const auto tail = hn::FirstN(d, size_t(s.n - i));
-    if (i < s.n) high = hn::Max(high, hn::IfThenElse(tail, hn::LoadU(d, col + i), lowest));
     high = hn::MaxOfLanes(d, high);
-    V<S> sum = zero;
-    for (i = 0; i + L <= s.n; i += L) {
+    V<S> sum = hn::Zero(d);
+    for (Index i = 0; i < whole; i += L) {
       const V<S> e = exp_from<S>(hn::LoadU(d, col + i), high);
       sum = hn::Add(sum, e);
       hn::StoreU(e, d, col + i);
     }
-    V<S> last = zero;
-    if (i < s.n) {
-      last = hn::IfThenElseZero(tail, exp_from<S>(hn::LoadU(d, col + i), high));
-      sum = hn::Add(sum, last);
+    if (left > 0) {  // the padding's lanes left out of the sum (0, or NaN where high is −∞)
+      hn::Store(exp_from<S>(hn::Load(d, rest), high), d, rest);
+      sum = hn::Add(sum, hn::IfThenElseZero(hn::FirstN(d, size_t(left)), hn::Load(d, rest)));
     }
     const V<S> inverse = hn::Div(hn::Set(d, S(1)), hn::SumOfLanes(d, sum));
-    for (i = 0; i + L <= s.n; i += L)
+    for (Index i = 0; i < whole; i += L)
       hn::StoreU(hn::Mul(hn::LoadU(d, col + i), inverse), d, col + i);
-    if (i < s.n) hn::BlendedStore(hn::Mul(last, inverse), tail, d, col + i);
+    if (left > 0) {
+      hn::Store(hn::Mul(hn::Load(d, rest), inverse), d, rest);
+      for (Index i = 0; i < left; ++i)
+        col[whole + i] = rest[i];
+    }
   }
 }
 
