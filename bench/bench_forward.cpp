@@ -8,6 +8,7 @@
 
 #include "uatlab/io/model_file.hpp"
 #include "uatlab/model/init.hpp"
+#include "uatlab/simd.hpp"
 #include "uatlab/verify/evaluate.hpp"
 
 using namespace uatlab;
@@ -64,6 +65,8 @@ int main(int argc, char** argv) {
     benchmark::RegisterBenchmark(("forward/float/" + path).c_str(), forward_batch<float>, path, batch, n)
         ->UseRealTime();
   }
+  // The SIMD kernels' path (the attention's softmax; bench/run.py prints it above its table).
+  benchmark::AddCustomContext("simd", "kernels " + simd::path());
   int rc = static_cast<int>(rest.size());
   benchmark::Initialize(&rc, rest.data());
   benchmark::RunSpecifiedBenchmarks();

@@ -71,12 +71,14 @@ def run(args):
                     args.reps, lambda r, t: print(f"{name} {dtype}: round {r}/{t}", file=sys.stderr))
                 doc["rows"].append({"config": name, "d": d, "n": n, "H": h, "s": s, "m": m, "blocks": blocks,
                                     "dtype": dtype, "torch_threads": split, **rounds})
+            doc["simd"] = stats.SIMD.get(cmd[0], "not reported by this build")
     return doc
 
 
 def table(doc):
     lines = [f"Batched forward, B = {doc['batch']}, {doc['threads']} threads, torch {doc['torch']}; "
-             f"median (min-max) of {doc['reps']} interleaved rounds\n",
+             f"median (min-max) of {doc['reps']} interleaved rounds; uatlab's SIMD path: "
+             f"{doc.get('simd', 'not recorded')}\n",
              "| config | d | n | H | s | m | blocks | dtype | uatlab µs/batch | PyTorch µs/batch (threads) | speed-up |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in doc["rows"]:

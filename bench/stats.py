@@ -52,7 +52,7 @@ def spread(s, scale=1.0):
     return f"{number(s['median'] * scale)} ({number(s['min'] * scale)}-{number(s['max'] * scale)})"
 
 
-# Each Google Benchmark binary's "simd" context (bench_train: the SIMD path that ran), by its path.
+# Each Google Benchmark binary's "simd" context (bench_train, bench_forward: the SIMD path that ran), by its path.
 SIMD = {}
 
 

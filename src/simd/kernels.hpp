@@ -4,8 +4,8 @@
 // emulated 128-bit path), the best one the CPU has chosen at run time (simd/kernels.cpp). This
 // header is the whole interface, on raw column-major numbers, so that neither Eigen nor Highway
 // reaches the callers (thin_product.hpp, head_product.hpp, model/network_impl.hpp): Eigen's code compiled
-// once per instruction set would collide in the linker (docs/benchmarks.md, "SIMD paths"). UATLAB_SIMD
-// restricts the choice (uatlab/simd.hpp).
+// once per instruction set would collide in the linker (docs/benchmarks.md, "One kernel, three ways to the
+// SIMD units" and "The kernels in Highway"). UATLAB_SIMD restricts the choice (uatlab/simd.hpp).
 #pragma once
 
 #include <cstddef>
