@@ -5,7 +5,7 @@
 //   highway (-DSIMD_HIGHWAY): the same loop in Highway's operations, compiled for every target Highway
 //                             knows and dispatched at run time (HWY_DYNAMIC_DISPATCH), portable flags.
 // Each takes rows in blocks of two vector registers and as many tokens as keep the sums in the
-// registers (kBlockWidth: eight with 32 registers, six with 16).
+// registers (src/simd/kernels.cpp's kWhole: eight with 32 registers, six with 16).
 // usage: simd_paths R K T: prints the target and the best seconds per product of 9 timings.
 #include <algorithm>
 #include <chrono>
