@@ -467,11 +467,18 @@ constexpr PathName kPaths[] = {
     {"scalar", HWY_EMU128 | HWY_SCALAR},
 };
 
-// The targets this build compiled and this CPU runs, best first, as Highway names them.
-std::string available(int64_t targets) {
+// The targets this build compiled and this CPU runs (as far as UATLAB_SIMD and the tests let it),
+// best first, one bit each; and their names as Highway gives them, in one line.
+std::vector<int64_t> targets_here() {
+  std::vector<int64_t> targets;
+  for (int64_t t = hwy::SupportedTargets() & HWY_TARGETS; t != 0; t &= t - 1)
+    targets.push_back(t & -t);
+  return targets;
+}
+std::string available() {
   std::string names;
-  for (int64_t t = targets; t != 0; t &= t - 1)
-    names += std::string(names.empty() ? "" : ", ") + hwy::TargetName(t & -t);
+  for (int64_t t : targets_here())
+    names += std::string(names.empty() ? "" : ", ") + hwy::TargetName(t);
   return names;
 }
 
@@ -479,12 +486,11 @@ void restrict_to_environment() {
   const char* value = std::getenv("UATLAB_SIMD");
   if (!value || !*value) return;
   const std::string name(value);
-  const int64_t runs = hwy::SupportedTargets() & HWY_TARGETS;
   for (const PathName& path : kPaths)
     if (name == path.name) {
-      if ((runs & path.targets) == 0)
-        throw Error("UATLAB_SIMD=" + name + ": this CPU or build has no such path (it has " +
-                    available(runs) + ")");
+      if ((hwy::SupportedTargets() & HWY_TARGETS & path.targets) == 0)
+        throw Error("UATLAB_SIMD=" + name + ": this CPU or build has no such path (it has " + available() +
+                    ")");
       hwy::DisableTargets(~path.targets);
       return;
     }
@@ -556,9 +562,6 @@ void softmax_columns<double>(const Softmax<double>& s) {
   select_path();
   HWY_DYNAMIC_DISPATCH(SoftmaxDouble)(s);
 }
-bool head_shape(Index rows, Index length) {
-  return (rows == 1 || rows == 4 || rows == 8) && (length == 8 || length == 16 || length == 32);
-}
 
 template <>
 Index half_block_rows<float>() {
@@ -574,19 +577,17 @@ Index half_block_rows<double>() {
 std::vector<std::string> paths_here() {
   select_path();
   std::vector<std::string> names;
-  for (int64_t t = hwy::SupportedTargets() & HWY_TARGETS; t != 0; t &= t - 1)
-    names.push_back(hwy::TargetName(t & -t));
+  for (int64_t t : targets_here())
+    names.push_back(hwy::TargetName(t));
   return names;
 }
 
 void on_path(const std::string& name, const std::function<void()>& f) {
   select_path();
   int64_t target = 0;
-  for (int64_t t = hwy::SupportedTargets() & HWY_TARGETS; t != 0; t &= t - 1)
-    if (name == hwy::TargetName(t & -t)) target = t & -t;
-  if (target == 0)
-    throw Error("no instruction set " + name + " here (" + available(hwy::SupportedTargets() & HWY_TARGETS) +
-                ")");
+  for (int64_t t : targets_here())
+    if (name == hwy::TargetName(t)) target = t;
+  if (target == 0) throw Error("no instruction set " + name + " here (" + available() + ")");
   struct Restore {
     ~Restore() { hwy::SetSupportedTargetsForTest(0); }
   } restore;

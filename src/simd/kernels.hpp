@@ -32,18 +32,19 @@ enum class Epilogue { none, relu, gate };
 
 // y (+)= w·x + b over `tokens` columns of x and y: w is rows×cols, at least half_block_rows<S>()
 // rows; bias (rows numbers) may be null; y is added to when add (Epilogue::none only), else set.
+// The options with a default are set by name at the call (p.bias = b, ...).
 template <class S>
 struct Product {
   Columns<S> w;
   Index rows, cols;
-  const S* bias;
   Columns<S> x;
   Index tokens;
   S* y;
   Index y_stride;
-  bool add;
-  Epilogue epilogue;
-  const S* gate;  // Epilogue::gate: laid out as y
+  const S* bias = nullptr;
+  bool add = false;
+  Epilogue epilogue = Epilogue::none;
+  const S* gate = nullptr;  // Epilogue::gate: laid out as y
 };
 
 // g(:, 0 … cols − 1) += scale · Σ_j a_j b_jᵀ over `tokens` columns j of a (rows numbers each, at least
@@ -56,10 +57,11 @@ struct Outer {
   S* g;
   Index g_stride, rows, cols;
   Columns<S> a, b;
-  Index tokens, chunk;
-  S* a_sum;
-  S scale;
-  bool heads;
+  Index tokens;
+  Index chunk = 0;
+  S* a_sum = nullptr;
+  S scale = S(1);
+  bool heads = false;
 };
 
 // The products of one attention head and one sequence with R ∈ {1, 4, 8} rows and N ∈ {8, 16, 32}
@@ -78,8 +80,11 @@ struct Head {
   S scale;
   bool add, transposed;
 };
-// Whether rows×length is one of those shapes.
-bool head_shape(Index rows, Index length);
+// Whether rows×length is one of those shapes (head_product.hpp checks its fixed-size views against it
+// at compile time; head_any's switch in kernels.cpp takes the same).
+constexpr bool head_shape(Index rows, Index length) {
+  return (rows == 1 || rows == 4 || rows == 8) && (length == 8 || length == 16 || length == 32);
+}
 
 // The softmax of each of the `columns` columns of an n×columns matrix (column-major, n numbers a
 // column), in place; −∞ counts as a masked entry (weight 0), a NaN stays NaN.

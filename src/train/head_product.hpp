@@ -110,6 +110,7 @@ void fixed_head_product(D&& dst, const A& a, const B& b, const S& scale) {
     static_assert(!Add, "the scores are set, not added");
     const auto& x = a.nestedExpression();
     h.rows = B::RowsAtCompileTime, h.length = B::ColsAtCompileTime;
+    static_assert(simd::head_shape(B::RowsAtCompileTime, B::ColsAtCompileTime));
     h.x = {x.data(), x.colStride()}, h.y = {b.data(), b.colStride()};
     dst.resize(h.length, h.length);
     h.out = dst.data(), h.out_stride = h.length;
@@ -117,6 +118,7 @@ void fixed_head_product(D&& dst, const A& a, const B& b, const S& scale) {
   } else {
     const auto& m = untransposed(b);
     h.rows = A::RowsAtCompileTime, h.length = A::ColsAtCompileTime;
+    static_assert(simd::head_shape(A::RowsAtCompileTime, A::ColsAtCompileTime));
     eigen_assert(m.rows() == h.length && m.cols() == h.length && m.colStride() == h.length);
     h.x = {a.data(), a.colStride()}, h.m = m.data();
     h.out = dst.data(), h.out_stride = dst.colStride();
@@ -150,17 +152,10 @@ bool blocked_head_product(D&& dst, const A& a, const B& b, const S& scale) {
     if constexpr (IsTranspose<B>::value && !IsTranspose<A>::value) {
       const auto& m = b.nestedExpression();  // T×k
       if constexpr (!Add) dst.setZero();
-      simd::outer(simd::Outer<S>{dst.data(),
-                                 dst.colStride(),
-                                 r,
-                                 T,
-                                 {a.data(), a.colStride()},
-                                 {m.data(), m.colStride()},
-                                 k,
-                                 0,
-                                 nullptr,
-                                 scale,
-                                 true});
+      simd::Outer<S> o{
+          dst.data(), dst.colStride(), r, T, {a.data(), a.colStride()}, {m.data(), m.colStride()}, k};
+      o.scale = scale, o.heads = true;
+      simd::outer(o);
       return true;
     } else {
       const simd::Columns<S> x = [&]() -> simd::Columns<S> {
@@ -177,8 +172,9 @@ bool blocked_head_product(D&& dst, const A& a, const B& b, const S& scale) {
         w_copy.noalias() = a * scale;
         return {w_copy.data(), r};
       }();
-      simd::product(simd::Product<S>{w, r, k, nullptr, x, T, dst.data(), dst.colStride(), Add,
-                                     simd::Epilogue::none, nullptr});
+      simd::Product<S> p{w, r, k, x, T, dst.data(), dst.colStride()};
+      p.add = Add;
+      simd::product(p);
       return true;
     }
   }

@@ -259,17 +259,10 @@ bool blocked_shape(Eigen::Index rows, Eigen::Index cols) {
 template <Epilogue E = Epilogue::none, class S>
 void blocked_product(Mat<S>& dst, const Mat<S>& w, const Mat<S>& x, const S* b, bool add,
                      const S* gate = nullptr) {
-  simd::product(simd::Product<S>{{w.data(), w.rows()},
-                                 w.rows(),
-                                 w.cols(),
-                                 b,
-                                 {x.data(), x.rows()},
-                                 x.cols(),
-                                 dst.data(),
-                                 dst.rows(),
-                                 add,
-                                 E,
-                                 gate});
+  const simd::Columns<S> wc{w.data(), w.rows()}, xc{x.data(), x.rows()};
+  simd::Product<S> p{wc, w.rows(), w.cols(), xc, x.cols(), dst.data(), dst.rows()};
+  p.bias = b, p.add = add, p.epilogue = E, p.gate = gate;
+  simd::product(p);
 }
 
 // Tokens per chunk of the blocked outer product: as many as keep a chunk's columns of both
@@ -284,18 +277,10 @@ inline Eigen::Index outer_chunk(Eigen::Index per_token) {
 // g += a·bᵀ, and a_sum (when given) += the sum of a's columns, a of a blocked_shape's rows.
 template <class S>
 void blocked_outer(Mat<S>& g, const Mat<S>& a, const Mat<S>& b, S* a_sum = nullptr) {
-  const Eigen::Index chunk = outer_chunk((a.rows() + b.rows()) * Eigen::Index{sizeof(S)});
-  simd::outer(simd::Outer<S>{g.data(),
-                             g.rows(),
-                             a.rows(),
-                             b.rows(),
-                             {a.data(), a.rows()},
-                             {b.data(), b.rows()},
-                             a.cols(),
-                             chunk,
-                             a_sum,
-                             S(1),
-                             false});
+  simd::Outer<S> o{g.data(), g.rows(), a.rows(), b.rows(), {a.data(), a.rows()}, {b.data(), b.rows()},
+                   a.cols()};
+  o.chunk = outer_chunk((a.rows() + b.rows()) * Eigen::Index{sizeof(S)}), o.a_sum = a_sum;
+  simd::outer(o);
 }
 
 template <class S>
