@@ -238,8 +238,8 @@ int main(int argc, char** argv) {
 #endif
   benchmark::AddCustomContext("simd", "kernels " + simd::path() + "; Eigen " + eigen_isa + " (" +
                                           Eigen::SimdInstructionSetsInUse() + ")");
-  const std::pair<int, int> shapes[] = {{8, 8},    {8, 32},   {32, 8},    {32, 32},  {16, 128},
-                                        {128, 32}, {32, 128}, {128, 128}, {29, 64},  {62, 64},
+  const std::pair<int, int> shapes[] = {{4, 8},    {4, 32},   {8, 8},     {8, 32},    {32, 8},  {32, 32},
+                                        {16, 128}, {128, 32}, {32, 128},  {128, 128}, {29, 64}, {62, 64},
                                         {126, 64}, {64, 62},  {512, 128}, {128, 512}};
   const std::pair<Side, const char*> sides[] = {
       {Side::eigen, "/eigen"}, {Side::uatlab, "/uatlab"}, {Side::blocked, "/blocked"}};
@@ -262,6 +262,8 @@ int main(int argc, char** argv) {
   const char* product_names[] = {"KtQ", "VA", "dOAt", "VtdO", "KdS", "QdSt"};
   for (int which = 0; which < 6; ++which) {
     const std::string p = std::string("/") + product_names[which];
+    benchmark::RegisterBenchmark(("heads/4x16" + p).c_str(), fixed_head_products<4, 16>, which);
+    benchmark::RegisterBenchmark(("heads/4x32" + p).c_str(), fixed_head_products<4, 32>, which);
     benchmark::RegisterBenchmark(("heads/8x16" + p).c_str(), fixed_head_products<8, 16>, which);
     benchmark::RegisterBenchmark(("heads/8x32" + p).c_str(), fixed_head_products<8, 32>, which);
   }

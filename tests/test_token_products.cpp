@@ -1,6 +1,8 @@
 // The kernels of the training step against Eigen's products, part 2: the fixed-size and blocked
 // token products (src/train/thin_product.hpp, an internal header). Part 1: test_head_products.cpp.
 #include <gtest/gtest.h>
+
+#include <cmath>
 #include <random>
 
 #include "../src/simd/kernels.hpp"
@@ -22,8 +24,9 @@ void check_thin_products(double tol) {
     return Mat<S>(Mat<S>::NullaryExpr(r, c, [&] { return S(u(rng)); }));
   };
   // 45 tokens: five groups of eight and five alone (the blocked kernels with 16 vector registers:
-  // seven groups of six, a pair and one alone); the 8-row AVX-512 kernel takes two groups of
-  // sixteen, then one of eight.
+  // seven groups of six, a pair and one alone); the paired kernels (float weights of half a
+  // register's rows: 8 with AVX-512, 4 with AVX2, 2 with 128-bit vectors) two groups of sixteen, six
+  // pairs and one alone.
   const Eigen::Index T = 45;
   int thin = 0, fixed = 0, blocked = 0;
   for (Eigen::Index r : {1, 2, 3, 4, 8, 16, 29, 32, 33, 64, 160, 640})
@@ -97,6 +100,58 @@ TEST(Kernels, ThinProductsEqualEigensProductsOnEveryInstructionSet) {
       check_thin_products<double>(1e-12);
     });
   EXPECT_THROW(simd::on_path("no such path", [] {}), Error);
+}
+
+// The paired kernel's sums (simd::product of a float weight of paired_rows rows) in the order
+// docs/training.md states, to the bit: each lane sums its column's products in order, each
+// multiply-add rounded once where the instruction set fuses it (else twice), starting from the first
+// product; a row's sum is (even columns) + (odd columns), then + bias, then + y when added to.
+void check_paired_sums() {
+  const bool fused = simd::fused_multiply_add();
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> u(-1, 1);
+  int checked = 0;
+  for (Eigen::Index k : {2, 8, 32}) {
+    const Eigen::Index r = simd::paired_rows(k), T = 19;
+    if (r == 0) continue;
+    const Mat<float> w = Mat<float>::NullaryExpr(r, k, [&] { return u(rng); }),
+                     x = Mat<float>::NullaryExpr(k, T, [&] { return u(rng); }),
+                     b = Mat<float>::NullaryExpr(r, 1, [&] { return u(rng); }),
+                     y0 = Mat<float>::NullaryExpr(r, T, [&] { return u(rng); });
+    Mat<float> y = y0;
+    simd::Product<float> p{{w.data(), r}, r, k, {x.data(), k}, T, y.data(), r};
+    p.bias = b.data(), p.add = true;
+    simd::product(p);
+    for (Eigen::Index t = 0; t < T; ++t)
+      for (Eigen::Index i = 0; i < r; ++i) {
+        // Each product rounded on its own (volatile: the compiler may not fuse it with the sum).
+        const auto product = [&](Eigen::Index c) {
+          volatile float p = w(i, c) * x(c, t);
+          return float(p);
+        };
+        float half[2];
+        for (int e = 0; e < 2; ++e) {
+          half[e] = product(e);
+          for (Eigen::Index c = 2 + e; c < k; c += 2)
+            half[e] = fused ? std::fma(w(i, c), x(c, t), half[e]) : half[e] + product(c);
+        }
+        EXPECT_EQ(y(i, t), y0(i, t) + ((half[0] + half[1]) + b(i)))
+            << simd::path() << ", " << r << "x" << k << ", token " << t;
+        ++checked;
+      }
+  }
+  EXPECT_EQ(simd::paired_rows(3), 0);
+  EXPECT_EQ(checked > 0, simd::paired_rows(8) > 0);
+}
+
+TEST(Kernels, PairedSumsInTheirStatedOrderOnEveryInstructionSet) {
+  for (const std::string& name : simd::paths_here())
+    simd::on_path(name, [&] {
+      EXPECT_EQ(simd::paired_rows(8), simd::half_block_rows<float>() / 2) << name;
+      EXPECT_EQ(simd::fused_multiply_add(), name == "AVX2" || name.rfind("AVX3", 0) == 0 || name == "NEON")
+          << name;
+      check_paired_sums();
+    });
 }
 
 TEST(Kernels, ThinProductsEqualEigensProducts) {

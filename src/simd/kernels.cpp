@@ -56,6 +56,206 @@ using Tag = hn::ScalableTag<S>;
 template <class S>
 using V = hn::Vec<Tag<S>>;
 
+// ---- weights of half a register's rows, their columns in pairs (paired_rows) ----
+
+// A token's sums of a weight with R = L/2 rows (8 floats with AVX-512) fill half a register, so the
+// kernels above would run at half the machine's width. Here W's columns go in pairs: lane 2r + e of
+// register i holds W(r, 2i + e) and is multiplied by the token's entry 2i + e (the two entries
+// broadcast at once, as one 64-bit number), so that each multiply-add serves two columns; at the
+// end the two lanes of each row are added. Each lane sums its products in order, each multiply-add
+// rounded once; a row's sum is then (even columns) + (odd columns), which rounds differently from
+// the in-order sum of the other kernels (docs/training.md). Float only.
+#if HWY_TARGET != HWY_SCALAR
+// x[0], x[1] in every pair of lanes.
+HWY_INLINE V<float> pair_at(const float* x) {
+  const hn::Repartition<uint64_t, Tag<float>> d64;
+  uint64_t bits;
+  hwy::CopyBytes<8>(x, &bits);
+  return hn::BitCast(Tag<float>(), hn::Set(d64, bits));
+}
+
+// Tokens j and, when two, j + 1 of y from their lanes' sums a and b: the rows' two lanes added, then
+// the bias (bias2: in both halves), the epilogue, or y's old numbers when p.add.
+template <Epilogue E>
+void paired_store(const Product<float>& p, V<float> a, V<float> b, V<float> bias2, Index j, bool two) {
+  const Tag<float> d;
+  const hn::Half<Tag<float>> h;
+  const V<float> sums = hn::Add(hn::Add(hn::ConcatEven(d, b, a), hn::ConcatOdd(d, b, a)), bias2);
+  for (int e = 0; e < (two ? 2 : 1); ++e) {
+    float* y = p.y + (j + e) * p.y_stride;
+    auto v = e == 0 ? hn::LowerHalf(h, sums) : hn::UpperHalf(h, sums);
+    if constexpr (E == Epilogue::relu) {
+      v = hn::Max(v, hn::Zero(h));
+    } else if constexpr (E == Epilogue::gate) {
+      v = hn::IfThenElseZero(hn::Lt(hn::Zero(h), hn::LoadU(h, p.gate + (j + e) * p.y_stride)), v);
+    } else if (p.add) {
+      v = hn::Add(hn::LoadU(h, y), v);
+    }
+    hn::StoreU(v, h, y);
+  }
+}
+
+// The P tokens from j on (P even, or 1), w the paired columns (a register per pair). The tokens'
+// K numbers are consecutive (x's stride is K, known here): every number a multiply-add needs lies at
+// a constant offset from one pointer (sixteen tokens at a run-time stride took sixteen integer
+// registers, and GCC moved them through vector registers for every pair of columns).
+template <int K, int P, Epilogue E>
+HWY_INLINE void paired_tokens(const Product<float>& p, const V<float>* w, V<float> bias2, Index j) {
+  const Tag<float> d;
+  const float* x = p.x.data + j * K;
+  // The sums start from the first multiply-add onto a zero register (an array of zeros first made
+  // GCC clear it on the stack at every call).
+  V<float> acc[P];
+  for (int t = 0; t < P; ++t)
+    acc[t] = hn::MulAdd(w[0], pair_at(x + t * K), hn::Zero(d));
+  for (int i = 1; i < K / 2; ++i)
+    for (int t = 0; t < P; ++t)
+      acc[t] = hn::MulAdd(w[i], pair_at(x + t * K + 2 * i), acc[t]);
+  if constexpr (P == 1)
+    paired_store<E>(p, acc[0], acc[0], bias2, j, false);
+  else
+    for (int t = 0; t < P; t += 2)
+      paired_store<E>(p, acc[t], acc[t + 1], bias2, j + t, true);
+}
+
+// Sixteen tokens at a time (sixteen independent sums: eight left the multiply-adds waiting on each
+// other's latency), then two, then one.
+template <int K, Epilogue E>
+void paired_product(const Product<float>& p) {
+  const Tag<float> d;
+  const hn::Half<Tag<float>> h;
+  const Index L = hn::Lanes(d), R = L / 2;
+  HWY_ALIGN float lanes[K / 2 * HWY_MAX_BYTES / sizeof(float)];
+  V<float> w[K / 2];
+  for (int i = 0; i < K / 2; ++i) {
+    for (Index r = 0; r < R; ++r)
+      for (int e = 0; e < 2; ++e)
+        lanes[i * L + 2 * r + e] = p.w.data[(2 * i + e) * p.w.stride + r];
+    w[i] = hn::Load(d, lanes + i * L);
+  }
+  const auto bias = p.bias ? hn::LoadU(h, p.bias) : hn::Zero(h);
+  const V<float> bias2 = hn::Combine(d, bias, bias);
+  Index j = 0;
+  for (; j + 16 <= p.tokens; j += 16)
+    paired_tokens<K, 16, E>(p, w, bias2, j);
+  for (; j + 2 <= p.tokens; j += 2)
+    paired_tokens<K, 2, E>(p, w, bias2, j);
+  if (j < p.tokens) paired_tokens<K, 1, E>(p, w, bias2, j);
+}
+template <Epilogue E>
+void paired_product_cols(const Product<float>& p) {
+  switch (p.cols) {
+    case 2:
+      return paired_product<2, E>(p);
+    case 4:
+      return paired_product<4, E>(p);
+    case 8:
+      return paired_product<8, E>(p);
+    case 16:
+      return paired_product<16, E>(p);
+    case 32:
+      return paired_product<32, E>(p);
+  }
+}
+
+// g's columns (P pairs) += scale · Σ_j a_j b_jᵀ and a_sum += Σ_j a_j: lane 2r + e of register p sums
+// a_j(r)·b_j(2p + e), a_j with each entry twice (one permute per j), b_j's entries 2p and 2p + 1
+// broadcast as one 64-bit number; then lanes permuted so that column 2p is the lower half.
+template <int P>
+void paired_outer(const Outer<float>& o) {
+  const Tag<float> d;
+  const hn::Half<Tag<float>> h;
+  const Index L = hn::Lanes(d), R = L / 2;
+  HWY_ALIGN int32_t twice_lanes[HWY_MAX_BYTES / sizeof(float)], split_lanes[HWY_MAX_BYTES / sizeof(float)];
+  for (Index i = 0; i < L; ++i)
+    twice_lanes[i] = int32_t(i / 2), split_lanes[i] = int32_t(i < R ? 2 * i : 2 * (i - R) + 1);
+  const auto twice = hn::SetTableIndices(d, twice_lanes);
+  const auto split = hn::SetTableIndices(d, split_lanes);
+  V<float> acc[P];
+  for (int q = 0; q < P; ++q)
+    acc[q] = hn::Zero(d);
+  auto sum = hn::Zero(h);
+  for (Index j = 0; j < o.tokens; ++j) {
+    const auto aj = hn::LoadU(h, o.a.data + j * o.a.stride);
+    if (o.a_sum) sum = hn::Add(sum, aj);
+    const V<float> a2 = hn::TableLookupLanes(hn::ZeroExtendVector(d, aj), twice);
+    const float* bj = o.b.data + j * o.b.stride;
+    for (int q = 0; q < P; ++q)
+      acc[q] = hn::MulAdd(a2, pair_at(bj + 2 * q), acc[q]);
+  }
+  const auto scale = hn::Set(h, o.scale);
+  for (int q = 0; q < P; ++q) {
+    const V<float> columns = hn::TableLookupLanes(acc[q], split);
+    for (int e = 0; e < 2; ++e) {
+      float* out = o.g + (2 * q + e) * o.g_stride;
+      const auto v = e == 0 ? hn::LowerHalf(h, columns) : hn::UpperHalf(h, columns);
+      hn::StoreU(hn::MulAdd(v, scale, hn::LoadU(h, out)), h, out);
+    }
+  }
+  if (o.a_sum) hn::StoreU(hn::Add(hn::LoadU(h, o.a_sum), sum), h, o.a_sum);
+}
+#endif
+
+// R when product() and outer() take an R×cols float weight in pairs here, else 0.
+Index paired_rows_here(Index cols) {
+#if HWY_TARGET == HWY_SCALAR
+  (void)cols;
+  return 0;
+#else
+  return paired_cols(cols) ? Index(hn::Lanes(Tag<float>())) / 2 : 0;
+#endif
+}
+
+// The paired kernels for these shapes (true), else false.
+bool paired_any(const Product<float>& p) {
+#if HWY_TARGET != HWY_SCALAR
+  if (p.rows == paired_rows_here(p.cols) && p.x.stride == p.cols) {
+    switch (p.epilogue) {
+      case Epilogue::none:
+        paired_product_cols<Epilogue::none>(p);
+        break;
+      case Epilogue::relu:
+        paired_product_cols<Epilogue::relu>(p);
+        break;
+      case Epilogue::gate:
+        paired_product_cols<Epilogue::gate>(p);
+        break;
+    }
+    return true;
+  }
+#endif
+  (void)p;
+  return false;
+}
+bool paired_any(const Outer<float>& o) {
+#if HWY_TARGET != HWY_SCALAR
+  if (o.rows == paired_rows_here(o.cols)) {
+    switch (o.cols) {
+      case 2:
+        return paired_outer<1>(o), true;
+      case 4:
+        return paired_outer<2>(o), true;
+      case 8:
+        return paired_outer<4>(o), true;
+      case 16:
+        return paired_outer<8>(o), true;
+      case 32:
+        return paired_outer<16>(o), true;
+    }
+  }
+#endif
+  (void)o;
+  return false;
+}
+bool paired_any(const Product<double>&) {
+  return false;
+}
+bool paired_any(const Outer<double>&) {
+  return false;
+}
+
+// ---- the blocked products (Product, Outer) ----
+
 // Rows [begin, end) of y, in blocks of NV registers, for the P tokens from j on. `keep` rows at the
 // block's start (a last half block that overlaps the one before: RowBlocks) keep their numbers.
 template <int NV, int P, Epilogue E, class S>
@@ -138,6 +338,7 @@ void product_epilogue(const Product<S>& p) {
 
 template <class S>
 void product_any(const Product<S>& p) {
+  if (paired_any(p)) return;
   switch (p.epilogue) {
     case Epilogue::none:
       return product_epilogue<Epilogue::none>(p);
@@ -226,6 +427,7 @@ void outer_half(const Outer<S>& o, Index begin, Index end, Index keep, Index j0,
 
 template <class S>
 void outer_any(const Outer<S>& o) {
+  if (paired_any(o)) return;
   const RowBlocks b(o.rows, Index(hn::Lanes(Tag<S>())));
   const Index chunk = o.chunk > 0 ? o.chunk : o.tokens;
   for (Index j0 = 0; j0 < o.tokens; j0 += chunk) {
@@ -425,6 +627,12 @@ Index LanesFloat() {
 Index LanesDouble() {
   return Index(hn::Lanes(Tag<double>()));
 }
+Index PairedRows(Index cols) {
+  return paired_rows_here(cols);
+}
+bool FusedMultiplyAdd() {
+  return HWY_NATIVE_FMA;
+}
 // The instruction set, its vector registers and a whole block's tokens (built into text once
 // outside: nothing of the standard library is compiled per instruction set).
 void Describe(int64_t* target, int* registers, int* whole) {
@@ -453,6 +661,8 @@ HWY_EXPORT(SoftmaxFloat);
 HWY_EXPORT(SoftmaxDouble);
 HWY_EXPORT(LanesFloat);
 HWY_EXPORT(LanesDouble);
+HWY_EXPORT(PairedRows);
+HWY_EXPORT(FusedMultiplyAdd);
 HWY_EXPORT(Describe);
 
 namespace {
@@ -572,6 +782,16 @@ template <>
 Index half_block_rows<double>() {
   select_path();
   return HWY_DYNAMIC_DISPATCH(LanesDouble)();
+}
+
+Index paired_rows(Index cols) {
+  select_path();
+  return HWY_DYNAMIC_DISPATCH(PairedRows)(cols);
+}
+
+bool fused_multiply_add() {
+  select_path();
+  return HWY_DYNAMIC_DISPATCH(FusedMultiplyAdd)();
 }
 
 std::vector<std::string> paths_here() {

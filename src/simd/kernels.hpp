@@ -31,8 +31,8 @@ struct Columns {
 enum class Epilogue { none, relu, gate };
 
 // y (+)= w·x + b over `tokens` columns of x and y: w is rows×cols, at least half_block_rows<S>()
-// rows; bias (rows numbers) may be null; y is added to when add (Epilogue::none only), else set.
-// The options with a default are set by name at the call (p.bias = b, ...).
+// rows or a paired_rows shape; bias (rows numbers) may be null; y is added to when add (Epilogue::none only),
+// else set. The options with a default are set by name at the call (p.bias = b, ...).
 template <class S>
 struct Product {
   Columns<S> w;
@@ -48,10 +48,10 @@ struct Product {
 };
 
 // g(:, 0 … cols − 1) += scale · Σ_j a_j b_jᵀ over `tokens` columns j of a (rows numbers each, at least
-// half_block_rows<S>()) and b (cols numbers each), and a_sum (rows numbers, when not null) += Σ_j a_j.
-// The tokens are summed `chunk` at a time (0: all at once), each chunk's sums added to g, so that a
-// chunk's columns of a and b stay in the cache while every block of g reads them. heads: g's columns
-// consecutive in b (the heads' X·Mᵀ), which lets a block take more of them at a time.
+// half_block_rows<S>() or a paired_rows shape) and b (cols numbers each), and a_sum (rows numbers, when not
+// null) += Σ_j a_j. The tokens are summed `chunk` at a time (0: all at once), each chunk's sums added to g,
+// so that a chunk's columns of a and b stay in the cache while every block of g reads them. heads: g's
+// columns consecutive in b (the heads' X·Mᵀ), which lets a block take more of them at a time.
 template <class S>
 struct Outer {
   S* g;
@@ -110,6 +110,19 @@ void softmax_columns(const Softmax<S>& s);
 // block has twice as many).
 template <class S>
 Index half_block_rows();
+
+// product() and outer() also take a float weight of half a register's rows (8 with AVX-512, 4 with
+// AVX2, 2 with 128-bit vectors) and 2, 4, 8, 16 or 32 columns, by pairing its columns (kernels.cpp;
+// product() with x's tokens consecutive, x.stride = cols); paired_rows(cols) is that row count where
+// cols is such, else 0.
+constexpr bool paired_cols(Index cols) {
+  return cols == 2 || cols == 4 || cols == 8 || cols == 16 || cols == 32;
+}
+Index paired_rows(Index cols);
+
+// Whether the chosen instruction set fuses a multiply-add into one rounding (AVX2, AVX-512, NEON);
+// SSE4, SSSE3 and the emulated path round the product and the sum apart.
+bool fused_multiply_add();
 
 // For tests: the instruction sets this CPU and build run (Highway's names, best first), and f run
 // with the kernels on the one named (the choice restored after, also when f throws).

@@ -33,49 +33,6 @@ const auto& untransposed(const M& m) {
 template <class X>
 constexpr bool fixed_size = X::RowsAtCompileTime != Eigen::Dynamic&& X::ColsAtCompileTime != Eigen::Dynamic;
 
-#ifdef __AVX512F__
-// X·Mᵀ for a head of 8 rows, float, on AVX-512, at lengths N that are multiples of 16: a column of
-// 8 floats fills half a register, so simd::head_times runs at half the machine's width; here G's
-// columns go in pairs, lane 2r + e of pair p summing X(r, i)·M(2p + e, i) over i, with X(r, i) in
-// two lanes (one permute per i) and M(2p, i), M(2p + 1, i) consecutive (one 64-bit broadcast):
-// paired_sums (thin_product.hpp). It adds in simd::head_times' order, each multiply-add rounded
-// once. X·M stays with head_times: pairing its sums over i (even and odd apart, as
-// paired_tokens_product) measured 1.0-1.18×, a transposed copy of M first 0.65×. (Xᵀ·Y had a
-// kernel here too, J columns of A at a time in 16 independent chains: simd::head_gram does the
-// same on every instruction set.) Figures: docs/benchmarks.md, bench_train's heads/8x16 and
-// heads/8x32.
-namespace paired_head {
-
-// Columns c (lanes 0-7 of v) and c + 1 (lanes 8-15) of G, `stride` numbers apart, set to v·s or
-// added to it (one rounding, as Eigen's g += v·s compiles).
-template <bool Add>
-inline void store_columns(float* g, Eigen::Index stride, __m512 v, __m512 s) {
-  if constexpr (Add) {
-    const __m512 old =
-        _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(_mm256_loadu_ps(g))),
-                                            _mm256_castps_pd(_mm256_loadu_ps(g + stride)), 1));
-    v = _mm512_fmadd_ps(v, s, old);
-  } else {
-    v = _mm512_mul_ps(v, s);
-  }
-  _mm256_storeu_ps(g, _mm512_castps512_ps256(v));
-  _mm256_storeu_ps(g + stride, _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
-}
-
-// G (+)= X·Mᵀ·scale for 8×N blocks G, X (columns gs, xs apart) and an N×N M (contiguous): G's
-// column c is Σ_i X(:, i)·M(c, i), paired_sums with a_i = X(:, i) and b_i = M(:, i).
-template <bool Add, int N>
-void times_transposed(float* g, Eigen::Index gs, const float* x, Eigen::Index xs, const float* m,
-                      float scale) {
-  const PairedSums<N / 2> acc = paired_sums<N / 2>(x, xs, m, N, N, nullptr);
-  const __m512 s = _mm512_set1_ps(scale);
-  for (int p = 0; p < N / 2; ++p)
-    store_columns<Add>(g + 2 * p * gs, gs, acc.v[p], s);
-}
-
-}  // namespace paired_head
-#endif
-
 // Whether a·b is one of the products below: Xᵀ·Y (scores, dS), X·M (V·A, K·dS) or X·Mᵀ (dO·Aᵀ,
 // Q·dSᵀ) for fixed-size blocks X, Y and an N×N Mat M. Decided at compile time, so that no other
 // product is compiled for these operands.
@@ -87,21 +44,24 @@ constexpr bool fixed_head_operands = (IsTranspose<A>::value && fixed_size<B>) ||
 template <bool Add, class D, class A, class B, class S>
 void fixed_head_product(D&& dst, const A& a, const B& b, const S& scale) {
   static_assert(fixed_head_operands<A, B>);
-#ifdef __AVX512F__
-  if constexpr (std::is_same_v<S, float>) {
-    using X = std::conditional_t<IsTranspose<A>::value, std::decay_t<decltype(a.nestedExpression())>, A>;
-    constexpr int R = X::RowsAtCompileTime, N = X::ColsAtCompileTime;
-    if constexpr (R == 8 && N % 16 == 0) {
-      if constexpr (!IsTranspose<A>::value && IsTranspose<B>::value) {
+  // X·Mᵀ for a float head of half a register's rows (8 with AVX-512) at lengths that are multiples of
+  // 16: simd::head_times would run at half the machine's width, and simd::outer pairs G's columns,
+  // lane 2r + e of pair p summing X(r, i)·M(2p + e, i) over i (X(:, i) as a_i, M(:, i) as b_i). X·M
+  // stays with head_times: pairing its sums over i measured 1.0-1.18×, a transposed copy of M
+  // first 0.65× (docs/benchmarks.md, bench_train's heads/8x16 and heads/8x32).
+  if constexpr (std::is_same_v<S, float> && !IsTranspose<A>::value && IsTranspose<B>::value) {
+    constexpr int R = A::RowsAtCompileTime, N = A::ColsAtCompileTime;
+    if constexpr (N % 16 == 0 && simd::paired_cols(N))
+      if (R == simd::paired_rows(N)) {
         const auto& m = b.nestedExpression();
-        eigen_assert(m.rows() == N && m.cols() == N && m.outerStride() == N);
-        paired_head::times_transposed<Add, N>(dst.data(), dst.outerStride(), a.data(), a.outerStride(),
-                                              m.data(), scale);
+        eigen_assert(m.rows() == N && m.cols() == N && m.colStride() == N);
+        if constexpr (!Add) dst.setZero();
+        simd::Outer<S> o{dst.data(), dst.colStride(), R, N, {a.data(), a.colStride()}, {m.data(), N}, N};
+        o.scale = scale, o.heads = true;
+        simd::outer(o);
         return;
       }
-    }
   }
-#endif
   // Columns colStride() apart: a block of one row is a row vector to Eigen, whose outerStride() is
   // not the distance between its numbers.
   simd::Head<S> h{};

@@ -16,11 +16,7 @@
 #include "../model/interval_product.hpp"
 #include "../model/sizes.hpp"
 #include "../simd/kernels.hpp"
-#include "uatlab/model/scalar.hpp"  // and through it uatlab/model/eigen.hpp, before immintrin.h
-
-#ifdef __AVX512F__
-#include <immintrin.h>
-#endif
+#include "uatlab/model/scalar.hpp"
 
 namespace uatlab::train_detail {
 
@@ -29,8 +25,8 @@ using ThinCols = Sizes<1, 2, 3, 4, 8, 16>;
 // Y = W·X for r = 4, 8, 16 and these k, eight tokens at a time: each column of W loaded serves
 // eight tokens, and the eight sums are independent, so the multiply-adds do not wait on each
 // other's latency (one token at a time is one chain of k of them). Float, one core, 1,024 tokens
-// (bench_train's products/ benchmarks): 3.1× Eigen's GEMM at 8×8, 1.8× at 8×32. With AVX-512,
-// 8-row float weights go to paired_tokens_product below instead.
+// (bench_train's products/ benchmarks): 3.1× Eigen's GEMM at 8×8, 1.8× at 8×32. Float weights of
+// half a register's rows (8 with AVX-512) go to simd::product instead, which pairs their columns.
 using WideRows = Sizes<4, 8, 16>;
 using WideCols = Sizes<2, 4, 8, 16, 32>;
 constexpr int kWideTokens = 8;
@@ -136,107 +132,6 @@ void tokens_product(const Eigen::Matrix<S, R, K>& w, const Eigen::Matrix<S, R, 1
   }
 }
 
-#ifdef __AVX512F__
-// Y = W·X for an 8-row float weight on AVX-512. A token's eight sums fill half a 16-float
-// register, so tokens_product<P = 8> runs at half the width of the machine. Here the columns of W
-// go in pairs instead: lane 2r + e of register i holds W(r, 2i + e) and is multiplied by the
-// token's entry 2i + e (the two entries broadcast at once, as one 64-bit number), so that each
-// multiply-add serves two columns; at the end the two lanes of each row are added, two tokens at
-// a time (its figures against tokens_product: docs/benchmarks.md, "The kernels' design figures").
-// Two consecutive floats at p, (p[0], p[1]), repeated over a 16-float register: one 64-bit
-// broadcast.
-inline __m512 broadcast_pair(const float* p) {
-  double pair;
-  std::memcpy(&pair, p, sizeof pair);
-  return _mm512_castpd_ps(_mm512_set1_pd(pair));
-}
-
-template <int K>
-struct PairedColumns {
-  static_assert(K % 2 == 0);
-  __m512 w[K / 2];
-  explicit PairedColumns(const Eigen::Matrix<float, 8, K>& m) {
-    for (int i = 0; i < K / 2; ++i) {
-      alignas(64) float lanes[16];
-      for (int r = 0; r < 8; ++r)
-        lanes[2 * r] = m(r, 2 * i), lanes[2 * r + 1] = m(r, 2 * i + 1);
-      w[i] = _mm512_load_ps(lanes);
-    }
-  }
-};
-
-// y (+)= w·x + b for the P token columns at x (K×P) and y (8×P); bias2 holds b twice. P = 16:
-// sixteen independent sums, where eight left the multiply-adds waiting on each other's latency.
-template <int K, int P>
-void paired_tokens_product(const PairedColumns<K>& w, __m512 bias2, const float* x, float* y, bool add) {
-  // The sums start from the first multiply-add onto a zero register: an array of zeros first made
-  // GCC 12 clear 1 KB of stack (rep stos) at every call, 16 tokens, though the sums live in
-  // registers (7.6% of this kernel's samples at K = 32).
-  __m512 acc[P];
-  const __m512 zero = _mm512_setzero_ps();
-  for (int t = 0; t < P; ++t)
-    acc[t] = _mm512_fmadd_ps(w.w[0], broadcast_pair(x + t * K), zero);
-  for (int i = 1; i < K / 2; ++i)
-    for (int t = 0; t < P; ++t) {
-      acc[t] = _mm512_fmadd_ps(w.w[i], broadcast_pair(x + t * K + 2 * i), acc[t]);  // x(2i, t), x(2i + 1, t)
-    }
-  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-  const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
-  for (int t = 0; t < P; t += 2) {  // tokens t and t + 1: one register of y
-    const __m512 sum = _mm512_add_ps(_mm512_permutex2var_ps(acc[t], even, acc[t + 1]),
-                                     _mm512_permutex2var_ps(acc[t], odd, acc[t + 1]));
-    __m512 out = _mm512_add_ps(sum, bias2);
-    if (add) out = _mm512_add_ps(_mm512_loadu_ps(y + 8 * t), out);
-    _mm512_storeu_ps(y + 8 * t, out);
-  }
-}
-
-// The sums of G = Σ_j a_j b_jᵀ for an 8×(2P) float G on AVX-512, the pairing of
-// paired_tokens_product for the sums over j: lane 2r + e of register p sums a_j(r)·b_j(2p + e),
-// a_j with each entry twice (one permute per j), b_j's entries 2p and 2p + 1 broadcast as one
-// 64-bit number. a_j (8 floats) is at a + j·as, b_j at b + j·bs; a_sum (when given) += Σ_j a_j in
-// the same pass. Returned with G's columns 2p (lanes 0-7) and 2p + 1 (lanes 8-15) in register p.
-// Used by paired_outer (weight gradients) and paired_head::times_transposed (head_product.hpp).
-template <int P>
-struct PairedSums {
-  __m512 v[P];
-};
-template <int P>
-inline PairedSums<P> paired_sums(const float* a, Eigen::Index as, const float* b, Eigen::Index bs,
-                                 Eigen::Index count, __m256* a_sum) {
-  static_assert(P <= 16, "all sums in registers");
-  PairedSums<P> acc;
-  for (int p = 0; p < P; ++p)
-    acc.v[p] = _mm512_setzero_ps();
-  const __m512i twice = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
-  for (Eigen::Index j = 0; j < count; ++j) {
-    const __m256 aj = _mm256_loadu_ps(a + j * as);
-    if (a_sum) *a_sum = _mm256_add_ps(*a_sum, aj);
-    const __m512 a2 = _mm512_permutexvar_ps(twice, _mm512_castps256_ps512(aj));
-    for (int p = 0; p < P; ++p)  // b_j(2p), b_j(2p + 1)
-      acc.v[p] = _mm512_fmadd_ps(a2, broadcast_pair(b + j * bs + 2 * p), acc.v[p]);
-  }
-  const __m512i split = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
-  for (int p = 0; p < P; ++p)
-    acc.v[p] = _mm512_permutexvar_ps(split, acc.v[p]);
-  return acc;
-}
-
-// G += Σ_j a_j b_jᵀ (and gb += Σ_j a_j) for an 8×K float G over the token columns of a (8×T) and
-// b (K×T): paired_sums (against outer_tokens: docs/benchmarks.md).
-template <int K>
-void paired_outer(Mat<float>& g, const Mat<float>& a, const Mat<float>& b, Mat<float>* gb) {
-  static_assert(K % 2 == 0);
-  __m256 a_sum = _mm256_setzero_ps();
-  const PairedSums<K / 2> acc = paired_sums<K / 2>(a.data(), 8, b.data(), K, a.cols(), &a_sum);
-  for (int i = 0; i < K / 2; ++i) {  // columns 2i and 2i + 1: sixteen consecutive numbers of g
-    float* out = g.data() + 16 * i;
-    _mm512_storeu_ps(out, _mm512_add_ps(_mm512_loadu_ps(out), acc.v[i]));
-  }
-  if (gb) _mm256_storeu_ps(gb->data(), _mm256_add_ps(_mm256_loadu_ps(gb->data()), a_sum));
-}
-#endif
-
 // The blocked kernels (simd/kernels.hpp; Highway, the instruction set chosen at run time) take
 // weights of at least one vector register's rows (simd::half_block_rows) and at most 512 rows and
 // columns. With AVX-512 (Eigen-written kernels of the same design, which Highway's replaced), one
@@ -323,25 +218,20 @@ bool fixed_product(Mat<S>& dst, const Mat<S>& w, const Mat<S>& x, const Mat<S>* 
   } else {
     return with_product_shape<S>(w.rows(), w.cols(), [&](auto r, auto k, auto p) {
       constexpr int R = decltype(r)::value, K = decltype(k)::value, P = decltype(p)::value;
+      const Eigen::Index T = x.cols(), whole = T - T % P;
+      if constexpr (std::is_same_v<S, float> && simd::paired_cols(K))
+        if (R == simd::paired_rows(K)) {  // half a register's rows: simd::product pairs the columns
+          simd::Product<S> pp{{w.data(), R}, R, K, {x.data(), K}, T, dst.data(), R};
+          pp.bias = b ? b->data() : nullptr, pp.add = add, pp.epilogue = E, pp.gate = gate;
+          simd::product(pp);
+          return;
+        }
       const Eigen::Matrix<S, R, K> wf = w;
       const Eigen::Matrix<S, R, 1> bf =
           b ? Eigen::Matrix<S, R, 1>(b->col(0)) : Eigen::Matrix<S, R, 1>::Zero();
-      const Eigen::Index T = x.cols(), whole = T - T % P;
       const auto gate_at = [&](Eigen::Index j) { return gate ? gate + j * R : nullptr; };
-#ifdef __AVX512F__
-      if constexpr (std::is_same_v<S, float> && R == 8 && P == 8 && E == Epilogue::none) {
-        const PairedColumns<K> paired(wf);
-        const __m512 b8 = _mm512_castps256_ps512(_mm256_loadu_ps(bf.data()));
-        const __m512 bias2 = _mm512_shuffle_f32x4(b8, b8, 0x44);  // b in both halves
-        Eigen::Index j = 0;
-        for (; j + 2 * P <= whole; j += 2 * P)
-          paired_tokens_product<K, 2 * P>(paired, bias2, x.data() + j * K, dst.data() + j * R, add);
-        for (; j < whole; j += P)
-          paired_tokens_product<K, P>(paired, bias2, x.data() + j * K, dst.data() + j * R, add);
-      } else
-#endif
-        for (Eigen::Index j = 0; j < whole; j += P)
-          tokens_product<P, S, R, K, E>(wf, bf, x.data() + j * K, dst.data() + j * R, add, gate_at(j));
+      for (Eigen::Index j = 0; j < whole; j += P)
+        tokens_product<P, S, R, K, E>(wf, bf, x.data() + j * K, dst.data() + j * R, add, gate_at(j));
       for (Eigen::Index j = whole; j < T; ++j)
         tokens_product<1, S, R, K, E>(wf, bf, x.data() + j * K, dst.data() + j * R, add, gate_at(j));
     });
@@ -456,12 +346,13 @@ constexpr bool sum_in_registers(int R, int K) {
 // same pass (one more addition per token).
 template <bool Tall, int R, int K, class S>
 void outer_tokens(Mat<S>& g, const Mat<S>& a, const Mat<S>& b, Mat<S>* gb) {
-#ifdef __AVX512F__
-  if constexpr (std::is_same_v<S, float> && Tall && R == 8 && K % 2 == 0) {
-    paired_outer<K>(g, a, b, gb);
-    return;
-  }
-#endif
+  if constexpr (std::is_same_v<S, float> && Tall && simd::paired_cols(K))
+    if (R == simd::paired_rows(K)) {
+      simd::Outer<S> o{g.data(), R, R, K, {a.data(), R}, {b.data(), K}, a.cols()};
+      o.a_sum = gb ? gb->data() : nullptr;
+      simd::outer(o);
+      return;
+    }
   constexpr int D = Tall ? R : K;  // dy's rows
   Eigen::Matrix<S, R, K> sum = Eigen::Matrix<S, R, K>::Zero();
   Eigen::Matrix<S, D, 1> dy_sum = Eigen::Matrix<S, D, 1>::Zero();
