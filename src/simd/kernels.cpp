@@ -258,11 +258,13 @@ bool paired_any(const Outer<double>&) {
 
 // Rows [begin, end) of y, in blocks of NV registers, for the P tokens from j on. `keep` rows at the
 // block's start (a last half block that overlaps the one before: RowBlocks) keep their numbers.
-template <int NV, int P, Epilogue E, class S>
+// K > 0: w has K columns and x's tokens are consecutive (x.stride = K), both known here, so that the
+// loop over the columns unrolls and every broadcast is at a constant offset from x.
+template <int NV, int P, Epilogue E, int K, class S>
 void product_block(const Product<S>& p, Index begin, Index end, Index keep, Index j) {
   const Tag<S> d;
-  const Index L = hn::Lanes(d);
-  const S* x = p.x.data + j * p.x.stride;
+  const Index L = hn::Lanes(d), cols = K > 0 ? K : p.cols, stride = K > 0 ? K : p.x.stride;
+  const S* x = p.x.data + j * stride;
   S* y = p.y + j * p.y_stride;
   for (Index r0 = begin; r0 < end; r0 += NV * L) {
     V<S> acc[P][NV];
@@ -271,13 +273,13 @@ void product_block(const Product<S>& p, Index begin, Index end, Index keep, Inde
       for (int t = 0; t < P; ++t)
         acc[t][v] = bias;
     }
-    for (Index c = 0; c < p.cols; ++c) {
+    for (Index c = 0; c < cols; ++c) {
       const S* wc = p.w.data + c * p.w.stride + r0;
       V<S> w[NV];
       for (int v = 0; v < NV; ++v)
         w[v] = hn::LoadU(d, wc + v * L);
       for (int t = 0; t < P; ++t) {
-        const V<S> xt = hn::Set(d, x[t * p.x.stride + c]);
+        const V<S> xt = hn::Set(d, x[t * stride + c]);
         for (int v = 0; v < NV; ++v)
           acc[t][v] = hn::MulAdd(w[v], xt, acc[t][v]);
       }
@@ -302,15 +304,15 @@ void product_block(const Product<S>& p, Index begin, Index end, Index keep, Inde
 
 // Rows [begin, end) for every token, W at a time, then in pairs, then a last one alone: a single
 // token's sums are each one chain of multiply-adds that wait on each other's latency.
-template <int NV, int W, Epilogue E, class S>
+template <int NV, int W, Epilogue E, int K, class S>
 void product_rows(const Product<S>& p, Index begin, Index end, Index keep) {
   Index j = 0;
   for (; j + W <= p.tokens; j += W)
-    product_block<NV, W, E>(p, begin, end, keep, j);
+    product_block<NV, W, E, K>(p, begin, end, keep, j);
   if constexpr (W > 2)
     for (; j + 2 <= p.tokens; j += 2)
-      product_block<NV, 2, E>(p, begin, end, keep, j);
-  if (j < p.tokens) product_block<NV, 1, E>(p, begin, end, keep, j);
+      product_block<NV, 2, E, K>(p, begin, end, keep, j);
+  if (j < p.tokens) product_block<NV, 1, E, K>(p, begin, end, keep, j);
 }
 
 // The rows of a weight with r ≥ L rows (L numbers a register): whole blocks from row 0, then a half
@@ -328,12 +330,27 @@ struct RowBlocks {
   }
 };
 
+template <Epilogue E, int K, class S>
+void product_columns(const Product<S>& p) {
+  const RowBlocks b(p.rows, Index(hn::Lanes(Tag<S>())));
+  if (b.whole_end > 0) product_rows<2, kWhole, E, K>(p, 0, b.whole_end, 0);
+  if (b.half_end > b.half_begin) product_rows<1, kHalf, E, K>(p, b.half_begin, b.half_end, 0);
+  if (b.last_begin < p.rows) product_rows<1, kHalf, E, K>(p, b.last_begin, p.rows, b.keep);
+}
+
+// Float weights of unrolled_cols columns with consecutive tokens: the column count known here.
 template <Epilogue E, class S>
 void product_epilogue(const Product<S>& p) {
-  const RowBlocks b(p.rows, Index(hn::Lanes(Tag<S>())));
-  if (b.whole_end > 0) product_rows<2, kWhole, E>(p, 0, b.whole_end, 0);
-  if (b.half_end > b.half_begin) product_rows<1, kHalf, E>(p, b.half_begin, b.half_end, 0);
-  if (b.last_begin < p.rows) product_rows<1, kHalf, E>(p, b.last_begin, p.rows, b.keep);
+  if constexpr (hwy::IsSame<S, float>())
+    if (p.x.stride == p.cols) switch (p.cols) {
+        case 4:
+          return product_columns<E, 4>(p);
+        case 8:
+          return product_columns<E, 8>(p);
+        case 16:
+          return product_columns<E, 16>(p);
+      }
+  product_columns<E, 0>(p);
 }
 
 template <class S>
@@ -551,43 +568,117 @@ V<S> exp_from(V<S> x, V<S> high) {
   return hn::IfThenElse(hn::IsNaN(x), x, hn::Exp(Tag<S>(), x));
 }
 
+// One column of n numbers.
 template <class S>
-void softmax_any(const Softmax<S>& s) {
+void softmax_column(S* col, Index n) {
   const Tag<S> d;
   const Index L = hn::Lanes(d);
   constexpr S kLowest = -std::numeric_limits<S>::infinity();
   HWY_ALIGN S rest[HWY_MAX_BYTES / sizeof(S)];
-  for (Index k = 0; k < s.columns; ++k) {
-    S* col = s.data + k * s.n;
-    const Index whole = s.n - s.n % L, left = s.n - whole;
-    V<S> high = hn::Set(d, kLowest);
-    if (left > 0) {
-      for (Index i = 0; i < L; ++i)
-        rest[i] = i < left ? col[whole + i] : kLowest;
-      high = hn::Load(d, rest);
-    }
-    for (Index i = 0; i < whole; i += L)
-      high = hn::Max(high, hn::LoadU(d, col + i));
-    high = hn::MaxOfLanes(d, high);
+  const Index whole = n - n % L, left = n - whole;
+  V<S> high = hn::Set(d, kLowest);
+  if (left > 0) {
+    for (Index i = 0; i < L; ++i)
+      rest[i] = i < left ? col[whole + i] : kLowest;
+    high = hn::Load(d, rest);
+  }
+  for (Index i = 0; i < whole; i += L)
+    high = hn::Max(high, hn::LoadU(d, col + i));
+  high = hn::MaxOfLanes(d, high);
+  V<S> sum = hn::Zero(d);
+  for (Index i = 0; i < whole; i += L) {
+    const V<S> e = exp_from<S>(hn::LoadU(d, col + i), high);
+    sum = hn::Add(sum, e);
+    hn::StoreU(e, d, col + i);
+  }
+  if (left > 0) {  // the padding's lanes left out of the sum (0, or NaN where high is −∞)
+    hn::Store(exp_from<S>(hn::Load(d, rest), high), d, rest);
+    sum = hn::Add(sum, hn::IfThenElseZero(hn::FirstN(d, size_t(left)), hn::Load(d, rest)));
+  }
+  const V<S> inverse = hn::Div(hn::Set(d, S(1)), hn::SumOfLanes(d, sum));
+  for (Index i = 0; i < whole; i += L)
+    hn::StoreU(hn::Mul(hn::LoadU(d, col + i), inverse), d, col + i);
+  if (left > 0) {
+    hn::Store(hn::Mul(hn::Load(d, rest), inverse), d, rest);
+    for (Index i = 0; i < left; ++i)
+      col[whole + i] = rest[i];
+  }
+}
+
+#if HWY_TARGET != HWY_SCALAR
+template <bool Max, class S>
+HWY_INLINE V<S> combined(V<S> a, V<S> b) {
+  if constexpr (Max)
+    return hn::Max(a, b);
+  else
+    return hn::Add(a, b);
+}
+
+// v[0 … L − 1], one register per column, into one register whose lane k combines (max or sum) the
+// lanes of v[k]: log₂ L rounds, each turning two registers into one whose lower half holds the
+// first's neighbouring lanes combined, its upper half the second's. About one operation per column
+// and round where a sum across each register took log₂ L shuffles per column.
+template <bool Max, class S>
+V<S> lanes_per_column(V<S>* v) {
+  const Tag<S> d;
+  for (Index width = hn::Lanes(d); width > 1; width /= 2)
+    for (Index i = 0; i < width / 2; ++i)
+      v[i] = combined<Max, S>(hn::ConcatEven(d, v[2 * i + 1], v[2 * i]),
+                              hn::ConcatOdd(d, v[2 * i + 1], v[2 * i]));
+  return v[0];
+}
+
+// L columns at once where n is a multiple of L: their maxima, and then their sums, reduced
+// together (lanes_per_column), one division for all.
+template <class S>
+void softmax_group(S* data, Index n) {
+  const Tag<S> d;
+  const Index L = hn::Lanes(d);
+  constexpr Index kMax = HWY_MAX_BYTES / sizeof(S);
+  HWY_ALIGN S high[kMax], inverse[kMax];
+  V<S> v[kMax];
+  for (Index k = 0; k < L; ++k) {
+    const S* col = data + k * n;
+    V<S> m = hn::LoadU(d, col);
+    for (Index i = L; i < n; i += L)
+      m = hn::Max(m, hn::LoadU(d, col + i));
+    v[k] = m;
+  }
+  hn::Store(lanes_per_column<true, S>(v), d, high);
+  for (Index k = 0; k < L; ++k) {
+    S* col = data + k * n;
+    const V<S> h = hn::Set(d, high[k]);
     V<S> sum = hn::Zero(d);
-    for (Index i = 0; i < whole; i += L) {
-      const V<S> e = exp_from<S>(hn::LoadU(d, col + i), high);
+    for (Index i = 0; i < n; i += L) {
+      const V<S> e = exp_from<S>(hn::LoadU(d, col + i), h);
       sum = hn::Add(sum, e);
       hn::StoreU(e, d, col + i);
     }
-    if (left > 0) {  // the padding's lanes left out of the sum (0, or NaN where high is −∞)
-      hn::Store(exp_from<S>(hn::Load(d, rest), high), d, rest);
-      sum = hn::Add(sum, hn::IfThenElseZero(hn::FirstN(d, size_t(left)), hn::Load(d, rest)));
-    }
-    const V<S> inverse = hn::Div(hn::Set(d, S(1)), hn::SumOfLanes(d, sum));
-    for (Index i = 0; i < whole; i += L)
-      hn::StoreU(hn::Mul(hn::LoadU(d, col + i), inverse), d, col + i);
-    if (left > 0) {
-      hn::Store(hn::Mul(hn::Load(d, rest), inverse), d, rest);
-      for (Index i = 0; i < left; ++i)
-        col[whole + i] = rest[i];
-    }
+    v[k] = sum;
   }
+  hn::Store(hn::Div(hn::Set(d, S(1)), lanes_per_column<false, S>(v)), d, inverse);
+  for (Index k = 0; k < L; ++k) {
+    S* col = data + k * n;
+    const V<S> scale = hn::Set(d, inverse[k]);
+    for (Index i = 0; i < n; i += L)
+      hn::StoreU(hn::Mul(hn::LoadU(d, col + i), scale), d, col + i);
+  }
+}
+#endif
+
+// Where n is a multiple of a register's numbers, L columns at a time (softmax_group); the other
+// columns, and other n, one at a time (softmax_column).
+template <class S>
+void softmax_any(const Softmax<S>& s) {
+  Index k = 0;
+#if HWY_TARGET != HWY_SCALAR
+  const Index L = hn::Lanes(Tag<S>());
+  if (s.n > 0 && s.n % L == 0)
+    for (; k + L <= s.columns; k += L)
+      softmax_group(s.data + k * s.n, s.n);
+#endif
+  for (; k < s.columns; ++k)
+    softmax_column(s.data + k * s.n, s.n);
 }
 
 // The exported entries (HWY_EXPORT takes plain functions).

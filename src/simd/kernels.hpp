@@ -120,6 +120,13 @@ constexpr bool paired_cols(Index cols) {
 }
 Index paired_rows(Index cols);
 
+// Whether product() unrolls its loop over w's columns: float weights of 4, 8 or 16 columns (at least
+// half_block_rows<float>() rows) with x's tokens consecutive (x.stride = cols), the fixed-size
+// products of small models' weights.
+constexpr bool unrolled_cols(Index cols) {
+  return cols == 4 || cols == 8 || cols == 16;
+}
+
 // Whether the chosen instruction set fuses a multiply-add into one rounding (AVX2, AVX-512, NEON);
 // SSE4, SSSE3 and the emulated path round the product and the sum apart.
 bool fused_multiply_add();

@@ -4,9 +4,12 @@
 // 32 back to d, and its input's gradient). Eigen's GEMM first copies (packs) all T token columns
 // into its own layout, which costs as much as the product when k is this small. Here W, or the
 // running sum of G, is a fixed-size matrix that stays in registers, and the tokens stream through
-// once, column by column. Larger weights, with r at least one vector register's numbers and both
-// sizes up to 512 (the small and medium benchmarks' d = 32, 128 and m = 128, 512), go to the blocked
-// kernels (simd/kernels.hpp, dispatched at run time). Other shapes and scalars go to Eigen's product.
+// once, column by column. Of these, the float weights of half a vector register's rows (paired
+// columns) and of at least one register's rows with 4, 8 or 16 columns (unrolled) go to the kernels
+// of simd/kernels.hpp, dispatched at run time, so that a build for any CPU of the family runs them
+// at its best instruction set. Larger weights, with r at least one vector register's numbers and
+// both sizes up to 512 (the small and medium benchmarks' d = 32, 128 and m = 128, 512), go to the
+// blocked kernels there too. Other shapes and scalars go to Eigen's product.
 #pragma once
 
 #include <algorithm>
@@ -219,8 +222,11 @@ bool fixed_product(Mat<S>& dst, const Mat<S>& w, const Mat<S>& x, const Mat<S>* 
     return with_product_shape<S>(w.rows(), w.cols(), [&](auto r, auto k, auto p) {
       constexpr int R = decltype(r)::value, K = decltype(k)::value, P = decltype(p)::value;
       const Eigen::Index T = x.cols(), whole = T - T % P;
-      if constexpr (std::is_same_v<S, float> && simd::paired_cols(K))
-        if (R == simd::paired_rows(K)) {  // half a register's rows: simd::product pairs the columns
+      // Float weights of half a register's rows (simd::product pairs their columns), and of whole
+      // registers' rows with a column count that simd::product unrolls: on every instruction set,
+      // where these kernels are Eigen's, compiled for the build's.
+      if constexpr (std::is_same_v<S, float> && (simd::paired_cols(K) || simd::unrolled_cols(K)))
+        if (R == simd::paired_rows(K) || (simd::unrolled_cols(K) && R >= simd::half_block_rows<float>())) {
           simd::Product<S> pp{{w.data(), R}, R, K, {x.data(), K}, T, dst.data(), R};
           pp.bias = b ? b->data() : nullptr, pp.add = add, pp.epilogue = E, pp.gate = gate;
           simd::product(pp);
@@ -346,13 +352,6 @@ constexpr bool sum_in_registers(int R, int K) {
 // same pass (one more addition per token).
 template <bool Tall, int R, int K, class S>
 void outer_tokens(Mat<S>& g, const Mat<S>& a, const Mat<S>& b, Mat<S>* gb) {
-  if constexpr (std::is_same_v<S, float> && Tall && simd::paired_cols(K))
-    if (R == simd::paired_rows(K)) {
-      simd::Outer<S> o{g.data(), R, R, K, {a.data(), R}, {b.data(), K}, a.cols()};
-      o.a_sum = gb ? gb->data() : nullptr;
-      simd::outer(o);
-      return;
-    }
   constexpr int D = Tall ? R : K;  // dy's rows
   Eigen::Matrix<S, R, K> sum = Eigen::Matrix<S, R, K>::Zero();
   Eigen::Matrix<S, D, 1> dy_sum = Eigen::Matrix<S, D, 1>::Zero();
@@ -385,6 +384,14 @@ void add_outer(Mat<S>& g, const Mat<S>& dy, const Mat<S>& x, Mat<S>* gb = nullpt
   eigen_assert(dy.cols() == x.cols() && g.rows() == dy.rows() && g.cols() == x.rows());
   eigen_assert(!gb || (gb->rows() == dy.rows() && gb->cols() == 1));
   const bool tall = g.rows() >= g.cols();
+  if constexpr (std::is_same_v<S, float>)
+    if (tall && dy.rows() == simd::paired_rows(x.rows())) {  // half a register's rows: paired
+      simd::Outer<S> o{g.data(), g.rows(), g.rows(), g.cols(), {dy.data(), dy.rows()}, {x.data(), x.rows()},
+                       dy.cols()};
+      o.a_sum = gb ? gb->data() : nullptr;
+      simd::outer(o);
+      return;
+    }
   const Mat<S>& a = tall ? dy : x;  // the longer side, a column per token
   const Mat<S>& b = tall ? x : dy;
   // a has at least as many rows as b, more unless g is square (then tall): only those shapes are
