@@ -7,6 +7,7 @@
 #include <map>
 #include <set>
 
+#include "../src/simd/kernels.hpp"
 #include "sign_classes.hpp"
 #include "uatlab/model/init.hpp"
 #include "uatlab/train/tasks.hpp"
@@ -529,4 +530,53 @@ TEST(Train, ConfidentCrossEntropyIsNotRoundedToZero) {
   EXPECT_NEAR(evaluate_loss(nd, data, Loss::cross_entropy).first / want, 1, 1e-12);
   net.readout_w.setZero();  // tied logits: two terms are 1, one of them counts as the maximum
   EXPECT_NEAR(evaluate_loss(net, data, Loss::cross_entropy).first, std::log(2.0), 1e-6);
+}
+
+// A float model of the tiny config's shapes (d = 8, one head of 8, 16 tokens, a feed-forward width of
+// 32: the paired, unrolled and blocked products, the fixed-size heads and the grouped softmax),
+// trained for 20 steps on every instruction set this CPU runs. Paths that do the same arithmetic (a
+// register of as many floats, multiply-adds fused or not: SSE4, SSSE3 and the emulated path) give the
+// same model to the byte; the others round differently, and the weights stay within the bound that
+// docs/training.md states (relative to the largest weight).
+TEST(Train, FloatModelsOnEveryInstructionSetAgree) {
+  TaskOptions o;
+  o.N = 32, o.n = 16, o.d = 8, o.V = 16, o.seed = 3;
+  const Dataset data = make_task("memorize", o);
+  const Architecture a = Architecture::from_json(nlohmann::json::parse(R"({"d":8,"readout":16,"layers":[
+    {"type":"attention","heads":1,"head_size":8},{"type":"feedforward","width":32}]})"));
+  Network<double> start(a);
+  init_random(start, 7);
+  TrainConfig c;
+  c.loss = Loss::cross_entropy;
+  c.steps = 20, c.batch = 8, c.lr = 1e-2, c.seed = 5;
+  std::map<std::pair<Eigen::Index, bool>, std::vector<float>> by_arithmetic;
+  std::vector<std::pair<std::string, std::vector<float>>> models;
+  for (const std::string& name : simd::paths_here())
+    simd::on_path(name, [&] {
+      Network<float> net = network_cast<float>(start);
+      train(net, data, nullptr, c);
+      std::vector<float> w;
+      net.for_each_tensor([&](const std::string&, const Mat<float>& m, Layout) {
+        w.insert(w.end(), m.data(), m.data() + m.size());
+      });
+      const auto key = std::make_pair(simd::half_block_rows<float>(), simd::fused_multiply_add());
+      if (by_arithmetic.count(key)) {
+        EXPECT_EQ(w, by_arithmetic[key]) << name << " and a path of the same arithmetic";
+      }
+      by_arithmetic[key] = w;
+      models.emplace_back(name, w);
+    });
+  ASSERT_GE(models.size(), 2u);
+  const std::vector<float>& best = models.front().second;
+  float largest = 0;
+  for (float v : best)
+    largest = std::max(largest, std::abs(v));
+  for (const auto& [name, w] : models) {
+    float apart = 0;
+    for (size_t i = 0; i < w.size(); ++i)
+      apart = std::max(apart, std::abs(w[i] - best[i]));
+    EXPECT_LE(apart, 1e-5f * largest) << name << " against " << models.front().first;
+    std::printf("%s: largest difference from %s %.3g (largest weight %.3g)\n", name.c_str(),
+                models.front().first.c_str(), double(apart), double(largest));
+  }
 }

@@ -681,6 +681,65 @@ void softmax_any(const Softmax<S>& s) {
     softmax_column(s.data + k * s.n, s.n);
 }
 
+// ---- the softmax's backward (SoftmaxBackward) ----
+
+// One column: its dot product Σ a·ds (registers' lanes, then across them, then the numbers past the
+// last whole register), then ds = a ⊙ (ds − dot).
+template <class S>
+void softmax_backward_column(const S* a, S* ds, Index n) {
+  const Tag<S> d;
+  const Index L = hn::Lanes(d), whole = n - n % L;
+  V<S> sum = hn::Zero(d);
+  for (Index i = 0; i < whole; i += L)
+    sum = hn::MulAdd(hn::LoadU(d, a + i), hn::LoadU(d, ds + i), sum);
+  S dot = hn::GetLane(hn::SumOfLanes(d, sum));
+  for (Index i = whole; i < n; ++i)
+    dot += a[i] * ds[i];
+  const V<S> dots = hn::Set(d, dot);
+  for (Index i = 0; i < whole; i += L)
+    hn::StoreU(hn::Mul(hn::LoadU(d, a + i), hn::Sub(hn::LoadU(d, ds + i), dots)), d, ds + i);
+  for (Index i = whole; i < n; ++i)
+    ds[i] = a[i] * (ds[i] - dot);
+}
+
+#if HWY_TARGET != HWY_SCALAR
+// L columns at once where n is a multiple of L: their dot products reduced together
+// (lanes_per_column).
+template <class S>
+void softmax_backward_group(const S* a, S* ds, Index n) {
+  const Tag<S> d;
+  const Index L = hn::Lanes(d);
+  constexpr Index kMax = HWY_MAX_BYTES / sizeof(S);
+  HWY_ALIGN S dot[kMax];
+  V<S> v[kMax];
+  for (Index k = 0; k < L; ++k) {
+    V<S> sum = hn::Zero(d);
+    for (Index i = 0; i < n; i += L)
+      sum = hn::MulAdd(hn::LoadU(d, a + k * n + i), hn::LoadU(d, ds + k * n + i), sum);
+    v[k] = sum;
+  }
+  hn::Store(lanes_per_column<false, S>(v), d, dot);
+  for (Index k = 0; k < L; ++k) {
+    const V<S> dots = hn::Set(d, dot[k]);
+    for (Index i = k * n; i < (k + 1) * n; i += L)
+      hn::StoreU(hn::Mul(hn::LoadU(d, a + i), hn::Sub(hn::LoadU(d, ds + i), dots)), d, ds + i);
+  }
+}
+#endif
+
+template <class S>
+void softmax_backward_any(const SoftmaxBackward<S>& s) {
+  Index k = 0;
+#if HWY_TARGET != HWY_SCALAR
+  const Index L = hn::Lanes(Tag<S>());
+  if (s.n > 0 && s.n % L == 0)
+    for (; k + L <= s.columns; k += L)
+      softmax_backward_group(s.a + k * s.n, s.ds + k * s.n, s.n);
+#endif
+  for (; k < s.columns; ++k)
+    softmax_backward_column(s.a + k * s.n, s.ds + k * s.n, s.n);
+}
+
 // The exported entries (HWY_EXPORT takes plain functions).
 void ProductFloat(const Product<float>& p) {
   product_any(p);
@@ -711,6 +770,12 @@ void SoftmaxFloat(const Softmax<float>& s) {
 }
 void SoftmaxDouble(const Softmax<double>& s) {
   softmax_any(s);
+}
+void SoftmaxBackwardFloat(const SoftmaxBackward<float>& s) {
+  softmax_backward_any(s);
+}
+void SoftmaxBackwardDouble(const SoftmaxBackward<double>& s) {
+  softmax_backward_any(s);
 }
 Index LanesFloat() {
   return Index(hn::Lanes(Tag<float>()));
@@ -750,6 +815,8 @@ HWY_EXPORT(HeadTimesFloat);
 HWY_EXPORT(HeadTimesDouble);
 HWY_EXPORT(SoftmaxFloat);
 HWY_EXPORT(SoftmaxDouble);
+HWY_EXPORT(SoftmaxBackwardFloat);
+HWY_EXPORT(SoftmaxBackwardDouble);
 HWY_EXPORT(LanesFloat);
 HWY_EXPORT(LanesDouble);
 HWY_EXPORT(PairedRows);
@@ -862,6 +929,17 @@ template <>
 void softmax_columns<double>(const Softmax<double>& s) {
   select_path();
   HWY_DYNAMIC_DISPATCH(SoftmaxDouble)(s);
+}
+
+template <>
+void softmax_backward_columns<float>(const SoftmaxBackward<float>& s) {
+  select_path();
+  HWY_DYNAMIC_DISPATCH(SoftmaxBackwardFloat)(s);
+}
+template <>
+void softmax_backward_columns<double>(const SoftmaxBackward<double>& s) {
+  select_path();
+  HWY_DYNAMIC_DISPATCH(SoftmaxBackwardDouble)(s);
 }
 
 template <>

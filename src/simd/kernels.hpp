@@ -94,6 +94,16 @@ struct Softmax {
   Index n, columns;
 };
 
+// The softmax's backward for each of the `columns` columns: ds = a ⊙ (ds − Σ_l a_l·ds_l), in place, a
+// the softmax's output and ds the gradient of its output on entry (both n×columns, column-major, n
+// numbers a column).
+template <class S>
+struct SoftmaxBackward {
+  const S* a;
+  S* ds;
+  Index n, columns;
+};
+
 // The kernels, for S = float and double, on the chosen instruction set.
 template <class S>
 void product(const Product<S>& p);
@@ -105,6 +115,8 @@ template <class S>
 void head_times(const Head<S>& h);
 template <class S>
 void softmax_columns(const Softmax<S>& s);
+template <class S>
+void softmax_backward_columns(const SoftmaxBackward<S>& s);
 
 // Numbers of S in one vector register of the chosen instruction set: a half block's rows (a whole
 // block has twice as many).

@@ -157,11 +157,16 @@ template <class S>
 void scores_backward(const LayerSpec& s, Eigen::Index h, const Mat<S>& A, Mat<S>& dS,
                      ScoresScratch<S>& scratch, Mat<S>& drpe, Eigen::Index q0 = 0) {
   const Eigen::Index n = A.rows(), queries = A.cols();
-  auto& dot = scratch.dot;
   if (s.score == Score::softmax) {  // dS = A ⊙ (dA − 1·dot), whole matrix at once
-    dot = A.cwiseProduct(dS).colwise().sum();
-    dS.array().rowwise() -= dot.array();
-    dS.array() *= A.array();
+    if constexpr (std::is_same_v<S, float> || std::is_same_v<S, double>) {
+      eigen_assert(dS.rows() == n && dS.cols() == queries);
+      simd::softmax_backward_columns(simd::SoftmaxBackward<S>{A.data(), dS.data(), n, queries});
+    } else {
+      auto& dot = scratch.dot;
+      dot = A.cwiseProduct(dS).colwise().sum();
+      dS.array().rowwise() -= dot.array();
+      dS.array() *= A.array();
+    }
   } else {  // linear: masked scores do not exist (hardmax is refused before training)
     for (Eigen::Index k = 0; k < queries; ++k) {
       const KeyRange r = attended_keys(s, q0 + k, n);
