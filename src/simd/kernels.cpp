@@ -27,6 +27,19 @@
 
 #include "kernels.hpp"
 
+// The kernels of kernels.hpp: its name, its options' type and the function that serves it on one
+// instruction set. The one table from which the per-instruction-set entries and the dispatching
+// functions are made (a kernel cannot be exported without its dispatch, or the other way round).
+#ifndef UATLAB_SIMD_KERNELS
+#define UATLAB_SIMD_KERNELS(X)             \
+  X(product, Product, product_any)         \
+  X(outer, Outer, outer_any)               \
+  X(head_gram, Head, head_any<true>)       \
+  X(head_times, Head, head_any<false>)     \
+  X(softmax_columns, Softmax, softmax_any) \
+  X(softmax_backward_columns, SoftmaxBackward, softmax_backward_any)
+#endif
+
 HWY_BEFORE_NAMESPACE();
 namespace uatlab::simd::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
@@ -740,43 +753,16 @@ void softmax_backward_any(const SoftmaxBackward<S>& s) {
     softmax_backward_column(s.a + k * s.n, s.ds + k * s.n, s.n);
 }
 
-// The exported entries (HWY_EXPORT takes plain functions).
-void ProductFloat(const Product<float>& p) {
-  product_any(p);
-}
-void ProductDouble(const Product<double>& p) {
-  product_any(p);
-}
-void OuterFloat(const Outer<float>& o) {
-  outer_any(o);
-}
-void OuterDouble(const Outer<double>& o) {
-  outer_any(o);
-}
-void HeadGramFloat(const Head<float>& h) {
-  head_any<true>(h);
-}
-void HeadGramDouble(const Head<double>& h) {
-  head_any<true>(h);
-}
-void HeadTimesFloat(const Head<float>& h) {
-  head_any<false>(h);
-}
-void HeadTimesDouble(const Head<double>& h) {
-  head_any<false>(h);
-}
-void SoftmaxFloat(const Softmax<float>& s) {
-  softmax_any(s);
-}
-void SoftmaxDouble(const Softmax<double>& s) {
-  softmax_any(s);
-}
-void SoftmaxBackwardFloat(const SoftmaxBackward<float>& s) {
-  softmax_backward_any(s);
-}
-void SoftmaxBackwardDouble(const SoftmaxBackward<double>& s) {
-  softmax_backward_any(s);
-}
+// The exported entries (HWY_EXPORT takes plain functions): one per kernel and scalar, from the table.
+#define UATLAB_SIMD_TARGET_ENTRY(NAME, ARGS, ANY) \
+  void NAME##_float(const ARGS<float>& a) {       \
+    ANY(a);                                       \
+  }                                               \
+  void NAME##_double(const ARGS<double>& a) {     \
+    ANY(a);                                       \
+  }
+UATLAB_SIMD_KERNELS(UATLAB_SIMD_TARGET_ENTRY)
+#undef UATLAB_SIMD_TARGET_ENTRY
 Index LanesFloat() {
   return Index(hn::Lanes(Tag<float>()));
 }
@@ -805,18 +791,6 @@ HWY_AFTER_NAMESPACE();
 
 namespace uatlab::simd {
 
-HWY_EXPORT(ProductFloat);
-HWY_EXPORT(ProductDouble);
-HWY_EXPORT(OuterFloat);
-HWY_EXPORT(OuterDouble);
-HWY_EXPORT(HeadGramFloat);
-HWY_EXPORT(HeadGramDouble);
-HWY_EXPORT(HeadTimesFloat);
-HWY_EXPORT(HeadTimesDouble);
-HWY_EXPORT(SoftmaxFloat);
-HWY_EXPORT(SoftmaxDouble);
-HWY_EXPORT(SoftmaxBackwardFloat);
-HWY_EXPORT(SoftmaxBackwardDouble);
 HWY_EXPORT(LanesFloat);
 HWY_EXPORT(LanesDouble);
 HWY_EXPORT(PairedRows);
@@ -880,67 +854,22 @@ void select_path() {
   if (!error.empty()) throw Error(error);
 }
 
-template <>
-void product<float>(const Product<float>& p) {
-  select_path();
-  HWY_DYNAMIC_DISPATCH(ProductFloat)(p);
-}
-template <>
-void product<double>(const Product<double>& p) {
-  select_path();
-  HWY_DYNAMIC_DISPATCH(ProductDouble)(p);
-}
-template <>
-void outer<float>(const Outer<float>& o) {
-  select_path();
-  HWY_DYNAMIC_DISPATCH(OuterFloat)(o);
-}
-template <>
-void outer<double>(const Outer<double>& o) {
-  select_path();
-  HWY_DYNAMIC_DISPATCH(OuterDouble)(o);
-}
-template <>
-void head_gram<float>(const Head<float>& h) {
-  select_path();
-  HWY_DYNAMIC_DISPATCH(HeadGramFloat)(h);
-}
-template <>
-void head_gram<double>(const Head<double>& h) {
-  select_path();
-  HWY_DYNAMIC_DISPATCH(HeadGramDouble)(h);
-}
-template <>
-void head_times<float>(const Head<float>& h) {
-  select_path();
-  HWY_DYNAMIC_DISPATCH(HeadTimesFloat)(h);
-}
-template <>
-void head_times<double>(const Head<double>& h) {
-  select_path();
-  HWY_DYNAMIC_DISPATCH(HeadTimesDouble)(h);
-}
-template <>
-void softmax_columns<float>(const Softmax<float>& s) {
-  select_path();
-  HWY_DYNAMIC_DISPATCH(SoftmaxFloat)(s);
-}
-template <>
-void softmax_columns<double>(const Softmax<double>& s) {
-  select_path();
-  HWY_DYNAMIC_DISPATCH(SoftmaxDouble)(s);
-}
-
-template <>
-void softmax_backward_columns<float>(const SoftmaxBackward<float>& s) {
-  select_path();
-  HWY_DYNAMIC_DISPATCH(SoftmaxBackwardFloat)(s);
-}
-template <>
-void softmax_backward_columns<double>(const SoftmaxBackward<double>& s) {
-  select_path();
-  HWY_DYNAMIC_DISPATCH(SoftmaxBackwardDouble)(s);
-}
+// The kernels' functions (kernels.hpp): UATLAB_SIMD's choice made first, then the best copy.
+#define UATLAB_SIMD_DISPATCH(NAME, ARGS, ANY) \
+  HWY_EXPORT(NAME##_float);                   \
+  HWY_EXPORT(NAME##_double);                  \
+  template <>                                 \
+  void NAME<float>(const ARGS<float>& a) {    \
+    select_path();                            \
+    HWY_DYNAMIC_DISPATCH(NAME##_float)(a);    \
+  }                                           \
+  template <>                                 \
+  void NAME<double>(const ARGS<double>& a) {  \
+    select_path();                            \
+    HWY_DYNAMIC_DISPATCH(NAME##_double)(a);   \
+  }
+UATLAB_SIMD_KERNELS(UATLAB_SIMD_DISPATCH)
+#undef UATLAB_SIMD_DISPATCH
 
 template <>
 Index half_block_rows<float>() {
