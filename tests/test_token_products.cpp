@@ -142,12 +142,46 @@ void check_paired_sums() {
   }
   EXPECT_EQ(simd::paired_rows(3), 0);
   EXPECT_EQ(checked > 0, simd::paired_rows(8) > 0);
+  // A quarter of a register's rows, the columns in fours: ((e = 0) + (e = 1)) + ((e = 2) + (e = 3)),
+  // e the column's remainder by 4; 19 tokens: one group of sixteen, three through the buffer.
+  int quads = 0;
+  for (Eigen::Index k : {4, 8, 32}) {
+    const Eigen::Index r = simd::quad_rows(k), T = 19;
+    if (r == 0) continue;
+    const Mat<float> w = Mat<float>::NullaryExpr(r, k, [&] { return u(rng); }),
+                     x = Mat<float>::NullaryExpr(k, T, [&] { return u(rng); }),
+                     b = Mat<float>::NullaryExpr(r, 1, [&] { return u(rng); }),
+                     y0 = Mat<float>::NullaryExpr(r, T, [&] { return u(rng); });
+    Mat<float> y = y0;
+    simd::Product<float> p{{w.data(), r}, r, k, {x.data(), k}, T, y.data(), r};
+    p.bias = b.data(), p.add = true;
+    simd::product(p);
+    for (Eigen::Index t = 0; t < T; ++t)
+      for (Eigen::Index i = 0; i < r; ++i) {
+        const auto product = [&](Eigen::Index c) {
+          volatile float q = w(i, c) * x(c, t);
+          return float(q);
+        };
+        float part[4];
+        for (int e = 0; e < 4; ++e) {
+          part[e] = product(e);
+          for (Eigen::Index c = 4 + e; c < k; c += 4)
+            part[e] = fused ? std::fma(w(i, c), x(c, t), part[e]) : part[e] + product(c);
+        }
+        EXPECT_EQ(y(i, t), y0(i, t) + (((part[0] + part[1]) + (part[2] + part[3])) + b(i)))
+            << simd::path() << ", " << r << "x" << k << ", token " << t;
+        ++quads;
+      }
+  }
+  EXPECT_EQ(simd::quad_rows(2), 0);
+  EXPECT_EQ(quads > 0, simd::quad_rows(8) > 0);
 }
 
 TEST(Kernels, PairedSumsInTheirStatedOrderOnEveryInstructionSet) {
   for (const std::string& name : simd::paths_here())
     simd::on_path(name, [&] {
       EXPECT_EQ(simd::paired_rows(8), simd::half_block_rows<float>() / 2) << name;
+      EXPECT_EQ(simd::quad_rows(8), simd::half_block_rows<float>() / 4) << name;
       EXPECT_EQ(simd::fused_multiply_add(), name == "AVX2" || name.rfind("AVX3", 0) == 0 || name == "NEON")
           << name;
       check_paired_sums();

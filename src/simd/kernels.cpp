@@ -207,6 +207,96 @@ void paired_outer(const Outer<float>& o) {
   }
   if (o.a_sum) hn::StoreU(hn::Add(hn::LoadU(h, o.a_sum), sum), h, o.a_sum);
 }
+// A quarter of a register's rows (4 floats with AVX-512: d = 4): W's columns in fours, lane 4r + e of
+// register i holding W(r, 4i + e), the token's entries 4i … 4i + 3 broadcast to every 128-bit block;
+// at the end the four lanes of each row are added, ((e = 0) + (e = 1)) + ((e = 2) + (e = 3)), for
+// four tokens at once, whose sums then fill one register in y's order (y's tokens consecutive).
+template <int K, int P, Epilogue E>
+HWY_INLINE void quad_tokens(const Product<float>& p, const V<float>* w, V<float> bias4, Index j) {
+  const Tag<float> d;
+  const float* x = p.x.data + j * K;
+  V<float> acc[P];
+  for (int t = 0; t < P; ++t)
+    acc[t] = hn::MulAdd(w[0], hn::LoadDup128(d, x + t * K), hn::Zero(d));
+  for (int i = 1; i < K / 4; ++i)
+    for (int t = 0; t < P; ++t)
+      acc[t] = hn::MulAdd(w[i], hn::LoadDup128(d, x + t * K + 4 * i), acc[t]);
+  for (int t = 0; t < P; t += 4) {
+    const V<float> s1 = hn::Add(hn::ConcatEven(d, acc[t + 1], acc[t]), hn::ConcatOdd(d, acc[t + 1], acc[t]));
+    const V<float> s2 =
+        hn::Add(hn::ConcatEven(d, acc[t + 3], acc[t + 2]), hn::ConcatOdd(d, acc[t + 3], acc[t + 2]));
+    V<float> v = hn::Add(hn::Add(hn::ConcatEven(d, s2, s1), hn::ConcatOdd(d, s2, s1)), bias4);
+    float* y = p.y + (j + t) * p.y_stride;
+    if constexpr (E == Epilogue::relu) {
+      v = hn::Max(v, hn::Zero(d));
+    } else if constexpr (E == Epilogue::gate) {
+      v = hn::IfThenElseZero(hn::Lt(hn::Zero(d), hn::LoadU(d, p.gate + (j + t) * p.y_stride)), v);
+    } else if (p.add) {
+      v = hn::Add(hn::LoadU(d, y), v);
+    }
+    hn::StoreU(v, d, y);
+  }
+}
+
+// Sixteen tokens at a time, then four; the last one to three through a buffer of four (x padded
+// with zeros; y and the gate copied in and the sums copied out), so that no load or store passes
+// the operands' ends.
+template <int K, Epilogue E>
+void quad_product(const Product<float>& p) {
+  const Tag<float> d;
+  const Index L = hn::Lanes(d), R = L / 4;
+  constexpr Index kMax = HWY_MAX_BYTES / sizeof(float);
+  HWY_ALIGN float lanes[K / 4 * kMax], bias[kMax];
+  V<float> w[K / 4];
+  for (int i = 0; i < K / 4; ++i) {
+    for (Index r = 0; r < R; ++r)
+      for (int e = 0; e < 4; ++e)
+        lanes[i * L + 4 * r + e] = p.w.data[(4 * i + e) * p.w.stride + r];
+    w[i] = hn::Load(d, lanes + i * L);
+  }
+  for (Index i = 0; i < L; ++i)
+    bias[i] = p.bias ? p.bias[i % R] : 0.0f;
+  const V<float> bias4 = hn::Load(d, bias);
+  Index j = 0;
+  for (; j + 16 <= p.tokens; j += 16)
+    quad_tokens<K, 16, E>(p, w, bias4, j);
+  for (; j + 4 <= p.tokens; j += 4)
+    quad_tokens<K, 4, E>(p, w, bias4, j);
+  const Index rest = p.tokens - j;
+  if (rest > 0) {
+    HWY_ALIGN float x[4 * K] = {}, y[kMax] = {}, gate[kMax] = {};
+    for (Index i = 0; i < rest * K; ++i)
+      x[i] = p.x.data[j * K + i];
+    for (Index i = 0; i < rest * R; ++i) {
+      y[i] = p.y[j * R + i];
+      if (p.gate) gate[i] = p.gate[j * R + i];
+    }
+    Product<float> q = p;
+    q.x.data = x, q.y = y, q.gate = gate, q.tokens = 4;
+    quad_tokens<K, 4, E>(q, w, bias4, 0);
+    for (Index i = 0; i < rest * R; ++i)
+      p.y[j * R + i] = y[i];
+  }
+}
+template <Epilogue E>
+void quad_product_cols(const Product<float>& p) {
+  switch (p.cols) {
+    case 4:
+      return quad_product<4, E>(p);
+    case 8:
+      return quad_product<8, E>(p);
+    case 16:
+      return quad_product<16, E>(p);
+    case 32:
+      return quad_product<32, E>(p);
+  }
+}
+
+// R when product() takes an R×cols float weight in fours here (at least 4 floats a register), else 0.
+Index quad_rows_here(Index cols) {
+  const Index L = Index(hn::Lanes(Tag<float>()));
+  return L >= 4 && quad_cols(cols) ? L / 4 : 0;
+}
 #endif
 
 // R when product() and outer() take an R×cols float weight in pairs here, else 0.
@@ -222,6 +312,20 @@ Index paired_rows_here(Index cols) {
 // The paired kernels for these shapes (true), else false.
 bool paired_any(const Product<float>& p) {
 #if HWY_TARGET != HWY_SCALAR
+  if (p.rows == quad_rows_here(p.cols) && p.x.stride == p.cols && p.y_stride == p.rows) {
+    switch (p.epilogue) {
+      case Epilogue::none:
+        quad_product_cols<Epilogue::none>(p);
+        break;
+      case Epilogue::relu:
+        quad_product_cols<Epilogue::relu>(p);
+        break;
+      case Epilogue::gate:
+        quad_product_cols<Epilogue::gate>(p);
+        break;
+    }
+    return true;
+  }
   if (p.rows == paired_rows_here(p.cols) && p.x.stride == p.cols) {
     switch (p.epilogue) {
       case Epilogue::none:
@@ -772,6 +876,14 @@ Index LanesDouble() {
 Index PairedRows(Index cols) {
   return paired_rows_here(cols);
 }
+Index QuadRows(Index cols) {
+#if HWY_TARGET == HWY_SCALAR
+  (void)cols;
+  return 0;
+#else
+  return quad_rows_here(cols);
+#endif
+}
 bool FusedMultiplyAdd() {
   return HWY_NATIVE_FMA;
 }
@@ -794,6 +906,7 @@ namespace uatlab::simd {
 HWY_EXPORT(LanesFloat);
 HWY_EXPORT(LanesDouble);
 HWY_EXPORT(PairedRows);
+HWY_EXPORT(QuadRows);
 HWY_EXPORT(FusedMultiplyAdd);
 HWY_EXPORT(Describe);
 
@@ -885,6 +998,11 @@ Index half_block_rows<double>() {
 Index paired_rows(Index cols) {
   select_path();
   return HWY_DYNAMIC_DISPATCH(PairedRows)(cols);
+}
+
+Index quad_rows(Index cols) {
+  select_path();
+  return HWY_DYNAMIC_DISPATCH(QuadRows)(cols);
 }
 
 bool fused_multiply_add() {

@@ -131,6 +131,13 @@ constexpr bool paired_cols(Index cols) {
   return cols == 2 || cols == 4 || cols == 8 || cols == 16 || cols == 32;
 }
 Index paired_rows(Index cols);
+// And a float weight of a quarter of a register's rows (4 with AVX-512, 2 with AVX2, 1 with 128-bit
+// vectors) and 4, 8, 16 or 32 columns in fours (product() only, x's and y's tokens consecutive);
+// quad_rows(cols) is that row count where cols is such, else 0.
+constexpr bool quad_cols(Index cols) {
+  return cols == 4 || cols == 8 || cols == 16 || cols == 32;
+}
+Index quad_rows(Index cols);
 
 // Whether product() unrolls its loop over w's columns: float weights of 4, 8 or 16 columns (at least
 // half_block_rows<float>() rows) with x's tokens consecutive (x.stride = cols), the fixed-size

@@ -225,8 +225,10 @@ bool fixed_product(Mat<S>& dst, const Mat<S>& w, const Mat<S>& x, const Mat<S>* 
       // Float weights of half a register's rows (simd::product pairs their columns), and of whole
       // registers' rows with a column count that simd::product unrolls: on every instruction set,
       // where these kernels are Eigen's, compiled for the build's.
-      if constexpr (std::is_same_v<S, float> && (simd::paired_cols(K) || simd::unrolled_cols(K)))
-        if (R == simd::paired_rows(K) || (simd::unrolled_cols(K) && R >= simd::half_block_rows<float>())) {
+      if constexpr (std::is_same_v<S, float> &&
+                    (simd::paired_cols(K) || simd::unrolled_cols(K) || simd::quad_cols(K)))
+        if (R == simd::paired_rows(K) || (simd::quad_cols(K) && R == simd::quad_rows(K)) ||
+            (simd::unrolled_cols(K) && R >= simd::half_block_rows<float>())) {
           simd::Product<S> pp{{w.data(), R}, R, K, {x.data(), K}, T, dst.data(), R};
           pp.bias = b ? b->data() : nullptr, pp.add = add, pp.epilogue = E, pp.gate = gate;
           simd::product(pp);
