@@ -102,17 +102,20 @@ TEST(Kernels, ThinProductsEqualEigensProductsOnEveryInstructionSet) {
   EXPECT_THROW(simd::on_path("no such path", [] {}), Error);
 }
 
-// The paired kernel's sums (simd::product of a float weight of paired_rows rows) in the order
-// docs/training.md states, to the bit: each lane sums its column's products in order, each
-// multiply-add rounded once where the instruction set fuses it (else twice), starting from the first
-// product; a row's sum is (even columns) + (odd columns), then + bias, then + y when added to.
-void check_paired_sums() {
+// The grouped kernels' sums (simd::product of a float weight of paired_rows rows, G = 2, or of
+// quad_rows rows, G = 4) in the order docs/training.md states, to the bit: the lanes of a row sum the
+// products of the columns c with c mod G = e in order, each multiply-add rounded once where the
+// instruction set fuses it (else twice), starting from the first product; a row's sum is then
+// (e = 0) + (e = 1) for pairs, ((e = 0) + (e = 1)) + ((e = 2) + (e = 3)) for fours, then + bias,
+// then + y when added to. 19 tokens: a group of sixteen, then pairs and one alone, or three tokens
+// through the quad kernel's buffer. Returns the numbers checked.
+int check_grouped_sums(int G, simd::Index (*rows_of)(simd::Index)) {
   const bool fused = simd::fused_multiply_add();
   std::mt19937 rng(11);
   std::uniform_real_distribution<float> u(-1, 1);
   int checked = 0;
-  for (Eigen::Index k : {2, 8, 32}) {
-    const Eigen::Index r = simd::paired_rows(k), T = 19;
+  for (Eigen::Index k : {4, 8, 32}) {
+    const Eigen::Index r = rows_of(k), T = 19;
     if (r == 0) continue;
     const Mat<float> w = Mat<float>::NullaryExpr(r, k, [&] { return u(rng); }),
                      x = Mat<float>::NullaryExpr(k, T, [&] { return u(rng); }),
@@ -126,55 +129,22 @@ void check_paired_sums() {
       for (Eigen::Index i = 0; i < r; ++i) {
         // Each product rounded on its own (volatile: the compiler may not fuse it with the sum).
         const auto product = [&](Eigen::Index c) {
-          volatile float p = w(i, c) * x(c, t);
-          return float(p);
-        };
-        float half[2];
-        for (int e = 0; e < 2; ++e) {
-          half[e] = product(e);
-          for (Eigen::Index c = 2 + e; c < k; c += 2)
-            half[e] = fused ? std::fma(w(i, c), x(c, t), half[e]) : half[e] + product(c);
-        }
-        EXPECT_EQ(y(i, t), y0(i, t) + ((half[0] + half[1]) + b(i)))
-            << simd::path() << ", " << r << "x" << k << ", token " << t;
-        ++checked;
-      }
-  }
-  EXPECT_EQ(simd::paired_rows(3), 0);
-  EXPECT_EQ(checked > 0, simd::paired_rows(8) > 0);
-  // A quarter of a register's rows, the columns in fours: ((e = 0) + (e = 1)) + ((e = 2) + (e = 3)),
-  // e the column's remainder by 4; 19 tokens: one group of sixteen, three through the buffer.
-  int quads = 0;
-  for (Eigen::Index k : {4, 8, 32}) {
-    const Eigen::Index r = simd::quad_rows(k), T = 19;
-    if (r == 0) continue;
-    const Mat<float> w = Mat<float>::NullaryExpr(r, k, [&] { return u(rng); }),
-                     x = Mat<float>::NullaryExpr(k, T, [&] { return u(rng); }),
-                     b = Mat<float>::NullaryExpr(r, 1, [&] { return u(rng); }),
-                     y0 = Mat<float>::NullaryExpr(r, T, [&] { return u(rng); });
-    Mat<float> y = y0;
-    simd::Product<float> p{{w.data(), r}, r, k, {x.data(), k}, T, y.data(), r};
-    p.bias = b.data(), p.add = true;
-    simd::product(p);
-    for (Eigen::Index t = 0; t < T; ++t)
-      for (Eigen::Index i = 0; i < r; ++i) {
-        const auto product = [&](Eigen::Index c) {
           volatile float q = w(i, c) * x(c, t);
           return float(q);
         };
         float part[4];
-        for (int e = 0; e < 4; ++e) {
+        for (int e = 0; e < G; ++e) {
           part[e] = product(e);
-          for (Eigen::Index c = 4 + e; c < k; c += 4)
+          for (Eigen::Index c = G + e; c < k; c += G)
             part[e] = fused ? std::fma(w(i, c), x(c, t), part[e]) : part[e] + product(c);
         }
-        EXPECT_EQ(y(i, t), y0(i, t) + (((part[0] + part[1]) + (part[2] + part[3])) + b(i)))
+        const float sum = G == 2 ? part[0] + part[1] : (part[0] + part[1]) + (part[2] + part[3]);
+        EXPECT_EQ(y(i, t), y0(i, t) + (sum + b(i)))
             << simd::path() << ", " << r << "x" << k << ", token " << t;
-        ++quads;
+        ++checked;
       }
   }
-  EXPECT_EQ(simd::quad_rows(2), 0);
-  EXPECT_EQ(quads > 0, simd::quad_rows(8) > 0);
+  return checked;
 }
 
 TEST(Kernels, PairedSumsInTheirStatedOrderOnEveryInstructionSet) {
@@ -184,7 +154,10 @@ TEST(Kernels, PairedSumsInTheirStatedOrderOnEveryInstructionSet) {
       EXPECT_EQ(simd::quad_rows(8), simd::half_block_rows<float>() / 4) << name;
       EXPECT_EQ(simd::fused_multiply_add(), name == "AVX2" || name.rfind("AVX3", 0) == 0 || name == "NEON")
           << name;
-      check_paired_sums();
+      EXPECT_EQ(simd::paired_rows(3), 0);
+      EXPECT_EQ(simd::quad_rows(2), 0);
+      EXPECT_EQ(check_grouped_sums(2, simd::paired_rows) > 0, simd::paired_rows(8) > 0) << name;
+      EXPECT_EQ(check_grouped_sums(4, simd::quad_rows) > 0, simd::quad_rows(8) > 0) << name;
     });
 }
 
