@@ -4,8 +4,9 @@
 // 32 back to d, and its input's gradient). Eigen's GEMM first copies (packs) all T token columns
 // into its own layout, which costs as much as the product when k is this small. Here W, or the
 // running sum of G, is a fixed-size matrix that stays in registers, and the tokens stream through
-// once, column by column. Of these, the float weights of half a vector register's rows (paired
-// columns) and of at least one register's rows with 4, 8 or 16 columns (unrolled) go to the kernels
+// once, column by column. Of these, the float weights of half or a quarter of a vector register's
+// rows (columns in pairs or fours) and of at least one register's rows with 4, 8 or 16 columns
+// (unrolled) go to the kernels
 // of simd/kernels.hpp, dispatched at run time, so that a build for any CPU of the family runs them
 // at its best instruction set. Larger weights, with r at least one vector register's numbers and
 // both sizes up to 512 (the small and medium benchmarks' d = 32, 128 and m = 128, 512), go to the
