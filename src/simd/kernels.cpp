@@ -310,40 +310,6 @@ Index paired_rows_here(Index cols) {
 }
 
 // The paired kernels for these shapes (true), else false.
-bool paired_any(const Product<float>& p) {
-#if HWY_TARGET != HWY_SCALAR
-  if (p.rows == quad_rows_here(p.cols) && p.x.stride == p.cols && p.y_stride == p.rows) {
-    switch (p.epilogue) {
-      case Epilogue::none:
-        quad_product_cols<Epilogue::none>(p);
-        break;
-      case Epilogue::relu:
-        quad_product_cols<Epilogue::relu>(p);
-        break;
-      case Epilogue::gate:
-        quad_product_cols<Epilogue::gate>(p);
-        break;
-    }
-    return true;
-  }
-  if (p.rows == paired_rows_here(p.cols) && p.x.stride == p.cols) {
-    switch (p.epilogue) {
-      case Epilogue::none:
-        paired_product_cols<Epilogue::none>(p);
-        break;
-      case Epilogue::relu:
-        paired_product_cols<Epilogue::relu>(p);
-        break;
-      case Epilogue::gate:
-        paired_product_cols<Epilogue::gate>(p);
-        break;
-    }
-    return true;
-  }
-#endif
-  (void)p;
-  return false;
-}
 bool paired_any(const Outer<float>& o) {
 #if HWY_TARGET != HWY_SCALAR
   if (o.rows == paired_rows_here(o.cols)) {
@@ -362,9 +328,6 @@ bool paired_any(const Outer<float>& o) {
   }
 #endif
   (void)o;
-  return false;
-}
-bool paired_any(const Product<double>&) {
   return false;
 }
 bool paired_any(const Outer<double>&) {
@@ -455,11 +418,17 @@ void product_columns(const Product<S>& p) {
   if (b.last_begin < p.rows) product_rows<1, kHalf, E, K>(p, b.last_begin, p.rows, b.keep);
 }
 
-// Float weights of unrolled_cols columns with consecutive tokens: the column count known here.
+// Float weights with consecutive tokens: of a quarter or half a register's rows, their columns in
+// fours or pairs; of unrolled_cols columns, the column count known here; else the blocked kernels.
 template <Epilogue E, class S>
 void product_epilogue(const Product<S>& p) {
   if constexpr (hwy::IsSame<S, float>())
-    if (p.x.stride == p.cols) switch (p.cols) {
+    if (p.x.stride == p.cols) {
+#if HWY_TARGET != HWY_SCALAR
+      if (p.rows == quad_rows_here(p.cols) && p.y_stride == p.rows) return quad_product_cols<E>(p);
+      if (p.rows == paired_rows_here(p.cols)) return paired_product_cols<E>(p);
+#endif
+      switch (p.cols) {
         case 4:
           return product_columns<E, 4>(p);
         case 8:
@@ -467,12 +436,12 @@ void product_epilogue(const Product<S>& p) {
         case 16:
           return product_columns<E, 16>(p);
       }
+    }
   product_columns<E, 0>(p);
 }
 
 template <class S>
 void product_any(const Product<S>& p) {
-  if (paired_any(p)) return;
   switch (p.epilogue) {
     case Epilogue::none:
       return product_epilogue<Epilogue::none>(p);
